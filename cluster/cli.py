@@ -1,0 +1,102 @@
+"""The `raypex` command: `raypex train` and `raypex eval`.
+
+Every user mistake (arguments, config, env, run directory, cluster address, resources) ends in
+one line on stderr and exit code 2, before anything is written or started. Only the entry point
+reads arguments; components get explicit values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for (one-line message, exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports mistakes as one line instead of usage + message."""
+
+    def error(self, message: str):  # argparse calls this for every parse mistake
+        command = self.prog.removeprefix("raypex").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
+def _process_start_time() -> float:
+    """When this process started (the clock for time_to_solve_s starts at the command's start)."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # psutil is a Ray dependency; fall back to now if it is unusable
+        return time.time()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for both subcommands."""
+    parser = _Parser(prog="raypex", description="Distributed Ape-X style DQN on Ray.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    train = sub.add_parser("train", help="train a Q-network (starts a local Ray cluster unless --address)")
+    train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
+                       help="YAML config (default configs/cartpole.yaml) and dotted overrides")
+    train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379)")
+    train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet)")
+    train.add_argument("--seed", type=int, help="seed (same as seed=N)")
+    train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2")
+    ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    ev.add_argument("--episodes", type=int, default=100)
+    ev.add_argument("--seed", type=int, default=12345)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    clock_start = _process_start_time()
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "train":
+            from cluster.train_command import run_train
+
+            return run_train(args, clock_start)
+        from cluster.eval_command import run_eval
+
+        return run_eval(args)
+    except UsageError as err:
+        print(f"raypex: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("raypex: interrupted", file=sys.stderr)
+        return 130
+
+
+def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:
+    """Separate the optional CONFIG path from `key=value` overrides."""
+    config, overrides = None, []
+    for i, item in enumerate(args):
+        if "=" in item:
+            overrides.append(item)
+        elif i == 0 and (item.endswith((".yaml", ".yml")) or Path(item).is_file()):
+            config = Path(item)
+        elif i == 0:
+            raise UsageError(f"'{item}' is neither a config file (.yaml) nor a key=value override")
+        else:
+            raise UsageError(f"'{item}' is neither the config file (it must come first) nor a key=value override")
+    return config, overrides
+
+
+def default_run_dir(env_id: str, seed: int) -> Path:
+    """runs/<env>-<date-time>-s<seed>, unique per second."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id)
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+
+
+def console() -> None:
+    """The console-script wrapper: exit with main's code."""
+    sys.exit(main())

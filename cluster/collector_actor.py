@@ -1,0 +1,50 @@
+"""CollectorActor: the Ray shell around a Collector, wired to its shard and the weight inbox.
+
+It is a threaded actor: `run` occupies one thread with the env loop while `set_weights`, `stats`
+and `stop` are served on others, so announcing weights or reading counters never waits for the
+env loop and the env loop never waits for them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ray
+
+from actors.collector import Collector, CollectorSettings
+from cluster.ray_adapters import ChunkSink, WeightInbox
+
+
+class CollectorActor:
+    """Hosts one Collector; `run` loops until `stop` is called."""
+
+    def __init__(self, settings: CollectorSettings, shard, max_pushes_in_flight: int):
+        self._stop = threading.Event()
+        self.inbox = WeightInbox()
+        self.sink = ChunkSink(shard, max_pushes_in_flight, self._stop.is_set)
+        self.collector = Collector(settings, self.sink.push, self.inbox.poll)
+
+    def run(self) -> int:
+        """Collect chunks until stopped; returns the env steps done."""
+        self._stop.clear()
+        while not self._stop.is_set():
+            self.collector.collect_chunk()
+        return self.collector.env_steps
+
+    def set_weights(self, ref_in_list: list, version: int) -> None:
+        """Announce a weights version; the env loop loads it between steps once it is local."""
+        self.inbox.announce(ref_in_list[0], version)
+
+    def stats(self) -> dict:
+        """The collector's counters plus the time its sink spent throttled by the limiter."""
+        stats = self.collector.stats()
+        stats["phase_s"]["throttle"] = self.sink.throttled_s
+        return stats
+
+    def stop(self) -> None:
+        """Ask the env loop to finish its current chunk and return."""
+        self._stop.set()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (placement checks)."""
+        return ray.get_runtime_context().get_node_id()

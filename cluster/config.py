@@ -1,0 +1,163 @@
+"""The run configuration: typed sections validated by pydantic.
+
+One YAML file (plus dotted command-line overrides) becomes one `RunConfig`. Validation happens
+here, before any actor starts, so a bad value costs the user a one-line error and not a
+half-started cluster. Components never receive this object whole: cluster/ hands each one the
+fields it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    """Base for every section: unknown keys are errors, values are checked on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Section):
+    """Which Gymnasium environment the collectors and the evaluator step."""
+
+    id: str = Field("CartPole-v1", description="Gymnasium env id (must be registered).")
+    num_envs: int = Field(16, ge=1, le=4096, description="Envs in each collector's vector env.")
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments for gymnasium.make_vec."
+    )
+
+
+class AlgoConfig(_Section):
+    """The DQN variant: discounting, n-step returns, Double DQN, Huber loss."""
+
+    gamma: float = Field(0.99, gt=0.0, le=1.0, description="Discount factor.")
+    n_step: int = Field(3, ge=1, le=100, description="Steps folded into each return.")
+    double_dqn: bool = Field(True, description="Pick the next action with the online network.")
+    huber_delta: float = Field(1.0, gt=0.0, description="Huber loss threshold.")
+
+
+class NetworkConfig(_Section):
+    """The Q-network shared by learner and collectors."""
+
+    hidden: list[int] = Field([128, 128], min_length=1, description="MLP hidden layer sizes.")
+    dueling: bool = Field(True, description="Dueling value/advantage head.")
+
+    @model_validator(mode="after")
+    def _positive_layers(self) -> NetworkConfig:
+        if any(h < 1 for h in self.hidden):
+            raise ValueError("hidden: every layer size must be >= 1")
+        return self
+
+
+class CollectorsConfig(_Section):
+    """The collector actors: how many, their exploration and how they push data."""
+
+    num: int = Field(2, ge=1, le=1024, description="Collector actors (each with its own shard).")
+    num_cpus: float = Field(0.4, gt=0.0, description="CPUs Ray reserves per collector.")
+    chunk_steps: int = Field(16, ge=1, description="Vector steps folded into one pushed chunk.")
+    max_pushes_in_flight: int = Field(2, ge=1, description="Chunk writes a collector may have pending.")
+    epsilon_base: float = Field(0.4, ge=0.0, le=1.0, description="Ape-X eps_base.")
+    epsilon_alpha: float = Field(7.0, ge=0.0, description="Ape-X alpha: eps_i = base^(1+alpha*i/(N-1)).")
+    epsilon_anneal_steps: int = Field(
+        0, ge=0, description="Env steps (per collector) to anneal from 1.0 down to eps_i; 0 = none."
+    )
+
+
+class ReplayConfig(_Section):
+    """The replay shards: capacity and the samples-per-insert rate limiter."""
+
+    capacity: int = Field(100_000, ge=1, description="Transitions stored per shard (ring).")
+    min_size: int = Field(1_000, ge=1, description="Transitions in all shards before learning starts.")
+    samples_per_insert: float = Field(
+        8.0, ge=0.0, description="Replay ratio the limiter holds (samples trained per insert); 0 = off."
+    )
+    error_buffer: int = Field(
+        2_000, ge=1, description="Transitions of slack the limiter allows either way."
+    )
+    num_cpus: float = Field(0.01, gt=0.0, description="CPUs Ray reserves per shard.")
+
+
+class LearnerConfig(_Section):
+    """The learner actor: device, precision, optimisation and epoch structure."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: a GPU when the cluster has one, else CPU (said out loud)."
+    )
+    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for the learner.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "bf16", description="Autocast dtype; fp16 (CUDA only) adds a gradient scaler; fp32 = off."
+    )
+    lr: float = Field(1e-3, gt=0.0, lt=1.0, description="Adam learning rate.")
+    adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
+    max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
+    micro_batch: int = Field(128, ge=1, description="Transitions per micro-batch (one shard each).")
+    accumulation_steps: int = Field(2, ge=1, description="Micro-batches accumulated per update.")
+    target_update: Literal["hard", "polyak"] = Field("hard", description="Target network update rule.")
+    target_update_every: int = Field(200, ge=1, description="Updates between hard target copies.")
+    target_tau: float = Field(0.005, gt=0.0, le=1.0, description="Polyak rate per update.")
+    updates_per_epoch: int = Field(50, ge=1, description="Optimizer steps in one epoch.")
+    broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")
+    prefetch: int = Field(4, ge=1, description="Sample requests kept in flight.")
+    compile: bool = Field(False, description="torch.compile the networks (compiled during warm-up).")
+
+
+class EvalConfig(_Section):
+    """Greedy evaluation on a separate env, run by the learner between epochs."""
+
+    episodes: int = Field(16, ge=1, description="Episodes per evaluation (run in parallel).")
+    every_epochs: int = Field(2, ge=1, description="Epochs between evaluations.")
+
+
+class StopConfig(_Section):
+    """When the run ends: whichever comes first."""
+
+    env_steps: int = Field(500_000, ge=1, description="Total env steps across collectors.")
+    eval_return: float | None = Field(
+        None, description="Stop at the first evaluation whose mean return reaches this; null = never."
+    )
+
+
+class CheckpointConfig(_Section):
+    """How often the learner state is written to RUN_DIR/checkpoints."""
+
+    every_epochs: int = Field(100, ge=1, description="Epochs between checkpoints (and one at the end).")
+    keep: int = Field(3, ge=1, description="Checkpoints kept on disk.")
+
+
+class RunConfig(_Section):
+    """Everything one `raypex train` run needs."""
+
+    seed: int = Field(0, ge=0, description="Seed for networks, envs and sampling.")
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    collectors: CollectorsConfig = Field(default_factory=CollectorsConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    stop: StopConfig = Field(default_factory=StopConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if self.learner.micro_batch > self.replay.capacity:
+            raise ValueError(
+                f"learner.micro_batch ({self.learner.micro_batch}) must not exceed "
+                f"replay.capacity ({self.replay.capacity}), the transitions one shard holds"
+            )
+        if self.replay.min_size > self.replay.capacity * self.collectors.num:
+            raise ValueError(
+                f"replay.min_size ({self.replay.min_size}) must not exceed the total replay "
+                f"capacity (replay.capacity x collectors.num = "
+                f"{self.replay.capacity * self.collectors.num})"
+            )
+        if self.learner.micro_batch > self.replay.min_size:
+            raise ValueError(
+                f"learner.micro_batch ({self.learner.micro_batch}) must not exceed "
+                f"replay.min_size ({self.replay.min_size})"
+            )
+        if self.learner.precision == "fp16" and self.learner.device == "cpu":
+            raise ValueError("learner.precision fp16 needs CUDA; use bf16 or fp32 with device cpu")
+        return self

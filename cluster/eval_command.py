@@ -1,0 +1,40 @@
+"""`raypex eval RUN_DIR`: the greedy return of a run's exported policy (policy.pt2)."""
+
+from __future__ import annotations
+
+import argparse
+
+from cluster.cli import UsageError
+from cluster.config_loading import ConfigError, read_yaml, validate
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Load RUN_DIR/policy.pt2, play `--episodes` greedy episodes, print their mean return."""
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    policy_path = args.run_dir / "policy.pt2"
+    if not policy_path.is_file():
+        raise UsageError(f"{args.run_dir}: no policy.pt2 (the run has not finished, or this is not a run directory)")
+    try:
+        config = validate(read_yaml(args.run_dir / "config.yaml"))
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+
+    import numpy as np
+    import torch
+
+    from actors.evaluator import Evaluator
+
+    torch.set_num_threads(1)
+    module = torch.export.load(str(policy_path)).module()
+
+    def greedy(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return module(torch.as_tensor(obs, dtype=torch.float32)).argmax(dim=1).numpy()
+
+    evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed)
+    returns = evaluator.evaluate(greedy)
+    evaluator.close()
+    print(f"mean return {returns.mean():.2f} over {args.episodes} episodes "
+          f"(min {returns.min():.1f}, max {returns.max():.1f}, std {returns.std():.1f})")
+    return 0

@@ -1,0 +1,102 @@
+"""Turns the counters that actors report into the TensorBoard scalars and the progress line.
+
+Pure bookkeeping (no Ray): the driver feeds it collector and shard stats every poll and learner
+metrics every epoch; rates are differences between consecutive polls.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+class RunMetrics:
+    """Accumulates run-wide counters and produces scalar dicts keyed by TensorBoard tag."""
+
+    def __init__(self, env_steps_offset: int = 0):
+        self.env_steps_offset = env_steps_offset
+        self.env_steps = env_steps_offset
+        self.learner_version = 0
+        self.last_return: float | None = None
+        self.last_eval: float | None = None
+        self.last_loss: float | None = None
+        self.lag_samples: list[float] = []
+        self.lag_max = 0
+        self._prev: tuple[float, int, int, int] | None = None  # time, env steps, inserted, sampled
+        self.sps = 0.0
+        self.learner_samples_s = 0.0
+        self.learner_train_s = 0.0
+        self.learner_samples = 0
+        self.wait_s = 0.0
+
+    def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
+        """Scalars from one poll of every collector and shard."""
+        now = time.perf_counter() if now is None else now
+        self.env_steps = self.env_steps_offset + sum(c["env_steps"] for c in collectors)
+        inserted = sum(s["inserted"] for s in shards)
+        sampled = sum(s["sampled"] for s in shards)
+        scalars: dict[str, float] = {
+            "replay/size": sum(s["size"] for s in shards),
+            "collector/epsilon": float(np.mean([c["epsilon"] for c in collectors])),
+        }
+        if inserted:
+            scalars["replay/replay_ratio"] = sampled / inserted
+        if self._prev is not None:
+            dt = max(now - self._prev[0], 1e-9)
+            self.sps = (self.env_steps - self._prev[1]) / dt
+            scalars["charts/SPS"] = self.sps
+            scalars["replay/insert_rate"] = (inserted - self._prev[2]) / dt
+            scalars["replay/sample_rate"] = (sampled - self._prev[3]) / dt
+        self._prev = (now, self.env_steps, inserted, sampled)
+        returns = [r for c in collectors for r in c["episode_returns"]]
+        lengths = [n for c in collectors for n in c["episode_lengths"]]
+        if returns:
+            self.last_return = float(np.mean(returns))
+            scalars["charts/episodic_return"] = self.last_return
+            scalars["charts/episodic_length"] = float(np.mean(lengths))
+        lags = [self.learner_version - c["version"] for c in collectors if c["version"] >= 0]
+        if lags:
+            scalars["perf/policy_lag_mean"] = float(np.mean(lags))
+            scalars["perf/policy_lag_max"] = float(max(lags))
+            self.lag_samples.append(float(np.mean(lags)))
+            self.lag_max = max(self.lag_max, max(lags))
+        return scalars
+
+    def epoch(self, m: dict) -> dict[str, float]:
+        """Scalars from one learner epoch's metrics."""
+        self.learner_version = m["version"]
+        self.last_loss = m["td_loss"]
+        samples = m["updates_in_epoch"] * m["samples_per_update"]
+        self.learner_samples += samples
+        self.learner_train_s += m["epoch_s"]
+        self.wait_s += m["wait_fraction"] * m["epoch_s"]
+        scalars = {
+            "losses/td_loss": m["td_loss"],
+            "losses/q_values": m["q_values"],
+            "learner/updates_per_s": m["updates_in_epoch"] / m["epoch_s"],
+            "learner/samples_per_s": samples / m["epoch_s"],
+            "learner/wait_fraction": m["wait_fraction"],
+            "perf/broadcast_ms": m["broadcast_ms"],
+        }
+        if "grad_scale" in m:
+            scalars["learner/grad_scale"] = m["grad_scale"]
+        if "eval_return_mean" in m:
+            self.last_eval = m["eval_return_mean"]
+            scalars["eval/return_mean"] = m["eval_return_mean"]
+        return scalars
+
+    @property
+    def policy_lag_mean(self) -> float | None:
+        """Mean policy lag over all polls so far."""
+        return float(np.mean(self.lag_samples)) if self.lag_samples else None
+
+    @property
+    def wait_fraction(self) -> float | None:
+        """Fraction of the learner's training time spent waiting for data."""
+        return self.wait_s / self.learner_train_s if self.learner_train_s else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Learner samples per second of training time."""
+        return self.learner_samples / self.learner_train_s if self.learner_train_s else None

@@ -1,0 +1,88 @@
+"""Where actors go: one placement group, the learner's bundle plus one bundle per collector+shard.
+
+Bundles use the SPREAD strategy, so collector/shard pairs spread over the cluster's nodes, and a
+collector and its shard share a bundle, so they always share a node. Before asking Ray, the
+request is checked against the cluster's nodes so an impossible one fails in seconds with a
+sentence naming what is missing, instead of waiting forever in Ray's pending state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+class PlacementError(Exception):
+    """The cluster cannot hold the requested actors (one-line message)."""
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    """CPUs and GPUs each actor kind asks for."""
+
+    num_collectors: int
+    collector_cpus: float
+    shard_cpus: float
+    learner_cpus: float
+    learner_gpus: int
+
+    def bundles(self) -> list[dict[str, float]]:
+        """Bundle 0 for the learner, bundle i+1 for collector i and its shard."""
+        learner = {"CPU": self.learner_cpus}
+        if self.learner_gpus:
+            learner["GPU"] = float(self.learner_gpus)
+        pair = {"CPU": self.collector_cpus + self.shard_cpus}
+        return [learner] + [dict(pair) for _ in range(self.num_collectors)]
+
+
+def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
+    """Raise PlacementError if the alive nodes (their total resources) cannot hold the bundles."""
+    total_cpu = sum(n.get("CPU", 0.0) for n in nodes)
+    total_gpu = sum(n.get("GPU", 0.0) for n in nodes)
+    bundles = request.bundles()
+    need_cpu = sum(b["CPU"] for b in bundles)
+    if request.learner_gpus > total_gpu:
+        raise PlacementError(
+            f"the learner asks for {request.learner_gpus} GPU but the Ray cluster has {total_gpu:g}; "
+            "set learner.device=cpu or add a GPU node"
+        )
+    if need_cpu > total_cpu + 1e-9:
+        raise PlacementError(
+            f"the run needs {need_cpu:g} CPUs (learner {request.learner_cpus:g} + "
+            f"{request.num_collectors} x (collector {request.collector_cpus:g} + shard {request.shard_cpus:g})) "
+            f"but the Ray cluster has {total_cpu:g}; lower collectors.num or collectors.num_cpus"
+        )
+    largest = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
+    for name, bundle in (("learner", bundles[0]), ("collector+shard", bundles[-1])):
+        if bundle["CPU"] > largest + 1e-9:
+            raise PlacementError(
+                f"one {name} needs {bundle['CPU']:g} CPUs on a single node but the largest node has {largest:g}"
+            )
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    """Total resources of each alive node of the connected cluster."""
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
+def reserve(request: ResourceRequest, timeout_s: float):
+    """Check, then create the placement group; PlacementError if Ray cannot place it in time."""
+    check_fits(request, alive_node_resources())
+    group = placement_group(request.bundles(), strategy="SPREAD")
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(group)
+        free = ray.available_resources()
+        raise PlacementError(
+            f"Ray could not place the actors within {timeout_s:g}s (needs {request.bundles()}; "
+            f"free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU; other jobs may hold them)"
+        )
+    return group
+
+
+def in_bundle(group, index: int) -> PlacementGroupSchedulingStrategy:
+    """The scheduling strategy that pins an actor to bundle `index` of `group`."""
+    return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=index)

@@ -1,0 +1,60 @@
+"""The live progress line: one line rewritten in place on a terminal, a line every few seconds
+when output goes to a file or CI log (so logs stay readable and small)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def _fmt_count(n: float) -> str:
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class ProgressLine:
+    """Renders run status; call `update` often, it decides when to draw."""
+
+    def __init__(self, stream: TextIO = sys.stderr, log_every_s: float = 10.0):
+        self.stream = stream
+        self.live = stream.isatty()
+        self.log_every_s = log_every_s
+        self._last_log = float("-inf")
+        self._width = 0
+
+    def update(self, elapsed_s: float, env_steps: int, sps: float, episode_return: float | None,
+               eval_return: float | None, loss: float | None, lag: float | None) -> None:
+        """Draw the line (in place on a TTY; every `log_every_s` otherwise)."""
+        line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7} | {_fmt_count(sps):>6} steps/s | "
+                f"return {_fmt(episode_return, '7.1f')} | eval {_fmt(eval_return, '6.1f')} | "
+                f"loss {_fmt(loss, '.4f')} | lag {_fmt(lag, '.1f')}")
+        if self.live:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+            self.stream.flush()
+        elif time.monotonic() - self._last_log >= self.log_every_s:
+            self._last_log = time.monotonic()
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """Print a message line without breaking the live line."""
+        if self.live and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """End the live line."""
+        if self.live and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0

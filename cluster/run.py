@@ -1,0 +1,221 @@
+"""The driver's run loop: epochs, polling, TensorBoard, checkpoints, stop conditions, shutdown.
+
+The driver is never on the data path. It keeps two `train_epoch` calls queued on the learner (so
+the learner never idles between epochs), reads every actor's counters a few times a second, writes
+all TensorBoard scalars, restarts collector loops after Ray restarted a dead collector, and ends
+the run on `stop.env_steps`, on an evaluation reaching `stop.eval_return`, or on Ctrl-C (final
+checkpoint, TensorBoard flushed, actors killed, exit code 130).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from pathlib import Path
+
+import ray
+
+from actors.envs import EnvSpec
+from cluster.checkpoints import ResumePoint, atomic_write, save_checkpoint
+from cluster.config import RunConfig
+from cluster.metrics import RunMetrics
+from cluster.progress import ProgressLine
+from cluster.tensorboard_log import TensorBoardLog
+from cluster.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
+
+POLL_EVERY_S = 0.5
+EPOCHS_QUEUED = 2
+EXIT_INTERRUPTED = 130
+
+
+class RunFailed(Exception):
+    """The run cannot go on (a collector keeps dying, the learner died); one-line message."""
+
+
+class TrainingRun:
+    """One training run on an already connected Ray cluster and reserved placement group."""
+
+    def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
+                 clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None):
+        self.config = config
+        self.spec = spec
+        self.run_dir = run_dir
+        self.group = group
+        self.device = device
+        self.clock_start = clock_start  # wall clock (time.time) at the command's start
+        self.progress = progress
+        self.resume = resume
+        self.metrics = RunMetrics(env_steps_offset=resume.env_steps if resume else 0)
+        self.tb = TensorBoardLog(run_dir / "tensorboard")
+        self.epochs_done = resume.epochs if resume else 0
+        self.time_to_solve_s: float | None = None
+        self.env_steps_at_solve: int | None = None
+        self.final_eval: float | None = None
+        self.collect_start: float | None = None
+        self.restarts = [0] * config.collectors.num
+        self.actors: RunActors | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def execute(self, config_text: str) -> int:
+        """Run to the end; returns the exit code (0, or 130 after Ctrl-C)."""
+        self.tb.text("config", config_text)
+        interrupted = False
+        try:
+            self._start()
+            self._loop()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.progress.message("interrupted: writing a final checkpoint and stopping (Ctrl-C again to abort)")
+        finally:
+            self.progress.finish()
+        try:
+            self._finish()
+        finally:
+            self._kill_actors()
+            self.tb.close()
+        return EXIT_INTERRUPTED if interrupted else 0
+
+    def _start(self) -> None:
+        self.actors = start_actors(self.config, self.spec, self.group, self.device)
+        state = self.resume.learner_state if self.resume else None
+        info = ray.get(self.actors.learner.warmup.remote(state))
+        self.progress.message(f"learner ready on {info['device']} ({info['precision']}), "
+                              f"{self.config.collectors.num} collectors x {self.config.env.num_envs} envs")
+        self.metrics.learner_version = info["version"]
+        self.run_refs = [c.run.remote() for c in self.actors.collectors]
+        self.collect_start = time.time()
+
+    def _loop(self) -> None:
+        learner = self.actors.learner
+        queued: deque = deque()
+        next_epoch = self.epochs_done + 1
+        stopping = False
+        next_poll = time.perf_counter()
+        while True:
+            while not stopping and len(queued) < EPOCHS_QUEUED:
+                evaluate = next_epoch % self.config.eval.every_epochs == 0
+                queued.append((next_epoch, learner.train_epoch.remote(evaluate)))
+                next_epoch += 1
+            if not queued:
+                return
+            timeout = max(0.0, next_poll - time.perf_counter())
+            ready, _ = ray.wait([queued[0][1]], timeout=timeout)
+            if ready:
+                epoch, ref = queued.popleft()
+                result = ray.get(ref)
+                if result is None or self._on_epoch(epoch, result):
+                    stopping = True
+            if time.perf_counter() >= next_poll:
+                next_poll = time.perf_counter() + POLL_EVERY_S
+                if self._poll():
+                    stopping = True
+
+    def _on_epoch(self, epoch: int, m: dict) -> bool:
+        """Record one epoch's metrics; True when the run should stop."""
+        self.epochs_done = epoch
+        self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
+        solved = False
+        if "eval_return_mean" in m:
+            self.final_eval = m["eval_return_mean"]
+            target = self.config.stop.eval_return
+            if target is not None and m["eval_return_mean"] >= target and self.time_to_solve_s is None:
+                self.time_to_solve_s = time.time() - self.clock_start
+                self.env_steps_at_solve = self.metrics.env_steps
+                self.progress.message(
+                    f"solved: eval return {m['eval_return_mean']:.1f} >= {target:g} after "
+                    f"{self.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
+                solved = True
+        if epoch % self.config.checkpoint.every_epochs == 0:
+            self._checkpoint()
+        return solved
+
+    def _poll(self) -> bool:
+        """Read every actor's counters, write scalars, draw progress; True when env steps are done."""
+        self._restart_dead_collectors()
+        refs = [c.stats.remote() for c in self.actors.collectors] + [s.stats.remote() for s in self.actors.shards]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
+        if len(ready) < len(refs):
+            return False  # an actor is restarting; read everything again on the next poll
+        stats = ray.get(refs)
+        num = self.config.collectors.num
+        scalars = self.metrics.poll(stats[:num], stats[num:])
+        self.tb.scalars(scalars, self.metrics.env_steps)
+        m = self.metrics
+        self.progress.update(time.time() - self.clock_start, m.env_steps, m.sps, m.last_return,
+                             m.last_eval, m.last_loss, scalars.get("perf/policy_lag_mean"))
+        return m.env_steps >= self.config.stop.env_steps
+
+    def _restart_dead_collectors(self) -> None:
+        done, _ = ray.wait(self.run_refs, num_returns=len(self.run_refs), timeout=0)
+        for ref in done:
+            i = self.run_refs.index(ref)
+            try:
+                ray.get(ref)
+                continue  # returned normally: it was asked to stop
+            except ray.exceptions.RayError as err:
+                reason = str(err).strip().splitlines()[0]
+            self.restarts[i] += 1
+            if self.restarts[i] > COLLECTOR_MAX_RESTARTS:
+                raise RunFailed(f"collector {i} failed {self.restarts[i]} times; last error: {reason}")
+            self.progress.message(f"collector {i} stopped ({reason}); restarting it on its shard")
+            collector = self.actors.collectors[i]
+            self.actors.learner.resend_weights.remote(collector)
+            self.run_refs[i] = collector.run.remote()
+
+    # -- the end ------------------------------------------------------------------------------
+    def _checkpoint(self) -> None:
+        state = ray.get(self.actors.learner.state_bytes.remote())
+        counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps,
+                    "wall_s": self._wall_s()}
+        save_checkpoint(self.run_dir / "checkpoints", self.epochs_done, state, counters, self.config.checkpoint.keep)
+
+    def _finish(self) -> None:
+        if self.actors is None:
+            return
+        for collector in self.actors.collectors:
+            collector.stop.remote()
+        self._checkpoint()
+        if self.final_eval is None or self.time_to_solve_s is None:
+            # The run ended on env steps (or an interrupt): measure the policy it ends with.
+            self.final_eval = ray.get(self.actors.learner.evaluate.remote())
+        atomic_write(self.run_dir / "policy.pt2", ray.get(self.actors.learner.export_policy.remote()))
+        self._poll_final()
+        atomic_write(self.run_dir / "summary.json", json.dumps(self.summary(), indent=2).encode())
+        self.tb.flush()
+
+    def _poll_final(self) -> None:
+        try:
+            self._poll()
+        except ray.exceptions.RayError:
+            pass  # counters from the last successful poll stand
+
+    def _wall_s(self) -> float:
+        return (self.resume.wall_s if self.resume else 0.0) + time.time() - self.clock_start
+
+    def summary(self) -> dict:
+        """What summary.json holds."""
+        m = self.metrics
+        collect_s = time.time() - self.collect_start if self.collect_start else None
+        return {
+            "env_id": self.config.env.id,
+            "seed": self.config.seed,
+            "env_steps": m.env_steps,
+            "wall_s": round(self._wall_s(), 3),
+            "time_to_solve_s": None if self.time_to_solve_s is None else round(self.time_to_solve_s, 3),
+            "env_steps_at_solve": self.env_steps_at_solve,
+            "final_eval_return": self.final_eval,
+            "env_steps_per_s": (m.env_steps - m.env_steps_offset) / collect_s if collect_s else None,
+            "learner_samples_per_s": m.samples_per_s,
+            "learner_wait_fraction": m.wait_fraction,
+            "policy_lag_mean": m.policy_lag_mean,
+            "policy_lag_max": m.lag_max,
+            "epochs": self.epochs_done,
+            "collector_restarts": sum(self.restarts),
+        }
+
+    def _kill_actors(self) -> None:
+        if self.actors is None:
+            return
+        for actor in self.actors.all():
+            ray.kill(actor, no_restart=True)

@@ -1,0 +1,112 @@
+"""`raypex train`: validate everything, connect, reserve, then hand over to TrainingRun.
+
+Order matters for "nothing half-written": the config, the env and the run directory are checked
+first, then Ray is connected and the placement group reserved; only when all of that succeeded is
+the run directory created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+from actors.envs import UnsupportedEnv, inspect_env
+from cluster.checkpoints import ResumePoint, atomic_write, load_latest
+from cluster.cli import UsageError, default_run_dir, split_positional
+from cluster.config import RunConfig
+from cluster.config_loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
+from cluster.placement import PlacementError
+from cluster.progress import ProgressLine
+
+
+def resolve_config(args: argparse.Namespace) -> tuple[RunConfig, Path, ResumePoint | None]:
+    """(config, run dir, resume point or None) from the arguments; UsageError on any mistake."""
+    config_path, overrides = split_positional(args.args)
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    try:
+        if args.resume is not None:
+            if config_path is not None or args.run_dir is not None:
+                raise UsageError("--resume RUN_DIR takes the config from RUN_DIR; give no CONFIG or --run-dir")
+            saved = args.resume / "config.yaml"
+            if not saved.is_file():
+                raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
+            config = validate(apply_overrides(read_yaml(saved), overrides))
+            resume = load_latest(args.resume / "checkpoints")
+            if resume is None:
+                raise UsageError(f"--resume {args.resume}: no complete checkpoint in {args.resume / 'checkpoints'}")
+            return config, args.resume, resume
+        config = load_config(config_path, overrides)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    run_dir = args.run_dir if args.run_dir is not None else default_run_dir(config.env.id, config.seed)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UsageError(f"--run-dir {run_dir} already holds files; choose a new directory or use --resume {run_dir}")
+    return config, run_dir, None
+
+
+def choose_device(config: RunConfig, gpus_in_cluster: float, progress: ProgressLine) -> str:
+    """'cuda' or 'cpu' for the learner, saying out loud when auto falls back to CPU."""
+    wanted = config.learner.device
+    if wanted == "cuda" and gpus_in_cluster < 1:
+        raise PlacementError("learner.device is cuda but the Ray cluster has no GPU; use learner.device=auto or cpu")
+    if wanted == "auto":
+        if gpus_in_cluster >= 1:
+            return "cuda"
+        progress.message("no GPU in the Ray cluster: the learner runs on CPU")
+        if config.learner.precision == "fp16":
+            raise PlacementError("learner.precision fp16 needs a GPU and the cluster has none; use bf16 or fp32")
+        return "cpu"
+    return wanted
+
+
+def run_train(args: argparse.Namespace, clock_start: float) -> int:
+    """The whole `raypex train` command; returns the exit code."""
+    config, run_dir, resume = resolve_config(args)
+    try:
+        spec = inspect_env(config.env.id, config.env.kwargs)
+    except UnsupportedEnv as err:
+        raise UsageError(str(err)) from None
+    progress = ProgressLine(sys.stderr)
+
+    import ray
+
+    from cluster.run import RunFailed, TrainingRun
+    from cluster.wiring import ConnectError, cluster_gpus, connect, reserve_resources
+
+    try:
+        started_local = connect(args.address)
+    except ConnectError as err:
+        raise UsageError(str(err)) from None
+    try:
+        device = choose_device(config, cluster_gpus(), progress)
+        group = reserve_resources(config, 1 if device == "cuda" else 0)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_text = config_to_yaml(config)
+        atomic_write(run_dir / "config.yaml", config_text.encode())
+        progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
+        run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume)
+        code = run.execute(config_text)
+        progress.message(_summary_line(run.summary(), run_dir))
+        return code
+    except PlacementError as err:
+        raise UsageError(str(err)) from None
+    except RunFailed as err:
+        print(f"raypex: run failed: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if started_local:
+            ray.shutdown()
+
+
+def _summary_line(summary: dict, run_dir: Path) -> str:
+    solve = summary["time_to_solve_s"]
+    solved = f"solved in {solve:.1f}s" if solve is not None else "not solved"
+    final = summary["final_eval_return"]
+    final_text = "-" if final is None else f"{final:.1f}"
+    return (f"done: {summary['env_steps']} env steps in {summary['wall_s']:.1f}s, {solved}, "
+            f"final eval return {final_text}; wrote {run_dir / 'summary.json'} and {run_dir / 'policy.pt2'}")
+
+

@@ -1,0 +1,143 @@
+"""All connections of a run made in one place: Ray, the placement group and every actor.
+
+Reading this file top to bottom tells which actor talks to which: each collector gets its own
+shard's handle (chunks), the learner gets every shard (batches) and every collector (weights).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import ray
+
+from actors.collector import CollectorSettings
+from actors.envs import EnvSpec
+from cluster.collector_actor import CollectorActor
+from cluster.config import RunConfig
+from cluster.learner_actor import LearnerActor
+from cluster.placement import ResourceRequest, in_bundle, reserve
+from learner.learner import LearnerSettings
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import ReplayShard
+
+PLACEMENT_TIMEOUT_S = 15.0
+COLLECTOR_MAX_RESTARTS = 3
+
+
+class ConnectError(Exception):
+    """The Ray cluster at --address cannot be reached (one-line message)."""
+
+
+def connect(address: str | None) -> bool:
+    """Join the cluster at `address`, or start a fresh local one; True when we started it.
+
+    `address="local"` always starts a new cluster, so a local Ray instance that is already
+    running on this machine (or RAY_ADDRESS in the environment) cannot hijack a local run.
+    """
+    kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
+                  configure_logging=True)
+    if address is None:
+        ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
+        return True
+    try:
+        ray.init(address=address, **kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as err:
+        raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({str(err).splitlines()[0]})") from None
+    return False
+
+
+def cluster_gpus() -> float:
+    """GPUs across the alive nodes of the connected cluster."""
+    return sum(n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive"))
+
+
+def resource_request(config: RunConfig, learner_gpus: int) -> ResourceRequest:
+    """What the config asks Ray for."""
+    return ResourceRequest(
+        num_collectors=config.collectors.num,
+        collector_cpus=config.collectors.num_cpus,
+        shard_cpus=config.replay.num_cpus,
+        learner_cpus=config.learner.num_cpus,
+        learner_gpus=learner_gpus,
+    )
+
+
+def reserve_resources(config: RunConfig, learner_gpus: int):
+    """The placement group for this config (PlacementError if the cluster cannot hold it)."""
+    return reserve(resource_request(config, learner_gpus), PLACEMENT_TIMEOUT_S)
+
+
+@dataclass
+class RunActors:
+    """Handles of everything a run started."""
+
+    shards: list
+    collectors: list
+    learner: object
+
+    def all(self) -> list:
+        """Every actor handle."""
+        return [*self.collectors, self.learner, *self.shards]
+
+
+def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:
+    """The fields collector `index` needs."""
+    c = config.collectors
+    return CollectorSettings(
+        index=index, num_collectors=c.num, env_id=config.env.id, env_kwargs=config.env.kwargs,
+        num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
+        num_actions=spec.num_actions, hidden=config.network.hidden, dueling=config.network.dueling,
+        n_step=config.algo.n_step, gamma=config.algo.gamma, chunk_steps=c.chunk_steps,
+        epsilon_base=c.epsilon_base, epsilon_alpha=c.epsilon_alpha,
+        epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed,
+    )
+
+
+def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
+    """The fields the learner needs."""
+    lc = config.learner
+    return LearnerSettings(
+        obs_shape=spec.obs_shape, num_actions=spec.num_actions, hidden=config.network.hidden,
+        dueling=config.network.dueling, gamma=config.algo.gamma, double_dqn=config.algo.double_dqn,
+        huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
+        max_grad_norm=lc.max_grad_norm, micro_batch=lc.micro_batch,
+        accumulation_steps=lc.accumulation_steps, target_update=lc.target_update,
+        target_update_every=lc.target_update_every, target_tau=lc.target_tau,
+        updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
+        precision=lc.precision, compile=lc.compile, seed=config.seed,
+    )
+
+
+def start_actors(config: RunConfig, spec: EnvSpec, group, device: str) -> RunActors:
+    """Create shards, collectors and the learner in the placement group (they start in parallel)."""
+    r = config.replay
+    num = config.collectors.num
+    shard_limiter = SamplesPerInsertLimiter(
+        r.samples_per_insert, max(1, r.min_size // num), max(1, r.error_buffer // num)
+    )
+    shard_cls = ray.remote(ReplayShard)
+    collector_cls = ray.remote(CollectorActor)
+    shards, collectors = [], []
+    for i in range(num):
+        placement = in_bundle(group, i + 1)  # a collector and its shard share bundle i+1: same node
+        # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
+        shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement,
+                                  ).remote(
+            i, r.capacity, spec.obs_shape, spec.obs_dtype, shard_limiter, config.seed + i)
+        collector = collector_cls.options(
+            num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
+            max_restarts=COLLECTOR_MAX_RESTARTS,
+        ).remote(collector_settings(config, spec, i), shard, config.collectors.max_pushes_in_flight)
+        shards.append(shard)
+        collectors.append(collector)
+    lc = config.learner
+    learner = ray.remote(LearnerActor).options(
+        num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group, 0),
+    ).remote(
+        learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,
+        SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer), lc.prefetch,
+        (config.env.id, config.env.kwargs, config.eval.episodes), config.stop.eval_return,
+    )
+    return RunActors(shards, collectors, learner)

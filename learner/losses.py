@@ -1,0 +1,55 @@
+"""The n-step Double DQN loss with a Huber penalty.
+
+For a transition (s, a, G, gamma_m, s') folded by the collector over m <= n steps:
+    target = G + gamma_m * Q_target(s', argmax_a' Q_online(s', a'))     (Double DQN)
+    target = G + gamma_m * max_a' Q_target(s', a')                      (plain DQN)
+    loss   = mean_i  w_i * huber(Q_online(s_i, a_i) - target_i)
+gamma_m is 0 when the episode terminated inside the window, so terminal transitions do not
+bootstrap; truncated ones do (the collector set gamma_m = gamma^m for them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class LossOutput:
+    """The scalar loss to backpropagate plus what the learner reports."""
+
+    loss: torch.Tensor
+    td_error: torch.Tensor  # [B], detached, for priorities
+    q_mean: torch.Tensor  # scalar, detached
+
+
+def double_dqn_loss(
+    online: nn.Module,
+    target: nn.Module,
+    obs: torch.Tensor,
+    action: torch.Tensor,
+    returns: torch.Tensor,
+    discount: torch.Tensor,
+    next_obs: torch.Tensor,
+    weight: torch.Tensor,
+    huber_delta: float,
+    double_dqn: bool = True,
+) -> LossOutput:
+    """Weighted Huber loss between Q(s, a) and the n-step (Double) DQN target."""
+    q_all = online(obs)
+    q_taken = q_all.gather(1, action.long().unsqueeze(1)).squeeze(1).float()
+    with torch.no_grad():
+        next_target = target(next_obs).float()
+        if double_dqn:
+            next_action = online(next_obs).argmax(dim=1, keepdim=True)
+            next_value = next_target.gather(1, next_action).squeeze(1)
+        else:
+            next_value = next_target.max(dim=1).values
+        td_target = returns.float() + discount.float() * next_value
+    td_error = q_taken - td_target
+    per_item = F.huber_loss(q_taken, td_target, reduction="none", delta=huber_delta)
+    loss = (weight.float() * per_item).mean()
+    return LossOutput(loss, td_error.detach(), q_taken.detach().mean())

@@ -1,0 +1,50 @@
+"""Mixed precision: which autocast dtype a device runs, and the fp16 gradient scaler.
+
+bf16 autocast runs on CPU and on CUDA with no scaler (bf16 has fp32's exponent range). fp16 runs
+on CUDA only and needs a GradScaler so small gradients do not flush to zero. fp32 turns autocast
+off. The policy is chosen once at learner start and reported; nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PrecisionPolicy:
+    """Autocast settings plus an optional gradient scaler for one device."""
+
+    device_type: str
+    dtype: torch.dtype | None  # None: no autocast (fp32)
+    scaler: torch.amp.GradScaler | None
+
+    def autocast(self):
+        """A context that runs the forward pass in the chosen precision."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+
+    @property
+    def name(self) -> str:
+        """fp32, bf16 or fp16 (+scaler)."""
+        if self.dtype is None:
+            return "fp32"
+        return "fp16+scaler" if self.scaler is not None else str(self.dtype).removeprefix("torch.")
+
+
+def make_precision(precision: str, device: torch.device) -> PrecisionPolicy:
+    """The policy for `precision` ('fp32', 'bf16', 'fp16') on `device`; fp16 needs CUDA."""
+    if precision == "fp32":
+        return PrecisionPolicy(device.type, None, None)
+    if precision == "bf16":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ValueError("learner.precision bf16 is not supported by this GPU; use fp16 or fp32")
+        return PrecisionPolicy(device.type, torch.bfloat16, None)
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise ValueError("learner.precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+        return PrecisionPolicy(device.type, torch.float16, torch.amp.GradScaler("cuda"))
+    raise ValueError(f"learner.precision must be fp32, bf16 or fp16, got {precision!r}")

@@ -1,0 +1,103 @@
+"""Preallocated ring storage for n-step transitions, with vectorized add and uniform sampling.
+
+All arrays are allocated once at `capacity` rows when the storage is built, so memory is flat
+from the first insert; the oldest rows are overwritten once the ring is full. A whole chunk is
+written with at most two slice assignments (the second only when the chunk wraps), and a sample
+is one fancy-indexing gather per field: no per-transition Python loop anywhere.
+
+Invariant (see `check_invariants`): 0 <= size <= capacity, 0 <= cursor < capacity, and
+size < capacity implies cursor == size (the ring fills from row 0 before it wraps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+# The fields one stored transition has, in the names of the Chunk message (collector -> shard).
+TRANSITION_FIELDS = ("obs", "action", "return", "discount", "next_obs")
+
+
+def transition_layout(obs_shape: tuple[int, ...], obs_dtype: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape (per row) and dtype of every stored field for an observation shape and dtype."""
+    obs = (tuple(obs_shape), np.dtype(obs_dtype))
+    return {
+        "obs": obs,
+        "action": ((), np.dtype(np.int64)),
+        "return": ((), np.dtype(np.float32)),
+        "discount": ((), np.dtype(np.float32)),
+        "next_obs": obs,
+    }
+
+
+class RingStorage:
+    """Fixed-capacity FIFO of transitions stored column-wise in numpy arrays."""
+
+    def __init__(self, capacity: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.columns = {name: np.zeros((capacity, *shape), dtype) for name, (shape, dtype) in layout.items()}
+        self.size = 0
+        self.cursor = 0  # next row to write
+        self.total_added = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the preallocated columns."""
+        return sum(column.nbytes for column in self.columns.values())
+
+    def add(self, chunk: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Append a chunk (same fields, equal leading length); returns the rows written.
+
+        A chunk longer than the capacity keeps only its newest `capacity` rows, as if added in turn.
+        """
+        lengths = {len(chunk[name]) for name in self.columns}
+        if len(lengths) != 1:
+            raise ValueError(f"chunk fields have different lengths: {sorted(lengths)}")
+        count = lengths.pop()
+        self.total_added += count
+        skip = max(0, count - self.capacity)
+        if skip:
+            self.cursor = (self.cursor + skip) % self.capacity
+            count -= skip
+        rows = (self.cursor + np.arange(count)) % self.capacity
+        first = min(count, self.capacity - self.cursor)
+        for name, column in self.columns.items():
+            values = chunk[name][skip:]
+            column[self.cursor : self.cursor + first] = values[:first]
+            if first < count:
+                column[: count - first] = values[first:]
+        self.cursor = (self.cursor + count) % self.capacity
+        self.size = min(self.capacity, self.size + count)
+        return rows
+
+    def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """`count` row indices drawn uniformly (with replacement) from the stored rows."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty storage")
+        return rng.integers(0, self.size, size=count)
+
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The stored fields at `rows` (fresh arrays, safe to send and to keep)."""
+        return {name: column[rows] for name, column in self.columns.items()}
+
+    def get_state(self) -> dict:
+        """The stored rows and cursors, for a replay checkpoint."""
+        return {"columns": {k: v[: self.size].copy() for k, v in self.columns.items()},
+                "size": self.size, "cursor": self.cursor, "total_added": self.total_added}
+
+    def set_state(self, state: dict) -> None:
+        """Restore from `get_state` output (same layout and capacity)."""
+        size = state["size"]
+        for name, column in self.columns.items():
+            column[:size] = state["columns"][name]
+        self.size, self.cursor, self.total_added = size, state["cursor"], state["total_added"]
+        self.check_invariants()
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the cursor bookkeeping is inconsistent."""
+        assert 0 <= self.size <= self.capacity, (self.size, self.capacity)
+        assert 0 <= self.cursor < self.capacity, (self.cursor, self.capacity)
+        assert self.size == self.capacity or self.cursor == self.size, (self.size, self.cursor)

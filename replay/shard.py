@@ -1,0 +1,75 @@
+"""ReplayShard: one collector's replay storage, served to the learner.
+
+A plain class (no Ray import): cluster/ hosts it in a Ray actor placed on its collector's node, and
+tests and the in-process mode call it directly. It owns a `RingStorage`, counts inserts and
+samples, and applies its share of the samples-per-insert limiter to inserts (the learner applies
+the global share to samples).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay.messages import Batch, Chunk, ShardCounters
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.ring import RingStorage, transition_layout
+
+
+class ReplayShard:
+    """Ring storage plus counters and an insert-side rate limit for one collector."""
+
+    def __init__(
+        self,
+        shard_id: int,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: str,
+        limiter: SamplesPerInsertLimiter,
+        seed: int,
+    ):
+        self.shard_id = shard_id
+        self.storage = RingStorage(capacity, transition_layout(obs_shape, obs_dtype))
+        self.limiter = limiter
+        self.rng = np.random.default_rng(seed)
+        self.sampled = 0
+
+    def add(self, chunk: Chunk) -> ShardCounters:
+        """Store a whole chunk; the reply tells the collector how much more it may insert."""
+        self.storage.add(chunk)
+        return self.counters()
+
+    def sample(self, count: int) -> tuple[Batch, ShardCounters]:
+        """`count` transitions drawn uniformly from this shard, with this shard's counters."""
+        rows = self.storage.sample_rows(count, self.rng)
+        batch = self.storage.gather(rows)
+        batch["weight"] = np.ones(count, np.float32)
+        batch["index"] = rows
+        batch["shard_id"] = np.full(count, self.shard_id, np.int32)
+        self.sampled += count
+        return batch, self.counters()
+
+    def counters(self) -> ShardCounters:
+        """Size, inserts, samples and the insert room the limiter allows now."""
+        inserted = self.storage.total_added
+        return {
+            "shard_id": self.shard_id,
+            "size": self.storage.size,
+            "inserted": inserted,
+            "sampled": self.sampled,
+            "insert_room": self.limiter.insert_room(inserted, self.sampled),
+        }
+
+    def stats(self) -> dict:
+        """Counters plus memory figures, for the driver's metrics."""
+        return {**self.counters(), "capacity": self.storage.capacity, "nbytes": self.storage.nbytes}
+
+    def get_state(self) -> dict:
+        """Storage, counters and RNG state, for an optional replay checkpoint."""
+        return {"storage": self.storage.get_state(), "sampled": self.sampled,
+                "rng": self.rng.bit_generator.state}
+
+    def set_state(self, state: dict) -> None:
+        """Restore from `get_state` output."""
+        self.storage.set_state(state["storage"])
+        self.sampled = state["sampled"]
+        self.rng.bit_generator.state = state["rng"]

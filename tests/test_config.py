@@ -1,0 +1,103 @@
+"""Config loading and the CLI's handling of user mistakes: one line, exit code 2, nothing written."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster.cli import main
+from cluster.config import RunConfig
+from cluster.config_loading import apply_overrides, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_cartpole_yaml_spells_out_the_schema_defaults():
+    """`raypex train` without a file uses the defaults; they must be configs/cartpole.yaml."""
+    from_file = load_config(ROOT / "configs" / "cartpole.yaml", [])
+    assert from_file == RunConfig()
+
+
+def test_every_shipped_config_is_valid():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        load_config(path, [])
+
+
+def test_dotted_overrides_are_parsed_as_yaml():
+    data = apply_overrides({"learner": {"lr": 1.0}}, ["learner.lr=3e-4", "collectors.num=4", "network.hidden=[8, 8]",
+                                                       "stop.eval_return=null"])
+    assert data == {"learner": {"lr": 3e-4}, "collectors": {"num": 4}, "network": {"hidden": [8, 8]},
+                    "stop": {"eval_return": None}}
+    config = load_config(None, ["learner.lr=3e-4", "collectors.num=4"])
+    assert config.learner.lr == 3e-4 and config.collectors.num == 4
+
+
+BAD_TRAIN_ARGS = [
+    (["learner.lrr=0.1"], "unknown config key 'learner.lrr'"),
+    (["bogus.x=1"], "unknown config key 'bogus'"),
+    (["learner.lr=fast"], "learner.lr: Input should be a valid number"),
+    (["learner.lr=-1"], "learner.lr: Input should be greater than 0"),
+    (["replay.capacity=-5"], "replay.capacity: Input should be greater than or equal to 1"),
+    (["collectors.epsilon_base=1.5"], "collectors.epsilon_base: Input should be less than or equal to 1"),
+    (["learner.micro_batch=512", "replay.capacity=256"], "learner.micro_batch (512) must not exceed replay.capacity"),
+    (["learner.precision=fp8"], "learner.precision: Input should be 'fp32', 'bf16' or 'fp16'"),
+    (["learner.device=tpu"], "learner.device: Input should be 'auto', 'cpu' or 'cuda'"),
+    (["env.id=CartPole-v9"], "env.id 'CartPole-v9' is not a registered Gymnasium environment"),
+    (["env.id=Pendulum-v1"], "has a Box action space; raypex (DQN family) needs Discrete actions"),
+    (["collectors.num=0"], "collectors.num: Input should be greater than or equal to 1"),
+    (["learner.lr"], "'learner.lr' is neither a config file (.yaml) nor a key=value override"),
+    (["=3"], "override '=3' must look like section.key=value"),
+    (["network.hidden=[64, 0]"], "hidden: every layer size must be >= 1"),
+    (["configs/does-not-exist.yaml"], "config file not found: configs/does-not-exist.yaml"),
+    (["--seed", "abc"], "train: argument --seed: invalid int value: 'abc'"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["learner.precision=fp16", "learner.device=cpu"], "fp16 needs CUDA"),
+    (["a.yaml", "b.yaml"], "'b.yaml' is neither the config file"),
+    (["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no config.yaml there"),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD_TRAIN_ARGS, ids=[" ".join(a[0]) for a in BAD_TRAIN_ARGS])
+def test_bad_train_input_is_one_line_and_exit_2(args, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    code = main(["train", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("raypex: error: "), err
+    assert expected in err
+    assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_bad_yaml_and_non_mapping(tmp_path, capsys):
+    (tmp_path / "broken.yaml").write_text("learner: {lr: [1,\n")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    assert main(["train", str(tmp_path / "broken.yaml")]) == 2
+    assert "not valid YAML (line" in capsys.readouterr().err
+    assert main(["train", str(tmp_path / "list.yaml")]) == 2
+    assert "the top level must be a mapping" in capsys.readouterr().err
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep.txt").write_text("mine")
+    assert main(["train", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert (tmp_path / "run" / "keep.txt").read_text() == "mine"
+
+
+def test_eval_of_a_missing_run(tmp_path, capsys):
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "no policy.pt2" in capsys.readouterr().err
+
+
+def test_console_script_exits_2_without_traceback(tmp_path):
+    """The real process: exit status 2 and a single stderr line, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "cluster", "train", "learner.lr=-3"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "raypex: error: config error: learner.lr: Input should be greater than 0 (got -3)"]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "runs").exists()

@@ -1,0 +1,165 @@
+"""The loss on a hand example, gradient accumulation, precision and the learner's state (no Ray)."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from learner.learner import Learner, LearnerSettings
+from learner.losses import double_dqn_loss
+from learner.precision import make_precision
+from learner.weights import Weights
+
+
+class TableQ(nn.Module):
+    """Q-values looked up from a fixed table by an integer state stored in obs[:, 0]."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = nn.Parameter(torch.tensor(table, dtype=torch.float32))
+
+    def forward(self, obs):
+        return self.table[obs[:, 0].long()]
+
+
+def test_double_dqn_loss_on_a_hand_example():
+    online = TableQ([[1.0, 2.0], [3.0, 0.5], [0.0, 4.0]])
+    target = TableQ([[10.0, 20.0], [6.0, 8.0], [5.0, 7.0]])
+    obs = torch.tensor([[0.0], [1.0]])
+    next_obs = torch.tensor([[1.0], [2.0]])
+    action = torch.tensor([1, 0])
+    returns = torch.tensor([1.0, 0.5])
+    discount = torch.tensor([0.5, 0.0])  # second transition terminated
+    weight = torch.ones(2)
+    out = double_dqn_loss(online, target, obs, action, returns, discount, next_obs, weight, huber_delta=1.0)
+    # transition 0: Q=2; online picks argmax over state 1 -> action 0; target Q(1,0)=6; y = 1 + 0.5*6 = 4
+    #   td = 2 - 4 = -2 -> huber = 1*(2 - 0.5) = 1.5
+    # transition 1: Q=3; terminal: y = 0.5; td = 2.5 -> huber = 2.5 - 0.5 = 2.0
+    assert out.td_error.tolist() == pytest.approx([-2.0, 2.5])
+    assert out.loss.item() == pytest.approx((1.5 + 2.0) / 2)
+    assert out.q_mean.item() == pytest.approx(2.5)
+    plain = double_dqn_loss(online, target, obs, action, returns, discount, next_obs, weight, 1.0, double_dqn=False)
+    # plain DQN: max over target(1) = 8 -> y = 5, td = -3 -> huber 2.5
+    assert plain.td_error.tolist() == pytest.approx([-3.0, 2.5])
+
+
+def test_importance_weights_scale_each_term():
+    online = TableQ([[0.0, 0.0]])
+    target = TableQ([[0.0, 0.0]])
+    obs = torch.zeros(2, 1)
+    args = (obs, torch.tensor([0, 1]), torch.tensor([0.5, 0.5]), torch.zeros(2), obs)
+    unweighted = double_dqn_loss(online, target, *args, torch.ones(2), huber_delta=1.0)
+    weighted = double_dqn_loss(online, target, *args, torch.tensor([2.0, 0.0]), huber_delta=1.0)
+    assert unweighted.loss.item() == pytest.approx(0.125)  # 0.5 * 0.5^2 each
+    assert weighted.loss.item() == pytest.approx(0.125)  # (2*0.125 + 0)/2
+
+
+def settings(**overrides) -> LearnerSettings:
+    values = dict(
+        obs_shape=(4,), num_actions=3, hidden=[32, 32], dueling=True, gamma=0.99, double_dqn=True,
+        huber_delta=1.0, lr=1e-3, adam_eps=1e-8, max_grad_norm=1e9, micro_batch=16, accumulation_steps=1,
+        target_update="hard", target_update_every=5, target_tau=0.01, updates_per_epoch=3,
+        broadcast_every_epochs=1, precision="fp32", compile=False, seed=0,
+    )
+    values.update(overrides)
+    return LearnerSettings(**values)
+
+
+def random_batch(rng: np.random.Generator, size: int) -> dict:
+    return {
+        "obs": rng.normal(size=(size, 4)).astype(np.float32),
+        "action": rng.integers(0, 3, size).astype(np.int64),
+        "return": rng.normal(size=size).astype(np.float32),
+        "discount": rng.choice([0.0, 0.97], size).astype(np.float32),
+        "next_obs": rng.normal(size=(size, 4)).astype(np.float32),
+        "weight": np.ones(size, np.float32),
+    }
+
+
+def grads_after(learner: Learner, batches: list[dict]) -> list[torch.Tensor]:
+    learner.optimizer.zero_grad()
+    for batch in batches:
+        learner.accumulate({k: torch.from_numpy(v) for k, v in batch.items()})
+    return [p.grad.clone() for p in learner.online.parameters()]
+
+
+def test_k_micro_batches_give_the_gradient_of_one_batch_k_times_larger():
+    rng = np.random.default_rng(0)
+    micro = [random_batch(rng, 16) for _ in range(4)]
+    whole = {k: np.concatenate([b[k] for b in micro]) for k in micro[0]}
+    accumulated = Learner(settings(accumulation_steps=4), torch.device("cpu"), None, lambda w: None)
+    single = Learner(settings(accumulation_steps=1, micro_batch=64), torch.device("cpu"), None, lambda w: None)
+    single.online.load_state_dict(accumulated.online.state_dict())
+    single.target.load_state_dict(accumulated.target.state_dict())
+    for got, want in zip(grads_after(accumulated, micro), grads_after(single, [whole])):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def make_learner(**overrides):
+    rng = np.random.default_rng(1)
+    published: list[Weights] = []
+    s = settings(**overrides)
+    learner = Learner(s, torch.device("cpu"), lambda: random_batch(rng, s.micro_batch), published.append)
+    return learner, published
+
+
+def test_epoch_updates_publishes_and_syncs_target():
+    learner, published = make_learner(accumulation_steps=2, updates_per_epoch=5, target_update_every=5)
+    before = [p.detach().clone() for p in learner.online.parameters()]
+    metrics = learner.train_epoch()
+    assert metrics["updates"] == 5 and learner.updates == 5
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    assert [w.version for w in published] == [1]
+    assert set(published[0].arrays) == set(learner.online.state_dict())
+    for t, o in zip(learner.target.parameters(), learner.online.parameters()):
+        assert torch.equal(t, o)  # hard copy at update 5
+    assert np.isfinite(metrics["td_loss"]) and metrics["samples_per_update"] == 32
+
+
+def test_polyak_moves_target_part_way():
+    learner, _ = make_learner(target_update="polyak", target_tau=0.5, updates_per_epoch=1)
+    learner.train_epoch()
+    for t, o in zip(learner.target.parameters(), learner.online.parameters()):
+        assert not torch.equal(t, o)
+
+
+def test_bf16_autocast_trains_on_cpu():
+    learner, _ = make_learner(precision="bf16", updates_per_epoch=4)
+    assert learner.precision.name == "bfloat16"
+    metrics = learner.train_epoch()
+    assert np.isfinite(metrics["td_loss"])
+    assert all(p.dtype == torch.float32 for p in learner.online.parameters())  # master weights fp32
+
+
+def test_fp16_is_refused_on_cpu():
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+        make_precision("fp16", torch.device("cpu"))
+
+
+def test_warmup_leaves_weights_unchanged():
+    learner, _ = make_learner()
+    before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+    learner.warmup()
+    assert all(torch.equal(before[k], v) for k, v in learner.online.state_dict().items())
+    assert all(p.grad is None for p in learner.online.parameters())
+
+
+def test_state_roundtrip_resumes_counters_and_weights():
+    learner, _ = make_learner()
+    learner.train_epoch()
+    data = learner.state_bytes()
+    fresh, _ = make_learner(seed=5)
+    fresh.load_state_bytes(data)
+    assert (fresh.updates, fresh.epochs, fresh.version) == (learner.updates, learner.epochs, learner.version)
+    for a, b in zip(fresh.online.parameters(), learner.online.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_exported_policy_maps_observations_to_q_values():
+    learner, _ = make_learner()
+    program = torch.export.load(io.BytesIO(learner.export_policy()))
+    obs = torch.randn(7, 4)
+    with torch.inference_mode():
+        torch.testing.assert_close(program.module()(obs), learner.online(obs))

@@ -1,0 +1,135 @@
+"""RingStorage, the samples-per-insert limiter, the shard and the shard mixer (no Ray)."""
+
+import numpy as np
+import pytest
+
+from replay.mixing import ShardMixer
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.ring import RingStorage, transition_layout
+from replay.shard import ReplayShard
+
+
+def chunk(start: int, count: int) -> dict:
+    """Transitions whose every field encodes their insertion number."""
+    ids = np.arange(start, start + count)
+    return {
+        "obs": np.stack([ids, -ids], axis=1).astype(np.float32),
+        "action": ids.astype(np.int64),
+        "return": ids.astype(np.float32),
+        "discount": np.full(count, 0.5, np.float32),
+        "next_obs": np.stack([ids + 1, -ids], axis=1).astype(np.float32),
+    }
+
+
+def storage(capacity: int) -> RingStorage:
+    return RingStorage(capacity, transition_layout((2,), "float32"))
+
+
+def test_fills_then_wraps_overwriting_oldest():
+    ring = storage(5)
+    ring.add(chunk(0, 3))
+    assert (ring.size, ring.cursor) == (3, 3)
+    rows = ring.add(chunk(3, 4))  # 3,4 go to rows 3,4; 5,6 wrap to rows 0,1
+    assert rows.tolist() == [3, 4, 0, 1]
+    assert (ring.size, ring.cursor) == (5, 2)
+    assert ring.columns["action"].tolist() == [5, 6, 2, 3, 4]
+    assert ring.columns["next_obs"][:, 0].tolist() == [6, 7, 3, 4, 5]
+    ring.check_invariants()
+
+
+def test_chunk_larger_than_capacity_keeps_newest():
+    ring = storage(4)
+    ring.add(chunk(0, 1))
+    ring.add(chunk(1, 10))  # ids 1..10, only 7..10 survive
+    assert sorted(ring.columns["action"].tolist()) == [7, 8, 9, 10]
+    assert ring.total_added == 11 and ring.size == 4
+    ring.check_invariants()
+
+
+def test_storage_is_allocated_once_at_capacity():
+    ring = storage(1000)
+    before = {k: v.ctypes.data for k, v in ring.columns.items()}
+    nbytes = ring.nbytes
+    for i in range(30):
+        ring.add(chunk(i * 100, 100))
+    assert {k: v.ctypes.data for k, v in ring.columns.items()} == before
+    assert ring.nbytes == nbytes == 1000 * (2 * 4 + 8 + 4 + 4 + 2 * 4)
+
+
+def test_sampling_stays_within_stored_rows():
+    ring = storage(100)
+    ring.add(chunk(0, 7))
+    rng = np.random.default_rng(0)
+    rows = ring.sample_rows(5000, rng)
+    assert rows.min() >= 0 and rows.max() <= 6
+    assert set(rows.tolist()) == set(range(7))  # every stored row reachable
+    batch = ring.gather(rows)
+    assert np.array_equal(batch["action"], rows)  # row i holds id i before wrapping
+    with pytest.raises(ValueError):
+        storage(3).sample_rows(1, rng)
+
+
+def test_mismatched_chunk_lengths_are_rejected():
+    bad = chunk(0, 3)
+    bad["action"] = bad["action"][:2]
+    with pytest.raises(ValueError, match="different lengths"):
+        storage(10).add(bad)
+
+
+def test_state_roundtrip():
+    ring = storage(6)
+    ring.add(chunk(0, 9))
+    other = storage(6)
+    other.set_state(ring.get_state())
+    assert (other.size, other.cursor, other.total_added) == (6, 3, 9)
+    assert np.array_equal(other.columns["obs"], ring.columns["obs"])
+
+
+def test_limiter_gates_inserts_and_samples():
+    lim = SamplesPerInsertLimiter(samples_per_insert=4.0, min_size=100, error_buffer=10)
+    assert lim.insert_room(inserted=0, sampled=0) == 110
+    assert lim.insert_room(inserted=110, sampled=0) == 0
+    assert lim.insert_room(inserted=110, sampled=40) == 10  # 40 samples buy 10 inserts
+    assert not lim.can_sample(size=99, inserted=99, sampled=0, count=1)
+    assert lim.can_sample(size=100, inserted=100, sampled=0, count=40)
+    # the learner may run error_buffer * spi samples ahead, no more
+    assert lim.can_sample(size=100, inserted=100, sampled=0, count=40)
+    assert not lim.can_sample(size=100, inserted=100, sampled=0, count=41)
+    off = SamplesPerInsertLimiter(0.0, 100, 10)
+    assert off.insert_room(10**9, 0) == float("inf")
+    assert off.can_sample(100, 100, 10**9, 10) and not off.can_sample(99, 99, 0, 1)
+
+
+def test_shard_counts_and_returns_batches():
+    shard = ReplayShard(3, 50, (2,), "float32", SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
+    counters = shard.add(chunk(0, 12))
+    assert counters == {"shard_id": 3, "size": 12, "inserted": 12, "sampled": 0, "insert_room": 3.0}
+    batch, counters = shard.sample(8)
+    assert set(batch) == {"obs", "action", "return", "discount", "next_obs", "weight", "index", "shard_id"}
+    assert batch["obs"].shape == (8, 2) and batch["obs"].dtype == np.float32
+    assert (batch["shard_id"] == 3).all() and (batch["weight"] == 1).all()
+    assert np.array_equal(batch["action"], batch["index"])
+    assert counters["sampled"] == 8 and counters["insert_room"] == 11.0
+
+
+def test_mixer_picks_shards_in_proportion_to_size():
+    mixer = ShardMixer(3, micro_batch=4, limiter=SamplesPerInsertLimiter(0.0, 10, 1), seed=1)
+    assert mixer.next_shard() is None  # nothing stored yet
+    for shard_id, size in enumerate([100, 300, 0]):
+        mixer.observe({"shard_id": shard_id, "size": size, "inserted": size, "sampled": 0, "insert_room": 1.0})
+    picks = np.array([mixer.next_shard() for _ in range(4000)])
+    assert (picks == 2).sum() == 0
+    assert 0.70 < (picks == 1).mean() < 0.80
+
+
+def test_mixer_applies_the_global_ratio():
+    mixer = ShardMixer(2, micro_batch=10, limiter=SamplesPerInsertLimiter(1.0, 20, 10), seed=0)
+    for shard_id in range(2):
+        mixer.observe({"shard_id": shard_id, "size": 10, "inserted": 10, "sampled": 0, "insert_room": 1.0})
+    granted = 0
+    while mixer.next_shard() is not None:
+        granted += 1
+    # diff = 20*1 - samples must stay >= (20-10)*1 = 10: one micro-batch of 10 then stop
+    assert granted == 1
+    mixer.observe({"shard_id": 0, "size": 30, "inserted": 30, "sampled": 0, "insert_room": 1.0})
+    assert mixer.next_shard() is not None
