@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,34 +18,13 @@ import torch
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
+from actors.settings import CollectorSettings
 from learner.networks import build_q_network
-from learner.weights import Weights, load_arrays
+from learner.messages import Weights
+from learner.weights import load_arrays
 from replay.messages import Chunk
 
 PHASES = ("act", "env", "fold", "push")
-
-
-@dataclass(frozen=True)
-class CollectorSettings:
-    """What one collector needs from the env, algo, network and collectors config."""
-
-    index: int
-    num_collectors: int
-    env_id: str
-    env_kwargs: dict
-    num_envs: int
-    obs_shape: tuple[int, ...]
-    obs_dtype: str
-    num_actions: int
-    hidden: list[int]
-    dueling: bool
-    n_step: int
-    gamma: float
-    chunk_steps: int
-    epsilon_base: float
-    epsilon_alpha: float
-    epsilon_anneal_steps: int
-    seed: int
 
 
 class Collector:

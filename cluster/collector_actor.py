@@ -2,7 +2,9 @@
 
 It is a threaded actor: `run` occupies one thread with the env loop while `set_weights`, `stats`
 and `stop` are served on others, so announcing weights or reading counters never waits for the
-env loop and the env loop never waits for them.
+env loop and the env loop never waits for them. Its shard is looked up by name, so a collector that Ray restarts
+re-attaches to the same shard (and its data) by itself. torch is imported inside the actor only:
+the driver, which names this class, never pays for it.
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ import threading
 
 import ray
 
-from actors.collector import Collector, CollectorSettings
+from actors.settings import CollectorSettings
 from cluster.ray_adapters import ChunkSink, WeightInbox
 
 
 class CollectorActor:
     """Hosts one Collector; `run` loops until `stop` is called."""
 
-    def __init__(self, settings: CollectorSettings, shard, max_pushes_in_flight: int):
+    def __init__(self, settings: CollectorSettings, shard_name: str, max_pushes_in_flight: int):
+        from actors.collector import Collector
+
+        shard = ray.get_actor(shard_name)
         self._stop = threading.Event()
         self.inbox = WeightInbox()
         self.sink = ChunkSink(shard, max_pushes_in_flight, self._stop.is_set)

@@ -41,7 +41,7 @@ class AlgoConfig(_Section):
 class NetworkConfig(_Section):
     """The Q-network shared by learner and collectors."""
 
-    hidden: list[int] = Field([128, 128], min_length=1, description="MLP hidden layer sizes.")
+    hidden: list[int] = Field([64, 64], min_length=1, description="MLP hidden layer sizes.")
     dueling: bool = Field(True, description="Dueling value/advantage head.")
 
     @model_validator(mode="after")
@@ -71,7 +71,7 @@ class ReplayConfig(_Section):
     capacity: int = Field(100_000, ge=1, description="Transitions stored per shard (ring).")
     min_size: int = Field(1_000, ge=1, description="Transitions in all shards before learning starts.")
     samples_per_insert: float = Field(
-        8.0, ge=0.0, description="Replay ratio the limiter holds (samples trained per insert); 0 = off."
+        16.0, ge=0.0, description="Replay ratio the limiter holds (samples trained per insert); 0 = off."
     )
     error_buffer: int = Field(
         2_000, ge=1, description="Transitions of slack the limiter allows either way."
@@ -87,26 +87,28 @@ class LearnerConfig(_Section):
     )
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for the learner.")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "bf16", description="Autocast dtype; fp16 (CUDA only) adds a gradient scaler; fp32 = off."
+        "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds a gradient scaler), fp32 = off."
     )
-    lr: float = Field(1e-3, gt=0.0, lt=1.0, description="Adam learning rate.")
+    lr: float = Field(2.5e-3, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
     max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
     micro_batch: int = Field(128, ge=1, description="Transitions per micro-batch (one shard each).")
     accumulation_steps: int = Field(2, ge=1, description="Micro-batches accumulated per update.")
     target_update: Literal["hard", "polyak"] = Field("hard", description="Target network update rule.")
-    target_update_every: int = Field(200, ge=1, description="Updates between hard target copies.")
+    target_update_every: int = Field(50, ge=1, description="Updates between hard target copies.")
     target_tau: float = Field(0.005, gt=0.0, le=1.0, description="Polyak rate per update.")
-    updates_per_epoch: int = Field(50, ge=1, description="Optimizer steps in one epoch.")
+    updates_per_epoch: int = Field(25, ge=1, description="Optimizer steps in one epoch.")
     broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")
-    prefetch: int = Field(4, ge=1, description="Sample requests kept in flight.")
+    prefetch: int = Field(
+        8, ge=1, description="Micro-batches requested ahead; requested in groups of half that, one call per shard."
+    )
     compile: bool = Field(False, description="torch.compile the networks (compiled during warm-up).")
 
 
 class EvalConfig(_Section):
     """Greedy evaluation on a separate env, run by the learner between epochs."""
 
-    episodes: int = Field(16, ge=1, description="Episodes per evaluation (run in parallel).")
+    episodes: int = Field(32, ge=1, description="Episodes per evaluation (run in parallel).")
     every_epochs: int = Field(2, ge=1, description="Epochs between evaluations.")
 
 
@@ -115,7 +117,7 @@ class StopConfig(_Section):
 
     env_steps: int = Field(500_000, ge=1, description="Total env steps across collectors.")
     eval_return: float | None = Field(
-        None, description="Stop at the first evaluation whose mean return reaches this; null = never."
+        490.0, description="Stop at the first evaluation whose mean return reaches this; null = never."
     )
 
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import ray
-import torch
 
-from actors.evaluator import Evaluator
 from cluster.ray_adapters import BatchSource, WeightPublisher
-from learner.learner import Learner, LearnerSettings
+from learner.settings import LearnerSettings
 from replay.mixing import ShardMixer
 from replay.rate_limit import SamplesPerInsertLimiter
 
@@ -33,6 +31,11 @@ class LearnerActor:
         eval_env: tuple[str, dict, int],
         stop_eval_return: float | None,
     ):
+        import torch  # inside the actor only: the driver names this class without importing torch
+
+        from actors.evaluator import Evaluator
+        from learner.learner import Learner
+
         torch.set_num_threads(max(1, num_threads))
         mixer = ShardMixer(len(shards), settings.micro_batch, limiter, settings.seed)
         self.source = BatchSource(shards, mixer, prefetch)
@@ -81,6 +84,10 @@ class LearnerActor:
     def export_policy(self) -> bytes:
         """The greedy policy as torch.export bytes (policy.pt2)."""
         return self.learner.export_policy()
+
+    def node_id(self) -> str:
+        """The Ray node the learner runs on."""
+        return ray.get_runtime_context().get_node_id()
 
     def resend_weights(self, collector) -> None:
         """Announce the latest weights to one collector (after Ray restarted it)."""

@@ -55,6 +55,9 @@ class RunMetrics:
             self.last_return = float(np.mean(returns))
             scalars["charts/episodic_return"] = self.last_return
             scalars["charts/episodic_length"] = float(np.mean(lengths))
+        # The newest epoch result can trail the weights collectors already hold (epochs are queued),
+        # and no collector can hold a version the learner has not published.
+        self.learner_version = max([self.learner_version] + [c["version"] for c in collectors])
         lags = [self.learner_version - c["version"] for c in collectors if c["version"] >= 0]
         if lags:
             scalars["perf/policy_lag_mean"] = float(np.mean(lags))
@@ -65,7 +68,7 @@ class RunMetrics:
 
     def epoch(self, m: dict) -> dict[str, float]:
         """Scalars from one learner epoch's metrics."""
-        self.learner_version = m["version"]
+        self.learner_version = max(self.learner_version, m["version"])
         self.last_loss = m["td_loss"]
         samples = m["updates_in_epoch"] * m["samples_per_update"]
         self.learner_samples += samples

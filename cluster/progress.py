@@ -16,7 +16,11 @@ def _fmt_count(n: float) -> str:
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    """Format like `spec`; a missing value is a dash of the same width, so columns stay put."""
+    if value is None:
+        width = spec.split(".")[0]
+        return "-".rjust(int(width) if width.isdigit() else 1)
+    return format(value, spec)
 
 
 class ProgressLine:

@@ -18,15 +18,23 @@ from collections.abc import Callable
 
 import ray
 
-from learner.weights import Weights
+from learner.messages import Weights
 from replay.messages import Batch, Chunk, ShardCounters
 from replay.mixing import ShardMixer
 
-_POLL_S = 0.002  # how often a limited side re-reads the counters; bounded, not a sync primitive
+# A limited side sleeps until the other side should have made room, then re-reads the counters.
+# These bound that sleep; they are rate-control pauses, not synchronization.
+_MIN_PAUSE_S = 0.001
+_MAX_PAUSE_S = 0.05
 
 
 class ChunkSink:
-    """Writes chunks to one shard with bounded in-flight calls and the insert-side limit."""
+    """Writes chunks to one shard with bounded in-flight calls and the insert-side limit.
+
+    While the limiter has no room, the sink sleeps for the time the learner should need to make
+    room (estimated from how fast this shard's room grew between readings) instead of polling in
+    a tight loop: a throttled collector then costs the machine almost no CPU.
+    """
 
     def __init__(self, shard, max_in_flight: int, should_stop: Callable[[], bool]):
         self.shard = shard
@@ -35,6 +43,7 @@ class ChunkSink:
         self.in_flight: deque = deque()
         self.room = float("inf")
         self.throttled_s = 0.0
+        self._room_rate = 0.0  # transitions of room gained per second while waiting
 
     def push(self, chunk: Chunk) -> None:
         """Send the chunk; block only while too many writes are pending or the limiter is full."""
@@ -54,8 +63,14 @@ class ChunkSink:
     def _wait_for_room(self) -> None:
         start = time.perf_counter()
         while self.room <= 0 and not self.should_stop():
-            time.sleep(_POLL_S)
+            deficit = 1.0 - self.room
+            pause = deficit / self._room_rate if self._room_rate > 0 else _MIN_PAUSE_S
+            pause = min(max(pause, _MIN_PAUSE_S), _MAX_PAUSE_S)
+            before, asleep = self.room, time.perf_counter()
+            time.sleep(pause)
             self._observe(ray.get(self.shard.counters.remote()))
+            gained = (self.room - before) / (time.perf_counter() - asleep)
+            self._room_rate = gained if self._room_rate == 0 else 0.5 * (self._room_rate + gained)
         self.throttled_s += time.perf_counter() - start
 
 
@@ -89,34 +104,64 @@ class WeightInbox:
 
 
 class BatchSource:
-    """Prefetches micro-batches from the shards; `next_batch` blocks only when none has arrived."""
+    """Prefetches micro-batches from the shards; `next_batch` blocks only when none has arrived.
+
+    Requests go out in groups: the shards for the next `group` micro-batches are drawn at once
+    (each independently, in proportion to shard size, under the rate limit) and each shard drawn
+    gets a single call for all of its micro-batches. Up to `depth` micro-batches are kept
+    requested or received ahead of the learner.
+    """
 
     def __init__(self, shards: list, mixer: ShardMixer, depth: int):
         self.shards = shards
         self.mixer = mixer
-        self.depth = depth
-        self.in_flight: deque = deque()
+        self.depth = max(1, depth)
+        self.group = max(1, self.depth // 2)
+        self.in_flight: deque = deque()  # (ref, number of micro-batches)
+        self.in_flight_batches = 0
+        self.ready: deque = deque()  # micro-batches received, not yet handed out
         self.wait_s = 0.0  # waiting while learning (data asked for but not there yet)
         self.fill_wait_s = 0.0  # waiting before replay reached its minimum size
 
     def next_batch(self) -> Batch:
-        """The oldest requested micro-batch (requests are topped up to `depth` first)."""
+        """The next micro-batch (requests are topped up first)."""
         self._top_up()
-        if not self.in_flight:
-            self._wait_until_sampling_allowed()
-        start = time.perf_counter()
-        batch, counters = ray.get(self.in_flight.popleft())
-        self.wait_s += time.perf_counter() - start
-        self.mixer.observe(counters)
+        if not self.ready:
+            if not self.in_flight:
+                self._wait_until_sampling_allowed()
+            start = time.perf_counter()
+            self._receive(ray.get(self.in_flight[0][0]))
+            self.wait_s += time.perf_counter() - start
+        batch = self.ready.popleft()
         self._top_up()
         return batch
 
+    def _receive(self, reply) -> None:
+        ref, count = self.in_flight.popleft()
+        self.in_flight_batches -= count
+        stacked, counters = reply
+        self.mixer.observe(counters)
+        self.ready.extend({k: v[i] for k, v in stacked.items()} for i in range(count))
+
     def _top_up(self) -> None:
-        while len(self.in_flight) < self.depth:
-            shard = self.mixer.next_shard()
-            if shard is None:
+        while self.in_flight and not self.ready:
+            done, _ = ray.wait([self.in_flight[0][0]], timeout=0)
+            if not done:
+                break
+            self._receive(ray.get(done[0]))
+        while len(self.ready) + self.in_flight_batches <= self.depth - self.group:
+            per_shard: dict[int, int] = {}
+            for _ in range(self.group):
+                shard = self.mixer.next_shard()
+                if shard is None:
+                    break
+                per_shard[shard] = per_shard.get(shard, 0) + 1
+            if not per_shard:
                 return
-            self.in_flight.append(self.shards[shard].sample.remote(self.mixer.micro_batch))
+            for shard, count in per_shard.items():
+                ref = self.shards[shard].sample.remote(self.mixer.micro_batch, count)
+                self.in_flight.append((ref, count))
+                self.in_flight_batches += count
 
     def _wait_until_sampling_allowed(self) -> None:
         start = time.perf_counter()
@@ -126,7 +171,7 @@ class BatchSource:
                 self.mixer.observe(counters)
             self._top_up()
             if not self.in_flight:
-                time.sleep(_POLL_S)
+                time.sleep(_MIN_PAUSE_S)
         waited = time.perf_counter() - start
         if filling:
             self.fill_wait_s += waited

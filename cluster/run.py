@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import deque
 from pathlib import Path
 
@@ -77,12 +78,13 @@ class TrainingRun:
         return EXIT_INTERRUPTED if interrupted else 0
 
     def _start(self) -> None:
-        self.actors = start_actors(self.config, self.spec, self.group, self.device)
+        self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8])
         state = self.resume.learner_state if self.resume else None
         info = ray.get(self.actors.learner.warmup.remote(state))
         self.progress.message(f"learner ready on {info['device']} ({info['precision']}), "
                               f"{self.config.collectors.num} collectors x {self.config.env.num_envs} envs")
         self.metrics.learner_version = info["version"]
+        atomic_write(self.run_dir / "placement.json", json.dumps(self.actors.placement(), indent=2).encode())
         self.run_refs = [c.run.remote() for c in self.actors.collectors]
         self.collect_start = time.time()
 

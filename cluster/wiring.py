@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import ray
 
-from actors.collector import CollectorSettings
+from actors.settings import CollectorSettings
 from actors.envs import EnvSpec
 from cluster.collector_actor import CollectorActor
 from cluster.config import RunConfig
 from cluster.learner_actor import LearnerActor
 from cluster.placement import ResourceRequest, in_bundle, reserve
-from learner.learner import LearnerSettings
+from cluster.shard_actor import ShardActor
+from learner.settings import LearnerSettings
 from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import ReplayShard
 
 PLACEMENT_TIMEOUT_S = 15.0
 COLLECTOR_MAX_RESTARTS = 3
@@ -36,6 +36,8 @@ def connect(address: str | None) -> bool:
     `address="local"` always starts a new cluster, so a local Ray instance that is already
     running on this machine (or RAY_ADDRESS in the environment) cannot hijack a local run.
     """
+    # A local cluster always gets a token; saying so on every run is noise in the progress display.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
                   configure_logging=True)
     if address is None:
@@ -81,6 +83,16 @@ class RunActors:
         """Every actor handle."""
         return [*self.collectors, self.learner, *self.shards]
 
+    def placement(self) -> dict:
+        """Which node each actor runs on (written to RUN_DIR/placement.json)."""
+        collector_nodes = ray.get([c.node_id.remote() for c in self.collectors])
+        shard_nodes = ray.get([s.node_id.remote() for s in self.shards])
+        return {
+            "learner_node": ray.get(self.learner.node_id.remote()),
+            "pairs": [{"collector": i, "collector_node": c, "shard_node": s}
+                      for i, (c, s) in enumerate(zip(collector_nodes, shard_nodes))],
+        }
+
 
 def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:
     """The fields collector `index` needs."""
@@ -110,26 +122,26 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
     )
 
 
-def start_actors(config: RunConfig, spec: EnvSpec, group, device: str) -> RunActors:
+def start_actors(config: RunConfig, spec: EnvSpec, group, device: str, run_id: str) -> RunActors:
     """Create shards, collectors and the learner in the placement group (they start in parallel)."""
     r = config.replay
     num = config.collectors.num
     shard_limiter = SamplesPerInsertLimiter(
         r.samples_per_insert, max(1, r.min_size // num), max(1, r.error_buffer // num)
     )
-    shard_cls = ray.remote(ReplayShard)
+    shard_cls = ray.remote(ShardActor)
     collector_cls = ray.remote(CollectorActor)
     shards, collectors = [], []
     for i in range(num):
         placement = in_bundle(group, i + 1)  # a collector and its shard share bundle i+1: same node
         # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
-        shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement,
-                                  ).remote(
+        shard_name = f"raypex-{run_id}-shard-{i}"
+        shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement, name=shard_name).remote(
             i, r.capacity, spec.obs_shape, spec.obs_dtype, shard_limiter, config.seed + i)
         collector = collector_cls.options(
             num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS,
-        ).remote(collector_settings(config, spec, i), shard, config.collectors.max_pushes_in_flight)
+        ).remote(collector_settings(config, spec, i), shard_name, config.collectors.max_pushes_in_flight)
         shards.append(shard)
         collectors.append(collector)
     lc = config.learner

@@ -1,26 +1,12 @@
-"""The Weights message (learner -> collectors): a version number and the network's parameters.
-
-Weights travel as a dict of float32 numpy arrays, so Ray's object store hands collectors a
-zero-copy view and collectors never need to unpickle tensors. A version only goes up; collectors
-load a version only when it is newer than the one they act with.
-"""
+"""Converting a network's parameters to and from the arrays of a Weights message."""
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
-
-
-@dataclass(frozen=True)
-class Weights:
-    """One published version of the Q-network parameters."""
-
-    version: int
-    arrays: dict[str, np.ndarray]
 
 
 def export_arrays(module: nn.Module) -> dict[str, np.ndarray]:

@@ -3,7 +3,7 @@
 Chunk: collector -> its shard, one remote call per chunk (T steps x E envs, already n-step folded).
 Batch: shard -> learner, one micro-batch of uniformly sampled transitions.
 ShardCounters: returned with every add and sample so both sides can rate-limit without polling.
-The third message, Weights (learner -> collectors), lives in learner/weights.py.
+The third message, Weights (learner -> collectors), lives in learner/messages.py.
 
 Field names follow time: `obs` is the state the action was taken in, `next_obs` the state
 bootstrapped from n steps later; `return` is the folded sum_k gamma^k r_{t+k} and `discount`

@@ -38,14 +38,19 @@ class ReplayShard:
         self.storage.add(chunk)
         return self.counters()
 
-    def sample(self, count: int) -> tuple[Batch, ShardCounters]:
-        """`count` transitions drawn uniformly from this shard, with this shard's counters."""
-        rows = self.storage.sample_rows(count, self.rng)
-        batch = self.storage.gather(rows)
-        batch["weight"] = np.ones(count, np.float32)
-        batch["index"] = rows
-        batch["shard_id"] = np.full(count, self.shard_id, np.int32)
-        self.sampled += count
+    def sample(self, count: int, num_batches: int = 1) -> tuple[Batch, ShardCounters]:
+        """`num_batches` micro-batches of `count` uniform draws each, in one gather.
+
+        Every field has the leading shape [num_batches, count]; the learner slices one
+        micro-batch per index. Serving several micro-batches per call divides the per-call
+        cost of Ray on both sides by `num_batches`.
+        """
+        rows = self.storage.sample_rows(count * num_batches, self.rng)
+        batch = {k: v.reshape(num_batches, count, *v.shape[1:]) for k, v in self.storage.gather(rows).items()}
+        batch["weight"] = np.ones((num_batches, count), np.float32)
+        batch["index"] = rows.reshape(num_batches, count)
+        batch["shard_id"] = np.full((num_batches, count), self.shard_id, np.int32)
+        self.sampled += count * num_batches
         return batch, self.counters()
 
     def counters(self) -> ShardCounters:

@@ -101,3 +101,9 @@ def test_console_script_exits_2_without_traceback(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "raypex: error: config error: learner.lr: Input should be greater than 0 (got -3)"]
     assert "Traceback" not in proc.stderr and not (tmp_path / "runs").exists()
+
+
+def test_readme_config_reference_matches_the_schema():
+    from cluster.config_reference import markdown_reference
+
+    assert markdown_reference() in (ROOT / "README.md").read_text()

@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from learner.learner import Learner, LearnerSettings
+from learner.learner import Learner
+from learner.settings import LearnerSettings
 from learner.losses import double_dqn_loss
 from learner.precision import make_precision
-from learner.weights import Weights
+from learner.messages import Weights
 
 
 class TableQ(nn.Module):

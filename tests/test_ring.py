@@ -104,9 +104,9 @@ def test_shard_counts_and_returns_batches():
     shard = ReplayShard(3, 50, (2,), "float32", SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
     counters = shard.add(chunk(0, 12))
     assert counters == {"shard_id": 3, "size": 12, "inserted": 12, "sampled": 0, "insert_room": 3.0}
-    batch, counters = shard.sample(8)
+    batch, counters = shard.sample(4, num_batches=2)
     assert set(batch) == {"obs", "action", "return", "discount", "next_obs", "weight", "index", "shard_id"}
-    assert batch["obs"].shape == (8, 2) and batch["obs"].dtype == np.float32
+    assert batch["obs"].shape == (2, 4, 2) and batch["obs"].dtype == np.float32
     assert (batch["shard_id"] == 3).all() and (batch["weight"] == 1).all()
     assert np.array_equal(batch["action"], batch["index"])
     assert counters["sampled"] == 8 and counters["insert_room"] == 11.0

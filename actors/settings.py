@@ -1,0 +1,32 @@
+"""CollectorSettings: the explicit values one collector is built from.
+
+Kept apart from the Collector (which imports torch) so the driver can build settings without
+importing torch, which would cost a second of start-up on every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    """What one collector needs from the env, algo, network and collectors config."""
+
+    index: int
+    num_collectors: int
+    env_id: str
+    env_kwargs: dict
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    num_actions: int
+    hidden: list[int]
+    dueling: bool
+    n_step: int
+    gamma: float
+    chunk_steps: int
+    epsilon_base: float
+    epsilon_alpha: float
+    epsilon_anneal_steps: int
+    seed: int

@@ -1,0 +1,90 @@
+"""Driver-side pieces without a cluster: checkpoints, the TensorBoard writer, metrics, progress."""
+
+import io
+import json
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from cluster.checkpoints import list_checkpoints, load_latest, save_checkpoint
+from cluster.metrics import RunMetrics
+from cluster.placement import PlacementError, ResourceRequest, check_fits
+from cluster.progress import ProgressLine
+from cluster.tensorboard_log import TensorBoardLog
+
+
+def test_checkpoints_keep_the_newest_and_load_the_latest(tmp_path):
+    for epoch in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, epoch, f"state-{epoch}".encode(), {"epochs": epoch, "env_steps": 10 * epoch,
+                                                                      "wall_s": 1.0}, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-00000003.json", "ckpt-00000004.json"]
+    assert not list(tmp_path.glob("*.tmp"))
+    latest = load_latest(tmp_path)
+    assert latest.learner_state == b"state-4" and latest.env_steps == 40 and latest.epochs == 4
+
+
+def test_a_checkpoint_without_its_counters_is_ignored(tmp_path):
+    save_checkpoint(tmp_path, 1, b"one", {"epochs": 1, "env_steps": 5, "wall_s": 0.5}, keep=3)
+    (tmp_path / "ckpt-00000002.pt").write_bytes(b"half")  # crashed before the .json was renamed
+    assert load_latest(tmp_path).learner_state == b"one"
+    assert load_latest(tmp_path / "missing") is None
+
+
+def test_tensorboard_log_is_readable_by_tensorboard(tmp_path):
+    log = TensorBoardLog(tmp_path)
+    log.text("config", "seed: 0\nenv:\n  id: CartPole-v1")
+    for step in range(3):
+        log.scalars({"charts/SPS": 100.0 * step, "losses/td_loss": 0.5}, step=step * 10)
+    log.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("charts/SPS")] == [(0, 0.0), (10, 100.0), (20, 200.0)]
+    text = acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
+    assert "id: CartPole-v1" in text
+
+
+def test_metrics_rates_lag_and_episode_means():
+    metrics = RunMetrics()
+    collectors = [
+        {"env_steps": 100, "epsilon": 0.4, "version": 2, "episode_returns": [10.0, 20.0], "episode_lengths": [10, 20]},
+        {"env_steps": 300, "epsilon": 0.0, "version": -1, "episode_returns": [], "episode_lengths": []},
+    ]
+    shards = [{"size": 50, "inserted": 50, "sampled": 200}, {"size": 150, "inserted": 150, "sampled": 600}]
+    first = metrics.poll(collectors, shards, now=0.0)
+    assert first["charts/episodic_return"] == 15.0 and first["replay/replay_ratio"] == 4.0
+    assert first["perf/policy_lag_max"] == 0.0  # version -1 (no weights yet) is not counted
+    metrics.epoch({"version": 5, "td_loss": 1.0, "q_values": 2.0, "epoch_s": 0.5, "wait_fraction": 0.1,
+                   "broadcast_ms": 1.0, "updates_in_epoch": 10, "samples_per_update": 64})
+    collectors[0].update(env_steps=600, version=3, episode_returns=[], episode_lengths=[])
+    collectors[1].update(env_steps=800, version=5)
+    shards[0].update(inserted=250, sampled=1200)
+    second = metrics.poll(collectors, shards, now=2.0)
+    assert second["charts/SPS"] == pytest.approx((1400 - 400) / 2.0)
+    assert second["replay/insert_rate"] == pytest.approx(100.0) and second["replay/sample_rate"] == pytest.approx(500.0)
+    assert second["perf/policy_lag_mean"] == 1.0 and second["perf/policy_lag_max"] == 2.0
+    assert metrics.samples_per_s == pytest.approx(640 / 0.5) and metrics.wait_fraction == pytest.approx(0.1)
+
+
+def test_placement_check_names_what_is_missing():
+    nodes = [{"CPU": 2.0}]
+    request = ResourceRequest(num_collectors=4, collector_cpus=1.0, shard_cpus=0.01, learner_cpus=1.0, learner_gpus=0)
+    with pytest.raises(PlacementError, match=r"needs 5.04 CPUs .* but the Ray cluster has 2"):
+        check_fits(request, nodes)
+    gpu = ResourceRequest(num_collectors=1, collector_cpus=0.1, shard_cpus=0.01, learner_cpus=1.0, learner_gpus=1)
+    with pytest.raises(PlacementError, match="asks for 1 GPU but the Ray cluster has 0"):
+        check_fits(gpu, nodes)
+    wide = ResourceRequest(num_collectors=1, collector_cpus=3.0, shard_cpus=0.0, learner_cpus=0.5, learner_gpus=0)
+    with pytest.raises(PlacementError, match="needs 3 CPUs on a single node but the largest node has 2"):
+        check_fits(wide, [{"CPU": 2.0}, {"CPU": 2.0}])
+    check_fits(ResourceRequest(2, 0.4, 0.01, 1.0, 0), nodes)  # the default config fits a 2-CPU laptop
+
+
+def test_progress_logs_lines_when_not_a_terminal():
+    stream = io.StringIO()
+    progress = ProgressLine(stream, log_every_s=0.0)
+    progress.update(1.5, 12_345, 6_000.0, 21.5, None, 0.25, 0.5)
+    progress.message("solved")
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[   1.5s] env steps   12.3k |   6.0k steps/s | return    21.5 | eval      -")
+    assert lines[1] == "solved"
+    json.dumps(lines)

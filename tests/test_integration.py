@@ -1,0 +1,165 @@
+"""raypex train/eval end to end on real Ray clusters (a local one, and three simulated nodes).
+
+Each test runs the real command. The runs are short (a few thousand env steps), except the smoke
+test at the end, which trains the default config until CartPole is solved.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from cluster.cli import main
+
+# A short run: learning starts early and every epoch evaluates and checkpoints often.
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "learner.micro_batch=64", "eval.every_epochs=1",
+         "eval.episodes=4", "checkpoint.every_epochs=5"]
+
+CPU_TAGS = {
+    "charts/episodic_return", "charts/episodic_length", "charts/SPS", "eval/return_mean", "losses/td_loss",
+    "losses/q_values", "learner/updates_per_s", "learner/samples_per_s", "learner/wait_fraction",
+    "replay/size", "replay/insert_rate", "replay/sample_rate", "replay/replay_ratio", "collector/epsilon",
+    "perf/policy_lag_mean", "perf/policy_lag_max", "perf/broadcast_ms",
+}
+
+
+def scalars(run_dir: Path) -> dict[str, list]:
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run), "--seed", "3", "stop.env_steps=4000", *SHORT]) == 0
+    first = summary(run)
+    assert first["env_steps"] >= 4000 and first["seed"] == 3 and first["time_to_solve_s"] is None
+    assert first["learner_samples_per_s"] > 0 and 0 <= first["learner_wait_fraction"] < 1
+    for name in ("config.yaml", "policy.pt2", "placement.json"):
+        assert (run / name).is_file(), name
+    checkpoints = sorted((run / "checkpoints").glob("ckpt-*.pt"))
+    assert checkpoints and all(p.with_suffix(".json").is_file() for p in checkpoints)
+
+    tags = scalars(run)
+    assert CPU_TAGS <= set(tags), CPU_TAGS - set(tags)
+    assert "learner/grad_scale" not in tags  # no scaler in fp32 on CPU
+    assert max(e.step for e in tags["charts/SPS"]) >= 4000  # plotted against global env steps
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    assert "learner:" in acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
+
+    # Resume: counters continue from the checkpoint and the run goes on to the new stop.
+    last = json.loads(checkpoints[-1].with_suffix(".json").read_text())
+    assert main(["train", "--resume", str(run), "stop.env_steps=8000"]) == 0
+    second = summary(run)
+    assert second["env_steps"] >= 8000 and second["epochs"] > first["epochs"]
+    resumed_steps = [e.step for e in scalars(run)["losses/td_loss"]]
+    assert max(resumed_steps) >= 8000 and min(s for s in resumed_steps if s > 4000) >= last["env_steps"]
+    assert "stop:\n  env_steps: 8000" in (run / "config.yaml").read_text()
+
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "5"]) == 0
+    assert re.match(r"mean return \d+\.\d+ over 5 episodes", capsys.readouterr().out)
+
+
+def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    run = tmp_path / "multi"
+    try:
+        code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3",
+                     "collectors.num_cpus=0.3", "learner.num_cpus=0.5", "stop.env_steps=30000",
+                     *SHORT, "eval.episodes=8", "learner.lr=1e-3"])
+        node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert code == 0
+    placement = json.loads((run / "placement.json").read_text())
+    pairs = placement["pairs"]
+    assert len(node_ids) == 3
+    assert {p["collector_node"] for p in pairs} == node_ids  # one collector on each node
+    assert all(p["shard_node"] == p["collector_node"] for p in pairs)
+    result = summary(run)
+    # Learning still works: a random CartPole policy scores about 20, an untrained greedy net about 10.
+    assert result["final_eval_return"] > 60, result
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monkeypatch):
+    """`ray start` on this machine (1 CPU, and RAY_ADDRESS pointing at it) must not be joined:
+    the default run needs about 2 CPUs and would fail placement there."""
+    port = _free_port()
+    head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
+                             "--num-cpus=1", "--include-dashboard=false", "--block"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+        assert main(["train", "--run-dir", str(tmp_path / "local"), "stop.env_steps=2000", *SHORT]) == 0
+    finally:
+        head.send_signal(signal.SIGTERM)
+        head.wait(timeout=60)
+    assert summary(tmp_path / "local")["env_steps"] >= 2000
+
+
+def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
+    run = tmp_path / "big"
+    code = main(["train", "--run-dir", str(run), "collectors.num=8", "collectors.num_cpus=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("raypex: error: the run needs 9.08 CPUs")
+    assert "lower collectors.num or collectors.num_cpus" in err[-1]
+    assert not run.exists()
+
+
+def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
+    run = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = []
+    for line in proc.stderr:  # wait for the first progress line (training has started), then Ctrl-C
+        seen.append(line)
+        if line.startswith("[") and "env steps" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    assert "interrupted: writing a final checkpoint" in rest
+    assert list((run / "checkpoints").glob("ckpt-*.pt"))
+    assert (run / "policy.pt2").is_file() and (run / "summary.json").is_file()
+    assert "replay/size" in scalars(run)  # the TensorBoard file was flushed
+    assert summary(run)["epochs"] == json.loads(sorted((run / "checkpoints").glob("*.json"))[-1].read_text())["epochs"]
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_default_config_solves_cartpole(tmp_path, capsys, seed):
+    """The learning smoke test: the default config (stop.env_steps is the generous cap)."""
+    run = tmp_path / "solve"
+    assert main(["train", "--run-dir", str(run), "--seed", str(seed)]) == 0
+    result = summary(run)
+    assert result["time_to_solve_s"] is not None, result
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "100"]) == 0
+    mean = float(re.search(r"mean return (\S+)", capsys.readouterr().out).group(1))
+    assert mean >= 475, mean
