@@ -10,6 +10,7 @@ the driver, which names this class, never pays for it.
 from __future__ import annotations
 
 import threading
+import uuid
 
 import ray
 
@@ -24,6 +25,7 @@ class CollectorActor:
         from actors.collector import Collector
 
         shard = ray.get_actor(shard_name)
+        self.incarnation = uuid.uuid4().hex  # new after every restart, so the driver can count them
         self._stop = threading.Event()
         self.inbox = WeightInbox()
         self.sink = ChunkSink(shard, max_pushes_in_flight, self._stop.is_set)
@@ -44,6 +46,7 @@ class CollectorActor:
         """The collector's counters plus the time its sink spent throttled by the limiter."""
         stats = self.collector.stats()
         stats["phase_s"]["throttle"] = self.sink.throttled_s
+        stats["incarnation"] = self.incarnation
         return stats
 
     def stop(self) -> None:

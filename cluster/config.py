@@ -94,9 +94,9 @@ class LearnerConfig(_Section):
     max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
     micro_batch: int = Field(128, ge=1, description="Transitions per micro-batch (one shard each).")
     accumulation_steps: int = Field(2, ge=1, description="Micro-batches accumulated per update.")
-    target_update: Literal["hard", "polyak"] = Field("hard", description="Target network update rule.")
+    target_update: Literal["hard", "polyak"] = Field("polyak", description="Target network update rule.")
     target_update_every: int = Field(50, ge=1, description="Updates between hard target copies.")
-    target_tau: float = Field(0.005, gt=0.0, le=1.0, description="Polyak rate per update.")
+    target_tau: float = Field(0.01, gt=0.0, le=1.0, description="Polyak rate per update.")
     updates_per_epoch: int = Field(25, ge=1, description="Optimizer steps in one epoch.")
     broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")
     prefetch: int = Field(

@@ -29,12 +29,16 @@ class RunMetrics:
         self.learner_train_s = 0.0
         self.learner_samples = 0
         self.wait_s = 0.0
+        self.shard_inserted: list[int] = []
+        self.shard_sizes: list[int] = []
 
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
         now = time.perf_counter() if now is None else now
         self.env_steps = self.env_steps_offset + sum(c["env_steps"] for c in collectors)
-        inserted = sum(s["inserted"] for s in shards)
+        self.shard_inserted = [s["inserted"] for s in shards]
+        self.shard_sizes = [s["size"] for s in shards]
+        inserted = sum(self.shard_inserted)
         sampled = sum(s["sampled"] for s in shards)
         scalars: dict[str, float] = {
             "replay/size": sum(s["size"] for s in shards),

@@ -1,9 +1,10 @@
-"""Where actors go: one placement group, the learner's bundle plus one bundle per collector+shard.
+"""Where actors go: a placement group for the learner and one for the collector+shard pairs.
 
-Bundles use the SPREAD strategy, so collector/shard pairs spread over the cluster's nodes, and a
-collector and its shard share a bundle, so they always share a node. Before asking Ray, the
-request is checked against the cluster's nodes so an impossible one fails in seconds with a
-sentence naming what is missing, instead of waiting forever in Ray's pending state.
+A collector and its shard share a bundle, so they always share a node. Pair bundles are spread
+over the nodes: STRICT_SPREAD (one pair per node) when enough nodes can each hold a pair, else
+SPREAD (as even as Ray can). Before asking Ray, the request is checked against the cluster's nodes
+so an impossible one fails in seconds with a sentence naming what is missing, instead of waiting
+forever in Ray's pending state.
 """
 
 from __future__ import annotations
@@ -68,19 +69,38 @@ def alive_node_resources() -> list[dict[str, float]]:
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
-def reserve(request: ResourceRequest, timeout_s: float):
-    """Check, then create the placement group; PlacementError if Ray cannot place it in time."""
-    check_fits(request, alive_node_resources())
-    group = placement_group(request.bundles(), strategy="SPREAD")
-    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
-    if not ready:
-        remove_placement_group(group)
+def pair_strategy(request: ResourceRequest, nodes: list[dict[str, float]]) -> str:
+    """STRICT_SPREAD when every pair can have a node of its own, else SPREAD."""
+    pair_cpus = request.collector_cpus + request.shard_cpus
+    roomy = sum(1 for n in nodes if n.get("CPU", 0.0) + 1e-9 >= pair_cpus)
+    return "STRICT_SPREAD" if 1 < request.num_collectors <= roomy else "SPREAD"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The placement groups of one run: the learner's and the collector+shard pairs'."""
+
+    learner: object
+    pairs: object
+
+
+def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
+    """Check, then create both placement groups; PlacementError if Ray cannot place them in time."""
+    nodes = alive_node_resources()
+    check_fits(request, nodes)
+    bundles = request.bundles()
+    learner = placement_group(bundles[:1], strategy="PACK")
+    pairs = placement_group(bundles[1:], strategy=pair_strategy(request, nodes))
+    ready, _ = ray.wait([learner.ready(), pairs.ready()], num_returns=2, timeout=timeout_s)
+    if len(ready) < 2:
+        for group in (learner, pairs):
+            remove_placement_group(group)
         free = ray.available_resources()
         raise PlacementError(
-            f"Ray could not place the actors within {timeout_s:g}s (needs {request.bundles()}; "
+            f"Ray could not place the actors within {timeout_s:g}s (needs {bundles}; "
             f"free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU; other jobs may hold them)"
         )
-    return group
+    return Reservation(learner, pairs)
 
 
 def in_bundle(group, index: int) -> PlacementGroupSchedulingStrategy:

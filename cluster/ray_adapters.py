@@ -107,9 +107,10 @@ class BatchSource:
     """Prefetches micro-batches from the shards; `next_batch` blocks only when none has arrived.
 
     Requests go out in groups: the shards for the next `group` micro-batches are drawn at once
-    (each independently, in proportion to shard size, under the rate limit) and each shard drawn
-    gets a single call for all of its micro-batches. Up to `depth` micro-batches are kept
-    requested or received ahead of the learner.
+    (each independently, in proportion to shard size, under the rate limit), each shard drawn gets
+    a single call for all of its micro-batches, and the micro-batches are handed out in the order
+    they were drawn, so consecutive micro-batches (one update's accumulation) mix shards exactly as
+    independent draws would. Up to `depth` micro-batches are kept requested or received ahead.
     """
 
     def __init__(self, shards: list, mixer: ShardMixer, depth: int):
@@ -117,7 +118,7 @@ class BatchSource:
         self.mixer = mixer
         self.depth = max(1, depth)
         self.group = max(1, self.depth // 2)
-        self.in_flight: deque = deque()  # (ref, number of micro-batches)
+        self.in_flight: deque = deque()  # groups: (draw order, {shard: ref})
         self.in_flight_batches = 0
         self.ready: deque = deque()  # micro-batches received, not yet handed out
         self.wait_s = 0.0  # waiting while learning (data asked for but not there yet)
@@ -130,38 +131,46 @@ class BatchSource:
             if not self.in_flight:
                 self._wait_until_sampling_allowed()
             start = time.perf_counter()
-            self._receive(ray.get(self.in_flight[0][0]))
+            self._receive_front_group()
             self.wait_s += time.perf_counter() - start
         batch = self.ready.popleft()
         self._top_up()
         return batch
 
-    def _receive(self, reply) -> None:
-        ref, count = self.in_flight.popleft()
-        self.in_flight_batches -= count
-        stacked, counters = reply
-        self.mixer.observe(counters)
-        self.ready.extend({k: v[i] for k, v in stacked.items()} for i in range(count))
+    def _front_group_arrived(self) -> bool:
+        refs = list(self.in_flight[0][1].values())
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return len(done) == len(refs)
+
+    def _receive_front_group(self) -> None:
+        order, refs = self.in_flight.popleft()
+        self.in_flight_batches -= len(order)
+        replies = dict(zip(refs, ray.get(list(refs.values()))))
+        position = dict.fromkeys(refs, 0)
+        for stacked, counters in replies.values():
+            self.mixer.observe(counters)
+        for shard in order:
+            stacked = replies[shard][0]
+            i = position[shard]
+            position[shard] += 1
+            self.ready.append({k: v[i] for k, v in stacked.items()})
 
     def _top_up(self) -> None:
-        while self.in_flight and not self.ready:
-            done, _ = ray.wait([self.in_flight[0][0]], timeout=0)
-            if not done:
-                break
-            self._receive(ray.get(done[0]))
+        while self.in_flight and not self.ready and self._front_group_arrived():
+            self._receive_front_group()
         while len(self.ready) + self.in_flight_batches <= self.depth - self.group:
-            per_shard: dict[int, int] = {}
+            order = []
             for _ in range(self.group):
                 shard = self.mixer.next_shard()
                 if shard is None:
                     break
-                per_shard[shard] = per_shard.get(shard, 0) + 1
-            if not per_shard:
+                order.append(shard)
+            if not order:
                 return
-            for shard, count in per_shard.items():
-                ref = self.shards[shard].sample.remote(self.mixer.micro_batch, count)
-                self.in_flight.append((ref, count))
-                self.in_flight_batches += count
+            refs = {shard: self.shards[shard].sample.remote(self.mixer.micro_batch, order.count(shard))
+                    for shard in dict.fromkeys(order)}
+            self.in_flight.append((order, refs))
+            self.in_flight_batches += len(order)
 
     def _wait_until_sampling_allowed(self) -> None:
         start = time.perf_counter()

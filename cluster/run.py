@@ -35,7 +35,7 @@ class RunFailed(Exception):
 
 
 class TrainingRun:
-    """One training run on an already connected Ray cluster and reserved placement group."""
+    """One training run on an already connected Ray cluster and reserved placement groups."""
 
     def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None):
@@ -54,7 +54,9 @@ class TrainingRun:
         self.env_steps_at_solve: int | None = None
         self.final_eval: float | None = None
         self.collect_start: float | None = None
-        self.restarts = [0] * config.collectors.num
+        self.restarts = [0] * config.collectors.num  # new collector processes seen (Ray restarts)
+        self.incarnations: list[str | None] = [None] * config.collectors.num
+        self.loop_failures = [0] * config.collectors.num  # run loops that ended in an error
         self.actors: RunActors | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -138,9 +140,16 @@ class TrainingRun:
         refs = [c.stats.remote() for c in self.actors.collectors] + [s.stats.remote() for s in self.actors.shards]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
         if len(ready) < len(refs):
-            return False  # an actor is restarting; read everything again on the next poll
-        stats = ray.get(refs)
+            return False  # an actor is slow to answer; read everything again on the next poll
+        try:
+            stats = ray.get(refs)
+        except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError):
+            return False  # a collector is being restarted by Ray; its loop is resumed elsewhere
         num = self.config.collectors.num
+        for i, collector_stats in enumerate(stats[:num]):
+            if self.incarnations[i] not in (None, collector_stats["incarnation"]):
+                self.restarts[i] += 1
+            self.incarnations[i] = collector_stats["incarnation"]
         scalars = self.metrics.poll(stats[:num], stats[num:])
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
@@ -157,9 +166,10 @@ class TrainingRun:
                 continue  # returned normally: it was asked to stop
             except ray.exceptions.RayError as err:
                 reason = str(err).strip().splitlines()[0]
-            self.restarts[i] += 1
-            if self.restarts[i] > COLLECTOR_MAX_RESTARTS:
-                raise RunFailed(f"collector {i} failed {self.restarts[i]} times; last error: {reason}")
+            self.loop_failures[i] += 1
+            # A loop resubmitted while Ray is still restarting the actor fails once more; allow that.
+            if self.loop_failures[i] > 2 * (COLLECTOR_MAX_RESTARTS + 1):
+                raise RunFailed(f"collector {i} failed {self.loop_failures[i]} times; last error: {reason}")
             self.progress.message(f"collector {i} stopped ({reason}); restarting it on its shard")
             collector = self.actors.collectors[i]
             self.actors.learner.resend_weights.remote(collector)
@@ -214,6 +224,8 @@ class TrainingRun:
             "policy_lag_max": m.lag_max,
             "epochs": self.epochs_done,
             "collector_restarts": sum(self.restarts),
+            "replay_size_per_shard": m.shard_sizes,
+            "replay_inserted_per_shard": m.shard_inserted,
         }
 
     def _kill_actors(self) -> None:

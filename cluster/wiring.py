@@ -17,12 +17,13 @@ from actors.envs import EnvSpec
 from cluster.collector_actor import CollectorActor
 from cluster.config import RunConfig
 from cluster.learner_actor import LearnerActor
-from cluster.placement import ResourceRequest, in_bundle, reserve
+from cluster.placement import Reservation, ResourceRequest, in_bundle, reserve
 from cluster.shard_actor import ShardActor
 from learner.settings import LearnerSettings
 from replay.rate_limit import SamplesPerInsertLimiter
 
 PLACEMENT_TIMEOUT_S = 15.0
+NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
 COLLECTOR_MAX_RESTARTS = 3
 
 
@@ -39,7 +40,7 @@ def connect(address: str | None) -> bool:
     # A local cluster always gets a token; saying so on every run is noise in the progress display.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
-                  configure_logging=True)
+                  configure_logging=True, namespace=NAMESPACE)
     if address is None:
         ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         return True
@@ -66,8 +67,8 @@ def resource_request(config: RunConfig, learner_gpus: int) -> ResourceRequest:
     )
 
 
-def reserve_resources(config: RunConfig, learner_gpus: int):
-    """The placement group for this config (PlacementError if the cluster cannot hold it)."""
+def reserve_resources(config: RunConfig, learner_gpus: int) -> Reservation:
+    """The placement groups for this config (PlacementError if the cluster cannot hold them)."""
     return reserve(resource_request(config, learner_gpus), PLACEMENT_TIMEOUT_S)
 
 
@@ -75,6 +76,7 @@ def reserve_resources(config: RunConfig, learner_gpus: int):
 class RunActors:
     """Handles of everything a run started."""
 
+    run_id: str
     shards: list
     collectors: list
     learner: object
@@ -88,6 +90,9 @@ class RunActors:
         collector_nodes = ray.get([c.node_id.remote() for c in self.collectors])
         shard_nodes = ray.get([s.node_id.remote() for s in self.shards])
         return {
+            "ray_address": ray.get_runtime_context().gcs_address,
+            "namespace": NAMESPACE,
+            "run_id": self.run_id,
             "learner_node": ray.get(self.learner.node_id.remote()),
             "pairs": [{"collector": i, "collector_node": c, "shard_node": s}
                       for i, (c, s) in enumerate(zip(collector_nodes, shard_nodes))],
@@ -122,7 +127,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
     )
 
 
-def start_actors(config: RunConfig, spec: EnvSpec, group, device: str, run_id: str) -> RunActors:
+def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str) -> RunActors:
     """Create shards, collectors and the learner in the placement group (they start in parallel)."""
     r = config.replay
     num = config.collectors.num
@@ -133,23 +138,23 @@ def start_actors(config: RunConfig, spec: EnvSpec, group, device: str, run_id: s
     collector_cls = ray.remote(CollectorActor)
     shards, collectors = [], []
     for i in range(num):
-        placement = in_bundle(group, i + 1)  # a collector and its shard share bundle i+1: same node
+        placement = in_bundle(group.pairs, i)  # a collector and its shard share bundle i: same node
         # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
         shard_name = f"raypex-{run_id}-shard-{i}"
         shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement, name=shard_name).remote(
             i, r.capacity, spec.obs_shape, spec.obs_dtype, shard_limiter, config.seed + i)
         collector = collector_cls.options(
             num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
-            max_restarts=COLLECTOR_MAX_RESTARTS,
+            max_restarts=COLLECTOR_MAX_RESTARTS, name=f"raypex-{run_id}-collector-{i}",
         ).remote(collector_settings(config, spec, i), shard_name, config.collectors.max_pushes_in_flight)
         shards.append(shard)
         collectors.append(collector)
     lc = config.learner
     learner = ray.remote(LearnerActor).options(
-        num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group, 0),
+        num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group.learner, 0),
     ).remote(
         learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,
         SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer), lc.prefetch,
         (config.env.id, config.env.kwargs, config.eval.episodes), config.stop.eval_return,
     )
-    return RunActors(shards, collectors, learner)
+    return RunActors(run_id, shards, collectors, learner)

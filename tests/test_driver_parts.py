@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.checkpoints import list_checkpoints, load_latest, save_checkpoint
 from cluster.metrics import RunMetrics
-from cluster.placement import PlacementError, ResourceRequest, check_fits
+from cluster.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
 from cluster.progress import ProgressLine
 from cluster.tensorboard_log import TensorBoardLog
 
@@ -88,3 +88,10 @@ def test_progress_logs_lines_when_not_a_terminal():
     assert lines[0].startswith("[   1.5s] env steps   12.3k |   6.0k steps/s | return    21.5 | eval      -")
     assert lines[1] == "solved"
     json.dumps(lines)
+
+
+def test_pairs_get_a_node_each_when_the_nodes_allow():
+    request = ResourceRequest(3, 0.3, 0.01, 0.5, 0)
+    assert pair_strategy(request, [{"CPU": 1.0}] * 3) == "STRICT_SPREAD"
+    assert pair_strategy(request, [{"CPU": 1.0}] * 2) == "SPREAD"  # more pairs than nodes
+    assert pair_strategy(ResourceRequest(1, 0.3, 0.01, 0.5, 0), [{"CPU": 1.0}] * 3) == "SPREAD"
