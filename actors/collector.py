@@ -19,8 +19,8 @@ from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
 from actors.settings import CollectorSettings
-from learner.networks import build_q_network
 from learner.messages import Weights
+from learner.networks import build_q_network
 from learner.weights import load_arrays
 from replay.messages import Chunk
 

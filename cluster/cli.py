@@ -31,10 +31,12 @@ class _Parser(argparse.ArgumentParser):
 def _process_start_time() -> float:
     """When this process started (the clock for time_to_solve_s starts at the command's start)."""
     try:
-        import psutil
-
+        import psutil  # a Ray dependency
+    except ImportError:
+        return time.time()
+    try:
         return psutil.Process().create_time()
-    except Exception:  # psutil is a Ray dependency; fall back to now if it is unusable
+    except psutil.Error:
         return time.time()
 
 

@@ -147,7 +147,7 @@ class BatchSource:
         self.in_flight_batches -= len(order)
         replies = dict(zip(refs, ray.get(list(refs.values()))))
         position = dict.fromkeys(refs, 0)
-        for stacked, counters in replies.values():
+        for _, counters in replies.values():
             self.mixer.observe(counters)
         for shard in order:
             stacked = replies[shard][0]

@@ -9,6 +9,7 @@ checkpoint, TensorBoard flushed, actors killed, exit code 130).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -197,10 +198,8 @@ class TrainingRun:
         self.tb.flush()
 
     def _poll_final(self) -> None:
-        try:
+        with contextlib.suppress(ray.exceptions.RayError):  # else the last successful poll stands
             self._poll()
-        except ray.exceptions.RayError:
-            pass  # counters from the last successful poll stand
 
     def _wall_s(self) -> float:
         return (self.resume.wall_s if self.resume else 0.0) + time.time() - self.clock_start

@@ -11,7 +11,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 from actors.envs import UnsupportedEnv, inspect_env
 from cluster.checkpoints import ResumePoint, atomic_write, load_latest
 from cluster.cli import UsageError, default_run_dir, split_positional

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import ray
 
-from actors.settings import CollectorSettings
 from actors.envs import EnvSpec
+from actors.settings import CollectorSettings
 from cluster.collector_actor import CollectorActor
 from cluster.config import RunConfig
 from cluster.learner_actor import LearnerActor
@@ -39,15 +39,16 @@ def connect(address: str | None) -> bool:
     """
     # A local cluster always gets a token; saying so on every run is noise in the progress display.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
-                  configure_logging=True, namespace=NAMESPACE)
+    kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True,
+              "configure_logging": True, "namespace": NAMESPACE}
     if address is None:
         ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         return True
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
-        raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({str(err).splitlines()[0]})") from None
+        reason = str(err).splitlines()[0]
+        raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason})") from None
     return False
 
 
@@ -117,7 +118,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
     lc = config.learner
     return LearnerSettings(
         obs_shape=spec.obs_shape, num_actions=spec.num_actions, hidden=config.network.hidden,
-        dueling=config.network.dueling, gamma=config.algo.gamma, double_dqn=config.algo.double_dqn,
+        dueling=config.network.dueling, double_dqn=config.algo.double_dqn,
         huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
         max_grad_norm=lc.max_grad_norm, micro_batch=lc.micro_batch,
         accumulation_steps=lc.accumulation_steps, target_update=lc.target_update,

@@ -20,11 +20,11 @@ from torch import nn
 
 from learner.device_feed import DeviceFeed
 from learner.losses import double_dqn_loss
+from learner.messages import Weights
 from learner.networks import build_q_network
 from learner.precision import make_precision
 from learner.settings import LearnerSettings
-from learner.messages import Weights
-from learner.weights import export_arrays, load_arrays
+from learner.weights import export_arrays
 from replay.messages import Batch
 
 
@@ -41,7 +41,9 @@ class Learner:
         self.s = settings
         self.device = device
         torch.manual_seed(settings.seed)
-        self.online = build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling).to(device)
+        self.online = build_q_network(
+            settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling
+        ).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         # fused: one kernel for all parameters instead of a Python loop over them (CPU and CUDA).
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=settings.lr, eps=settings.adam_eps, fused=True)
@@ -134,7 +136,7 @@ class Learner:
     def warmup(self) -> None:
         """Run forward and backward (and compilation) once on a synthetic batch, before the clock
         starts; the gradients are discarded, so the weights do not change."""
-        batch = synthetic_batch(self.s.obs_shape, self.s.num_actions, self.s.micro_batch, self.device)
+        batch = synthetic_batch(self.s.obs_shape, self.s.micro_batch, self.device)
         for _ in range(2):
             self.accumulate(batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -191,17 +193,12 @@ class Learner:
         torch.export.save(program, buffer)
         return buffer.getvalue()
 
-    def load_weights(self, weights: Weights) -> None:
-        """Load published arrays into both networks (used by tests and the in-process mode)."""
-        load_arrays(self.online, weights.arrays)
-        self.target.load_state_dict(self.online.state_dict())
 
-
-def synthetic_batch(obs_shape: tuple[int, ...], num_actions: int, size: int, device: torch.device) -> dict[str, torch.Tensor]:
+def synthetic_batch(obs_shape: tuple[int, ...], size: int, device: torch.device) -> dict[str, torch.Tensor]:
     """A batch of zeros with the right shapes and dtypes, for warm-up."""
     return {
         "obs": torch.zeros((size, *obs_shape), device=device),
-        "action": torch.zeros(size, dtype=torch.int64, device=device) % max(num_actions, 1),
+        "action": torch.zeros(size, dtype=torch.int64, device=device),
         "return": torch.zeros(size, device=device),
         "discount": torch.zeros(size, device=device),
         "next_obs": torch.zeros((size, *obs_shape), device=device),

@@ -14,7 +14,6 @@ class LearnerSettings:
     num_actions: int
     hidden: list[int]
     dueling: bool
-    gamma: float
     double_dqn: bool
     huber_delta: float
     lr: float

@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cluster.cli import main
 from cluster.config import RunConfig
@@ -96,7 +95,7 @@ def test_eval_of_a_missing_run(tmp_path, capsys):
 def test_console_script_exits_2_without_traceback(tmp_path):
     """The real process: exit status 2 and a single stderr line, no traceback."""
     proc = subprocess.run([sys.executable, "-m", "cluster", "train", "learner.lr=-3"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=60)
+                          text=True, cwd=tmp_path, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "raypex: error: config error: learner.lr: Input should be greater than 0 (got -3)"]

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from learner.learner import Learner
-from learner.settings import LearnerSettings
 from learner.losses import double_dqn_loss
-from learner.precision import make_precision
 from learner.messages import Weights
+from learner.precision import make_precision
+from learner.settings import LearnerSettings
 
 
 class TableQ(nn.Module):
@@ -58,12 +58,13 @@ def test_importance_weights_scale_each_term():
 
 
 def settings(**overrides) -> LearnerSettings:
-    values = dict(
-        obs_shape=(4,), num_actions=3, hidden=[32, 32], dueling=True, gamma=0.99, double_dqn=True,
-        huber_delta=1.0, lr=1e-3, adam_eps=1e-8, max_grad_norm=1e9, micro_batch=16, accumulation_steps=1,
-        target_update="hard", target_update_every=5, target_tau=0.01, updates_per_epoch=3,
-        broadcast_every_epochs=1, precision="fp32", compile=False, seed=0,
-    )
+    values = {
+        "obs_shape": (4,), "num_actions": 3, "hidden": [32, 32], "dueling": True,
+        "double_dqn": True, "huber_delta": 1.0, "lr": 1e-3, "adam_eps": 1e-8, "max_grad_norm": 1e9,
+        "micro_batch": 16, "accumulation_steps": 1, "target_update": "hard", "target_update_every": 5,
+        "target_tau": 0.01, "updates_per_epoch": 3, "broadcast_every_epochs": 1, "precision": "fp32",
+        "compile": False, "seed": 0,
+    }
     values.update(overrides)
     return LearnerSettings(**values)
 

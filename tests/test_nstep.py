@@ -197,7 +197,7 @@ def test_state_roundtrip_mid_stream():
 def reference(n, gamma, rewards, term, trunc, seen):
     """Slow and obvious: per env, per valid start step, walk the window over the first `seen` steps."""
     out = []
-    T, E = rewards.shape
+    _, E = rewards.shape
     for e in range(E):
         prev_done = False
         for s in range(seen):
