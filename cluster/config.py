@@ -96,7 +96,7 @@ class LearnerConfig(_Section):
     accumulation_steps: int = Field(2, ge=1, description="Micro-batches accumulated per update.")
     target_update: Literal["hard", "polyak"] = Field("polyak", description="Target network update rule.")
     target_update_every: int = Field(50, ge=1, description="Updates between hard target copies.")
-    target_tau: float = Field(0.01, gt=0.0, le=1.0, description="Polyak rate per update.")
+    target_tau: float = Field(0.02, gt=0.0, le=1.0, description="Polyak rate per update.")
     updates_per_epoch: int = Field(25, ge=1, description="Optimizer steps in one epoch.")
     broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")
     prefetch: int = Field(
@@ -108,7 +108,7 @@ class LearnerConfig(_Section):
 class EvalConfig(_Section):
     """Greedy evaluation on a separate env, run by the learner between epochs."""
 
-    episodes: int = Field(32, ge=1, description="Episodes per evaluation (run in parallel).")
+    episodes: int = Field(64, ge=1, description="Episodes per evaluation (run in parallel).")
     every_epochs: int = Field(2, ge=1, description="Epochs between evaluations.")
 
 
