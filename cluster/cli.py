@@ -62,8 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     clock_start = _process_start_time()
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
+        # overrides over. Take them back; anything else left over is a real mistake.
+        unknown = [item for item in extra if args.command != "train" or item.startswith("-")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "train":
+            args.args += extra
             from cluster.train_command import run_train
 
             return run_train(args, clock_start)

@@ -52,6 +52,7 @@ BAD_TRAIN_ARGS = [
     (["configs/does-not-exist.yaml"], "config file not found: configs/does-not-exist.yaml"),
     (["--seed", "abc"], "train: argument --seed: invalid int value: 'abc'"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--seed", "1", "learner.lr=-1"], "learner.lr: Input should be greater than 0"),  # override after an option
     (["learner.precision=fp16", "learner.device=cpu"], "fp16 needs CUDA"),
     (["a.yaml", "b.yaml"], "'b.yaml' is neither the config file"),
     (["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no config.yaml there"),
