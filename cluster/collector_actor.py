@@ -39,8 +39,9 @@ class CollectorActor:
         return self.collector.env_steps
 
     def set_weights(self, ref_in_list: list, version: int) -> None:
-        """Announce a weights version; the env loop loads it between steps once it is local."""
-        self.inbox.announce(ref_in_list[0], version)
+        """Fetch an announced weights version (on this side thread); the env loop loads it between
+        steps."""
+        self.inbox.receive(ref_in_list[0], version)
 
     def stats(self) -> dict:
         """The collector's counters plus the time its sink spent throttled by the limiter."""

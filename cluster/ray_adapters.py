@@ -3,7 +3,7 @@
 Each adapter gives a plain component (Collector, Learner) the callable it was written against:
 - ChunkSink.push: one `shard.add` call per chunk, at most `max_in_flight` unanswered (backpressure
   without object-store spill), and a pause while the shard's replay-ratio limiter has no room.
-- WeightInbox.poll: non-blocking; a newly announced weights ref is loaded only once it is local.
+- WeightInbox.poll: non-blocking; weights are fetched on a side thread and handed over once local.
 - BatchSource.next_batch: keeps `depth` sample requests in flight across shards (chosen by
   ShardMixer) and measures the time the learner actually waits.
 - WeightPublisher.publish: one `ray.put` per version, the same ref sent to every collector.
@@ -75,32 +75,37 @@ class ChunkSink:
 
 
 class WeightInbox:
-    """Receives weight announcements (from another thread) and hands them over once local."""
+    """Hands the env loop the newest weights that are already in this process.
+
+    `receive` runs on the actor's side thread that serves `set_weights`: it fetches the arrays
+    there (blocking that thread only), so `poll`, called by the env loop between steps, is a
+    lock-protected swap with no Ray call at all. (Fetching from the env loop with a zero-timeout
+    wait starved throttled collectors: each time they woke, a newer, not yet fetched version had
+    replaced the one whose fetch they had started, and they acted with stale weights for good.)
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pending: tuple[ray.ObjectRef, int] | None = None
+        self._newest_version = -1
+        self._ready: Weights | None = None
 
-    def announce(self, ref: ray.ObjectRef, version: int) -> None:
-        """Remember the newest announced version (older ones are dropped unseen)."""
-        with self._lock:
-            if self._pending is None or version > self._pending[1]:
-                self._pending = (ref, version)
-
-    def poll(self) -> Weights | None:
-        """The announced weights if they are already in this node's object store, else None."""
-        pending = self._pending
-        if pending is None:
-            return None
-        ref, version = pending
-        ready, _ = ray.wait([ref], timeout=0, fetch_local=True)
-        if not ready:
-            return None
+    def receive(self, ref: ray.ObjectRef, version: int) -> None:
+        """Fetch an announced version (older than one already received: ignored)."""
+        if version <= self._newest_version:
+            return
         arrays = ray.get(ref)
         with self._lock:
-            if self._pending is pending:
-                self._pending = None
-        return Weights(version, arrays)
+            if version > self._newest_version:
+                self._newest_version = version
+                self._ready = Weights(version, arrays)
+
+    def poll(self) -> Weights | None:
+        """The newest received weights not handed out yet, else None (never blocks)."""
+        if self._ready is None:
+            return None
+        with self._lock:
+            weights, self._ready = self._ready, None
+        return weights
 
 
 class BatchSource:
@@ -111,7 +116,13 @@ class BatchSource:
     a single call for all of its micro-batches, and the micro-batches are handed out in the order
     they were drawn, so consecutive micro-batches (one update's accumulation) mix shards exactly as
     independent draws would. Up to `depth` micro-batches are kept requested or received ahead.
+
+    Every shard's counters are also re-read in the background every `REFRESH_GROUPS` groups: sample
+    replies only report the shard that was sampled, so a shard first seen empty would otherwise
+    never be sampled, its limiter would never make room, and its collector would stall for good.
     """
+
+    REFRESH_GROUPS = 4
 
     def __init__(self, shards: list, mixer: ShardMixer, depth: int):
         self.shards = shards
@@ -123,6 +134,8 @@ class BatchSource:
         self.ready: deque = deque()  # micro-batches received, not yet handed out
         self.wait_s = 0.0  # waiting while learning (data asked for but not there yet)
         self.fill_wait_s = 0.0  # waiting before replay reached its minimum size
+        self.counter_refs: list = []
+        self.groups_since_refresh = 0
 
     def next_batch(self) -> Batch:
         """The next micro-batch (requests are topped up first)."""
@@ -155,7 +168,17 @@ class BatchSource:
             position[shard] += 1
             self.ready.append({k: v[i] for k, v in stacked.items()})
 
+    def _refresh_counters(self) -> None:
+        if self.counter_refs:
+            done, self.counter_refs = ray.wait(self.counter_refs, num_returns=len(self.counter_refs), timeout=0)
+            for counters in ray.get(done):
+                self.mixer.observe(counters)
+        elif self.groups_since_refresh >= self.REFRESH_GROUPS:
+            self.groups_since_refresh = 0
+            self.counter_refs = [shard.counters.remote() for shard in self.shards]
+
     def _top_up(self) -> None:
+        self._refresh_counters()
         while self.in_flight and not self.ready and self._front_group_arrived():
             self._receive_front_group()
         while len(self.ready) + self.in_flight_batches <= self.depth - self.group:
@@ -171,6 +194,7 @@ class BatchSource:
                     for shard in dict.fromkeys(order)}
             self.in_flight.append((order, refs))
             self.in_flight_batches += len(order)
+            self.groups_since_refresh += 1
 
     def _wait_until_sampling_allowed(self) -> None:
         start = time.perf_counter()

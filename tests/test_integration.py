@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,7 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     assert main(["train", "--run-dir", str(run), "--seed", "3", "stop.env_steps=4000", *SHORT]) == 0
     first = summary(run)
     assert first["env_steps"] >= 4000 and first["seed"] == 3 and first["time_to_solve_s"] is None
+    assert min(first["replay_size_per_shard"]) > 0  # every collector's shard is filled
     assert first["learner_samples_per_s"] > 0 and 0 <= first["learner_wait_fraction"] < 1
     for name in ("config.yaml", "policy.pt2", "placement.json"):
         assert (run / name).is_file(), name
@@ -110,6 +112,8 @@ def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monk
     """`ray start` on this machine (1 CPU, and RAY_ADDRESS pointing at it) must not be joined:
     the default run needs about 2 CPUs and would fail placement there."""
     port = _free_port()
+    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    address_file_existed = address_file.exists()
     head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
                              "--num-cpus=1", "--include-dashboard=false", "--block"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -119,6 +123,8 @@ def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monk
     finally:
         head.send_signal(signal.SIGTERM)
         head.wait(timeout=60)
+        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
+            address_file.unlink(missing_ok=True)
     assert summary(tmp_path / "local")["env_steps"] >= 2000
 
 
@@ -159,6 +165,11 @@ def test_default_config_solves_cartpole(tmp_path, capsys, seed):
     assert main(["train", "--run-dir", str(run), "--seed", str(seed)]) == 0
     result = summary(run)
     assert result["time_to_solve_s"] is not None, result
+    # No collector stalls: both shards filled alike and every collector kept taking new weights
+    # (a shard the learner never sampled once left its collector throttled, acting with stale weights).
+    sizes = result["replay_size_per_shard"]
+    assert min(sizes) >= 0.5 * max(sizes), sizes
+    assert result["policy_lag_max"] <= 10 < result["epochs"], result
     capsys.readouterr()
     assert main(["eval", str(run), "--episodes", "100"]) == 0
     mean = float(re.search(r"mean return (\S+)", capsys.readouterr().out).group(1))
