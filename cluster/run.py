@@ -186,13 +186,15 @@ class TrainingRun:
     def _finish(self) -> None:
         if self.actors is None:
             return
-        for collector in self.actors.collectors:
-            collector.stop.remote()
+        # Collectors keep running until the learner has answered: its queued epochs may still need
+        # their data, and these calls wait behind those epochs.
         self._checkpoint()
         if self.final_eval is None or self.time_to_solve_s is None:
             # The run ended on env steps (or an interrupt): measure the policy it ends with.
             self.final_eval = ray.get(self.actors.learner.evaluate.remote())
         atomic_write(self.run_dir / "policy.pt2", ray.get(self.actors.learner.export_policy.remote()))
+        for collector in self.actors.collectors:
+            collector.stop.remote()
         self._poll_final()
         atomic_write(self.run_dir / "summary.json", json.dumps(self.summary(), indent=2).encode())
         self.tb.flush()
