@@ -79,9 +79,9 @@ class WeightInbox:
 
     `receive` runs on the actor's side thread that serves `set_weights`: it fetches the arrays
     there (blocking that thread only), so `poll`, called by the env loop between steps, is a
-    lock-protected swap with no Ray call at all. (Fetching from the env loop with a zero-timeout
-    wait starved throttled collectors: each time they woke, a newer, not yet fetched version had
-    replaced the one whose fetch they had started, and they acted with stale weights for good.)
+    lock-protected swap with no Ray call at all. A collector that the rate limiter wakes for a
+    few milliseconds at a time therefore acts with the newest weights from its first step, instead
+    of finding a just-announced version not yet fetched.
     """
 
     def __init__(self):
