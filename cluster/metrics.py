@@ -41,7 +41,7 @@ class RunMetrics:
         inserted = sum(self.shard_inserted)
         sampled = sum(s["sampled"] for s in shards)
         scalars: dict[str, float] = {
-            "replay/size": sum(s["size"] for s in shards),
+            "replay/size": sum(self.shard_sizes),
             "collector/epsilon": float(np.mean([c["epsilon"] for c in collectors])),
         }
         if inserted:

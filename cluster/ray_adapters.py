@@ -168,11 +168,14 @@ class BatchSource:
             position[shard] += 1
             self.ready.append({k: v[i] for k, v in stacked.items()})
 
+    def _observe(self, counter_refs: list) -> None:
+        for counters in ray.get(counter_refs):
+            self.mixer.observe(counters)
+
     def _refresh_counters(self) -> None:
         if self.counter_refs:
             done, self.counter_refs = ray.wait(self.counter_refs, num_returns=len(self.counter_refs), timeout=0)
-            for counters in ray.get(done):
-                self.mixer.observe(counters)
+            self._observe(done)
         elif self.groups_since_refresh >= self.REFRESH_GROUPS:
             self.groups_since_refresh = 0
             self.counter_refs = [shard.counters.remote() for shard in self.shards]
@@ -200,8 +203,7 @@ class BatchSource:
         start = time.perf_counter()
         filling = self.mixer.sizes.sum() < self.mixer.limiter.min_size
         while not self.in_flight:
-            for counters in ray.get([shard.counters.remote() for shard in self.shards]):
-                self.mixer.observe(counters)
+            self._observe([shard.counters.remote() for shard in self.shards])
             self._top_up()
             if not self.in_flight:
                 time.sleep(_MIN_PAUSE_S)
