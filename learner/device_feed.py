@@ -19,11 +19,13 @@ from replay.messages import Batch
 TRAINING_FIELDS = ("obs", "action", "return", "discount", "next_obs", "weight")
 
 
+# Object-store arrays are read-only and the learner never writes to them. Filtered once for the
+# process: a catch_warnings block per array cost more than the conversion itself.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+
 def _tensor(array: np.ndarray) -> torch.Tensor:
-    with warnings.catch_warnings():
-        # Object-store arrays are read-only; the learner never writes to them.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(np.asarray(array))
+    return torch.from_numpy(np.asarray(array))
 
 
 class DeviceFeed:

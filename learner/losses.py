@@ -22,8 +22,14 @@ class LossOutput:
     """The scalar loss to backpropagate plus what the learner reports."""
 
     loss: torch.Tensor
-    td_error: torch.Tensor  # [B], detached, for priorities
+    q_taken: torch.Tensor  # [B] Q(s, a), detached
+    td_target: torch.Tensor  # [B]
     q_mean: torch.Tensor  # scalar, detached
+
+    @property
+    def td_error(self) -> torch.Tensor:
+        """Q(s, a) - target per transition (for priorities); computed only when asked for."""
+        return self.q_taken - self.td_target
 
 
 def double_dqn_loss(
@@ -34,28 +40,35 @@ def double_dqn_loss(
     returns: torch.Tensor,
     discount: torch.Tensor,
     next_obs: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     huber_delta: float,
     double_dqn: bool = True,
 ) -> LossOutput:
-    """Weighted Huber loss between Q(s, a) and the n-step (Double) DQN target."""
+    """Huber loss between Q(s, a) and the n-step (Double) DQN target, weighted when `weight` is
+    given (importance weights); `weight=None` means uniform replay and skips the multiply.
+
+    The learner is bound by per-op overhead for small networks, so this keeps the op count low.
+    """
     if double_dqn:
         # One online pass over s and s' together: half the per-op overhead of two small passes.
-        # Gradients only flow through the s half (the s' half is detached below).
+        # Gradients only flow through the s half (the s' half is used under no_grad below).
         q_both = online(torch.cat([obs, next_obs]))
-        q_all, q_next_online = q_both[: len(obs)], q_both[len(obs) :].detach()
+        q_all, q_next_online = q_both[: len(obs)], q_both[len(obs) :]
     else:
         q_all, q_next_online = online(obs), None
-    q_taken = q_all.gather(1, action.long().unsqueeze(1)).squeeze(1).float()
+    q_taken = q_all.gather(1, action.long().unsqueeze(1)).squeeze(1)
     with torch.no_grad():
-        next_target = target(next_obs).float()
+        next_target = target(next_obs)
         if q_next_online is not None:
-            next_action = q_next_online.argmax(dim=1, keepdim=True)
-            next_value = next_target.gather(1, next_action).squeeze(1)
+            next_value = next_target.gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)
         else:
             next_value = next_target.max(dim=1).values
-        td_target = returns.float() + discount.float() * next_value
-    td_error = q_taken - td_target
-    per_item = F.huber_loss(q_taken, td_target, reduction="none", delta=huber_delta)
-    loss = (weight.float() * per_item).mean()
-    return LossOutput(loss, td_error.detach(), q_taken.detach().mean())
+        td_target = torch.addcmul(returns, discount, next_value.to(returns.dtype))
+    q_taken = q_taken.to(td_target.dtype)  # fp32 loss under bf16/fp16 autocast
+    if weight is None:
+        loss = F.huber_loss(q_taken, td_target, delta=huber_delta)
+    else:
+        per_item = F.huber_loss(q_taken, td_target, reduction="none", delta=huber_delta)
+        loss = (weight.to(per_item.dtype) * per_item).mean()
+    q_detached = q_taken.detach()
+    return LossOutput(loss, q_detached, td_target, q_detached.mean())
