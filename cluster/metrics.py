@@ -88,10 +88,12 @@ class RunMetrics:
         }
         if "grad_scale" in m:
             scalars["learner/grad_scale"] = m["grad_scale"]
-        if "eval_return_mean" in m:
-            self.last_eval = m["eval_return_mean"]
-            scalars["eval/return_mean"] = m["eval_return_mean"]
         return scalars
+
+    def evaluation(self, result: dict) -> dict[str, float]:
+        """Scalars from one finished evaluation (EvaluatorActor.evaluate's result)."""
+        self.last_eval = result["mean"]
+        return {"eval/return_mean": result["mean"], "eval/return_min": result["min"]}
 
     @property
     def policy_lag_mean(self) -> float | None:

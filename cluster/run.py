@@ -1,10 +1,12 @@
 """The driver's run loop: epochs, polling, TensorBoard, checkpoints, stop conditions, shutdown.
 
 The driver is never on the data path. It keeps two `train_epoch` calls queued on the learner (so
-the learner never idles between epochs), reads every actor's counters a few times a second, writes
-all TensorBoard scalars, restarts collector loops after Ray restarted a dead collector, and ends
-the run on `stop.env_steps`, on an evaluation reaching `stop.eval_return`, or on Ctrl-C (final
-checkpoint, TensorBoard flushed, actors killed, exit code 130).
+the learner never idles between epochs), hands the newest published weights to the evaluator
+every `eval.every_epochs` epochs (one evaluation at a time, while the learner keeps training),
+reads every actor's counters a few times a second, writes all TensorBoard scalars, restarts
+collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps`, on an
+evaluation reaching `stop.eval_return`, or on Ctrl-C (final checkpoint, TensorBoard flushed,
+actors killed, exit code 130). The exported policy is the version the deciding evaluation ran on.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ class TrainingRun:
         self.incarnations: list[str | None] = [None] * config.collectors.num
         self.loop_failures = [0] * config.collectors.num  # run loops that ended in an error
         self.actors: RunActors | None = None
+        self.latest_weights: tuple | None = None  # (ref, version) of the newest published weights
+        self.eval_due = False
+        self.eval_in_flight: tuple | None = None  # (result ref, weights ref)
+        self.solved_weights = None  # the weights ref whose evaluation reached stop.eval_return
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
@@ -99,18 +105,24 @@ class TrainingRun:
         next_poll = time.perf_counter()
         while True:
             while not stopping and len(queued) < EPOCHS_QUEUED:
-                evaluate = next_epoch % self.config.eval.every_epochs == 0
-                queued.append((next_epoch, learner.train_epoch.remote(evaluate)))
+                queued.append((next_epoch, learner.train_epoch.remote()))
                 next_epoch += 1
             if not queued:
                 return
+            waiting = [queued[0][1]] + ([self.eval_in_flight[0]] if self.eval_in_flight else [])
             timeout = max(0.0, next_poll - time.perf_counter())
-            ready, _ = ray.wait([queued[0][1]], timeout=timeout)
-            if ready:
-                epoch, ref = queued.popleft()
-                result = ray.get(ref)
-                if result is None or self._on_epoch(epoch, result):
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+            if self.eval_in_flight and self.eval_in_flight[0] in ready:
+                result_ref, weights_ref = self.eval_in_flight
+                self.eval_in_flight = None
+                if self._on_eval(ray.get(result_ref), weights_ref):
                     stopping = True
+            if queued[0][1] in ready:
+                epoch, ref = queued.popleft()
+                if self._on_epoch(epoch, ray.get(ref)):
+                    stopping = True
+            if not stopping:
+                self._maybe_start_eval()
             if time.perf_counter() >= next_poll:
                 next_poll = time.perf_counter() + POLL_EVERY_S
                 if self._poll():
@@ -119,21 +131,35 @@ class TrainingRun:
     def _on_epoch(self, epoch: int, m: dict) -> bool:
         """Record one epoch's metrics; True when the run should stop."""
         self.epochs_done = epoch
+        self.latest_weights = (m.pop("weights_ref"), m.pop("weights_version"))
         self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
-        solved = False
-        if "eval_return_mean" in m:
-            self.final_eval = m["eval_return_mean"]
-            target = self.config.stop.eval_return
-            if target is not None and m["eval_return_mean"] >= target and self.time_to_solve_s is None:
-                self.time_to_solve_s = time.time() - self.clock_start
-                self.env_steps_at_solve = self.metrics.env_steps
-                self.progress.message(
-                    f"solved: eval return {m['eval_return_mean']:.1f} >= {target:g} after "
-                    f"{self.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
-                solved = True
+        if epoch % self.config.eval.every_epochs == 0:
+            self.eval_due = True
         if epoch % self.config.checkpoint.every_epochs == 0:
             self._checkpoint()
-        return solved
+        return False
+
+    def _maybe_start_eval(self) -> None:
+        """Start an evaluation of the newest weights when one is due and none is running."""
+        if self.eval_due and self.eval_in_flight is None and self.latest_weights is not None:
+            weights_ref, version = self.latest_weights
+            self.eval_in_flight = (self.actors.evaluator.evaluate.remote(weights_ref, version), weights_ref)
+            self.eval_due = False
+
+    def _on_eval(self, result: dict, weights_ref) -> bool:
+        """Record one evaluation; True when it reached stop.eval_return."""
+        self.final_eval = result["mean"]
+        self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+        target = self.config.stop.eval_return
+        if target is None or result["mean"] < target or self.time_to_solve_s is not None:
+            return False
+        self.time_to_solve_s = time.time() - self.clock_start
+        self.env_steps_at_solve = self.metrics.env_steps
+        self.solved_weights = weights_ref
+        self.progress.message(
+            f"solved: eval return {result['mean']:.1f} >= {target:g} (weights version {result['version']}) "
+            f"after {self.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
+        return True
 
     def _poll(self) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done."""
@@ -189,10 +215,14 @@ class TrainingRun:
         # Collectors keep running until the learner has answered: its queued epochs may still need
         # their data, and these calls wait behind those epochs.
         self._checkpoint()
-        if self.final_eval is None or self.time_to_solve_s is None:
-            # The run ended on env steps (or an interrupt): measure the policy it ends with.
-            self.final_eval = ray.get(self.actors.learner.evaluate.remote())
-        atomic_write(self.run_dir / "policy.pt2", ray.get(self.actors.learner.export_policy.remote()))
+        export = self.solved_weights
+        if export is None:
+            # The run ended on env steps (or an interrupt): evaluate and export the final weights.
+            export, version = ray.get(self.actors.learner.latest_weights.remote())
+            result = ray.get(self.actors.evaluator.evaluate.remote(export, version))
+            self.final_eval = result["mean"]
+            self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+        atomic_write(self.run_dir / "policy.pt2", ray.get(self.actors.learner.export_policy.remote(export)))
         for collector in self.actors.collectors:
             collector.stop.remote()
         self._poll_final()

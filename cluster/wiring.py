@@ -16,6 +16,7 @@ from actors.envs import EnvSpec
 from actors.settings import CollectorSettings
 from cluster.collector_actor import CollectorActor
 from cluster.config import RunConfig
+from cluster.evaluator_actor import EvaluatorActor
 from cluster.learner_actor import LearnerActor
 from cluster.placement import Reservation, ResourceRequest, in_bundle, reserve
 from cluster.shard_actor import ShardActor
@@ -81,10 +82,11 @@ class RunActors:
     shards: list
     collectors: list
     learner: object
+    evaluator: object
 
     def all(self) -> list:
         """Every actor handle."""
-        return [*self.collectors, self.learner, *self.shards]
+        return [*self.collectors, self.learner, self.evaluator, *self.shards]
 
     def placement(self) -> dict:
         """Which node each actor runs on (written to RUN_DIR/placement.json)."""
@@ -129,7 +131,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
 
 
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str) -> RunActors:
-    """Create shards, collectors and the learner in the placement group (they start in parallel)."""
+    """Create shards, collectors, the learner and the evaluator (they start in parallel)."""
     r = config.replay
     num = config.collectors.num
     shard_limiter = SamplesPerInsertLimiter(
@@ -156,6 +158,13 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     ).remote(
         learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,
         SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer), lc.prefetch,
-        (config.env.id, config.env.kwargs, config.eval.episodes), config.stop.eval_return,
     )
-    return RunActors(run_id, shards, collectors, learner)
+    # Evaluation shares the learner's node and reservation: it runs while the learner trains,
+    # in what CPU time the collectors (throttled to the replay ratio) leave free.
+    evaluator = ray.remote(EvaluatorActor).options(
+        num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0),
+    ).remote(
+        config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77,
+        spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling,
+    )
+    return RunActors(run_id, shards, collectors, learner, evaluator)
