@@ -44,6 +44,8 @@ class Collector:
         self.folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self.version = -1  # no published weights yet: acting with this collector's own random init
+        self.version_loaded_at: float | None = None
+        self.max_weight_load_s = 0.0  # the longest the env loop paused to take new weights
         self.env_steps = 0
         self.chunks_pushed = 0
         self.transitions_pushed = 0
@@ -77,6 +79,8 @@ class Collector:
             if weights is not None and weights.version > self.version:
                 load_arrays(self.network, weights.arrays)
                 self.version = weights.version
+                self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
+                self.max_weight_load_s = max(self.max_weight_load_s, clock() - t0)
             actions = self.act(self.obs)
             t1 = clock()
             next_obs, reward, terminated, truncated, _ = self.env.step(actions)
@@ -124,5 +128,7 @@ class Collector:
             "episode_lengths": lengths,
             "epsilon": self.epsilon,
             "version": self.version,
+            "version_loaded_at": self.version_loaded_at,
+            "max_weight_load_s": self.max_weight_load_s,
             "phase_s": dict(self.phase_s),
         }

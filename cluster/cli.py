@@ -1,4 +1,4 @@
-"""The `raypex` command: `raypex train` and `raypex eval`.
+"""The `raypex` command: `raypex train`, `raypex eval` and `raypex bench`.
 
 Every user mistake (arguments, config, env, run directory, cluster address, resources) ends in
 one line on stderr and exit code 2, before anything is written or started. Only the entry point
@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet)")
     train.add_argument("--seed", type=int, help="seed (same as seed=N)")
     train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    bench = sub.add_parser("bench", help="measure every stage against its own reference")
+    bench.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
+                       help="YAML config (default configs/cartpole.yaml) and dotted overrides")
+    bench.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    bench.add_argument("--quick", action="store_true", help="a reduced run (under 2 minutes on 2 cores)")
+    bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes")
     ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2")
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     ev.add_argument("--episodes", type=int, default=100)
@@ -66,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
         # overrides over. Take them back; anything else left over is a real mistake.
-        unknown = [item for item in extra if args.command != "train" or item.startswith("-")]
+        takes_overrides = args.command in ("train", "bench")
+        unknown = [item for item in extra if not takes_overrides or item.startswith("-")]
         if unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "train":
@@ -74,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
             from cluster.train_command import run_train
 
             return run_train(args, clock_start)
+        if args.command == "bench":
+            args.args += extra
+            from cluster.bench_command import run_bench
+
+            return run_bench(args)
         from cluster.eval_command import run_eval
 
         return run_eval(args)

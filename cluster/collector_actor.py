@@ -9,6 +9,7 @@ the driver, which names this class, never pays for it.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -46,6 +47,8 @@ class CollectorActor:
     def stats(self) -> dict:
         """The collector's counters plus the time its sink spent throttled by the limiter."""
         stats = self.collector.stats()
+        # The sink's throttled time is spent inside push(); report it apart, not twice.
+        stats["phase_s"]["push"] = max(0.0, stats["phase_s"]["push"] - self.sink.throttled_s)
         stats["phase_s"]["throttle"] = self.sink.throttled_s
         stats["incarnation"] = self.incarnation
         return stats
@@ -53,6 +56,10 @@ class CollectorActor:
     def stop(self) -> None:
         """Ask the env loop to finish its current chunk and return."""
         self._stop.set()
+
+    def pid(self) -> int:
+        """This actor's process id (bench reads its resident memory)."""
+        return os.getpid()
 
     def node_id(self) -> str:
         """The Ray node this actor runs on (placement checks)."""

@@ -1,11 +1,15 @@
 """LearnerActor: the Ray shell around a Learner, its batch source, publisher and evaluator.
 
 The driver paces it one epoch per `train_epoch` call (two queued, so it never idles between
-epochs). Once an evaluation reaches the stop return the actor stops training, so the policy
-that was evaluated is exactly the one exported.
+epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights refs this actor publishes;
+`export_policy` can export exactly the version an evaluation passed.
 """
 
 from __future__ import annotations
+
+import itertools
+import os
+import time
 
 import numpy as np
 import ray
@@ -28,12 +32,9 @@ class LearnerActor:
         collectors: list,
         limiter: SamplesPerInsertLimiter,
         prefetch: int,
-        eval_env: tuple[str, dict, int],
-        stop_eval_return: float | None,
     ):
         import torch  # inside the actor only: the driver names this class without importing torch
 
-        from actors.evaluator import Evaluator
         from learner.learner import Learner
 
         torch.set_num_threads(max(1, num_threads))
@@ -41,10 +42,6 @@ class LearnerActor:
         self.source = BatchSource(shards, mixer, prefetch)
         self.publisher = WeightPublisher(collectors)
         self.learner = Learner(settings, torch.device(device), self.source.next_batch, self.publisher.publish)
-        env_id, env_kwargs, episodes = eval_env
-        self.evaluator = Evaluator(env_id, env_kwargs, episodes, settings.seed + 77)
-        self.stop_eval_return = stop_eval_return
-        self.solved = False
 
     def warmup(self, state: bytes | None = None) -> dict:
         """Restore a checkpoint if given, warm the networks up, publish the starting weights."""
@@ -56,34 +53,74 @@ class LearnerActor:
         return {"device": str(self.learner.device), "precision": self.learner.precision.name,
                 "version": self.learner.version, "updates": self.learner.updates}
 
-    def train_epoch(self, evaluate: bool) -> dict | None:
-        """One epoch (and an evaluation if asked); None once the stop return was reached."""
-        if self.solved:
-            return None
+    def train_epoch(self) -> dict:
+        """One epoch; its metrics carry the newest published weights (ref and version)."""
         wait_before = self.source.wait_s
         metrics = self.learner.train_epoch()
         waited = self.source.wait_s - wait_before
         metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
         metrics["fill_wait_s"] = self.source.fill_wait_s
-        if evaluate:
-            returns = self.evaluator.evaluate(self.learner.greedy_actions)
-            metrics["eval_return_mean"] = float(returns.mean())
-            metrics["eval_return_min"] = float(returns.min())
-            if self.stop_eval_return is not None and returns.mean() >= self.stop_eval_return:
-                self.solved = True
+        metrics["weights_ref"], metrics["weights_version"] = self.publisher.latest
         return metrics
 
-    def evaluate(self) -> float:
-        """Mean greedy return of the current weights over the configured episodes."""
-        return float(self.evaluator.evaluate(self.learner.greedy_actions).mean())
+    def latest_weights(self) -> tuple:
+        """(ref, version) of the newest published weights."""
+        return self.publisher.latest
 
     def state_bytes(self) -> bytes:
         """The learner's checkpoint (torch.save bytes)."""
         return self.learner.state_bytes()
 
-    def export_policy(self) -> bytes:
-        """The greedy policy as torch.export bytes (policy.pt2)."""
-        return self.learner.export_policy()
+    def export_policy(self, arrays: dict | None = None) -> bytes:
+        """The greedy policy as torch.export bytes (policy.pt2): of the given published weights
+        (Ray resolves a ref passed here to its arrays), else of the current online network."""
+        return self.learner.export_policy(arrays)
+
+    def pid(self) -> int:
+        """This actor's process id (bench reads its resident memory)."""
+        return os.getpid()
+
+    def profile(self) -> dict:
+        """Seconds per phase of the update loop, and of those the time spent waiting for data."""
+        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.source.wait_s,
+                "updates": self.learner.updates}
+
+    def publish_now(self) -> float:
+        """Publish the current weights as a new version; returns the wall clock at the put
+        (bench measures from it to the moment each collector acts with that version)."""
+        started = time.time()
+        self.learner.publish_weights()
+        return started
+
+    def put_get_ms(self, repeats: int = 20) -> float:
+        """Median milliseconds of one ray.put plus one ray.get of the current weights (the
+        reference for the broadcast latency)."""
+        from learner.weights import export_arrays
+
+        arrays = export_arrays(self.learner.online)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ray.get(ray.put(arrays))
+            times.append((time.perf_counter() - start) * 1e3)
+        return float(np.median(times))
+
+    def updates_per_s_from_memory(self, updates: int) -> float:
+        """Updates/s of the same epoch loop fed from batches already in this process's memory:
+        the reference for the learner fed through Ray. The batches are real ones from the shards."""
+        cached = [self.source.next_batch() for _ in range(32)]
+        replay = itertools.cycle(cached)
+        feed = self.learner.feed
+        from_shards = feed.next_batch
+        feed.next_batch = lambda: next(replay)
+        try:
+            first = self.learner.updates
+            start = time.perf_counter()
+            while self.learner.updates - first < updates:
+                self.learner.train_epoch()
+            return (self.learner.updates - first) / (time.perf_counter() - start)
+        finally:
+            feed.next_batch = from_shards
 
     def node_id(self) -> str:
         """The Ray node the learner runs on."""

@@ -1,0 +1,291 @@
+"""The Ray stages of `raypex bench`: each starts its own actors on the connected local cluster,
+measures, and releases everything before the next stage (a 2-core machine holds one set)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import ray
+from ray.util.placement_group import remove_placement_group
+
+from actors.envs import EnvSpec
+from cluster.bench_report import BenchRow, bounding_stage
+from cluster.config import RunConfig
+from cluster.progress import ProgressLine
+from cluster.run import TrainingRun
+from cluster.wiring import RunActors, reserve_resources, start_actors
+
+# Stage windows are measured against the clock; these bound how long a stage waits for actors to
+# reach a state before it gives up with an error instead of hanging.
+_STAGE_TIMEOUT_S = 120.0
+_POLL_S = 0.05
+
+
+class BenchError(Exception):
+    """A bench stage could not complete (one-line message)."""
+
+
+def actor_rss(actors: RunActors) -> dict[str, int]:
+    """Resident bytes of every actor process, keyed by role (all on this machine)."""
+    roles = ([f"collector-{i}" for i in range(len(actors.collectors))] + ["learner", "evaluator"]
+             + [f"shard-{i}" for i in range(len(actors.shards))])
+    pids = ray.get([a.pid.remote() for a in actors.all()])
+    return {role: psutil.Process(pid).memory_info().rss for role, pid in zip(roles, pids)}
+
+
+@dataclass
+class RunRecord:
+    """What the bench keeps from one training run."""
+
+    summary: dict
+    train_wall_s: float
+    timeline: list[tuple[float, int]]  # (seconds since collection started, env steps)
+    rss_full: dict[str, int] | None
+    rss_end: dict[str, int]
+    bytes_per_transition: float
+    replay_ratio: float
+    collector_phases: dict[str, float] = field(default_factory=dict)
+    learner_phases: dict[str, float] = field(default_factory=dict)
+
+    def _rate_between(self, start: float, end: float) -> float:
+        times = np.array([t for t, _ in self.timeline])
+        steps = np.array([n for _, n in self.timeline], dtype=np.float64)
+        at = np.interp([start, end], times, steps)
+        return float((at[1] - at[0]) / max(end - start, 1e-9))
+
+    @property
+    def first_tenth_rate(self) -> float:
+        """Env steps/s over the first 10% of the collection time."""
+        return self._rate_between(0.0, 0.1 * self.train_wall_s)
+
+    @property
+    def last_tenth_rate(self) -> float:
+        """Env steps/s over the last 10% of the collection time."""
+        return self._rate_between(0.9 * self.train_wall_s, self.train_wall_s)
+
+    @property
+    def rss_full_total(self) -> float:
+        """Summed resident bytes when replay was first full (at the end if it never filled)."""
+        return float(sum((self.rss_full or self.rss_end).values()))
+
+    @property
+    def rss_end_total(self) -> float:
+        """Summed resident bytes at the end of the run."""
+        return float(sum(self.rss_end.values()))
+
+    @property
+    def rss_detail(self) -> dict:
+        """Per-actor resident bytes at both moments."""
+        return {"when_replay_full": self.rss_full, "at_end": self.rss_end}
+
+    def e2e_rows(self, config: RunConfig) -> list[BenchRow]:
+        """The e2e rows: throughput, replay ratio held vs asked, policy lag."""
+        s = self.summary
+        rows = [BenchRow("e2e_env_steps_per_s", s["env_steps_per_s"] or 0.0, "env steps/s"),
+                BenchRow("e2e_learner_samples_per_s", s["learner_samples_per_s"] or 0.0, "samples/s")]
+        asked = config.replay.samples_per_insert
+        if asked > 0:
+            rows.append(BenchRow.against("e2e_replay_ratio", self.replay_ratio, "samples/insert", asked, None))
+        rows.append(BenchRow("e2e_policy_lag_mean", s["policy_lag_mean"] or 0.0, "versions"))
+        rows.append(BenchRow("e2e_policy_lag_max", float(s["policy_lag_max"]), "versions"))
+        return rows
+
+    def profile_rows(self) -> tuple[list[BenchRow], str]:
+        """Per-phase time fractions of collectors and learner, and the stage that bounds throughput."""
+        rows = [BenchRow(f"profile_collector_{p}", f, "fraction") for p, f in self.collector_phases.items()]
+        rows += [BenchRow(f"profile_learner_{p}", f, "fraction") for p, f in self.learner_phases.items()]
+        return rows, bounding_stage(self.collector_phases, self.learner_phases)
+
+
+def _fractions(seconds: dict[str, float]) -> dict[str, float]:
+    total = sum(seconds.values()) or 1.0
+    return {k: v / total for k, v in seconds.items()}
+
+
+class BenchRun(TrainingRun):
+    """A TrainingRun that also records its env-steps timeline and the actors' memory."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.timeline: list[tuple[float, int]] = []
+        self.rss_full: dict[str, int] | None = None
+        self.rss_end: dict[str, int] = {}
+        self.train_wall_s = 0.0
+        self.shard_stats: list[dict] = []
+        self.collector_phase_s: dict[str, float] = {}
+        self.learner_profile: dict = {}
+
+    def _poll(self) -> bool:
+        done = super()._poll()
+        if self.collect_start is not None:
+            self.timeline.append((time.time() - self.collect_start, self.metrics.env_steps))
+        capacity = self.config.replay.capacity
+        if self.rss_full is None and self.metrics.shard_sizes and min(self.metrics.shard_sizes) >= capacity:
+            self.rss_full = actor_rss(self.actors)
+        return done
+
+    def _finish(self) -> None:
+        if self.actors is not None:
+            self.train_wall_s = time.time() - self.collect_start
+            self.rss_end = actor_rss(self.actors)
+            self.shard_stats = ray.get([s.stats.remote() for s in self.actors.shards])
+            stats = ray.get([c.stats.remote() for c in self.actors.collectors])
+            phases = {}
+            for st in stats:
+                for p, t in st["phase_s"].items():
+                    phases[p] = phases.get(p, 0.0) + t
+            self.collector_phase_s = phases
+            self.learner_profile = ray.get(self.actors.learner.profile.remote())
+        super()._finish()
+
+
+class ClusterBench:
+    """Runs the Ray stages against one connected local cluster."""
+
+    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine,
+                 with_overrides: Callable[[RunConfig, list[str]], RunConfig]):
+        self.config = config
+        self.spec = spec
+        self.progress = progress
+        self.with_overrides = with_overrides
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _start(self, config: RunConfig):
+        group = reserve_resources(config, 0)
+        actors = start_actors(config, self.spec, group, "cpu", uuid.uuid4().hex[:8])
+        ray.get(actors.learner.warmup.remote(None))
+        return group, actors
+
+    @staticmethod
+    def _release(group, actors: RunActors) -> None:
+        for collector in actors.collectors:
+            collector.stop.remote()
+        for actor in actors.all():
+            ray.kill(actor, no_restart=True)
+        for pg in (group.learner, group.pairs):
+            remove_placement_group(pg)
+
+    @staticmethod
+    def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + _STAGE_TIMEOUT_S
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise BenchError(f"gave up waiting {_STAGE_TIMEOUT_S:g}s for {what}")
+            time.sleep(_POLL_S)
+
+    def _wait_for_version(self, actors: RunActors, version: int) -> list[dict]:
+        """Collector stats once every collector acts with `version` (or newer)."""
+        deadline = time.monotonic() + _STAGE_TIMEOUT_S
+        while True:
+            stats = ray.get([c.stats.remote() for c in actors.collectors])
+            if all(s["version"] >= version for s in stats):
+                return stats
+            if time.monotonic() > deadline:
+                raise BenchError(f"gave up waiting {_STAGE_TIMEOUT_S:g}s for weights version {version}")
+            time.sleep(_POLL_S)
+
+    @staticmethod
+    def _env_steps(actors: RunActors) -> int:
+        return sum(s["env_steps"] for s in ray.get([c.stats.remote() for c in actors.collectors]))
+
+    # -- stages -------------------------------------------------------------------------------
+    def collect(self, seconds: float) -> float:
+        """Total env steps/s of the collectors writing to their shards, learner not training
+        (replay-ratio limiter off, so nothing throttles them)."""
+        self.progress.message(f"bench: collect ({seconds:g}s, {self.config.collectors.num} collectors)")
+        config = self.with_overrides(self.config, ["replay.samples_per_insert=0"])
+        group, actors = self._start(config)
+        self._actors_for_broadcast = (group, actors)
+        for c in actors.collectors:
+            c.run.remote()
+        self._wait_for(lambda: self._env_steps(actors) > 0, "the collectors' first chunk")
+        first, start = self._env_steps(actors), time.perf_counter()
+        time.sleep(seconds)  # the measurement window itself, not synchronization
+        return (self._env_steps(actors) - first) / (time.perf_counter() - start)
+
+    def broadcast(self, repeats: int) -> tuple[float, float, float]:
+        """Median ms from the learner's ray.put to the last collector acting with that version
+        (collectors running, from the collect stage), the ray.put + ray.get reference, and the
+        longest a collector's env loop paused to take new weights (ms)."""
+        self.progress.message(f"bench: broadcast ({repeats} versions)")
+        group, actors = self._actors_for_broadcast
+        try:
+            latencies = []
+            for _ in range(repeats):
+                put_at = ray.get(actors.learner.publish_now.remote())
+                version = ray.get(actors.learner.latest_weights.remote())[1]
+                stats = self._wait_for_version(actors, version)
+                latencies.append((max(s["version_loaded_at"] for s in stats) - put_at) * 1e3)
+            after = ray.get([c.stats.remote() for c in actors.collectors])
+            pause_ms = max(a["max_weight_load_s"] for a in after) * 1e3
+            put_get = ray.get(actors.learner.put_get_ms.remote())
+        finally:
+            self._release(group, actors)
+        return float(np.median(latencies)), put_get, pause_ms
+
+    def learner_feed(self, updates: int) -> tuple[float, float, float]:
+        """(updates/s fed by the shards with collectors running, updates/s of the same loop fed
+        from memory, wait fraction while fed by the shards)."""
+        self.progress.message(f"bench: learner_feed ({updates} updates each way)")
+        group, actors = self._start(self.config)
+        try:
+            for c in actors.collectors:
+                c.run.remote()
+            learner = actors.learner
+            per_epoch = self.config.learner.updates_per_epoch
+            epochs = max(2, updates // per_epoch)
+            ray.get(learner.train_epoch.remote())  # waits for min_size: not part of the window
+            start = time.perf_counter()
+            results = ray.get([learner.train_epoch.remote() for _ in range(epochs)])
+            elapsed = time.perf_counter() - start
+            fed = epochs * per_epoch / elapsed
+            waited = sum(r["wait_fraction"] * r["epoch_s"] for r in results)
+            wait_fraction = waited / sum(r["epoch_s"] for r in results)
+            for c in actors.collectors:
+                c.stop.remote()
+            from_memory = ray.get(learner.updates_per_s_from_memory.remote(epochs * per_epoch))
+        finally:
+            self._release(group, actors)
+        return fed, from_memory, wait_fraction
+
+    def training_run(self, run_dir: Path, env_steps: int) -> RunRecord:
+        """A training run of the config for `env_steps` env steps (no stop on eval), with replay
+        sized to fill during a run of that length."""
+        self.progress.message(f"bench: training run of {env_steps} env steps")
+        num = self.config.collectors.num
+        capacity = max(self.config.learner.micro_batch, int(0.3 * env_steps / num))
+        capacity = min(capacity, self.config.replay.capacity)
+        config = self.with_overrides(self.config, [
+            f"stop.env_steps={env_steps}", "stop.eval_return=null", f"replay.capacity={capacity}",
+            f"replay.min_size={min(self.config.replay.min_size, capacity * num)}"])
+        group = reserve_resources(config, 0)
+        run_dir.mkdir(parents=True)
+        quiet = ProgressLine(open(run_dir / "progress.log", "w"))  # noqa: SIM115 - closed below
+        run = BenchRun(config, self.spec, run_dir, group, "cpu", time.time(), quiet)
+        try:
+            run.execute(config_text="bench")
+        finally:
+            quiet.stream.close()
+            for pg in (group.learner, group.pairs):
+                remove_placement_group(pg)
+        inserted = sum(s["inserted"] for s in run.shard_stats)
+        sampled = sum(s["sampled"] for s in run.shard_stats)
+        nbytes = sum(s["nbytes"] for s in run.shard_stats)
+        slots = sum(s["capacity"] for s in run.shard_stats)
+        learner_phases = dict(run.learner_profile.get("phase_s", {}))
+        if learner_phases:
+            wait = run.learner_profile["wait_s"]
+            learner_phases["feed"] = max(0.0, learner_phases["feed"] - wait)
+            learner_phases["wait"] = wait
+        return RunRecord(
+            summary=run.summary(), train_wall_s=run.train_wall_s, timeline=run.timeline,
+            rss_full=run.rss_full, rss_end=run.rss_end, bytes_per_transition=nbytes / max(slots, 1),
+            replay_ratio=sampled / max(inserted, 1), collector_phases=_fractions(run.collector_phase_s),
+            learner_phases=_fractions(learner_phases),
+        )

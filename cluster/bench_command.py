@@ -1,0 +1,148 @@
+"""`raypex bench [CONFIG] [--json PATH] [--quick] [--profile] [key=value ...]`.
+
+Every stage of the pipeline measured beside its own reference, in one process tree on a local Ray
+cluster, so ratios hold even when the machine's absolute speed drifts:
+
+  env_raw        vector env alone                      (report)
+  env_policy     + action selection and folding        (report; the most one collector can do)
+  collect        collectors -> shards through Ray       vs env_policy x collectors the cores run at once
+  learner_feed   learner fed by the shards              vs the same loop fed from memory
+  broadcast      ray.put -> last collector acting       vs one ray.put + ray.get
+  e2e_*          a training run of the config           (report; replay ratio held vs asked)
+  warmup         first 10% of the run vs the last 10%
+  linearity      the run at 5T env steps vs at T
+  memory         actors' resident memory at the end vs when replay was full
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.bench_local import env_policy_steps_per_s, env_raw_steps_per_s
+from cluster.bench_report import BenchRow, format_table, write_json
+from cluster.cli import UsageError, split_positional
+from cluster.config import RunConfig
+from cluster.config_loading import ConfigError, apply_overrides, config_to_yaml, load_config, validate
+from cluster.progress import ProgressLine
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """How long each stage runs: `--quick` (under 2 minutes here) or the full bench."""
+
+    local_s: float  # env_raw and env_policy windows
+    collect_s: float
+    feed_updates: int
+    broadcasts: int
+    linearity_steps: int  # T; the e2e run is the 5T run
+
+    @classmethod
+    def choose(cls, quick: bool) -> BenchPlan:
+        """The quick or the full plan."""
+        if quick:
+            return cls(local_s=1.0, collect_s=3.0, feed_updates=500, broadcasts=10, linearity_steps=12_000)
+        return cls(local_s=3.0, collect_s=8.0, feed_updates=2_000, broadcasts=30, linearity_steps=40_000)
+
+
+def machine_info() -> dict:
+    """Cores, CPU model and the versions that matter, for BENCHMARKS.md and the JSON."""
+    import gymnasium
+    import numpy
+    import ray
+    import torch
+
+    model = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+            "ray": ray.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+            "gymnasium": gymnasium.__version__}
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """The whole `raypex bench` command; returns the exit code."""
+    config_path, overrides = split_positional(args.args)
+    try:
+        config = load_config(config_path, overrides)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    if args.json is not None and not args.json.parent.is_dir():
+        raise UsageError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    from actors.envs import UnsupportedEnv, inspect_env
+
+    try:
+        spec = inspect_env(config.env.id, config.env.kwargs)
+    except UnsupportedEnv as err:
+        raise UsageError(str(err)) from None
+    progress = ProgressLine(sys.stderr)
+    plan = BenchPlan.choose(args.quick)
+
+    import ray
+
+    from cluster.bench_cluster import ClusterBench
+    from cluster.wiring import collector_settings, connect
+
+    rows: list[BenchRow] = []
+    details: dict = {"config": config_to_yaml(config), "quick": args.quick}
+
+    progress.message("bench: env_raw, env_policy (one process, no Ray)")
+    raw = env_raw_steps_per_s(config.env.id, config.env.kwargs, config.env.num_envs, plan.local_s, config.seed)
+    rows.append(BenchRow("env_raw", raw, "env steps/s"))
+    policy, policy_phases = env_policy_steps_per_s(collector_settings(config, spec, 0), plan.local_s)
+    rows.append(BenchRow.against("env_policy", policy, "env steps/s", raw, None))
+    details["env_policy_phases"] = policy_phases
+
+    connect(None)
+    try:
+        bench = ClusterBench(config, spec, progress, with_overrides)
+        concurrent = min(config.collectors.num, os.cpu_count() or 1)
+        collect = bench.collect(plan.collect_s)
+        rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
+        latency_ms, put_get_ms, pause_ms = bench.broadcast(plan.broadcasts)
+        rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
+        rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
+        fed, from_memory, wait_fraction = bench.learner_feed(plan.feed_updates)
+        rows.append(BenchRow.against("learner_feed", fed, "updates/s", from_memory, ">= 0.8"))
+        rows.append(BenchRow("learner_wait_fraction", wait_fraction, "fraction"))
+        with tempfile.TemporaryDirectory(prefix="raypex-bench-") as scratch:
+            short = bench.training_run(Path(scratch) / "T", plan.linearity_steps)
+            long = bench.training_run(Path(scratch) / "5T", 5 * plan.linearity_steps)
+        rows += long.e2e_rows(config)
+        rows.append(BenchRow.against("warmup", long.first_tenth_rate, "env steps/s", long.last_tenth_rate, ">= 0.9"))
+        rows.append(BenchRow.against("linearity", long.train_wall_s, "s for 5T env steps",
+                                     short.train_wall_s, "<= 5.5"))
+        rows.append(BenchRow.against("memory", long.rss_end_total, "bytes", long.rss_full_total, "<= 1.05"))
+        rows.append(BenchRow("replay_bytes_per_transition", long.bytes_per_transition, "bytes"))
+        details["memory_per_actor"] = long.rss_detail
+        details["linearity_wall_s"] = {"T": short.train_wall_s, "5T": long.train_wall_s,
+                                       "T_env_steps": plan.linearity_steps}
+        if args.profile:
+            profile_rows, bound = long.profile_rows()
+            rows += profile_rows
+            details["bound_by"] = bound
+    finally:
+        ray.shutdown()
+
+    progress.message("\n" + format_table(rows))
+    if "bound_by" in details:
+        progress.message(f"throughput is bound by: {details['bound_by']}")
+    if args.json is not None:
+        write_json(rows, args.json, {**machine_info(), "details": details})
+        progress.message(f"wrote {args.json}")
+    return 0
+
+
+def with_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """`config` with dotted overrides applied (the bench adjusts stop and replay per stage)."""
+    return validate(apply_overrides(config.model_dump(mode="json"), overrides))

@@ -1,0 +1,52 @@
+"""The in-process measurements of `raypex bench` (no Ray): the ceilings the distributed rows are
+compared with.
+
+- `env_raw`: steps/s of the configured vector env alone, random actions, no policy.
+- `env_policy`: a real Collector (action selection, env step, n-step folding) whose chunks go
+  nowhere: the most one collector process can do.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from actors.envs import make_vector_env
+from actors.settings import CollectorSettings
+
+
+def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: float, seed: int = 0) -> float:
+    """Env steps per second (summed over the vector env's envs) with uniformly random actions."""
+    env = make_vector_env(env_id, num_envs, seed, env_kwargs)
+    try:
+        env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        n_actions = int(env.single_action_space.n)
+        actions = [rng.integers(0, n_actions, num_envs) for _ in range(64)]  # drawn before the clock
+        steps = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for a in actions:
+                env.step(a)
+            steps += len(actions)
+        return steps * num_envs / (time.perf_counter() - start)
+    finally:
+        env.close()
+
+
+def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict[str, float]]:
+    """Env steps per second of one Collector whose chunks are dropped, and its phase fractions."""
+    from actors.collector import PHASES, Collector
+
+    collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: None)
+    collector.collect_chunk()  # first chunk: allocations, lazy imports
+    first_steps = collector.env_steps
+    first_phase = dict(collector.phase_s)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        collector.collect_chunk()
+    elapsed = time.perf_counter() - start
+    spent = {p: collector.phase_s[p] - first_phase[p] for p in PHASES}
+    total = sum(spent.values()) or 1.0
+    return (collector.env_steps - first_steps) / elapsed, {p: t / total for p, t in spent.items()}

@@ -1,0 +1,58 @@
+"""raypex bench's rows: ratio and bar arithmetic, the table and the JSON schema (no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.bench_report import BenchRow, bounding_stage, format_table, parse_bar, write_json
+
+
+def test_ratio_is_value_over_reference_and_the_bar_is_applied_to_it():
+    row = BenchRow.against("collect", 80.0, "env steps/s", 100.0, ">= 0.8")
+    assert row.ratio == pytest.approx(0.8)
+    assert row.passed is True
+    assert BenchRow.against("collect", 79.0, "env steps/s", 100.0, ">= 0.8").passed is False
+    assert BenchRow.against("broadcast", 3.0, "ms", 2.0, "<= 1.5").passed is True
+    assert BenchRow.against("broadcast", 3.2, "ms", 2.0, "<= 1.5").passed is False
+
+
+def test_rows_without_bar_or_reference():
+    assert BenchRow("env_raw", 1.0, "env steps/s").passed is None
+    zero_reference = BenchRow.against("x", 1.0, "u", 0.0, ">= 0.8")
+    assert zero_reference.ratio is None and zero_reference.passed is False
+
+
+def test_parse_bar_rejects_unknown_comparisons():
+    assert parse_bar("<= 5.5") == ("<=", 5.5)
+    with pytest.raises(ValueError, match="comparison"):
+        parse_bar("== 1")
+
+
+def test_json_has_one_object_per_row_with_the_schema_fields(tmp_path):
+    rows = [BenchRow.against("learner_feed", 90.0, "updates/s", 100.0, ">= 0.8"), BenchRow("env_raw", 5.0, "env steps/s")]
+    path = tmp_path / "out.json"
+    write_json(rows, path, {"cpus": 2})
+    data = json.loads(path.read_text())
+    assert data["machine"] == {"cpus": 2}
+    assert [set(r) for r in data["rows"]] == [{"name", "value", "unit", "reference", "ratio", "bar"}] * 2
+    assert data["rows"][0]["ratio"] == pytest.approx(0.9)
+    assert data["rows"][1]["reference"] is None and data["rows"][1]["bar"] is None
+    assert not (tmp_path / "out.json.tmp").exists()
+
+
+def test_table_marks_missed_bars():
+    table = format_table([BenchRow.against("collect", 50.0, "env steps/s", 100.0, ">= 0.8"),
+                          BenchRow.against("warmup", 1.0, "env steps/s", 1.0, ">= 0.9")])
+    lines = table.splitlines()
+    assert lines[0].split()[0] == "row"
+    assert lines[1].endswith("MISSED") and lines[2].endswith("pass")
+
+
+def test_bounding_stage_names_the_side_that_waits_less_and_its_largest_phase():
+    collectors = {"act": 0.1, "env": 0.2, "fold": 0.0, "push": 0.1, "throttle": 0.6}
+    learner = {"feed": 0.2, "forward_backward": 0.6, "optimizer": 0.15, "wait": 0.05}
+    assert bounding_stage(collectors, learner) == "learner (forward_backward)"
+    hungry = {**learner, "wait": 0.7}
+    assert bounding_stage({**collectors, "throttle": 0.0}, hungry) == "collectors (env)"
