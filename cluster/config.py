@@ -108,7 +108,7 @@ class LearnerConfig(_Section):
 class EvalConfig(_Section):
     """Greedy evaluation on a separate env, run by its own actor while the learner trains."""
 
-    episodes: int = Field(64, ge=1, description="Episodes per evaluation (run in parallel).")
+    episodes: int = Field(100, ge=1, description="Episodes per evaluation (run in parallel).")
     every_epochs: int = Field(
         2, ge=1, description="Epochs between evaluations of the newest weights (one runs at a time)."
     )
