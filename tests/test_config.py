@@ -107,3 +107,18 @@ def test_readme_config_reference_matches_the_schema():
     from cluster.config_reference import markdown_reference
 
     assert markdown_reference() in (ROOT / "README.md").read_text()
+
+
+BAD_BENCH_ARGS = [
+    (["learner.lr=-1"], "learner.lr: Input should be greater than 0"),
+    (["env.id=Pendulum-v1"], "needs Discrete actions"),
+    (["--json", "/nonexistent/dir/out.json"], "--json /nonexistent/dir/out.json: directory /nonexistent/dir does not exist"),
+    (["--quick", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_BENCH_ARGS)
+def test_bench_rejects_bad_input_in_one_line(args, expected, capsys):
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("raypex: error: ") and expected in err[0], err

@@ -14,12 +14,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cluster.cli import main
+from replay.ring import transition_layout
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "learner.micro_batch=64", "eval.every_epochs=1",
@@ -217,3 +219,26 @@ def test_a_killed_collector_is_restarted_on_its_shard(tmp_path):
     assert result["collector_restarts"] == 1, "".join(lines)
     assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data
     assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
+
+
+def test_bench_quick_writes_every_row_with_its_ratio(tmp_path, capsys):
+    """`raypex bench --quick --profile` on a local Ray cluster: every row of the issue, with a
+    ratio wherever it has a reference (no speed is asserted)."""
+    out = tmp_path / "out.json"
+    assert main(["bench", "--quick", "--profile", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    for name in ("env_raw", "env_policy", "collect", "learner_feed", "broadcast", "e2e_env_steps_per_s",
+                 "e2e_learner_samples_per_s", "e2e_replay_ratio", "e2e_policy_lag_mean", "e2e_policy_lag_max",
+                 "warmup", "linearity", "memory", "replay_bytes_per_transition", "learner_wait_fraction"):
+        assert name in rows, name
+    for name in ("collect", "learner_feed", "broadcast", "warmup", "linearity", "memory"):
+        row = rows[name]
+        assert row["value"] > 0 and row["reference"] > 0 and row["bar"], row
+        assert row["ratio"] == pytest.approx(row["value"] / row["reference"])
+    layout = transition_layout((4,), "float32")  # CartPole: obs, action, return, discount, next_obs
+    per_row = sum(np.dtype(dtype).itemsize * int(np.prod(shape)) for shape, dtype in layout.values())
+    assert rows["replay_bytes_per_transition"]["value"] == per_row
+    assert any(name.startswith("profile_learner_") for name in rows)
+    assert data["machine"]["cpus"] >= 1 and "bound_by" in data["machine"]["details"]
+    assert "throughput is bound by" in capsys.readouterr().err
