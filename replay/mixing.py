@@ -26,10 +26,14 @@ class ShardMixer:
         self.requested = 0
 
     def observe(self, counters: ShardCounters) -> None:
-        """Record a shard's counters (they come back with every add, sample or poll)."""
+        """Record a shard's counters (they come back with every add, sample or poll).
+
+        Replies can arrive out of order (a background refresh may land after a newer sample
+        reply); both counters only ever grow, so the larger value is the newer one.
+        """
         shard = counters["shard_id"]
-        self.sizes[shard] = counters["size"]
-        self.inserted[shard] = counters["inserted"]
+        self.sizes[shard] = max(self.sizes[shard], counters["size"])
+        self.inserted[shard] = max(self.inserted[shard], counters["inserted"])
 
     def may_sample(self) -> bool:
         """Whether one more micro-batch may be requested under the limiter."""

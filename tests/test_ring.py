@@ -133,3 +133,12 @@ def test_mixer_applies_the_global_ratio():
     assert granted == 1
     mixer.observe({"shard_id": 0, "size": 30, "inserted": 30, "sampled": 0, "insert_room": 1.0})
     assert mixer.next_shard() is not None
+
+
+def test_mixer_ignores_counters_older_than_ones_it_has_seen():
+    mixer = ShardMixer(2, micro_batch=4, limiter=SamplesPerInsertLimiter(0.0, 1, 1), seed=0)
+    newer = {"shard_id": 0, "size": 500, "inserted": 800, "sampled": 0, "insert_room": 0.0}
+    stale = {"shard_id": 0, "size": 300, "inserted": 300, "sampled": 0, "insert_room": 0.0}
+    mixer.observe(newer)
+    mixer.observe(stale)
+    assert mixer.sizes[0] == 500 and mixer.inserted[0] == 800
