@@ -20,7 +20,7 @@ from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
 from actors.settings import CollectorSettings
 from learner.messages import Weights
-from learner.networks import build_q_network
+from learner.networks import build_q_network, greedy_actions
 from learner.weights import load_arrays
 from replay.messages import Chunk
 
@@ -64,8 +64,7 @@ class Collector:
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Epsilon-greedy actions for every env, one batched forward pass."""
-        with torch.inference_mode():
-            greedy = self.network(torch.from_numpy(obs)).argmax(dim=1).numpy()
+        greedy = greedy_actions(self.network, obs)
         explore = self.rng.random(self.s.num_envs) < self.epsilon
         return np.where(explore, self.rng.integers(0, self.s.num_actions, self.s.num_envs), greedy)
 

@@ -24,13 +24,13 @@ def run_eval(args: argparse.Namespace) -> int:
     import torch
 
     from actors.evaluator import Evaluator
+    from learner.networks import greedy_actions
 
     torch.set_num_threads(1)
     module = torch.export.load(str(policy_path)).module()
 
-    def greedy(obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return module(torch.as_tensor(obs, dtype=torch.float32)).argmax(dim=1).numpy()
+    def greedy(obs: np.ndarray) -> np.ndarray:  # policy.pt2 takes float32 observations
+        return greedy_actions(module, obs.astype(np.float32, copy=False))
 
     evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed)
     returns = evaluator.evaluate(greedy)

@@ -8,6 +8,7 @@ never queue up behind a busy evaluator. torch is imported inside the actor only.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -21,11 +22,11 @@ class EvaluatorActor:
         import torch
 
         from actors.evaluator import Evaluator
-        from learner.networks import build_q_network
+        from learner.networks import build_q_network, greedy_actions
 
         torch.set_num_threads(1)
-        self.torch = torch
         self.network = build_q_network(obs_shape, num_actions, hidden, dueling).eval()
+        self.policy = functools.partial(greedy_actions, self.network)
         self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed)
 
     def evaluate(self, arrays: dict[str, np.ndarray], version: int) -> dict:
@@ -33,13 +34,9 @@ class EvaluatorActor:
         from learner.weights import load_arrays
 
         load_arrays(self.network, arrays)
-        returns = self.evaluator.evaluate(self._greedy)
+        returns = self.evaluator.evaluate(self.policy)
         return {"version": version, "mean": float(returns.mean()), "min": float(returns.min())}
 
     def pid(self) -> int:
         """This actor's process id (bench reads its resident memory)."""
         return os.getpid()
-
-    def _greedy(self, obs: np.ndarray) -> np.ndarray:
-        with self.torch.inference_mode():
-            return self.network(self.torch.from_numpy(obs)).argmax(dim=1).numpy()

@@ -1,4 +1,4 @@
-"""LearnerActor: the Ray shell around a Learner, its batch source, publisher and evaluator.
+"""LearnerActor: the Ray shell around a Learner, its batch source and its weight publisher.
 
 The driver paces it one epoch per `train_epoch` call (two queued, so it never idles between
 epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights refs this actor publishes;
@@ -48,7 +48,6 @@ class LearnerActor:
         if state is not None:
             self.learner.load_state_bytes(state)
         self.learner.warmup()
-        self.learner.greedy_actions(np.zeros((1, *self.learner.s.obs_shape), np.float32))
         self.learner.publish_weights()
         return {"device": str(self.learner.device), "precision": self.learner.precision.name,
                 "version": self.learner.version, "updates": self.learner.updates}
@@ -82,8 +81,7 @@ class LearnerActor:
 
     def profile(self) -> dict:
         """Seconds per phase of the update loop, and of those the time spent waiting for data."""
-        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.source.wait_s,
-                "updates": self.learner.updates}
+        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.source.wait_s}
 
     def publish_now(self) -> float:
         """Publish the current weights as a new version; returns the wall clock at the put

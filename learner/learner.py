@@ -163,13 +163,7 @@ class Learner:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    # -- acting, state, export ----------------------------------------------------------------
-    def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy actions of the online network in fp32, for evaluation."""
-        with torch.inference_mode():
-            q = self.online(torch.as_tensor(obs, device=self.device))
-        return q.argmax(dim=1).cpu().numpy()
-
+    # -- state, export -------------------------------------------------------------------------
     def get_state(self) -> dict:
         """Everything needed to resume: networks, optimizer, scaler, counters, RNG."""
         scaler = self.precision.scaler

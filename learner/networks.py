@@ -5,6 +5,7 @@ Collectors build the same network on CPU to act; the learner builds it on its de
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,3 +45,9 @@ def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[i
     if len(obs_shape) != 1:
         raise ValueError(f"MLP Q-network needs flat observations, got shape {obs_shape}")
     return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling)
+
+
+def greedy_actions(network: nn.Module, obs: np.ndarray) -> np.ndarray:
+    """argmax_a Q(obs, a) for a numpy batch on the CPU, without autograd (acting, evaluation)."""
+    with torch.inference_mode():
+        return network(torch.from_numpy(obs)).argmax(dim=1).numpy()
