@@ -119,8 +119,7 @@ class TrainingRun:
                     stopping = True
             if queued[0][1] in ready:
                 epoch, ref = queued.popleft()
-                if self._on_epoch(epoch, ray.get(ref)):
-                    stopping = True
+                self._on_epoch(epoch, ray.get(ref))
             if not stopping:
                 self._maybe_start_eval()
             if time.perf_counter() >= next_poll:
@@ -128,8 +127,8 @@ class TrainingRun:
                 if self._poll():
                     stopping = True
 
-    def _on_epoch(self, epoch: int, m: dict) -> bool:
-        """Record one epoch's metrics; True when the run should stop."""
+    def _on_epoch(self, epoch: int, m: dict) -> None:
+        """Record one epoch's metrics; mark an evaluation due; checkpoint when due."""
         self.epochs_done = epoch
         self.latest_weights = (m.pop("weights_ref"), m.pop("weights_version"))
         self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
@@ -137,7 +136,6 @@ class TrainingRun:
             self.eval_due = True
         if epoch % self.config.checkpoint.every_epochs == 0:
             self._checkpoint()
-        return False
 
     def _maybe_start_eval(self) -> None:
         """Start an evaluation of the newest weights when one is due and none is running."""
