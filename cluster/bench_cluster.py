@@ -8,15 +8,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import psutil
 import ray
-from ray.util.placement_group import remove_placement_group
 
 from actors.envs import EnvSpec
 from cluster.bench_report import BenchRow, bounding_stage
 from cluster.config import RunConfig
+from cluster.config_loading import with_overrides
 from cluster.progress import ProgressLine
 from cluster.run import TrainingRun
 from cluster.wiring import RunActors, reserve_resources, start_actors
@@ -25,6 +26,8 @@ from cluster.wiring import RunActors, reserve_resources, start_actors
 # reach a state before it gives up with an error instead of hanging.
 _STAGE_TIMEOUT_S = 120.0
 _POLL_S = 0.05
+
+T = TypeVar("T")
 
 
 class BenchError(Exception):
@@ -148,12 +151,10 @@ class BenchRun(TrainingRun):
 class ClusterBench:
     """Runs the Ray stages against one connected local cluster."""
 
-    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine,
-                 with_overrides: Callable[[RunConfig, list[str]], RunConfig]):
+    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine):
         self.config = config
         self.spec = spec
         self.progress = progress
-        self.with_overrides = with_overrides
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
@@ -168,44 +169,39 @@ class ClusterBench:
             collector.stop.remote()
         for actor in actors.all():
             ray.kill(actor, no_restart=True)
-        for pg in (group.learner, group.pairs):
-            remove_placement_group(pg)
+        group.release()
 
     @staticmethod
-    def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    def _poll_until(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
+        """Call `read` every few ms until `done` accepts its value; that value (BenchError after
+        the stage timeout)."""
         deadline = time.monotonic() + _STAGE_TIMEOUT_S
-        while not predicate():
+        while not done(value := read()):
             if time.monotonic() > deadline:
                 raise BenchError(f"gave up waiting {_STAGE_TIMEOUT_S:g}s for {what}")
             time.sleep(_POLL_S)
-
-    def _wait_for_version(self, actors: RunActors, version: int) -> list[dict]:
-        """Collector stats once every collector acts with `version` (or newer)."""
-        deadline = time.monotonic() + _STAGE_TIMEOUT_S
-        while True:
-            stats = ray.get([c.stats.remote() for c in actors.collectors])
-            if all(s["version"] >= version for s in stats):
-                return stats
-            if time.monotonic() > deadline:
-                raise BenchError(f"gave up waiting {_STAGE_TIMEOUT_S:g}s for weights version {version}")
-            time.sleep(_POLL_S)
+        return value
 
     @staticmethod
-    def _env_steps(actors: RunActors) -> int:
-        return sum(s["env_steps"] for s in ray.get([c.stats.remote() for c in actors.collectors]))
+    def _collector_stats(actors: RunActors) -> list[dict]:
+        return ray.get([c.stats.remote() for c in actors.collectors])
+
+    def _env_steps(self, actors: RunActors) -> int:
+        return sum(s["env_steps"] for s in self._collector_stats(actors))
 
     # -- stages -------------------------------------------------------------------------------
     def collect(self, seconds: float) -> float:
         """Total env steps/s of the collectors writing to their shards, learner not training
         (replay-ratio limiter off, so nothing throttles them)."""
         self.progress.message(f"bench: collect ({seconds:g}s, {self.config.collectors.num} collectors)")
-        config = self.with_overrides(self.config, ["replay.samples_per_insert=0"])
+        config = with_overrides(self.config, ["replay.samples_per_insert=0"])
         group, actors = self._start(config)
         self._actors_for_broadcast = (group, actors)
         for c in actors.collectors:
             c.run.remote()
-        self._wait_for(lambda: self._env_steps(actors) > 0, "the collectors' first chunk")
-        first, start = self._env_steps(actors), time.perf_counter()
+        first = self._poll_until(lambda: self._env_steps(actors), lambda steps: steps > 0,
+                                 "the collectors' first chunk")
+        start = time.perf_counter()
         time.sleep(seconds)  # the measurement window itself, not synchronization
         return (self._env_steps(actors) - first) / (time.perf_counter() - start)
 
@@ -220,9 +216,12 @@ class ClusterBench:
             for _ in range(repeats):
                 put_at = ray.get(actors.learner.publish_now.remote())
                 version = ray.get(actors.learner.latest_weights.remote())[1]
-                stats = self._wait_for_version(actors, version)
+                stats = self._poll_until(
+                    lambda: self._collector_stats(actors),
+                    lambda stats, version=version: all(s["version"] >= version for s in stats),
+                    f"every collector to act with weights version {version}")
                 latencies.append((max(s["version_loaded_at"] for s in stats) - put_at) * 1e3)
-            after = ray.get([c.stats.remote() for c in actors.collectors])
+            after = self._collector_stats(actors)
             pause_ms = max(a["max_weight_load_s"] for a in after) * 1e3
             put_get = ray.get(actors.learner.put_get_ms.remote())
         finally:
@@ -261,19 +260,17 @@ class ClusterBench:
         num = self.config.collectors.num
         capacity = max(self.config.learner.micro_batch, int(0.3 * env_steps / num))
         capacity = min(capacity, self.config.replay.capacity)
-        config = self.with_overrides(self.config, [
+        config = with_overrides(self.config, [
             f"stop.env_steps={env_steps}", "stop.eval_return=null", f"replay.capacity={capacity}",
             f"replay.min_size={min(self.config.replay.min_size, capacity * num)}"])
         group = reserve_resources(config, 0)
         run_dir.mkdir(parents=True)
-        quiet = ProgressLine(open(run_dir / "progress.log", "w"))  # noqa: SIM115 - closed below
-        run = BenchRun(config, self.spec, run_dir, group, "cpu", time.time(), quiet)
-        try:
-            run.execute(config_text="bench")
-        finally:
-            quiet.stream.close()
-            for pg in (group.learner, group.pairs):
-                remove_placement_group(pg)
+        with open(run_dir / "progress.log", "w") as log:
+            run = BenchRun(config, self.spec, run_dir, group, "cpu", time.time(), ProgressLine(log))
+            try:
+                run.execute(config_text="bench")
+            finally:
+                group.release()
         inserted = sum(s["inserted"] for s in run.shard_stats)
         sampled = sum(s["sampled"] for s in run.shard_stats)
         nbytes = sum(s["nbytes"] for s in run.shard_stats)

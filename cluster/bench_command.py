@@ -27,8 +27,7 @@ from pathlib import Path
 from cluster.bench_local import env_policy_steps_per_s, env_raw_steps_per_s
 from cluster.bench_report import BenchRow, format_table, write_json
 from cluster.cli import UsageError, split_positional
-from cluster.config import RunConfig
-from cluster.config_loading import ConfigError, apply_overrides, config_to_yaml, load_config, validate
+from cluster.config_loading import ConfigError, config_to_yaml, load_config
 from cluster.progress import ProgressLine
 
 
@@ -105,7 +104,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     connect(None)
     try:
-        bench = ClusterBench(config, spec, progress, with_overrides)
+        bench = ClusterBench(config, spec, progress)
         concurrent = min(config.collectors.num, os.cpu_count() or 1)
         collect = bench.collect(plan.collect_s)
         rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
@@ -141,8 +140,3 @@ def run_bench(args: argparse.Namespace) -> int:
         write_json(rows, args.json, {**machine_info(), "details": details})
         progress.message(f"wrote {args.json}")
     return 0
-
-
-def with_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
-    """`config` with dotted overrides applied (the bench adjusts stop and replay per stage)."""
-    return validate(apply_overrides(config.model_dump(mode="json"), overrides))

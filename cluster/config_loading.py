@@ -90,6 +90,12 @@ def load_config(path: Path | None, overrides: list[str]) -> RunConfig:
     return validate(apply_overrides(data, overrides))
 
 
+def with_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """`config` with dotted overrides applied and validated again (raypex bench adjusts stop and
+    replay per stage this way)."""
+    return validate(apply_overrides(config.model_dump(mode="json"), overrides))
+
+
 def config_to_yaml(config: RunConfig) -> str:
     """The resolved config as YAML text, the form written to the run directory and TensorBoard."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -83,6 +83,11 @@ class Reservation:
     learner: object
     pairs: object
 
+    def release(self) -> None:
+        """Give both placement groups back to the cluster."""
+        for group in (self.learner, self.pairs):
+            remove_placement_group(group)
+
 
 def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
     """Check, then create both placement groups; PlacementError if Ray cannot place them in time."""
@@ -92,15 +97,15 @@ def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
     learner = placement_group(bundles[:1], strategy="PACK")
     pairs = placement_group(bundles[1:], strategy=pair_strategy(request, nodes))
     ready, _ = ray.wait([learner.ready(), pairs.ready()], num_returns=2, timeout=timeout_s)
+    reservation = Reservation(learner, pairs)
     if len(ready) < 2:
-        for group in (learner, pairs):
-            remove_placement_group(group)
+        reservation.release()
         free = ray.available_resources()
         raise PlacementError(
             f"Ray could not place the actors within {timeout_s:g}s (needs {bundles}; "
             f"free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU; other jobs may hold them)"
         )
-    return Reservation(learner, pairs)
+    return reservation
 
 
 def in_bundle(group, index: int) -> PlacementGroupSchedulingStrategy:
