@@ -43,14 +43,18 @@ class NStepFolder:
     Buffers hold chunk_steps + n steps. Calling `pop` at least every chunk_steps `add_step` calls
     never fills them (after a pop at most n-1 steps stay buffered); if a caller pops less often the
     buffers double in size (a copy, no error).
+
+    With `with_env`, `pop` adds an "env" field: the env index of every transition (frame-once
+    replay needs it to find the frames of obs and next_obs).
     """
 
     def __init__(self, n: int, gamma: float, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: Any,
-                 chunk_steps: int):
+                 chunk_steps: int, with_env: bool = False):
         if n < 1 or num_envs < 1 or chunk_steps < 1:
             raise ValueError(f"need n, num_envs, chunk_steps >= 1, got {n}, {num_envs}, {chunk_steps}")
         self.n, self.gamma, self.num_envs = int(n), float(gamma), int(num_envs)
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
+        self.with_env = with_env  # pop also says which env each transition came from
         self._powers = self.gamma ** np.arange(self.n + 1)
         self._bufs = self._allocate(chunk_steps + self.n)
         self._t = 0  # steps buffered: rows 0 .. _t-1
@@ -120,6 +124,8 @@ class NStepFolder:
             "discount": np.where(term[s, e], 0.0, self._powers[m[s, e]]).astype(np.float32),
             "next_obs": b["next_obs"][s + m[s, e] - 1, e],
         }
+        if self.with_env:
+            out["env"] = e.astype(np.int64)
         valid = b["valid"][: self._t]
         valid &= ~complete
         rows = np.flatnonzero(valid.any(axis=1))

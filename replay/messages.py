@@ -1,6 +1,7 @@
 """The typed messages that cross package boundaries through replay.
 
-Chunk: collector -> its shard, one remote call per chunk (T steps x E envs, already n-step folded).
+Chunk: collector -> its shard, one remote call per chunk (T steps x E envs, already n-step folded);
+FrameChunk is its pixel form, where each frame travels once and transitions name frames by number.
 Batch: shard -> learner, one micro-batch of uniformly sampled transitions.
 ShardCounters: returned with every add and sample so both sides can rate-limit without polling.
 The third message, Weights (learner -> collectors), lives in learner/messages.py.
@@ -25,6 +26,22 @@ Chunk = TypedDict(
         "return": np.ndarray,  # [N] float32
         "discount": np.ndarray,  # [N] float32
         "next_obs": np.ndarray,  # [N, *obs_shape]
+    },
+)
+
+FrameChunk = TypedDict(
+    "FrameChunk",
+    {
+        # Pixel observations (actors/frames.py): each frame once, numbered in its env's stream.
+        "frames": np.ndarray,  # [F, E, H, W] uint8, the frames numbered first_index .. first_index+F-1
+        "frame_step": np.ndarray,  # [F, E] int32 frames since the episode's first frame
+        "first_index": int,
+        "env": np.ndarray,  # [N] int64, which env each transition came from
+        "obs": np.ndarray,  # [N] int64 stream number of the obs frame (the newest of its stack)
+        "action": np.ndarray,
+        "return": np.ndarray,
+        "discount": np.ndarray,
+        "next_obs": np.ndarray,  # [N] int64 stream number of the next_obs frame
     },
 )
 

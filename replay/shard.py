@@ -8,32 +8,46 @@ the global share to samples).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from replay.messages import Batch, Chunk, ShardCounters
+from replay.frames import FrameStorage
+from replay.messages import Batch, Chunk, FrameChunk, ShardCounters
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """What a shard's storage holds: whole transitions, or (frame_stack > 0) stacked pixel
+    observations stored frame-once for a collector with `num_envs` envs."""
+
+    capacity: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    frame_stack: int = 0
+    num_envs: int = 1
+
+
+def build_storage(spec: StorageSpec) -> RingStorage | FrameStorage:
+    """The storage a spec describes, allocated at its capacity."""
+    if spec.frame_stack:
+        return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack)
+    return RingStorage(spec.capacity, transition_layout(spec.obs_shape, spec.obs_dtype))
 
 
 class ReplayShard:
     """Ring storage plus counters and an insert-side rate limit for one collector."""
 
-    def __init__(
-        self,
-        shard_id: int,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        obs_dtype: str,
-        limiter: SamplesPerInsertLimiter,
-        seed: int,
-    ):
+    def __init__(self, shard_id: int, spec: StorageSpec, limiter: SamplesPerInsertLimiter, seed: int):
         self.shard_id = shard_id
-        self.storage = RingStorage(capacity, transition_layout(obs_shape, obs_dtype))
+        self.storage = build_storage(spec)
         self.limiter = limiter
         self.rng = np.random.default_rng(seed)
         self.sampled = 0
 
-    def add(self, chunk: Chunk) -> ShardCounters:
+    def add(self, chunk: Chunk | FrameChunk) -> ShardCounters:
         """Store a whole chunk; the reply tells the collector how much more it may insert."""
         self.storage.add(chunk)
         return self.counters()
@@ -66,7 +80,9 @@ class ReplayShard:
 
     def stats(self) -> dict:
         """Counters plus memory figures, for the driver's metrics."""
-        return {**self.counters(), "capacity": self.storage.capacity, "nbytes": self.storage.nbytes}
+        storage = self.storage
+        return {**self.counters(), "capacity": storage.capacity, "nbytes": storage.nbytes,
+                "bytes_per_transition": storage.nbytes / storage.capacity}
 
     def get_state(self) -> dict:
         """Storage, counters and RNG state, for an optional replay checkpoint."""

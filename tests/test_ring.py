@@ -6,7 +6,7 @@ import pytest
 from replay.mixing import ShardMixer
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
-from replay.shard import ReplayShard
+from replay.shard import ReplayShard, StorageSpec
 
 
 def chunk(start: int, count: int) -> dict:
@@ -101,7 +101,7 @@ def test_limiter_gates_inserts_and_samples():
 
 
 def test_shard_counts_and_returns_batches():
-    shard = ReplayShard(3, 50, (2,), "float32", SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
+    shard = ReplayShard(3, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
     counters = shard.add(chunk(0, 12))
     assert counters == {"shard_id": 3, "size": 12, "inserted": 12, "sampled": 0, "insert_room": 3.0}
     batch, counters = shard.sample(4, num_batches=2)

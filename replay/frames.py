@@ -1,0 +1,169 @@
+"""Frame-once replay storage for stacked pixel observations.
+
+A stored transition costs one frame plus a few scalars: each env's frames live in their own ring
+(one slot per frame of the env's stream, see actors/frames.py), and the transition that starts at a
+frame is kept in that frame's slot as (action, return, discount, offset to its next_obs frame).
+Stacks of obs and next_obs are rebuilt at sample time with one gather each, never across an
+episode boundary (the episode's first frame is repeated instead) and never across the ring's
+write position (a transition whose oldest frame has been overwritten is no longer valid).
+
+Sampling is uniform over the valid slots without rejection: the valid slot list is rebuilt (one
+`flatnonzero`) after each add and reused by every sample until the next add. Slots are invalid
+when they hold a frame no transition starts from (an episode's last frame), a transition not yet
+folded (the newest n-1 frames) or a stack whose oldest frames were overwritten (at most
+stack-1 slots per env): a fraction of a percent of an Atari-sized ring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def frame_bytes_per_slot(frame_shape: tuple[int, ...]) -> int:
+    """Bytes one slot costs: the frame, its step counter, stream number and the transition."""
+    frame = int(np.prod(frame_shape))
+    return frame + 4 + 8 + 8 + 4 + 4 + 2 + 1
+
+
+class FrameStorage:
+    """Per-env frame rings holding each frame once, with vectorized add and uniform sampling.
+
+    `add` takes a FrameChunk (actors/frames.py): frames [F, E, H, W] with their episode step
+    counters and the stream number of frames[0], plus transitions (env, obs, action, return,
+    discount, next_obs) whose obs and next_obs are stream numbers. `gather` returns whole stacks
+    like RingStorage does, so the shard and the learner do not care which storage they have.
+    """
+
+    def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int):
+        if capacity < 1 or num_envs < 1 or stack < 1:
+            raise ValueError(f"need capacity, num_envs, stack >= 1, got {capacity}, {num_envs}, {stack}")
+        E = num_envs
+        K = max(math.ceil(capacity / E), stack + 1)  # slots per env
+        self.num_envs, self.slots, self.stack = E, K, stack
+        self.capacity = E * K
+        self.frames = np.zeros((E, K, *frame_shape), np.uint8)
+        self.frame_step = np.zeros((E, K), np.int32)  # frames since its episode's first frame
+        self.stream = np.full((E, K), -1, np.int64)  # stream number of the frame in the slot
+        self.action = np.zeros((E, K), np.int64)
+        self.ret = np.zeros((E, K), np.float32)
+        self.discount = np.zeros((E, K), np.float32)
+        self.next_offset = np.zeros((E, K), np.int16)  # next_obs frame = this frame + offset
+        self.valid = np.zeros((E, K), bool)
+        self.written = 0  # frames written per env stream (every env of a collector steps together)
+        self.renumber = 0  # added to incoming stream numbers (see `add`)
+        self.total_added = 0
+        self._valid_rows: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        """Transitions that can be sampled now."""
+        return len(self._rows())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the preallocated arrays."""
+        return sum(a.nbytes for a in (self.frames, self.frame_step, self.stream, self.action, self.ret,
+                                      self.discount, self.next_offset, self.valid))
+
+    def _rows(self) -> np.ndarray:
+        if self._valid_rows is None:
+            self._valid_rows = np.flatnonzero(self.valid)
+        return self._valid_rows
+
+    def add(self, chunk: Mapping) -> None:
+        """Write a FrameChunk's frames, then its transitions.
+
+        A collector that Ray restarted numbers its stream from 0 again; its numbers are shifted to
+        continue after the stored frames (its first frame starts an episode, so no stack reaches
+        back into the old stream).
+        """
+        frames = np.asarray(chunk["frames"])
+        first = int(chunk["first_index"]) + self.renumber
+        if first != self.written:
+            self.renumber += self.written - first
+            first = self.written
+        self._write_frames(first, frames, np.asarray(chunk["frame_step"]))
+        self._write_transitions(chunk)
+        self._valid_rows = None
+
+    def _write_frames(self, first: int, frames: np.ndarray, steps: np.ndarray) -> None:
+        count = len(frames)
+        skip = max(0, count - self.slots)  # a chunk longer than the ring keeps its newest frames
+        numbers = first + np.arange(skip, count)
+        slots = numbers % self.slots
+        self.frames[:, slots] = frames[skip:].swapaxes(0, 1)
+        self.frame_step[:, slots] = steps[skip:].T
+        self.stream[:, slots] = numbers
+        self.valid[:, slots] = False  # whatever transition the slot held is gone with its frame
+        self.written = first + count
+        # The oldest surviving frames may have lost the older frames their stacks need.
+        oldest = self.written - self.slots
+        for number in range(max(oldest, 0), min(oldest + self.stack - 1, self.written)):
+            slot = number % self.slots
+            reach = number - np.minimum(self.stack - 1, self.frame_step[:, slot])
+            self.valid[:, slot] &= reach >= oldest
+
+    def _write_transitions(self, chunk: Mapping) -> None:
+        env = np.asarray(chunk["env"], np.int64)
+        self.total_added += len(env)
+        if len(env) == 0:
+            return
+        start = np.asarray(chunk["obs"], np.int64) + self.renumber
+        slot = start % self.slots
+        oldest = self.written - self.slots
+        stored = (self.stream[env, slot] == start) & (
+            start - np.minimum(self.stack - 1, self.frame_step[env, slot]) >= oldest)
+        env, slot, start = env[stored], slot[stored], start[stored]
+        self.action[env, slot] = np.asarray(chunk["action"])[stored]
+        self.ret[env, slot] = np.asarray(chunk["return"])[stored]
+        self.discount[env, slot] = np.asarray(chunk["discount"])[stored]
+        self.next_offset[env, slot] = np.asarray(chunk["next_obs"], np.int64)[stored] + self.renumber - start
+        self.valid[env, slot] = True
+
+    def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """`count` flat slot indices (env * slots + slot) drawn uniformly from the valid ones."""
+        rows = self._rows()
+        if len(rows) == 0:
+            raise ValueError("cannot sample from an empty storage")
+        return rows[rng.integers(0, len(rows), size=count)]
+
+    def _stacks(self, env: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        back = np.arange(self.stack - 1, -1, -1)  # oldest frame first
+        steps = self.frame_step[env, slot]
+        slots = (slot[:, None] - np.minimum(back[None, :], steps[:, None])) % self.slots
+        return self.frames[env[:, None], slots]
+
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions at `rows` with whole stacks: obs and next_obs are [N, stack, H, W] uint8."""
+        env, slot = np.divmod(rows, self.slots)
+        next_slot = (slot + self.next_offset[env, slot]) % self.slots
+        return {
+            "obs": self._stacks(env, slot),
+            "action": self.action[env, slot],
+            "return": self.ret[env, slot],
+            "discount": self.discount[env, slot],
+            "next_obs": self._stacks(env, next_slot),
+        }
+
+    def keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(env, stream number of the obs frame) of `rows`, in the collector's numbering."""
+        env, slot = np.divmod(rows, self.slots)
+        return env, self.stream[env, slot] - self.renumber
+
+    _ARRAYS = ("frames", "frame_step", "stream", "action", "ret", "discount", "next_offset", "valid")
+
+    def get_state(self) -> dict:
+        """Every array and counter, for a replay checkpoint."""
+        state = {name: getattr(self, name).copy() for name in self._ARRAYS}
+        state.update(written=self.written, renumber=self.renumber, total_added=self.total_added)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        """Restore from `get_state` output (same capacity, envs and frame shape)."""
+        for name in self._ARRAYS:
+            getattr(self, name)[...] = state[name]
+        self.written, self.renumber, self.total_added = state["written"], state["renumber"], state["total_added"]
+        self._valid_rows = None

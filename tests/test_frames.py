@@ -1,0 +1,162 @@
+"""Frame-once pixel replay against a straightforward reference that stores whole stacks (no Ray).
+
+The fake vector env below emits random frames and ends episodes at random steps (terminations and
+truncations, NEXT_STEP autoreset: the step after a done is a reset step). Both paths see the same
+steps: the reference stacks frames with FrameStacker, folds whole stacks with NStepFolder and keeps
+them in a RingStorage; the frame path sends FrameChunker chunks into a FrameStorage small enough to
+wrap many times. Every transition the frame storage can sample must equal the reference's.
+"""
+
+import numpy as np
+import pytest
+
+from actors.frames import FrameChunker, FrameStacker
+from actors.nstep import NStepFolder
+from replay.frames import FrameStorage, frame_bytes_per_slot
+from replay.ring import RingStorage, transition_layout
+
+FRAME = (3, 4)
+
+
+class RandomFrameEnv:
+    """A vector env of random uint8 frames; each env step ends an episode with probability p."""
+
+    def __init__(self, num_envs: int, seed: int, p_end: float):
+        self.rng = np.random.default_rng(seed)
+        self.num_envs, self.p_end = num_envs, p_end
+        self.ended = np.zeros(num_envs, bool)
+
+    def frames(self) -> np.ndarray:
+        return self.rng.integers(0, 256, (self.num_envs, *FRAME), dtype=np.uint8)
+
+    def step(self):
+        reward = self.rng.normal(size=self.num_envs)
+        end = self.rng.random(self.num_envs) < self.p_end
+        terminated = end & (self.rng.random(self.num_envs) < 0.5) & ~self.ended
+        truncated = end & ~terminated & ~self.ended
+        reward = np.where(self.ended, 0.0, reward)  # a reset step has no reward
+        self.ended = terminated | truncated
+        return self.frames(), reward, terminated, truncated
+
+
+def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed: int, chunk_steps: int = 5,
+             p_end: float = 0.08):
+    """Feed the same random episodes through both paths; returns (frame storage, reference by key)."""
+    env = RandomFrameEnv(num_envs, seed, p_end)
+    rng = np.random.default_rng(seed + 1)
+    stacker = FrameStacker(num_envs, stack, FRAME)
+    reference = NStepFolder(n, 0.9, num_envs, (stack, *FRAME), np.uint8, chunk_steps, with_env=True)
+    chunker = FrameChunker(n, 0.9, num_envs, FRAME, chunk_steps)
+    storage = FrameStorage(capacity, num_envs, FRAME, stack)
+    ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
+    keys: list[tuple[int, int]] = []
+    obs = stacker.reset(env.frames())
+    chunker.start(obs)
+    episode_start = np.zeros(num_envs, bool)
+    for t in range(steps):
+        action = rng.integers(0, 6, num_envs)
+        frames, reward, terminated, truncated = env.step()
+        next_obs = stacker.push(frames, episode_start)
+        episode_start = terminated | truncated
+        reference.add_step(obs, action, reward, terminated, truncated, next_obs)
+        chunker.add_step(action, reward, terminated, truncated, next_obs, terminated | truncated)
+        obs = next_obs
+        if (t + 1) % chunk_steps == 0:
+            expected, chunk = reference.pop(), chunker.pop()
+            assert np.array_equal(expected["env"], chunk["env"])  # same transitions, same order
+            ring.add(expected)
+            keys += list(zip(chunk["env"].tolist(), chunk["obs"].tolist()))
+            storage.add(chunk)
+    index = {key: row for row, key in enumerate(keys)}
+    return storage, ring, index
+
+
+def assert_matches_reference(storage: FrameStorage, ring: RingStorage, index: dict) -> int:
+    rows = np.flatnonzero(storage.valid)
+    got = storage.gather(rows)
+    env, start = storage.keys(rows)
+    expected = ring.gather(np.array([index[(e, s)] for e, s in zip(env.tolist(), start.tolist())]))
+    for name in ("obs", "action", "return", "discount", "next_obs"):
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    return len(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("stack,n", [(4, 3), (2, 1), (4, 5)])
+def test_frame_storage_rebuilds_the_reference_stacks(seed, stack, n):
+    storage, ring, index = run_both(steps=400, num_envs=3, stack=stack, n=n, capacity=150, seed=seed)
+    assert storage.written == 401 and storage.slots == 50
+    sampled = assert_matches_reference(storage, ring, index)
+    # Everything the ring still holds a whole history for, and whose n-step window is folded, is there.
+    oldest = storage.written - storage.slots
+    newest_folded = max(s for _, s in index)
+    must = {(e, s) for (e, s) in index if oldest + stack - 1 <= s}
+    env, start = storage.keys(np.flatnonzero(storage.valid))
+    have = set(zip(env.tolist(), start.tolist()))
+    assert must <= have and sampled == len(have) and max(start) == newest_folded
+    # No stack reaches across an episode boundary: the episode's first frame is repeated instead.
+    rows = np.flatnonzero(storage.valid)
+    obs = storage.gather(rows)["obs"]
+    steps = storage.frame_step.reshape(-1)[rows]
+    young = steps < stack - 1
+    for row_obs, step in zip(obs[young], steps[young]):
+        first = stack - 1 - step
+        assert (row_obs[:first + 1] == row_obs[first]).all()
+
+
+def test_sampling_is_uniform_over_valid_slots_without_rejection():
+    storage, _, _ = run_both(steps=120, num_envs=2, stack=4, n=3, capacity=200, seed=5, p_end=0.2)
+    valid = np.flatnonzero(storage.valid)
+    assert 0 < len(valid) < storage.capacity  # some slots are ends of episodes or not yet folded
+    rows = storage.sample_rows(200_000, np.random.default_rng(0))
+    assert set(rows.tolist()) == set(valid.tolist())
+    counts = np.bincount(rows, minlength=storage.capacity)[valid]
+    expected = len(rows) / len(valid)
+    assert np.abs(counts - expected).max() < 6 * np.sqrt(expected)
+
+
+def test_restarted_collector_continues_after_the_stored_stream():
+    storage, _, _ = run_both(steps=60, num_envs=2, stack=4, n=3, capacity=400, seed=3)
+    before = storage.size
+    # A new chunker numbers from 0 again; the storage renumbers it after frame `written`.
+    env = RandomFrameEnv(2, 9, 0.1)
+    stacker, chunker = FrameStacker(2, 4, FRAME), FrameChunker(3, 0.9, 2, FRAME, 5)
+    obs = stacker.reset(env.frames())
+    chunker.start(obs)
+    start = np.zeros(2, bool)
+    for _ in range(10):
+        frames, reward, te, tr = env.step()
+        obs = stacker.push(frames, start)
+        start = te | tr
+        chunker.add_step(np.zeros(2, np.int64), reward, te, tr, obs, te | tr)
+    storage.add(chunker.pop())
+    assert storage.written == 61 + 11 and storage.size > before
+    new_rows = np.flatnonzero(storage.valid & (storage.stream >= 61))
+    assert len(new_rows) > 0
+    # Stacks of the new stream's first frames repeat that frame; they never reach into the old stream.
+    first_frame_rows = new_rows[storage.stream.reshape(-1)[new_rows] == 61]
+    for stack in storage.gather(first_frame_rows)["obs"]:
+        assert (stack == stack[-1]).all()
+
+
+def test_atari_sized_storage_is_within_the_bytes_bar():
+    frame = (84, 84)
+    per_slot = frame_bytes_per_slot(frame)
+    assert per_slot <= 1.1 * 7056
+    assert 1_000_000 * per_slot <= 8 * 2**30  # a million transitions across all shards fit in 8 GiB
+    storage = FrameStorage(4_000, 8, frame, 4)
+    assert storage.nbytes == storage.capacity * per_slot
+    # Filled with episodes of a few hundred steps (Pong's are longer), almost every slot is sampleable.
+    rng = np.random.default_rng(0)
+    chunker = FrameChunker(3, 0.99, 8, frame, 32)
+    chunker.start(np.zeros((8, 4, *frame), np.uint8))
+    ended = np.zeros(8, bool)
+    for t in range(1_000):
+        done = (rng.random(8) < 1 / 300) & ~ended
+        chunker.add_step(np.zeros(8, np.int64), np.zeros(8), done, np.zeros(8, bool),
+                         np.zeros((8, 4, *frame), np.uint8), done)
+        ended = done
+        if (t + 1) % 32 == 0:
+            storage.add(chunker.pop())
+    assert storage.size >= 0.98 * storage.capacity
+    assert storage.nbytes / storage.size <= 1.1 * 7056
