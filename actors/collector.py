@@ -4,6 +4,8 @@ A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `pus
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
 `poll_weights` (returns newer Weights when they have arrived, else None, and never blocks).
 Every `chunk_steps` vector steps the n-step transitions completed so far go out as one chunk.
+Pixel envs (frame_stack > 0) send a FrameChunk instead: each new frame once, and transitions that
+name their frames by number (actors/frames.py), so replay stores every frame once.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import torch
 
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
+from actors.frames import FrameChunker
 from actors.nstep import NStepFolder
 from actors.settings import CollectorSettings
 from learner.messages import Weights
 from learner.networks import build_q_network, greedy_actions
 from learner.weights import load_arrays
-from replay.messages import Chunk
+from replay.messages import Chunk, FrameChunk
 
 PHASES = ("act", "env", "fold", "push")
 
@@ -30,7 +33,8 @@ PHASES = ("act", "env", "fold", "push")
 class Collector:
     """Acts, folds n-step transitions and pushes whole chunks; counts what it did."""
 
-    def __init__(self, s: CollectorSettings, push: Callable[[Chunk], None], poll_weights: Callable[[], Weights | None]):
+    def __init__(self, s: CollectorSettings, push: Callable[[Chunk | FrameChunk], None],
+                 poll_weights: Callable[[], Weights | None]):
         torch.set_num_threads(1)
         self.s = s
         self.push = push
@@ -38,10 +42,16 @@ class Collector:
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs)
-        self.obs, _ = self.env.reset(seed=seed)
+        self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs, max(s.frame_stack, 1))
+        self.obs, info = self.env.reset(seed=seed)
         self.network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling).eval()
-        self.folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
+        self.folder: NStepFolder | FrameChunker
+        if s.frame_stack:
+            self.folder = FrameChunker(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps)
+            self.folder.start(self.obs)
+        else:
+            self.folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
+        self.lives = np.asarray(info.get("lives", np.zeros(s.num_envs)))
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self.version = -1  # no published weights yet: acting with this collector's own random init
         self.version_loaded_at: float | None = None
@@ -82,9 +92,9 @@ class Collector:
                 self.max_weight_load_s = max(self.max_weight_load_s, clock() - t0)
             actions = self.act(self.obs)
             t1 = clock()
-            next_obs, reward, terminated, truncated, _ = self.env.step(actions)
+            next_obs, reward, terminated, truncated, info = self.env.step(actions)
             t2 = clock()
-            self.folder.add_step(self.obs, actions, reward, terminated, truncated, next_obs)
+            self._fold(actions, reward, terminated, truncated, next_obs, info)
             self._count_episodes(reward, terminated | truncated)
             self.obs = next_obs
             t3 = clock()
@@ -95,11 +105,26 @@ class Collector:
         t3 = clock()
         chunk = self.folder.pop()
         count = len(chunk["action"])
-        if count:
+        if count or "frames" in chunk:  # frames must reach the shard even before any transition
             self.push(chunk)
             self.chunks_pushed += 1
             self.transitions_pushed += count
         phase["push"] += clock() - t3
+
+    def _fold(self, actions: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+              next_obs: np.ndarray, info: dict) -> None:
+        train_reward = np.clip(reward, -1.0, 1.0) if self.s.clip_rewards else reward
+        if isinstance(self.folder, NStepFolder):
+            self.folder.add_step(self.obs, actions, train_reward, terminated, truncated, next_obs)
+            return
+        episode_end = terminated | truncated
+        cut = terminated
+        if self.s.terminal_on_life_loss:
+            lives = np.asarray(info["lives"])
+            # Not on the reset step after an episode: the new game's lives go up, not down.
+            cut = terminated | ((lives < self.lives) & ~self.episode_ended)
+            self.lives = lives
+        self.folder.add_step(actions, train_reward, cut, truncated, next_obs, episode_end)
 
     def _count_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
         real_step = ~self.episode_ended  # an autoreset step is not part of any episode

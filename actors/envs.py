@@ -3,15 +3,30 @@
 Collectors and the evaluator build their vector envs here, so every env goes through the same
 path. `inspect_env` runs in the driver before any actor starts: an unknown id or a space we cannot
 learn on is a one-line `UnsupportedEnv`, not a crash deep inside an actor.
+
+Two kinds of observation are supported: flat float vectors (CartPole), and 2-D uint8 frames
+(grayscale pixels), which the vector env returned here stacks (`FrameStackVectorEnv`) so the
+network sees the last `frame_stack` frames. `ALE/<Game>-v5` ids get ALE's own threaded vector env
+with the DQN preprocessing built in (frame skip 4 with max-pooling, 84x84 grayscale, noop starts);
+raypex stacks its frames and clips rewards itself, so the raw game score is what gets reported.
+An id of the form `module:EnvId` imports `module` first (how a custom env registers itself).
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from actors.frames import FrameStacker
+
+# Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
+ALE_RESERVED = {"game", "num_envs", "stack_num", "reward_clipping", "autoreset_mode", "episodic_life",
+                "life_loss_info", "batch_size", "continuous", "grayscale"}
 
 
 class UnsupportedEnv(Exception):
@@ -20,24 +35,135 @@ class UnsupportedEnv(Exception):
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What the networks and the replay storage need to know about an environment."""
+    """What the networks and the replay storage need to know about an environment.
+
+    For pixel envs `obs_shape` is the stacked shape (frame_stack, H, W) and `frame_stack` > 0;
+    for vector observations `frame_stack` is 0.
+    """
 
     obs_shape: tuple[int, ...]
     obs_dtype: str
     num_actions: int
+    frame_stack: int = 0
 
 
-def make_vector_env(env_id: str, num_envs: int, seed: int | None, kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
-    """A Gymnasium vector env with NEXT_STEP autoreset. Envs with a native vectorized
-    implementation (CartPole) get it; others are stepped in-process one after another (Gymnasium's
-    sync mode), which needs no extra processes inside an actor."""
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
+def is_ale(env_id: str) -> bool:
+    """True for ids served by ALE's vector env (`ALE/<Game>-v5`)."""
+    return env_id.startswith("ALE/")
+
+
+def ale_game(env_id: str) -> str:
+    """The ROM name of an ALE id: ALE/MsPacman-v5 -> ms_pacman."""
+    name = env_id.split("/", 1)[1].rsplit("-v", 1)[0]
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class FrameStackVectorEnv:
+    """A vector env of single frames [E, H, W] (or [E, 1, H, W]) seen as stacks [E, k, H, W].
+
+    With NEXT_STEP autoreset the step after an episode ended returns the new episode's first
+    frame; that frame fills its env's whole stack (the rule replay/frames.py rebuilds stacks by).
+    """
+
+    def __init__(self, env, frame_stack: int, frame_shape: tuple[int, int]):
+        self.env = env
+        self.num_envs = env.num_envs
+        self.frame_shape = frame_shape
+        self.single_action_space = env.single_action_space
+        self.single_observation_space = gym.spaces.Box(0, 255, (frame_stack, *frame_shape), np.uint8)
+        self.stacker = FrameStacker(self.num_envs, frame_stack, frame_shape)
+        self.episode_ended = np.zeros(self.num_envs, bool)
+
+    def _frames(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs).reshape(self.num_envs, *self.frame_shape)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Reset every env; each stack holds its first frame `frame_stack` times."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.episode_ended[:] = False
+        return self.stacker.reset(self._frames(obs)), info
+
+    def step(self, actions: np.ndarray):
+        """Step every env; returns stacked observations and the inner env's other outputs."""
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        stacks = self.stacker.push(self._frames(obs), self.episode_ended)
+        self.episode_ended = np.asarray(terminated) | np.asarray(truncated)
+        return stacks, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Close the inner env."""
+        self.env.close()
+
+
+def _import_env_module(env_id: str) -> str:
+    """For `module:EnvId`, import the module (it registers the env); returns the bare id."""
+    if ":" not in env_id:
+        return env_id
+    module, _, bare = env_id.partition(":")
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise UnsupportedEnv(f"env.id '{env_id}': cannot import module '{module}' ({err})") from None
+    return bare
+
+
+def _make_ale(env_id: str, num_envs: int, kwargs: dict[str, Any]):
+    try:
+        from ale_py.vector_env import AtariVectorEnv
+    except ImportError:
+        raise UnsupportedEnv(f"env.id '{env_id}' needs ale-py: pip install 'raypex[atari]'") from None
+    reserved = sorted(ALE_RESERVED & set(kwargs))
+    if reserved:
+        raise UnsupportedEnv(f"env.kwargs {reserved} are set by raypex for ALE envs "
+                             "(see env.frame_stack, env.clip_rewards, env.terminal_on_life_loss)")
+    options = {"num_threads": 1, **kwargs}  # one thread per collector: scale out with collectors.num
+    return AtariVectorEnv(ale_game(env_id), num_envs, stack_num=1, reward_clipping=False, **options)
+
+
+def make_vector_env(env_id: str, num_envs: int, seed: int | None, kwargs: dict[str, Any],
+                    frame_stack: int = 4):
+    """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation
+    (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
+    mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked."""
+    if is_ale(env_id):
+        env = _make_ale(env_id, num_envs, kwargs)
+    else:
+        env = gym.make_vec(_import_env_module(env_id), num_envs=num_envs, vectorization_mode=None, **kwargs)
+    space = env.single_observation_space
+    frame_shape = tuple(s for s in space.shape if s != 1) if np.dtype(space.dtype) == np.uint8 else ()
+    if len(frame_shape) == 2:
+        env = FrameStackVectorEnv(env, frame_stack, frame_shape)
     env.reset(seed=seed)
     return env
 
 
-def inspect_env(env_id: str, kwargs: dict[str, Any]) -> EnvSpec:
-    """Check that `env_id` exists and has a Box observation and a Discrete action space."""
+def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSpec:
+    from ale_py import roms
+
+    game = ale_game(env_id)
+    if roms.get_rom_path(game) is None:
+        raise UnsupportedEnv(f"env.id '{env_id}': ale-py has no ROM '{game}'")
+    try:
+        env = _make_ale(env_id, 1, kwargs)
+    except TypeError as err:
+        raise UnsupportedEnv(f"env.kwargs are not accepted by ALE's vector env: {err}") from None
+    try:
+        frame = tuple(s for s in env.single_observation_space.shape if s != 1)
+        return EnvSpec((frame_stack, *frame), "uint8", int(env.single_action_space.n), frame_stack)
+    finally:
+        env.close()
+
+
+def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> EnvSpec:
+    """Check that `env_id` exists and has a Discrete action space and an observation raypex learns
+    on: a flat Box vector, or 2-D uint8 frames (stacked `frame_stack` deep)."""
+    if is_ale(env_id):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ale-py warns before it returns None for unknown ROMs
+            return _inspect_ale(env_id, kwargs, frame_stack)
+    env_id = _import_env_module(env_id)
     if env_id not in gym.envs.registry:
         close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; similar: {', '.join(sorted(close)[:5])}" if close else ""
@@ -46,6 +172,9 @@ def inspect_env(env_id: str, kwargs: dict[str, Any]) -> EnvSpec:
         env = gym.make(env_id, **kwargs)
     except TypeError as err:
         raise UnsupportedEnv(f"env.kwargs are not accepted by '{env_id}': {err}") from None
+    except gym.error.Error as err:  # a missing optional dependency (box2d, mujoco), say
+        reason = str(err).strip().splitlines()[0]
+        raise UnsupportedEnv(f"env.id '{env_id}' cannot be made: {reason}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
     finally:
@@ -60,9 +189,12 @@ def inspect_env(env_id: str, kwargs: dict[str, Any]) -> EnvSpec:
             f"env.id '{env_id}' has a {type(obs_space).__name__} observation space; "
             "raypex needs a Box observation space"
         )
+    frame = tuple(s for s in obs_space.shape if s != 1)
+    if np.dtype(obs_space.dtype) == np.uint8 and len(frame) == 2:
+        return EnvSpec((frame_stack, *frame), "uint8", int(act_space.n), frame_stack)
     if len(obs_space.shape) != 1:
         raise UnsupportedEnv(
-            f"env.id '{env_id}' has observations of shape {obs_space.shape}; "
-            "raypex supports flat (1-D) vector observations"
+            f"env.id '{env_id}' has observations of shape {obs_space.shape} ({obs_space.dtype}); "
+            "raypex supports flat (1-D) vectors and 2-D uint8 frames"
         )
     return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, int(act_space.n))

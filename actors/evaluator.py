@@ -12,14 +12,14 @@ import numpy as np
 
 from actors.envs import make_vector_env
 
-Policy = Callable[[np.ndarray], np.ndarray]  # float observations [B, ...] -> actions [B]
+Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B]
 
 
 class Evaluator:
     """Owns an evaluation vector env with one env per episode."""
 
-    def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int):
-        self.env = make_vector_env(env_id, episodes, None, env_kwargs)
+    def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4):
+        self.env = make_vector_env(env_id, episodes, None, env_kwargs, frame_stack)
         self.episodes = episodes
         self.seed = seed
         self.runs = 0

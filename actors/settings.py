@@ -30,3 +30,6 @@ class CollectorSettings:
     epsilon_alpha: float
     epsilon_anneal_steps: int
     seed: int
+    frame_stack: int = 0  # > 0: pixel observations, sent to replay frame-once
+    clip_rewards: bool = False
+    terminal_on_life_loss: bool = False

@@ -25,8 +25,21 @@ class EnvConfig(_Section):
     id: str = Field("CartPole-v1", description="Gymnasium env id (must be registered).")
     num_envs: int = Field(16, ge=1, le=4096, description="Envs in each collector's vector env.")
     kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Extra keyword arguments for gymnasium.make_vec."
+        default_factory=dict, description="Extra keyword arguments for gymnasium.make_vec (ALE: its vector env)."
     )
+    frame_stack: int = Field(4, ge=1, le=16, description="Pixel envs: frames stacked into one observation.")
+    clip_rewards: bool = Field(
+        False, description="Train on rewards clipped to [-1, 1]; episode returns report the raw score."
+    )
+    terminal_on_life_loss: bool = Field(
+        False, description="ALE envs: a lost life ends the n-step return (the game goes on)."
+    )
+
+    @model_validator(mode="after")
+    def _life_loss_needs_ale(self) -> EnvConfig:
+        if self.terminal_on_life_loss and not self.id.startswith("ALE/"):
+            raise ValueError(f"terminal_on_life_loss needs an ALE/ env id (lives are ALE's), got '{self.id}'")
+        return self
 
 
 class AlgoConfig(_Section):

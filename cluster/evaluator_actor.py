@@ -18,7 +18,8 @@ class EvaluatorActor:
     """Holds the evaluation vector env and a CPU copy of the Q-network."""
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
-                 obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool):
+                 obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
+                 frame_stack: int):
         import torch
 
         from actors.evaluator import Evaluator
@@ -27,7 +28,7 @@ class EvaluatorActor:
         torch.set_num_threads(1)
         self.network = build_q_network(obs_shape, num_actions, hidden, dueling).eval()
         self.policy = functools.partial(greedy_actions, self.network)
-        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed)
+        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack)
 
     def evaluate(self, arrays: dict[str, np.ndarray], version: int) -> dict:
         """Mean and min greedy return of weights `version` (Ray resolves the ref to `arrays`)."""

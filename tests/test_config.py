@@ -56,6 +56,13 @@ BAD_TRAIN_ARGS = [
     (["learner.precision=fp16", "learner.device=cpu"], "fp16 needs CUDA"),
     (["a.yaml", "b.yaml"], "'b.yaml' is neither the config file"),
     (["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no config.yaml there"),
+    (["env.terminal_on_life_loss=true"], "terminal_on_life_loss needs an ALE/ env id"),
+    (["env.id=ALE/NotAGame-v5"], "env.id 'ALE/NotAGame-v5': ale-py has no ROM 'not_a_game'"),
+    (["env.id=ALE/Pong-v5", "env.kwargs={stack_num: 2}"], "env.kwargs ['stack_num'] are set by raypex"),
+    (["env.id=ALE/Pong-v5", "env.kwargs={frame_skip: 2}"], "env.kwargs are not accepted by ALE's vector env"),
+    (["env.id=ALE/Pong-v5", "env.frame_stack=0"], "env.frame_stack: Input should be greater than or equal to 1"),
+    (["env.id=no_such_module:Env-v0"], "cannot import module 'no_such_module'"),
+    (["env.id=CarRacing-v3"], "env.id 'CarRacing-v3' cannot be made: "),  # box2d is not installed
 ]
 
 
