@@ -20,7 +20,7 @@ from torch import nn
 
 from learner.device_feed import DeviceFeed
 from learner.losses import double_dqn_loss
-from learner.messages import Weights
+from learner.messages import TrainingStopped, Weights
 from learner.networks import build_q_network
 from learner.precision import make_precision
 from learner.settings import LearnerSettings
@@ -59,6 +59,10 @@ class Learner:
         self.updates = 0
         self.epochs = 0
         self.version = 0
+        # Set (from another thread) when the run ends: the epoch in progress stops after the
+        # current update, so the run's end never waits for a long epoch or for data that will
+        # not come.
+        self.stop_requested = False
         self.broadcast_ms = 0.0
         # Host seconds per phase of the update loop (on CUDA, kernel time shows up where the host
         # waits for it); `raypex bench --profile` turns them into fractions.
@@ -106,31 +110,43 @@ class Learner:
 
     # -- epochs -------------------------------------------------------------------------------
     def train_epoch(self) -> dict[str, float]:
-        """Run one epoch of updates; publish weights when due; return the epoch's metrics."""
+        """Run one epoch of updates; publish weights when due; return the epoch's metrics.
+
+        After `stop_requested` (or a TrainingStopped from the batch source) the epoch ends early:
+        `updates_in_epoch` says how many updates it made, and one with none is not counted.
+        """
         clock = time.perf_counter
         phase = self.phase_s
         start = clock()
         loss_sum = torch.zeros((), device=self.device)
         q_sum = torch.zeros((), device=self.device)
-        for _ in range(self.s.updates_per_epoch):
-            for _ in range(self.s.accumulation_steps):
-                t0 = clock()
-                batch = self.feed.next()
-                t1 = clock()
-                loss, q_mean = self.accumulate(batch)
-                loss_sum += loss
-                q_sum += q_mean
-                phase["feed"] += t1 - t0
-                phase["forward_backward"] += clock() - t1
-            t2 = clock()
-            self.apply_gradients()
-            phase["optimizer"] += clock() - t2
+        done = 0
+        try:
+            while done < self.s.updates_per_epoch and not self.stop_requested:
+                for _ in range(self.s.accumulation_steps):
+                    t0 = clock()
+                    batch = self.feed.next()
+                    t1 = clock()
+                    loss, q_mean = self.accumulate(batch)
+                    loss_sum += loss
+                    q_sum += q_mean
+                    phase["feed"] += t1 - t0
+                    phase["forward_backward"] += clock() - t1
+                t2 = clock()
+                self.apply_gradients()
+                phase["optimizer"] += clock() - t2
+                done += 1
+        except TrainingStopped:
+            self.optimizer.zero_grad(set_to_none=True)  # a partial accumulation is dropped
+        if done == 0:
+            return {"updates_in_epoch": 0, "epoch_s": clock() - start, "updates": self.updates,
+                    "epochs": self.epochs, "version": self.version}
         self.epochs += 1
         if self.epochs % self.s.broadcast_every_epochs == 0:
             t3 = clock()
             self.publish_weights()
             phase["broadcast"] += clock() - t3
-        micro_batches = self.s.updates_per_epoch * self.s.accumulation_steps
+        micro_batches = done * self.s.accumulation_steps
         metrics = {
             "td_loss": float(loss_sum) / micro_batches,
             "q_values": float(q_sum) / micro_batches,
@@ -138,7 +154,7 @@ class Learner:
             "updates": self.updates,
             "epochs": self.epochs,
             "version": self.version,
-            "updates_in_epoch": self.s.updates_per_epoch,
+            "updates_in_epoch": done,
             "samples_per_update": self.s.accumulation_steps * self.s.micro_batch,
             "broadcast_ms": self.broadcast_ms,
         }
@@ -156,7 +172,7 @@ class Learner:
     def warmup(self) -> None:
         """Run forward and backward (and compilation) once on a synthetic batch, before the clock
         starts; the gradients are discarded, so the weights do not change."""
-        batch = synthetic_batch(self.s.obs_shape, self.s.micro_batch, self.device)
+        batch = synthetic_batch(self.s.obs_shape, self.s.obs_dtype, self.s.micro_batch, self.device)
         for _ in range(2):
             self.accumulate(batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -214,13 +230,15 @@ class Learner:
         return buffer.getvalue()
 
 
-def synthetic_batch(obs_shape: tuple[int, ...], size: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """A batch of zeros with the right shapes and dtypes, for warm-up."""
+def synthetic_batch(obs_shape: tuple[int, ...], obs_dtype: str, size: int,
+                    device: torch.device) -> dict[str, torch.Tensor]:
+    """A batch of zeros with the shapes and dtypes replay serves (uint8 pixels), for warm-up."""
+    dtype = torch.uint8 if obs_dtype == "uint8" else torch.float32
     return {
-        "obs": torch.zeros((size, *obs_shape), device=device),
+        "obs": torch.zeros((size, *obs_shape), dtype=dtype, device=device),
         "action": torch.zeros(size, dtype=torch.int64, device=device),
         "return": torch.zeros(size, device=device),
         "discount": torch.zeros(size, device=device),
-        "next_obs": torch.zeros((size, *obs_shape), device=device),
+        "next_obs": torch.zeros((size, *obs_shape), dtype=dtype, device=device),
         "weight": torch.ones(size, device=device),
     }

@@ -19,3 +19,7 @@ class Weights:
 
     version: int
     arrays: dict[str, np.ndarray]
+
+
+class TrainingStopped(Exception):
+    """Raised by a batch source that stops waiting for data because the run is ending."""

@@ -1,6 +1,9 @@
-"""Q-networks: an MLP for flat observations, with an optional dueling head.
+"""Q-networks: an MLP for flat observations and the Nature-DQN CNN for stacked pixel frames,
+each with an optional dueling head.
 
 Collectors build the same network on CPU to act; the learner builds it on its device to train.
+Pixel batches arrive as uint8 and are scaled to [0, 1] inside `forward`, that is on the device the
+network lives on: what crosses Ray and the host->device copy is a quarter of the float32 size.
 """
 
 from __future__ import annotations
@@ -40,11 +43,37 @@ class MLPQNetwork(nn.Module):
         return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
+class NatureCNNQNetwork(nn.Module):
+    """The Nature-DQN torso (Mnih et al. 2015: 32x8x8/4, 64x4x4/2, 64x3x3/1 convolutions) and
+    fully connected `hidden` layers; maps frame stacks [B, stack, H, W] (uint8 0..255 or float
+    in the same range) to Q-values [B, num_actions]."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool):
+        super().__init__()
+        channels, height, width = obs_shape
+        self.convs = nn.Sequential(
+            nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            width = self.convs(torch.zeros(1, channels, height, width)).shape[1]
+        self.head = MLPQNetwork(width, num_actions, hidden, dueling)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(obs.float() * (1.0 / 255.0)))
+
+
 def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool) -> nn.Module:
-    """The Q-network for an observation shape (flat vectors only for now)."""
-    if len(obs_shape) != 1:
-        raise ValueError(f"MLP Q-network needs flat observations, got shape {obs_shape}")
-    return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling)
+    """The Q-network for an observation shape: MLP for flat vectors, Nature CNN for frame stacks."""
+    if len(obs_shape) == 1:
+        return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling)
+    if len(obs_shape) == 3:
+        if min(obs_shape[1:]) < 36:
+            raise ValueError(f"the Nature CNN needs frames of at least 36x36, got {obs_shape[1:]}")
+        return NatureCNNQNetwork(obs_shape, num_actions, hidden, dueling)
+    raise ValueError(f"no Q-network for observations of shape {obs_shape}")
 
 
 def greedy_actions(network: nn.Module, obs: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ class LearnerSettings:
     """The learner's hyperparameters (the fields of the learner, algo and network config)."""
 
     obs_shape: tuple[int, ...]
+    obs_dtype: str
     num_actions: int
     hidden: list[int]
     dueling: bool

@@ -59,7 +59,7 @@ def test_importance_weights_scale_each_term():
 
 def settings(**overrides) -> LearnerSettings:
     values = {
-        "obs_shape": (4,), "num_actions": 3, "hidden": [32, 32], "dueling": True,
+        "obs_shape": (4,), "obs_dtype": "float32", "num_actions": 3, "hidden": [32, 32], "dueling": True,
         "double_dqn": True, "huber_delta": 1.0, "lr": 1e-3, "adam_eps": 1e-8, "max_grad_norm": 1e9,
         "micro_batch": 16, "accumulation_steps": 1, "target_update": "hard", "target_update_every": 5,
         "target_tau": 0.01, "updates_per_epoch": 3, "broadcast_every_epochs": 1, "precision": "fp32",
@@ -165,3 +165,55 @@ def test_exported_policy_maps_observations_to_q_values():
     obs = torch.randn(7, 4)
     with torch.inference_mode():
         torch.testing.assert_close(program.module()(obs), learner.online(obs))
+
+
+PIXELS = (4, 36, 36)  # the smallest frames the Nature CNN takes (as the test pixel env has)
+
+
+def pixel_batch(rng: np.random.Generator, size: int) -> dict:
+    """A replay batch as a frame storage serves it: uint8 stacks."""
+    batch = random_batch(rng, size)
+    batch["obs"] = rng.integers(0, 256, (size, *PIXELS), dtype=np.uint8)
+    batch["next_obs"] = rng.integers(0, 256, (size, *PIXELS), dtype=np.uint8)
+    return batch
+
+
+def pixel_learner(**overrides):
+    rng = np.random.default_rng(2)
+    s = settings(**{"obs_shape": PIXELS, "obs_dtype": "uint8", "hidden": [64], "micro_batch": 8, **overrides})
+    published: list[Weights] = []
+    return Learner(s, torch.device("cpu"), lambda: pixel_batch(rng, s.micro_batch), published.append), published
+
+
+def test_cnn_is_chosen_for_frame_stacks_and_scales_uint8_inside():
+    learner, _ = pixel_learner()
+    assert isinstance(learner.online.convs[0], nn.Conv2d)
+    frames = torch.randint(0, 256, (3, *PIXELS), dtype=torch.uint8)
+    with torch.inference_mode():
+        # uint8 in, scaled to [0, 1] inside: the same Q-values as the float32 0..255 frames.
+        torch.testing.assert_close(learner.online(frames), learner.online(frames.float()))
+
+
+def test_cnn_accumulation_equals_one_large_batch():
+    rng = np.random.default_rng(3)
+    micro = [pixel_batch(rng, 8) for _ in range(3)]
+    whole = {k: np.concatenate([b[k] for b in micro]) for k in micro[0]}
+    accumulated, _ = pixel_learner(accumulation_steps=3)
+    single, _ = pixel_learner(accumulation_steps=1, micro_batch=24)
+    single.online.load_state_dict(accumulated.online.state_dict())
+    single.target.load_state_dict(accumulated.target.state_dict())
+    for got, want in zip(grads_after(accumulated, micro), grads_after(single, [whole])):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports():
+    learner, published = pixel_learner(precision="bf16", accumulation_steps=2, updates_per_epoch=2)
+    learner.warmup()
+    before = [p.detach().clone() for p in learner.online.parameters()]
+    metrics = learner.train_epoch()
+    assert np.isfinite(metrics["td_loss"]) and published[-1].version == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    program = torch.export.load(io.BytesIO(learner.export_policy())).module()
+    frames = torch.randint(0, 256, (5, *PIXELS)).float()  # policy.pt2 takes float32 observations
+    with torch.inference_mode():
+        torch.testing.assert_close(program(frames), learner.online(frames))
