@@ -81,7 +81,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from actors.envs import UnsupportedEnv, inspect_env
 
     try:
-        spec = inspect_env(config.env.id, config.env.kwargs)
+        spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
     progress = ProgressLine(sys.stderr)

@@ -39,9 +39,15 @@ class LearnerActor:
 
         torch.set_num_threads(max(1, num_threads))
         mixer = ShardMixer(len(shards), settings.micro_batch, limiter, settings.seed)
-        self.source = BatchSource(shards, mixer, prefetch)
+        self.source = BatchSource(shards, mixer, prefetch, should_stop=lambda: self.learner.stop_requested)
         self.publisher = WeightPublisher(collectors)
         self.learner = Learner(settings, torch.device(device), self.source.next_batch, self.publisher.publish)
+
+    @ray.method(concurrency_group="control")
+    def request_stop(self) -> None:
+        """End the epoch in progress after its current update, and every epoch queued after it
+        at once (served on its own thread, so it does not queue behind those epochs)."""
+        self.learner.stop_requested = True
 
     def warmup(self, state: bytes | None = None) -> dict:
         """Restore a checkpoint if given, warm the networks up, publish the starting weights."""

@@ -31,6 +31,7 @@ class RunMetrics:
         self.wait_s = 0.0
         self.shard_inserted: list[int] = []
         self.shard_sizes: list[int] = []
+        self.replay_bytes_per_transition: float | None = None
 
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
@@ -40,8 +41,11 @@ class RunMetrics:
         self.shard_sizes = [s["size"] for s in shards]
         inserted = sum(self.shard_inserted)
         sampled = sum(s["sampled"] for s in shards)
+        # What the preallocated storage costs per transition slot (pixels: one frame plus scalars).
+        self.replay_bytes_per_transition = sum(s["nbytes"] for s in shards) / sum(s["capacity"] for s in shards)
         scalars: dict[str, float] = {
             "replay/size": sum(self.shard_sizes),
+            "replay/bytes_per_transition": self.replay_bytes_per_transition,
             "collector/epsilon": float(np.mean([c["epsilon"] for c in collectors])),
         }
         if inserted:

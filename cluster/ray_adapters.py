@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import ray
 
-from learner.messages import Weights
+from learner.messages import TrainingStopped, Weights
 from replay.messages import Batch, Chunk, ShardCounters
 from replay.mixing import ShardMixer
 
@@ -124,8 +124,9 @@ class BatchSource:
 
     REFRESH_GROUPS = 4
 
-    def __init__(self, shards: list, mixer: ShardMixer, depth: int):
+    def __init__(self, shards: list, mixer: ShardMixer, depth: int, should_stop: Callable[[], bool] = lambda: False):
         self.shards = shards
+        self.should_stop = should_stop  # when true, waiting for data ends in TrainingStopped
         self.mixer = mixer
         self.depth = max(1, depth)
         self.group = max(1, self.depth // 2)
@@ -203,6 +204,8 @@ class BatchSource:
         start = time.perf_counter()
         filling = self.mixer.sizes.sum() < self.mixer.limiter.min_size
         while not self.in_flight:
+            if self.should_stop():
+                raise TrainingStopped("the run is stopping")
             self._observe([shard.counters.remote() for shard in self.shards])
             self._top_up()
             if not self.in_flight:

@@ -57,6 +57,7 @@ class TrainingRun:
         self.env_steps_at_solve: int | None = None
         self.final_eval: float | None = None
         self.collect_start: float | None = None
+        self.collect_end: float | None = None  # when the collectors were told to stop
         self.restarts = [0] * config.collectors.num  # new collector processes seen (Ray restarts)
         self.incarnations: list[str | None] = [None] * config.collectors.num
         self.loop_failures = [0] * config.collectors.num  # run loops that ended in an error
@@ -116,7 +117,7 @@ class TrainingRun:
                 result_ref, weights_ref = self.eval_in_flight
                 self.eval_in_flight = None
                 if self._on_eval(ray.get(result_ref), weights_ref):
-                    stopping = True
+                    stopping = self._stop_learning()
             if queued[0][1] in ready:
                 epoch, ref = queued.popleft()
                 self._on_epoch(epoch, ray.get(ref))
@@ -124,11 +125,18 @@ class TrainingRun:
                 self._maybe_start_eval()
             if time.perf_counter() >= next_poll:
                 next_poll = time.perf_counter() + POLL_EVERY_S
-                if self._poll():
-                    stopping = True
+                if self._poll() and not stopping:
+                    stopping = self._stop_learning()
+
+    def _stop_learning(self) -> bool:
+        """Cut the learner's current and queued epochs short; returns True (now stopping)."""
+        self.actors.learner.request_stop.remote()
+        return True
 
     def _on_epoch(self, epoch: int, m: dict) -> None:
         """Record one epoch's metrics; mark an evaluation due; checkpoint when due."""
+        if m["updates_in_epoch"] == 0:
+            return  # cut before its first update: the run is stopping
         self.epochs_done = epoch
         self.latest_weights = (m.pop("weights_ref"), m.pop("weights_version"))
         self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
@@ -210,8 +218,12 @@ class TrainingRun:
     def _finish(self) -> None:
         if self.actors is None:
             return
-        # Collectors keep running until the learner has answered: its queued epochs may still need
-        # their data, and these calls wait behind those epochs.
+        # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
+        # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
+        self.actors.learner.request_stop.remote()
+        for collector in self.actors.collectors:
+            collector.stop.remote()
+        self.collect_end = time.time()
         self._checkpoint()
         export = self.solved_weights
         if export is None:
@@ -221,8 +233,6 @@ class TrainingRun:
             self.final_eval = result["mean"]
             self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         atomic_write(self.run_dir / "policy.pt2", ray.get(self.actors.learner.export_policy.remote(export)))
-        for collector in self.actors.collectors:
-            collector.stop.remote()
         self._poll_final()
         atomic_write(self.run_dir / "summary.json", json.dumps(self.summary(), indent=2).encode())
         self.tb.flush()
@@ -237,7 +247,8 @@ class TrainingRun:
     def summary(self) -> dict:
         """What summary.json holds."""
         m = self.metrics
-        collect_s = time.time() - self.collect_start if self.collect_start else None
+        end = self.collect_end or time.time()
+        collect_s = end - self.collect_start if self.collect_start else None
         return {
             "env_id": self.config.env.id,
             "seed": self.config.seed,
@@ -255,6 +266,7 @@ class TrainingRun:
             "collector_restarts": sum(self.restarts),
             "replay_size_per_shard": m.shard_sizes,
             "replay_inserted_per_shard": m.shard_inserted,
+            "replay_bytes_per_transition": m.replay_bytes_per_transition,
         }
 
     def _kill_actors(self) -> None:

@@ -65,7 +65,7 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     """The whole `raypex train` command; returns the exit code."""
     config, run_dir, resume = resolve_config(args)
     try:
-        spec = inspect_env(config.env.id, config.env.kwargs)
+        spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
     progress = ProgressLine(sys.stderr)

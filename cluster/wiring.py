@@ -22,6 +22,7 @@ from cluster.placement import Reservation, ResourceRequest, in_bundle, reserve
 from cluster.shard_actor import ShardActor
 from learner.settings import LearnerSettings
 from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import StorageSpec
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
@@ -111,15 +112,23 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         num_actions=spec.num_actions, hidden=config.network.hidden, dueling=config.network.dueling,
         n_step=config.algo.n_step, gamma=config.algo.gamma, chunk_steps=c.chunk_steps,
         epsilon_base=c.epsilon_base, epsilon_alpha=c.epsilon_alpha,
-        epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed,
+        epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed, frame_stack=spec.frame_stack,
+        clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
     )
+
+
+def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
+    """What each shard stores (pixel observations frame-once, per env of its collector)."""
+    return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
+                       config.env.num_envs)
 
 
 def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
     """The fields the learner needs."""
     lc = config.learner
     return LearnerSettings(
-        obs_shape=spec.obs_shape, num_actions=spec.num_actions, hidden=config.network.hidden,
+        obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, num_actions=spec.num_actions,
+        hidden=config.network.hidden,
         dueling=config.network.dueling, double_dqn=config.algo.double_dqn,
         huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
         max_grad_norm=lc.max_grad_norm, micro_batch=lc.micro_batch,
@@ -145,7 +154,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
         shard_name = f"raypex-{run_id}-shard-{i}"
         shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement, name=shard_name).remote(
-            i, r.capacity, spec.obs_shape, spec.obs_dtype, shard_limiter, config.seed + i)
+            i, storage_spec(config, spec), shard_limiter, config.seed + i)
         collector = collector_cls.options(
             num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=f"raypex-{run_id}-collector-{i}",
@@ -153,7 +162,9 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         shards.append(shard)
         collectors.append(collector)
     lc = config.learner
-    learner = ray.remote(LearnerActor).options(
+    # The "control" group is a second thread for request_stop only; every other method runs in
+    # submission order on the default single thread.
+    learner = ray.remote(concurrency_groups={"control": 1})(LearnerActor).options(
         num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group.learner, 0),
     ).remote(
         learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,
@@ -165,6 +176,6 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0),
     ).remote(
         config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77,
-        spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling,
+        spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
     )
     return RunActors(run_id, shards, collectors, learner, evaluator)

@@ -49,9 +49,11 @@ def test_metrics_rates_lag_and_episode_means():
         {"env_steps": 100, "epsilon": 0.4, "version": 2, "episode_returns": [10.0, 20.0], "episode_lengths": [10, 20]},
         {"env_steps": 300, "epsilon": 0.0, "version": -1, "episode_returns": [], "episode_lengths": []},
     ]
-    shards = [{"size": 50, "inserted": 50, "sampled": 200}, {"size": 150, "inserted": 150, "sampled": 600}]
+    shards = [{"size": 50, "inserted": 50, "sampled": 200, "nbytes": 4_800, "capacity": 100},
+              {"size": 150, "inserted": 150, "sampled": 600, "nbytes": 14_400, "capacity": 300}]
     first = metrics.poll(collectors, shards, now=0.0)
     assert first["charts/episodic_return"] == 15.0 and first["replay/replay_ratio"] == 4.0
+    assert first["replay/bytes_per_transition"] == 48.0
     assert first["perf/policy_lag_max"] == 0.0  # version -1 (no weights yet) is not counted
     metrics.epoch({"version": 5, "td_loss": 1.0, "q_values": 2.0, "epoch_s": 0.5, "wait_fraction": 0.1,
                    "broadcast_ms": 1.0, "updates_in_epoch": 10, "samples_per_update": 64})
