@@ -18,10 +18,16 @@ Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or 
 class Evaluator:
     """Owns an evaluation vector env with one env per episode."""
 
-    def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4):
+    def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4,
+                 epsilon: float = 0.0):
         self.env = make_vector_env(env_id, episodes, None, env_kwargs, frame_stack)
         self.episodes = episodes
         self.seed = seed
+        # A small random-action rate keeps a greedy policy from stalling a game forever (Breakout
+        # waits for FIRE after a lost life), as in the DQN papers' evaluation protocol.
+        self.epsilon = epsilon
+        self.rng = np.random.default_rng(seed)
+        self.num_actions = int(self.env.single_action_space.n)
         self.runs = 0
 
     def evaluate(self, policy: Policy) -> np.ndarray:
@@ -31,7 +37,11 @@ class Evaluator:
         returns = np.zeros(self.episodes, np.float64)
         running = np.ones(self.episodes, bool)
         while running.any():
-            obs, reward, terminated, truncated, _ = self.env.step(policy(obs))
+            actions = policy(obs)
+            if self.epsilon:
+                explore = self.rng.random(self.episodes) < self.epsilon
+                actions = np.where(explore, self.rng.integers(0, self.num_actions, self.episodes), actions)
+            obs, reward, terminated, truncated, _ = self.env.step(actions)
             returns += np.where(running, reward, 0.0)
             running &= ~(terminated | truncated)
         return returns

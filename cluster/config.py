@@ -122,6 +122,9 @@ class EvalConfig(_Section):
     """Greedy evaluation on a separate env, run by its own actor while the learner trains."""
 
     episodes: int = Field(100, ge=1, description="Episodes per evaluation (run in parallel).")
+    epsilon: float = Field(
+        0.0, ge=0.0, le=1.0, description="Random-action rate while evaluating (Atari's protocol uses 0.05)."
+    )
     every_epochs: int = Field(
         2, ge=1, description="Epochs between evaluations of the newest weights (one runs at a time)."
     )

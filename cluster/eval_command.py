@@ -32,7 +32,8 @@ def run_eval(args: argparse.Namespace) -> int:
     def greedy(obs: np.ndarray) -> np.ndarray:  # policy.pt2 takes float32 observations
         return greedy_actions(module, obs.astype(np.float32, copy=False))
 
-    evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed, config.env.frame_stack)
+    evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed, config.env.frame_stack,
+                          config.eval.epsilon)
     returns = evaluator.evaluate(greedy)
     evaluator.close()
     print(f"mean return {returns.mean():.2f} over {args.episodes} episodes "

@@ -19,7 +19,7 @@ class EvaluatorActor:
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
                  obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                 frame_stack: int):
+                 frame_stack: int, epsilon: float):
         import torch
 
         from actors.evaluator import Evaluator
@@ -28,7 +28,7 @@ class EvaluatorActor:
         torch.set_num_threads(1)
         self.network = build_q_network(obs_shape, num_actions, hidden, dueling).eval()
         self.policy = functools.partial(greedy_actions, self.network)
-        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack)
+        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon)
 
     def evaluate(self, arrays: dict[str, np.ndarray], version: int) -> dict:
         """Mean and min greedy return of weights `version` (Ray resolves the ref to `arrays`)."""

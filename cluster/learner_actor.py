@@ -20,6 +20,19 @@ from replay.mixing import ShardMixer
 from replay.rate_limit import SamplesPerInsertLimiter
 
 
+def gpu_busy_fraction(device) -> float | None:
+    """NVML's share of the last sample period in which a kernel ran on the learner's GPU (None on
+    CPU, or when NVML is not available)."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    try:
+        return torch.cuda.utilization(device) / 100.0
+    except Exception:  # pynvml missing or NVML unsupported: the scalar is simply not written
+        return None
+
+
 class LearnerActor:
     """Hosts the Learner; trains, evaluates, checkpoints and exports on the driver's request."""
 
@@ -66,6 +79,9 @@ class LearnerActor:
         metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
         metrics["fill_wait_s"] = self.source.fill_wait_s
         metrics["weights_ref"], metrics["weights_version"] = self.publisher.latest
+        busy = gpu_busy_fraction(self.learner.device)
+        if busy is not None:
+            metrics["gpu_busy_fraction"] = busy
         return metrics
 
     def latest_weights(self) -> tuple:

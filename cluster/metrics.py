@@ -92,6 +92,8 @@ class RunMetrics:
         }
         if "grad_scale" in m:
             scalars["learner/grad_scale"] = m["grad_scale"]
+        if "gpu_busy_fraction" in m:
+            scalars["learner/gpu_busy_fraction"] = m["gpu_busy_fraction"]
         return scalars
 
     def evaluation(self, result: dict) -> dict[str, float]:

@@ -177,5 +177,6 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     ).remote(
         config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77,
         spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
+        config.eval.epsilon,
     )
     return RunActors(run_id, shards, collectors, learner, evaluator)
