@@ -120,15 +120,19 @@ def _make_ale(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     return AtariVectorEnv(ale_game(env_id), num_envs, stack_num=1, reward_clipping=False, **options)
 
 
+def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
+    """The vector env itself, without frame stacking (what `raypex bench` compares collectors to)."""
+    if is_ale(env_id):
+        return _make_ale(env_id, num_envs, kwargs)
+    return gym.make_vec(_import_env_module(env_id), num_envs=num_envs, vectorization_mode=None, **kwargs)
+
+
 def make_vector_env(env_id: str, num_envs: int, seed: int | None, kwargs: dict[str, Any],
                     frame_stack: int = 4):
     """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation
     (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
     mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked."""
-    if is_ale(env_id):
-        env = _make_ale(env_id, num_envs, kwargs)
-    else:
-        env = gym.make_vec(_import_env_module(env_id), num_envs=num_envs, vectorization_mode=None, **kwargs)
+    env = make_raw_vector_env(env_id, num_envs, kwargs)
     space = env.single_observation_space
     frame_shape = tuple(s for s in space.shape if s != 1) if np.dtype(space.dtype) == np.uint8 else ()
     if len(frame_shape) == 2:

@@ -108,11 +108,15 @@ def run_bench(args: argparse.Namespace) -> int:
         concurrent = min(config.collectors.num, os.cpu_count() or 1)
         collect = bench.collect(plan.collect_s)
         rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
+        if spec.frame_stack:  # pixels: what the collectors keep of the env's own speed (ALE alone)
+            rows.append(BenchRow.against("collect_vs_env_raw", collect, "env steps/s", raw * concurrent, ">= 0.8"))
         latency_ms, put_get_ms, pause_ms = bench.broadcast(plan.broadcasts)
         rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
         rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
         fed, from_memory, wait_fraction = bench.learner_feed(plan.feed_updates)
         rows.append(BenchRow.against("learner_feed", fed, "updates/s", from_memory, ">= 0.8"))
+        samples_per_update = config.learner.micro_batch * config.learner.accumulation_steps
+        rows.append(BenchRow("learner_samples", fed * samples_per_update, "samples/s"))
         rows.append(BenchRow("learner_wait_fraction", wait_fraction, "fraction"))
         with tempfile.TemporaryDirectory(prefix="raypex-bench-") as scratch:
             short = bench.training_run(Path(scratch) / "T", plan.linearity_steps)

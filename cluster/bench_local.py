@@ -1,7 +1,8 @@
 """The in-process measurements of `raypex bench` (no Ray): the ceilings the distributed rows are
 compared with.
 
-- `env_raw`: steps/s of the configured vector env alone, random actions, no policy.
+- `env_raw`: steps/s of the configured vector env alone (ALE's own vector env for Atari, without
+  raypex's frame stacking), random actions, no policy.
 - `env_policy`: a real Collector (action selection, env step, n-step folding) whose chunks go
   nowhere: the most one collector process can do.
 """
@@ -12,13 +13,13 @@ import time
 
 import numpy as np
 
-from actors.envs import make_vector_env
+from actors.envs import make_raw_vector_env
 from actors.settings import CollectorSettings
 
 
 def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: float, seed: int = 0) -> float:
     """Env steps per second (summed over the vector env's envs) with uniformly random actions."""
-    env = make_vector_env(env_id, num_envs, seed, env_kwargs)
+    env = make_raw_vector_env(env_id, num_envs, env_kwargs)  # ALE: its vector env alone, no stacking
     try:
         env.reset(seed=seed)
         rng = np.random.default_rng(seed)

@@ -29,7 +29,7 @@ def gpu_busy_fraction(device) -> float | None:
 
     try:
         return torch.cuda.utilization(device) / 100.0
-    except Exception:  # pynvml missing or NVML unsupported: the scalar is simply not written
+    except (ImportError, ModuleNotFoundError, RuntimeError):  # no pynvml, or NVML unsupported: no scalar
         return None
 
 
