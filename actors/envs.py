@@ -95,6 +95,15 @@ class FrameStackVectorEnv:
         self.env.close()
 
 
+def _frame_shape(space: gym.spaces.Space) -> tuple[int, ...] | None:
+    """(H, W) when `space` holds single grayscale frames (uint8, 2-D once size-1 axes are
+    dropped, as ALE's [1, H, W] is), else None."""
+    if not isinstance(space, gym.spaces.Box) or np.dtype(space.dtype) != np.uint8:
+        return None
+    frame = tuple(s for s in space.shape if s != 1)
+    return frame if len(frame) == 2 else None
+
+
 def _import_env_module(env_id: str) -> str:
     """For `module:EnvId`, import the module (it registers the env); returns the bare id."""
     if ":" not in env_id:
@@ -133,9 +142,8 @@ def make_vector_env(env_id: str, num_envs: int, seed: int | None, kwargs: dict[s
     (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
     mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked."""
     env = make_raw_vector_env(env_id, num_envs, kwargs)
-    space = env.single_observation_space
-    frame_shape = tuple(s for s in space.shape if s != 1) if np.dtype(space.dtype) == np.uint8 else ()
-    if len(frame_shape) == 2:
+    frame_shape = _frame_shape(env.single_observation_space)
+    if frame_shape is not None:
         env = FrameStackVectorEnv(env, frame_stack, frame_shape)
     env.reset(seed=seed)
     return env
@@ -152,7 +160,7 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
     except TypeError as err:
         raise UnsupportedEnv(f"env.kwargs are not accepted by ALE's vector env: {err}") from None
     try:
-        frame = tuple(s for s in env.single_observation_space.shape if s != 1)
+        frame = _frame_shape(env.single_observation_space)
         return EnvSpec((frame_stack, *frame), "uint8", int(env.single_action_space.n), frame_stack)
     finally:
         env.close()
@@ -193,8 +201,8 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
             f"env.id '{env_id}' has a {type(obs_space).__name__} observation space; "
             "raypex needs a Box observation space"
         )
-    frame = tuple(s for s in obs_space.shape if s != 1)
-    if np.dtype(obs_space.dtype) == np.uint8 and len(frame) == 2:
+    frame = _frame_shape(obs_space)
+    if frame is not None:
         return EnvSpec((frame_stack, *frame), "uint8", int(act_space.n), frame_stack)
     if len(obs_space.shape) != 1:
         raise UnsupportedEnv(

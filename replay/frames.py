@@ -21,11 +21,23 @@ from collections.abc import Mapping
 
 import numpy as np
 
+# The per-slot arrays besides the frame: name -> dtype. One table sizes, allocates, measures and
+# checkpoints them, so the byte count cannot drift from what is allocated.
+_SLOT_SCALARS = {
+    "frame_step": np.int32,  # frames since its episode's first frame
+    "stream": np.int64,  # stream number of the frame in the slot (-1: empty)
+    "action": np.int64,
+    "ret": np.float32,
+    "discount": np.float32,
+    "next_offset": np.int16,  # next_obs frame = this frame + offset
+    "valid": np.bool_,
+}
+_ARRAYS = ("frames", *_SLOT_SCALARS)
+
 
 def frame_bytes_per_slot(frame_shape: tuple[int, ...]) -> int:
     """Bytes one slot costs: the frame, its step counter, stream number and the transition."""
-    frame = int(np.prod(frame_shape))
-    return frame + 4 + 8 + 8 + 4 + 4 + 2 + 1
+    return int(np.prod(frame_shape)) + sum(np.dtype(dtype).itemsize for dtype in _SLOT_SCALARS.values())
 
 
 class FrameStorage:
@@ -45,13 +57,9 @@ class FrameStorage:
         self.num_envs, self.slots, self.stack = E, K, stack
         self.capacity = E * K
         self.frames = np.zeros((E, K, *frame_shape), np.uint8)
-        self.frame_step = np.zeros((E, K), np.int32)  # frames since its episode's first frame
-        self.stream = np.full((E, K), -1, np.int64)  # stream number of the frame in the slot
-        self.action = np.zeros((E, K), np.int64)
-        self.ret = np.zeros((E, K), np.float32)
-        self.discount = np.zeros((E, K), np.float32)
-        self.next_offset = np.zeros((E, K), np.int16)  # next_obs frame = this frame + offset
-        self.valid = np.zeros((E, K), bool)
+        for name, dtype in _SLOT_SCALARS.items():
+            setattr(self, name, np.zeros((E, K), dtype))
+        self.stream.fill(-1)
         self.written = 0  # frames written per env stream (every env of a collector steps together)
         self.renumber = 0  # added to incoming stream numbers (see `add`)
         self.total_added = 0
@@ -65,8 +73,7 @@ class FrameStorage:
     @property
     def nbytes(self) -> int:
         """Bytes held by the preallocated arrays."""
-        return sum(a.nbytes for a in (self.frames, self.frame_step, self.stream, self.action, self.ret,
-                                      self.discount, self.next_offset, self.valid))
+        return sum(getattr(self, name).nbytes for name in _ARRAYS)
 
     def _rows(self) -> np.ndarray:
         if self._valid_rows is None:
@@ -153,17 +160,15 @@ class FrameStorage:
         env, slot = np.divmod(rows, self.slots)
         return env, self.stream[env, slot] - self.renumber
 
-    _ARRAYS = ("frames", "frame_step", "stream", "action", "ret", "discount", "next_offset", "valid")
-
     def get_state(self) -> dict:
         """Every array and counter, for a replay checkpoint."""
-        state = {name: getattr(self, name).copy() for name in self._ARRAYS}
+        state = {name: getattr(self, name).copy() for name in _ARRAYS}
         state.update(written=self.written, renumber=self.renumber, total_added=self.total_added)
         return state
 
     def set_state(self, state: dict) -> None:
         """Restore from `get_state` output (same capacity, envs and frame shape)."""
-        for name in self._ARRAYS:
+        for name in _ARRAYS:
             getattr(self, name)[...] = state[name]
         self.written, self.renumber, self.total_added = state["written"], state["renumber"], state["total_added"]
         self._valid_rows = None
