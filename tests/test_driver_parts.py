@@ -97,3 +97,21 @@ def test_pairs_get_a_node_each_when_the_nodes_allow():
     assert pair_strategy(request, [{"CPU": 1.0}] * 3) == "STRICT_SPREAD"
     assert pair_strategy(request, [{"CPU": 1.0}] * 2) == "SPREAD"  # more pairs than nodes
     assert pair_strategy(ResourceRequest(1, 0.3, 0.01, 0.5, 0), [{"CPU": 1.0}] * 3) == "SPREAD"
+
+
+def test_the_solve_clock_starts_when_the_command_process_started():
+    """time_to_solve_s counts from the process start; it must be neither late (start-up not
+    counted) nor early (a second of boot-time rounding counted as start-up)."""
+    import subprocess
+    import sys
+    import time
+
+    before = time.time()
+    printed = subprocess.run(
+        [sys.executable, "-c", "from cluster.cli import _process_start_time; print(repr(_process_start_time()))"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    after = time.time()
+    started = float(printed)
+    tick = 0.011  # /proc counts in 10 ms clock ticks
+    assert before - tick <= started <= after
