@@ -29,6 +29,17 @@ ALE_RESERVED = {"game", "num_envs", "stack_num", "reward_clipping", "autoreset_m
                 "life_loss_info", "batch_size", "continuous", "grayscale"}
 
 
+# The most one episode can score where that is a fact of the env with its default kwargs:
+# CartPole pays 1 per step up to its time limit, Pong ends at 21 points. Evaluations use it to stop
+# as soon as the stop target is out of reach (eval.max_return: auto).
+KNOWN_MAX_RETURNS = {"CartPole-v0": 200.0, "CartPole-v1": 500.0, "ALE/Pong-v5": 21.0}
+
+
+def known_max_return(env_id: str, kwargs: dict[str, Any]) -> float | None:
+    """The env's highest possible episode return, when it is known and no kwargs could change it."""
+    return None if kwargs else KNOWN_MAX_RETURNS.get(env_id)
+
+
 class UnsupportedEnv(Exception):
     """The env id is unknown or its spaces are not ones raypex learns on (one-line message)."""
 

@@ -30,12 +30,20 @@ class Evaluator:
         self.num_actions = int(self.env.single_action_space.n)
         self.runs = 0
 
-    def evaluate(self, policy: Policy) -> np.ndarray:
-        """Undiscounted returns of one episode per env under `policy` (a fresh seed per call)."""
+    def evaluate(self, policy: Policy, give_up: tuple[float, float] | None = None) -> np.ndarray | None:
+        """Undiscounted returns of one episode per env under `policy` (a fresh seed per call).
+
+        With `give_up=(target_mean, max_return)` the evaluation stops, returning None, as soon as
+        the mean could no longer reach `target_mean` even if every unfinished episode scored
+        `max_return`: a policy far from the target then costs a few dozen env steps instead of
+        its longest episode. Without it every episode runs to its end.
+        """
         obs, _ = self.env.reset(seed=self.seed + 10_007 * self.runs)
         self.runs += 1
         returns = np.zeros(self.episodes, np.float64)
         running = np.ones(self.episodes, bool)
+        # Total shortfall from max_return the finished episodes may have before the target is lost.
+        allowed_shortfall = self.episodes * (give_up[1] - give_up[0]) if give_up else None
         while running.any():
             actions = policy(obs)
             if self.epsilon:
@@ -44,6 +52,8 @@ class Evaluator:
             obs, reward, terminated, truncated, _ = self.env.step(actions)
             returns += np.where(running, reward, 0.0)
             running &= ~(terminated | truncated)
+            if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:
+                return None
         return returns
 
     def close(self) -> None:

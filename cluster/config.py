@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -128,6 +128,21 @@ class EvalConfig(_Section):
     every_epochs: int = Field(
         2, ge=1, description="Epochs between evaluations of the newest weights (one runs at a time)."
     )
+    max_return: float | Literal["auto"] | None = Field(
+        "auto",
+        description="The most one episode can score. When known, an evaluation stops once "
+        "stop.eval_return is out of reach, and only every 5th one runs to the end for "
+        "eval/return_mean. auto = known for CartPole (500) and Pong (21) without env.kwargs; "
+        "null = every evaluation runs to the end.",
+    )
+
+
+    @field_validator("max_return", mode="before")
+    @classmethod
+    def _number_auto_or_null(cls, value: Any) -> Any:
+        if value is None or value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return value
+        raise ValueError("must be a number, auto or null")
 
 
 class StopConfig(_Section):
@@ -177,6 +192,13 @@ class RunConfig(_Section):
             raise ValueError(
                 f"learner.micro_batch ({self.learner.micro_batch}) must not exceed "
                 f"replay.min_size ({self.replay.min_size})"
+            )
+        target = self.stop.eval_return
+        bound = self.eval.max_return
+        if isinstance(bound, float) and target is not None and bound < target:
+            raise ValueError(
+                f"eval.max_return ({bound:g}) must be at least stop.eval_return ({target:g}), "
+                "or no evaluation could ever reach it"
             )
         if self.learner.precision == "fp16" and self.learner.device == "cpu":
             raise ValueError("learner.precision fp16 needs CUDA; use bf16 or fp32 with device cpu")

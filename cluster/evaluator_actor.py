@@ -3,7 +3,9 @@
 The learner never pauses training to evaluate: the driver hands this actor a published weights
 version (the same object-store ref the collectors fetch) and reads the returns when they are done.
 One evaluation runs at a time and the driver always sends the newest version, so evaluations
-never queue up behind a busy evaluator. torch is imported inside the actor only.
+never queue up behind a busy evaluator. MLP Q-networks are evaluated in numpy
+(learner/numpy_mlp.py), so for flat observations this process never imports torch; it starts
+while the learner warms up, on the same cores. Pixel networks are evaluated with torch.
 """
 
 from __future__ import annotations
@@ -15,28 +17,45 @@ import numpy as np
 
 
 class EvaluatorActor:
-    """Holds the evaluation vector env and a CPU copy of the Q-network."""
+    """Holds the evaluation vector env and the network it evaluates weights with."""
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
                  obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
                  frame_stack: int, epsilon: float):
-        import torch
-
         from actors.evaluator import Evaluator
-        from learner.networks import build_q_network, greedy_actions
 
-        torch.set_num_threads(1)
-        self.network = build_q_network(obs_shape, num_actions, hidden, dueling).eval()
-        self.policy = functools.partial(greedy_actions, self.network)
+        self.torch_network = None
+        if len(obs_shape) != 1:
+            import torch
+
+            from learner.networks import build_q_network
+
+            torch.set_num_threads(1)
+            self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling).eval()
         self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon)
 
-    def evaluate(self, arrays: dict[str, np.ndarray], version: int) -> dict:
-        """Mean and min greedy return of weights `version` (Ray resolves the ref to `arrays`)."""
+    def _policy(self, arrays: dict[str, np.ndarray]):
+        if self.torch_network is None:
+            from learner.numpy_mlp import NumpyMLPQ
+
+            return NumpyMLPQ(arrays).greedy_actions
+        from learner.networks import greedy_actions
         from learner.weights import load_arrays
 
-        load_arrays(self.network, arrays)
-        returns = self.evaluator.evaluate(self.policy)
-        return {"version": version, "mean": float(returns.mean()), "min": float(returns.min())}
+        load_arrays(self.torch_network, arrays)
+        return functools.partial(greedy_actions, self.torch_network)
+
+    def evaluate(self, arrays: dict[str, np.ndarray], version: int,
+                 give_up: tuple[float, float] | None = None) -> dict:
+        """Mean and min greedy return of weights `version` (Ray resolves the ref to `arrays`).
+
+        With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
+        early and reports `complete: False` with no returns.
+        """
+        returns = self.evaluator.evaluate(self._policy(arrays), give_up)
+        if returns is None:
+            return {"version": version, "complete": False, "mean": None, "min": None}
+        return {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}
 
     def pid(self) -> int:
         """This actor's process id (bench reads its resident memory)."""

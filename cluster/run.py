@@ -20,7 +20,7 @@ from pathlib import Path
 
 import ray
 
-from actors.envs import EnvSpec
+from actors.envs import EnvSpec, known_max_return
 from cluster.checkpoints import ResumePoint, atomic_write, save_checkpoint
 from cluster.config import RunConfig
 from cluster.metrics import RunMetrics
@@ -31,6 +31,7 @@ from cluster.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
 EXIT_INTERRUPTED = 130
+FULL_EVAL_EVERY = 5  # with eval.max_return: every 5th evaluation runs to the end
 
 
 class RunFailed(Exception):
@@ -65,6 +66,9 @@ class TrainingRun:
         self.latest_weights: tuple | None = None  # (ref, version) of the newest published weights
         self.eval_due = False
         self.eval_in_flight: tuple | None = None  # (result ref, weights ref)
+        self.evals_started = 0
+        bound = config.eval.max_return
+        self.eval_max_return = known_max_return(config.env.id, config.env.kwargs) if bound == "auto" else bound
         self.solved_weights = None  # the weights ref whose evaluation reached stop.eval_return
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -146,14 +150,25 @@ class TrainingRun:
             self._checkpoint()
 
     def _maybe_start_eval(self) -> None:
-        """Start an evaluation of the newest weights when one is due and none is running."""
+        """Start an evaluation of the newest weights when one is due and none is running.
+
+        With eval.max_return set, evaluations may give up once stop.eval_return is out of reach,
+        except every FULL_EVAL_EVERY-th, which runs to the end so eval/return_mean keeps a curve.
+        """
         if self.eval_due and self.eval_in_flight is None and self.latest_weights is not None:
             weights_ref, version = self.latest_weights
-            self.eval_in_flight = (self.actors.evaluator.evaluate.remote(weights_ref, version), weights_ref)
+            give_up = None
+            target, max_return = self.config.stop.eval_return, self.eval_max_return
+            if target is not None and max_return is not None and self.evals_started % FULL_EVAL_EVERY:
+                give_up = (target, max_return)
+            self.evals_started += 1
+            self.eval_in_flight = (self.actors.evaluator.evaluate.remote(weights_ref, version, give_up), weights_ref)
             self.eval_due = False
 
     def _on_eval(self, result: dict, weights_ref) -> bool:
         """Record one evaluation; True when it reached stop.eval_return."""
+        if not result["complete"]:
+            return False  # gave up: the target was out of reach
         self.final_eval = result["mean"]
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         target = self.config.stop.eval_return

@@ -40,6 +40,8 @@ BAD_TRAIN_ARGS = [
     (["learner.lr=-1"], "learner.lr: Input should be greater than 0"),
     (["replay.capacity=-5"], "replay.capacity: Input should be greater than or equal to 1"),
     (["collectors.epsilon_base=1.5"], "collectors.epsilon_base: Input should be less than or equal to 1"),
+    (["eval.max_return=100"], "eval.max_return (100) must be at least stop.eval_return (490)"),
+    (["eval.max_return=lots"], "eval.max_return: must be a number, auto or null (got 'lots')"),
     (["learner.micro_batch=512", "replay.capacity=256"], "learner.micro_batch (512) must not exceed replay.capacity"),
     (["learner.precision=fp8"], "learner.precision: Input should be 'fp32', 'bf16' or 'fp16'"),
     (["learner.device=tpu"], "learner.device: Input should be 'auto', 'cpu' or 'cuda'"),

@@ -167,6 +167,27 @@ def test_exported_policy_maps_observations_to_q_values():
         torch.testing.assert_close(program.module()(obs), learner.online(obs))
 
 
+@pytest.mark.parametrize("hidden", [[64, 64], [32], []])
+@pytest.mark.parametrize("dueling", [True, False])
+def test_numpy_evaluation_twin_matches_the_torch_mlp(hidden, dueling):
+    """The evaluator runs MLPs in numpy; it must give the torch network's Q-values and actions."""
+    from learner.networks import build_q_network
+    from learner.numpy_mlp import NumpyMLPQ
+    from learner.weights import export_arrays
+
+    torch.manual_seed(3)
+    network = build_q_network((4,), 3, hidden, dueling)
+    with torch.no_grad():  # trained-looking weights, not the init's small ones
+        for parameter in network.parameters():
+            parameter.mul_(3.0)
+    twin = NumpyMLPQ(export_arrays(network))
+    obs = np.random.default_rng(4).normal(size=(256, 4)).astype(np.float32)
+    with torch.inference_mode():
+        expected = network(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(twin.q_values(obs), expected, rtol=1e-5, atol=1e-5)
+    assert (twin.greedy_actions(obs) == expected.argmax(axis=1)).all()
+
+
 PIXELS = (4, 36, 36)  # the smallest frames the Nature CNN takes (as the test pixel env has)
 
 
