@@ -105,15 +105,15 @@ class LearnerConfig(_Section):
     lr: float = Field(2.5e-3, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
     max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
-    micro_batch: int = Field(128, ge=1, description="Transitions per micro-batch (one shard each).")
-    accumulation_steps: int = Field(2, ge=1, description="Micro-batches accumulated per update.")
+    micro_batch: int = Field(256, ge=1, description="Transitions per micro-batch (one shard each).")
+    accumulation_steps: int = Field(1, ge=1, description="Micro-batches accumulated per update.")
     target_update: Literal["hard", "polyak"] = Field("polyak", description="Target network update rule.")
     target_update_every: int = Field(50, ge=1, description="Updates between hard target copies.")
     target_tau: float = Field(0.02, gt=0.0, le=1.0, description="Polyak rate per update.")
     updates_per_epoch: int = Field(25, ge=1, description="Optimizer steps in one epoch.")
     broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")
     prefetch: int = Field(
-        8, ge=1, description="Micro-batches requested ahead; requested in groups of half that, one call per shard."
+        16, ge=1, description="Micro-batches requested ahead; requested in groups of half that, one call per shard."
     )
     compile: bool = Field(False, description="torch.compile the networks (compiled during warm-up).")
 
