@@ -82,12 +82,12 @@ class ReplayConfig(_Section):
     """The replay shards: capacity and the samples-per-insert rate limiter."""
 
     capacity: int = Field(100_000, ge=1, description="Transitions stored per shard (ring).")
-    min_size: int = Field(1_000, ge=1, description="Transitions in all shards before learning starts.")
+    min_size: int = Field(256, ge=1, description="Transitions in all shards before learning starts.")
     samples_per_insert: float = Field(
         16.0, ge=0.0, description="Replay ratio the limiter holds (samples trained per insert); 0 = off."
     )
     error_buffer: int = Field(
-        2_000, ge=1, description="Transitions of slack the limiter allows either way."
+        256, ge=1, description="Transitions of slack the limiter allows either way."
     )
     num_cpus: float = Field(0.01, gt=0.0, description="CPUs Ray reserves per shard.")
 
