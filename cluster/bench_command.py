@@ -90,7 +90,8 @@ def run_bench(args: argparse.Namespace) -> int:
     import ray
 
     from cluster.bench_cluster import ClusterBench
-    from cluster.wiring import collector_settings, connect
+    from cluster.settings import collector_settings
+    from cluster.wiring import connect
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}

@@ -13,16 +13,13 @@ from dataclasses import dataclass
 import ray
 
 from actors.envs import EnvSpec
-from actors.settings import CollectorSettings
 from cluster.collector_actor import CollectorActor
 from cluster.config import RunConfig
 from cluster.evaluator_actor import EvaluatorActor
 from cluster.learner_actor import LearnerActor
 from cluster.placement import Reservation, ResourceRequest, in_bundle, reserve
+from cluster.settings import collector_settings, learner_limiter, learner_settings, shard_limiter, storage_spec
 from cluster.shard_actor import ShardActor
-from learner.settings import LearnerSettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import StorageSpec
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
@@ -103,49 +100,10 @@ class RunActors:
         }
 
 
-def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:
-    """The fields collector `index` needs."""
-    c = config.collectors
-    return CollectorSettings(
-        index=index, num_collectors=c.num, env_id=config.env.id, env_kwargs=config.env.kwargs,
-        num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
-        num_actions=spec.num_actions, hidden=config.network.hidden, dueling=config.network.dueling,
-        n_step=config.algo.n_step, gamma=config.algo.gamma, chunk_steps=c.chunk_steps,
-        epsilon_base=c.epsilon_base, epsilon_alpha=c.epsilon_alpha,
-        epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed, frame_stack=spec.frame_stack,
-        clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
-    )
-
-
-def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
-    """What each shard stores (pixel observations frame-once, per env of its collector)."""
-    return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
-                       config.env.num_envs)
-
-
-def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
-    """The fields the learner needs."""
-    lc = config.learner
-    return LearnerSettings(
-        obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, num_actions=spec.num_actions,
-        hidden=config.network.hidden,
-        dueling=config.network.dueling, double_dqn=config.algo.double_dqn,
-        huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
-        max_grad_norm=lc.max_grad_norm, micro_batch=lc.micro_batch,
-        accumulation_steps=lc.accumulation_steps, target_update=lc.target_update,
-        target_update_every=lc.target_update_every, target_tau=lc.target_tau,
-        updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
-        precision=lc.precision, compile=lc.compile, seed=config.seed,
-    )
-
-
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str) -> RunActors:
     """Create shards, collectors, the learner and the evaluator (they start in parallel)."""
     r = config.replay
     num = config.collectors.num
-    shard_limiter = SamplesPerInsertLimiter(
-        r.samples_per_insert, max(1, r.min_size // num), max(1, r.error_buffer // num)
-    )
     shard_cls = ray.remote(ShardActor)
     collector_cls = ray.remote(CollectorActor)
     shards, collectors = [], []
@@ -154,7 +112,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
         shard_name = f"raypex-{run_id}-shard-{i}"
         shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement, name=shard_name).remote(
-            i, storage_spec(config, spec), shard_limiter, config.seed + i)
+            i, storage_spec(config, spec), shard_limiter(config), config.seed + i)
         collector = collector_cls.options(
             num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=f"raypex-{run_id}-collector-{i}",
@@ -168,7 +126,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group.learner, 0),
     ).remote(
         learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,
-        SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer), lc.prefetch,
+        learner_limiter(config), lc.prefetch,
     )
     # Evaluation shares the learner's node and reservation: it runs while the learner trains,
     # in what CPU time the collectors (throttled to the replay ratio) leave free.

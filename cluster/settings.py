@@ -1,0 +1,63 @@
+"""The settings each component is built from, derived from the run config (no Ray here).
+
+A real run (cluster/wiring.py) and the lockstep replica (cluster/lockstep.py) build their
+collectors, shards and learner from these same functions, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from actors.envs import EnvSpec
+from actors.settings import CollectorSettings
+from cluster.config import RunConfig
+from learner.settings import LearnerSettings
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import StorageSpec
+
+
+def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:
+    """The fields collector `index` needs."""
+    c = config.collectors
+    return CollectorSettings(
+        index=index, num_collectors=c.num, env_id=config.env.id, env_kwargs=config.env.kwargs,
+        num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
+        num_actions=spec.num_actions, hidden=config.network.hidden, dueling=config.network.dueling,
+        n_step=config.algo.n_step, gamma=config.algo.gamma, chunk_steps=c.chunk_steps,
+        epsilon_base=c.epsilon_base, epsilon_alpha=c.epsilon_alpha,
+        epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed, frame_stack=spec.frame_stack,
+        clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
+    )
+
+
+def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
+    """What each shard stores (pixel observations frame-once, per env of its collector)."""
+    return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
+                       config.env.num_envs)
+
+
+def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
+    """The fields the learner needs."""
+    lc = config.learner
+    return LearnerSettings(
+        obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, num_actions=spec.num_actions,
+        hidden=config.network.hidden,
+        dueling=config.network.dueling, double_dqn=config.algo.double_dqn,
+        huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
+        max_grad_norm=lc.max_grad_norm, micro_batch=lc.micro_batch,
+        accumulation_steps=lc.accumulation_steps, target_update=lc.target_update,
+        target_update_every=lc.target_update_every, target_tau=lc.target_tau,
+        updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
+        precision=lc.precision, compile=lc.compile, seed=config.seed,
+    )
+
+
+def shard_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
+    """Each shard's share of the samples-per-insert limiter (the insert side)."""
+    r = config.replay
+    num = config.collectors.num
+    return SamplesPerInsertLimiter(r.samples_per_insert, max(1, r.min_size // num), max(1, r.error_buffer // num))
+
+
+def learner_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
+    """The whole limiter, which the learner applies to what it samples from all shards."""
+    r = config.replay
+    return SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer)
