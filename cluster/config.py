@@ -102,7 +102,7 @@ class LearnerConfig(_Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds a gradient scaler), fp32 = off."
     )
-    lr: float = Field(2.5e-3, gt=0.0, lt=1.0, description="Adam learning rate.")
+    lr: float = Field(0.02, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
     max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
     micro_batch: int = Field(256, ge=1, description="Transitions per micro-batch (one shard each).")
