@@ -24,7 +24,7 @@ from cluster.cli import main
 from replay.ring import transition_layout
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
-SHORT = ["stop.eval_return=null", "replay.min_size=500", "learner.micro_batch=64", "eval.every_epochs=1",
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1",
          "eval.episodes=4", "checkpoint.every_epochs=5"]
 
 CPU_TAGS = {
@@ -87,8 +87,8 @@ def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
     run = tmp_path / "multi"
     try:
         code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3",
-                     "collectors.num_cpus=0.3", "learner.num_cpus=0.5", "stop.env_steps=40000",
-                     *SHORT, "eval.episodes=16"])
+                     "collectors.num_cpus=0.3", "learner.num_cpus=0.5", "stop.env_steps=80000",
+                     *SHORT, "eval.episodes=16", "stop.eval_return=200"])
         node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     finally:
         ray.shutdown()
@@ -100,9 +100,10 @@ def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
     assert {p["collector_node"] for p in pairs} == node_ids  # one collector on each node
     assert all(p["shard_node"] == p["collector_node"] for p in pairs)
     result = summary(run)
-    # Learning still works: a random CartPole policy scores about 22, an untrained greedy net about 9
-    # (final evals of 72-202 seen here after 30-40k steps on three simulated nodes sharing 2 cores).
-    assert result["final_eval_return"] > 40, result
+    # Learning still works: a random CartPole policy scores about 22, an untrained greedy net about 9.
+    # The run must reach a 16-episode mean of 200 within its 80k-step cap (the final weights are no
+    # test: at the default learning rate the greedy policy swings between 500 and ~100 once learned).
+    assert result["time_to_solve_s"] is not None and result["final_eval_return"] >= 200, result
 
 
 def _free_port() -> int:
@@ -176,8 +177,8 @@ def test_default_config_solves_cartpole(tmp_path, capsys, seed):
     capsys.readouterr()
     assert main(["eval", str(run), "--episodes", "100"]) == 0
     mean = float(re.search(r"mean return (\S+)", capsys.readouterr().out).group(1))
-    # The run stopped at a 32-episode mean of 490; over 100 fresh episodes the same policy scored
-    # 481-492 on seeds 0-2 here. 450 catches a saved policy that is not the solved one, without
+    # The run stopped at a 100-episode mean of 490; over 100 fresh episodes the saved policies of
+    # seeds 0-6 scored 500 here. 450 catches a saved policy that is not the solved one, without
     # failing CI on the sampling noise of a policy whose true mean sits near 480.
     assert mean >= 450, mean
 
