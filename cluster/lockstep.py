@@ -21,10 +21,17 @@ import sys
 import time
 from pathlib import Path
 
-from actors.envs import EnvSpec, UnsupportedEnv, inspect_env, known_max_return
+from actors.envs import EnvSpec, UnsupportedEnv, inspect_env
 from cluster.config import RunConfig
 from cluster.config_loading import ConfigError, load_config
-from cluster.settings import collector_settings, learner_limiter, learner_settings, shard_limiter, storage_spec
+from cluster.settings import (
+    collector_settings,
+    eval_max_return,
+    learner_limiter,
+    learner_settings,
+    shard_limiter,
+    storage_spec,
+)
 from learner.messages import Weights
 from replay.mixing import ShardMixer
 from replay.shard import ReplayShard
@@ -71,8 +78,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     network = None if len(spec.obs_shape) == 1 else build_q_network(
         spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling).eval()
     target = config.stop.eval_return
-    bound = config.eval.max_return
-    max_return = known_max_return(config.env.id, config.env.kwargs) if bound == "auto" else bound
+    max_return = eval_max_return(config)
     give_up = (target, max_return) if target is not None and max_return is not None else None
 
     def evaluate(weights: Weights) -> float | None:

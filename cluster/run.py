@@ -20,11 +20,12 @@ from pathlib import Path
 
 import ray
 
-from actors.envs import EnvSpec, known_max_return
+from actors.envs import EnvSpec
 from cluster.checkpoints import ResumePoint, atomic_write, save_checkpoint
 from cluster.config import RunConfig
 from cluster.metrics import RunMetrics
 from cluster.progress import ProgressLine
+from cluster.settings import eval_max_return
 from cluster.tensorboard_log import TensorBoardLog
 from cluster.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 
@@ -67,8 +68,7 @@ class TrainingRun:
         self.eval_due = False
         self.eval_in_flight: tuple | None = None  # (result ref, weights ref)
         self.evals_started = 0
-        bound = config.eval.max_return
-        self.eval_max_return = known_max_return(config.env.id, config.env.kwargs) if bound == "auto" else bound
+        self.eval_max_return = eval_max_return(config)
         self.solved_weights = None  # the weights ref whose evaluation reached stop.eval_return
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ collectors, shards and learner from these same functions, so the two cannot drif
 
 from __future__ import annotations
 
-from actors.envs import EnvSpec
+from actors.envs import EnvSpec, known_max_return
 from actors.settings import CollectorSettings
 from cluster.config import RunConfig
 from learner.settings import LearnerSettings
@@ -61,3 +61,10 @@ def learner_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
     """The whole limiter, which the learner applies to what it samples from all shards."""
     r = config.replay
     return SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer)
+
+
+def eval_max_return(config: RunConfig) -> float | None:
+    """The most one evaluation episode can score: eval.max_return, with auto resolved from the env
+    (None when unknown: evaluations then always run to the end)."""
+    bound = config.eval.max_return
+    return known_max_return(config.env.id, config.env.kwargs) if bound == "auto" else bound
