@@ -94,13 +94,17 @@ class TrainingRun:
     def _start(self) -> None:
         self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8])
         state = self.resume.learner_state if self.resume else None
-        info = ray.get(self.actors.learner.warmup.remote(state))
+        warmup = self.actors.learner.warmup.remote(state)
+        # The collectors start at once (acting with their own initial network until the learner
+        # publishes): replay reaches min_size while the learner still imports torch and warms up,
+        # and the limiter stops them min_size + error_buffer transitions later.
+        self.run_refs = [c.run.remote() for c in self.actors.collectors]
+        info = ray.get(warmup)
+        self.collect_start = time.time()  # throughput is counted from here, with the learner ready
         self.progress.message(f"learner ready on {info['device']} ({info['precision']}), "
                               f"{self.config.collectors.num} collectors x {self.config.env.num_envs} envs")
         self.metrics.learner_version = info["version"]
         atomic_write(self.run_dir / "placement.json", json.dumps(self.actors.placement(), indent=2).encode())
-        self.run_refs = [c.run.remote() for c in self.actors.collectors]
-        self.collect_start = time.time()
 
     def _loop(self) -> None:
         learner = self.actors.learner

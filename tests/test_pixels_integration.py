@@ -18,8 +18,8 @@ from replay.frames import frame_bytes_per_slot
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 PIXEL_CATCH = ["env.id=pixel_env:PixelCatch-v0", "env.num_envs=4", "env.clip_rewards=true", "network.hidden=[64]",
-               "learner.micro_batch=32", "learner.lr=1e-3", "replay.capacity=20000", "replay.min_size=1000",
-               "replay.samples_per_insert=4", "eval.episodes=8", "eval.every_epochs=4"]
+               "learner.micro_batch=32", "learner.accumulation_steps=2", "learner.lr=1e-3", "replay.capacity=20000",
+               "replay.min_size=1000", "replay.samples_per_insert=4", "eval.episodes=8", "eval.every_epochs=4"]
 
 
 def scalars(run_dir: Path) -> dict[str, list]:
