@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     clock_start = _process_start_time()
+    # SIGINT is the way to stop a run cleanly (final checkpoint, exit 130), also for runs started
+    # in the background by a script (`raypex train ... &`, then `kill -INT`): a non-interactive
+    # shell starts those with SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)

@@ -115,3 +115,16 @@ def test_the_solve_clock_starts_when_the_command_process_started():
     started = float(printed)
     tick = 0.011  # /proc counts in 10 ms clock ticks
     assert before - tick <= started <= after
+
+
+def test_sigint_stops_raypex_even_when_started_with_it_ignored():
+    """A script's `raypex train ... &` starts with SIGINT ignored; `kill -INT` must still reach the
+    clean-stop path (KeyboardInterrupt), as Ctrl-C does in a terminal."""
+    import subprocess
+    import sys
+
+    code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "from cluster.cli import main; main(['eval', '/nonexistent-run-dir'])\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "True"
