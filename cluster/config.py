@@ -136,7 +136,6 @@ class EvalConfig(_Section):
         "null = every evaluation runs to the end.",
     )
 
-
     @field_validator("max_return", mode="before")
     @classmethod
     def _number_auto_or_null(cls, value: Any) -> Any:

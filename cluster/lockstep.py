@@ -26,7 +26,8 @@ from cluster.config import RunConfig
 from cluster.config_loading import ConfigError, load_config
 from cluster.settings import (
     collector_settings,
-    eval_max_return,
+    eval_give_up,
+    evaluator_args,
     learner_limiter,
     learner_settings,
     shard_limiter,
@@ -42,11 +43,8 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     import torch
 
     from actors.collector import Collector
-    from actors.evaluator import Evaluator
+    from cluster.evaluator_actor import EvaluatorActor  # a plain class; Ray only hosts it in a run
     from learner.learner import Learner
-    from learner.networks import build_q_network, greedy_actions
-    from learner.numpy_mlp import NumpyMLPQ
-    from learner.weights import load_arrays
 
     torch.set_num_threads(1)
     num = config.collectors.num
@@ -73,22 +71,12 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
 
     learner = Learner(learner_settings(config, spec), torch.device("cpu"), next_batch,
                       lambda weights: latest.__setitem__(0, weights))
-    evaluator = Evaluator(config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77,
-                          config.env.frame_stack, config.eval.epsilon)
-    network = None if len(spec.obs_shape) == 1 else build_q_network(
-        spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling).eval()
+    evaluator = EvaluatorActor(*evaluator_args(config, spec))
     target = config.stop.eval_return
-    max_return = eval_max_return(config)
-    give_up = (target, max_return) if target is not None and max_return is not None else None
+    give_up = eval_give_up(config)
 
     def evaluate(weights: Weights) -> float | None:
-        if network is None:
-            policy = NumpyMLPQ(weights.arrays).greedy_actions
-        else:
-            load_arrays(network, weights.arrays)
-            policy = lambda obs: greedy_actions(network, obs)
-        returns = evaluator.evaluate(policy, give_up)
-        return None if returns is None else float(returns.mean())
+        return evaluator.evaluate(weights.arrays, weights.version, give_up)["mean"]
 
     start = time.perf_counter()
     learner.publish_weights()

@@ -25,7 +25,7 @@ from cluster.checkpoints import ResumePoint, atomic_write, save_checkpoint
 from cluster.config import RunConfig
 from cluster.metrics import RunMetrics
 from cluster.progress import ProgressLine
-from cluster.settings import eval_max_return
+from cluster.settings import eval_give_up
 from cluster.tensorboard_log import TensorBoardLog
 from cluster.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 
@@ -68,7 +68,7 @@ class TrainingRun:
         self.eval_due = False
         self.eval_in_flight: tuple | None = None  # (result ref, weights ref)
         self.evals_started = 0
-        self.eval_max_return = eval_max_return(config)
+        self.eval_give_up = eval_give_up(config)  # None: every evaluation runs to the end
         self.solved_weights = None  # the weights ref whose evaluation reached stop.eval_return
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -161,10 +161,7 @@ class TrainingRun:
         """
         if self.eval_due and self.eval_in_flight is None and self.latest_weights is not None:
             weights_ref, version = self.latest_weights
-            give_up = None
-            target, max_return = self.config.stop.eval_return, self.eval_max_return
-            if target is not None and max_return is not None and self.evals_started % FULL_EVAL_EVERY:
-                give_up = (target, max_return)
+            give_up = self.eval_give_up if self.evals_started % FULL_EVAL_EVERY else None
             self.evals_started += 1
             self.eval_in_flight = (self.actors.evaluator.evaluate.remote(weights_ref, version, give_up), weights_ref)
             self.eval_due = False

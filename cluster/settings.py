@@ -63,8 +63,18 @@ def learner_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
     return SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer)
 
 
-def eval_max_return(config: RunConfig) -> float | None:
-    """The most one evaluation episode can score: eval.max_return, with auto resolved from the env
-    (None when unknown: evaluations then always run to the end)."""
+def evaluator_args(config: RunConfig, spec: EnvSpec) -> tuple:
+    """EvaluatorActor's constructor arguments (its env, episodes, seed and network)."""
+    return (config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
+            spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
+            config.eval.epsilon)
+
+
+def eval_give_up(config: RunConfig) -> tuple[float, float] | None:
+    """(stop.eval_return, the most one episode can score) when both are known, so an evaluation
+    can stop once the target is out of reach; None means every evaluation runs to the end.
+    eval.max_return auto is resolved from the env."""
     bound = config.eval.max_return
-    return known_max_return(config.env.id, config.env.kwargs) if bound == "auto" else bound
+    max_return = known_max_return(config.env.id, config.env.kwargs) if bound == "auto" else bound
+    target = config.stop.eval_return
+    return (target, max_return) if target is not None and max_return is not None else None

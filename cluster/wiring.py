@@ -18,7 +18,14 @@ from cluster.config import RunConfig
 from cluster.evaluator_actor import EvaluatorActor
 from cluster.learner_actor import LearnerActor
 from cluster.placement import Reservation, ResourceRequest, in_bundle, reserve
-from cluster.settings import collector_settings, learner_limiter, learner_settings, shard_limiter, storage_spec
+from cluster.settings import (
+    collector_settings,
+    evaluator_args,
+    learner_limiter,
+    learner_settings,
+    shard_limiter,
+    storage_spec,
+)
 from cluster.shard_actor import ShardActor
 
 PLACEMENT_TIMEOUT_S = 15.0
@@ -132,9 +139,5 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     # in what CPU time the collectors (throttled to the replay ratio) leave free.
     evaluator = ray.remote(EvaluatorActor).options(
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0),
-    ).remote(
-        config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77,
-        spec.obs_shape, spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
-        config.eval.epsilon,
-    )
+    ).remote(*evaluator_args(config, spec))
     return RunActors(run_id, shards, collectors, learner, evaluator)
