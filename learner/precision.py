@@ -1,8 +1,9 @@
 """Mixed precision: which autocast dtype a device runs, and the fp16 gradient scaler.
 
 bf16 autocast runs on CPU and on CUDA with no scaler (bf16 has fp32's exponent range). fp16 runs
-on CUDA only and needs a GradScaler so small gradients do not flush to zero. fp32 turns autocast
-off. The policy is chosen once at learner start and reported; nothing falls back silently.
+on CUDA only and needs loss scaling so small gradients do not flush to zero (DeviceLossScale, which
+a CUDA graph can hold). fp32 turns autocast off. The policy is chosen once at learner start and
+reported; nothing falls back silently.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from learner.loss_scale import DeviceLossScale
+
 
 @dataclass
 class PrecisionPolicy:
@@ -19,13 +22,15 @@ class PrecisionPolicy:
 
     device_type: str
     dtype: torch.dtype | None  # None: no autocast (fp32)
-    scaler: torch.amp.GradScaler | None
+    scaler: DeviceLossScale | None
 
     def autocast(self):
         """A context that runs the forward pass in the chosen precision."""
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+        # No weight-cast cache: a captured graph must recompute the casts on every replay, and each
+        # weight is cast once per micro-batch anyway (one online and one target pass).
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype, cache_enabled=False)
 
     @property
     def name(self) -> str:
@@ -33,6 +38,18 @@ class PrecisionPolicy:
         if self.dtype is None:
             return "fp32"
         return "fp16+scaler" if self.scaler is not None else str(self.dtype).removeprefix("torch.")
+
+
+def resolve_precision(precision: str, device: torch.device, pixels: bool) -> str:
+    """`precision`, with 'auto' replaced by the fastest measured (BENCHMARKS.md, "The learner on
+    its GPU"): fp16 for the CNN on CUDA (1.4x fp32 captured and compiled on an H100, where bf16
+    was no faster than fp32), bf16 for it on CPU (1.5x fp32 here), fp32 for an MLP (the casts
+    cost more than a small MLP's matmuls save)."""
+    if precision != "auto":
+        return precision
+    if not pixels:
+        return "fp32"
+    return "fp16" if device.type == "cuda" else "bf16"
 
 
 def make_precision(precision: str, device: torch.device) -> PrecisionPolicy:
@@ -46,5 +63,5 @@ def make_precision(precision: str, device: torch.device) -> PrecisionPolicy:
     if precision == "fp16":
         if device.type != "cuda":
             raise ValueError("learner.precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
-        return PrecisionPolicy(device.type, torch.float16, torch.amp.GradScaler("cuda"))
+        return PrecisionPolicy(device.type, torch.float16, DeviceLossScale(device))
     raise ValueError(f"learner.precision must be fp32, bf16 or fp16, got {precision!r}")
