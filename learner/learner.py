@@ -1,10 +1,13 @@
-"""The Learner: optimizes the Q-network on micro-batches with gradient accumulation.
+"""The Learner: optimizes the Q-network, one whole update at a time.
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects where batches come
 from (`next_batch`, which blocks until a Batch is available) and where weights go (`publish`).
 One *update* is `accumulation_steps` micro-batches whose gradients are summed (each loss scaled by
-1/G, so the update equals one batch G times larger) followed by one optimizer step. One *epoch*
-is `updates_per_epoch` updates; every `broadcast_every_epochs` epochs the weights are published.
+1/G, so the update equals one batch G times larger) followed by one optimizer step
+(learner/update_step.py). On CUDA the update is captured as one CUDA graph during warm-up
+(learner/cuda_graph.py) and fed by a thread that keeps the next batches on the device
+(learner/device_feed.py). One *epoch* is `updates_per_epoch` updates; every
+`broadcast_every_epochs` epochs the weights are published.
 """
 
 from __future__ import annotations
@@ -12,22 +15,37 @@ from __future__ import annotations
 import copy
 import io
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
+from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from learner.device_feed import DeviceFeed
-from learner.losses import double_dqn_loss
 from learner.messages import TrainingStopped, Weights
-from learner.networks import build_q_network
-from learner.precision import make_precision
+from learner.networks import NatureCNNQNetwork, build_q_network
+from learner.precision import make_precision, resolve_precision
 from learner.settings import LearnerSettings
+from learner.update_step import StepSettings, UpdateStep, copy_target
 from learner.weights import export_arrays, load_arrays
 from replay.messages import Batch
 
-LEARNER_PHASES = ("feed", "forward_backward", "optimizer", "broadcast")
+# feed: waiting for data; update: host time to run (CPU) or enqueue (CUDA) an update; gpu: waiting
+# for the GPU to finish the update before last (CUDA only; GPU-bound time shows up here).
+LEARNER_PHASES = ("feed", "update", "gpu", "broadcast")
+# Updates the host may enqueue ahead of the GPU: enough to keep it busy, few enough that the
+# feed's slots are not all held by queued updates.
+GPU_QUEUE_DEPTH = 2
+
+
+def configure_cuda_math() -> None:
+    """TF32 for fp32 matmuls and convolutions (tensor cores at fp32's range, about 1e-3 relative
+    error, far below a DQN update's noise), and cuDNN autotuning for the fixed batch shapes."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
 
 
 class Learner:
@@ -42,19 +60,42 @@ class Learner:
     ):
         self.s = settings
         self.device = device
+        cuda = device.type == "cuda"
+        if cuda:
+            configure_cuda_math()
+        elif settings.cuda_graphs == "on":
+            raise ValueError("learner.cuda_graphs on needs a CUDA device; use auto or off on CPU")
         torch.manual_seed(settings.seed)
+        pixels = len(settings.obs_shape) == 3
+        self.cuda_graphs = cuda and settings.cuda_graphs != "off"
+        # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
+        # costs start-up everywhere else it was measured.
+        self.compiled = settings.compile if settings.compile is not None else (self.cuda_graphs and pixels)
         self.online = build_q_network(
             settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling
         ).to(device)
+        if isinstance(self.online, NatureCNNQNetwork):
+            self.online.use_channels_last(settings.channels_last and cuda)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self._online_params = list(self.online.parameters())
         self._target_params = list(self.target.parameters())
-        # fused: one kernel for all parameters instead of a Python loop over them (CPU and CUDA).
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=settings.lr, eps=settings.adam_eps, fused=True)
-        self.precision = make_precision(settings.precision, device)
-        self.online_fn: nn.Module = torch.compile(self.online) if settings.compile else self.online
-        self.target_fn: nn.Module = torch.compile(self.target) if settings.compile else self.target
-        self.feed = DeviceFeed(next_batch, device)
+        # fused: one kernel for all parameters, its step counter on the device (so capturable).
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=settings.lr, eps=settings.adam_eps,
+                                          fused=True, capturable=cuda)
+        self.precision = make_precision(resolve_precision(settings.precision, device, pixels), device)
+        online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
+        target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
+        polyak = settings.target_tau if settings.target_update == "polyak" else None
+        self.step = UpdateStep(
+            self.online, self.target, online_fn, target_fn, self.optimizer, self.precision,
+            StepSettings(settings.huber_delta, settings.double_dqn, settings.max_grad_norm, polyak,
+                         share_online_pass=not pixels),
+            device,
+        )
+        self._captured: CapturedUpdate | None = None
+        self._gpu_queue: deque[torch.cuda.Event] = deque()
+        threads = settings.feed_threads if settings.feed_threads is not None else int(cuda)
+        self.feed = DeviceFeed(next_batch, device, settings.accumulation_steps, threads)
         self.publish = publish
         self.updates = 0
         self.epochs = 0
@@ -64,49 +105,25 @@ class Learner:
         # not come.
         self.stop_requested = False
         self.broadcast_ms = 0.0
-        # Host seconds per phase of the update loop (on CUDA, kernel time shows up where the host
-        # waits for it); `raypex bench --profile` turns them into fractions.
+        # Host seconds per phase of the update loop; `raypex bench --profile` turns them into fractions.
         self.phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
 
+    @property
+    def captured(self) -> bool:
+        """Whether updates replay a captured CUDA graph (after `warmup`)."""
+        return self._captured is not None
+
     # -- one update ---------------------------------------------------------------------------
-    def accumulate(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward + backward of one micro-batch, its loss scaled by 1/G; returns (loss, q_mean)."""
-        with self.precision.autocast():
-            out = double_dqn_loss(
-                self.online_fn, self.target_fn, batch["obs"], batch["action"], batch["return"],
-                # Uniform replay: every importance weight is 1, so the loss skips the multiply.
-                # Prioritized replay will pass batch["weight"] here.
-                batch["discount"], batch["next_obs"], None, self.s.huber_delta, self.s.double_dqn,
-            )
-        scaled = out.loss / self.s.accumulation_steps
-        if self.precision.scaler is not None:
-            self.precision.scaler.scale(scaled).backward()
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        """One update from a [G, B, ...] batch on the device: replayed when captured, else eager."""
+        if self._captured is not None:
+            self._captured(batch)
         else:
-            scaled.backward()
-        return out.loss.detach(), out.q_mean
-
-    def apply_gradients(self) -> None:
-        """Clip, step the optimizer (through the scaler when there is one), update the target."""
-        scaler = self.precision.scaler
-        if scaler is not None:
-            scaler.unscale_(self.optimizer)
-        nn.utils.clip_grad_norm_(self._online_params, self.s.max_grad_norm, foreach=True)
-        if scaler is not None:
-            scaler.step(self.optimizer)
-            scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            self.step(batch)
+            self.optimizer.zero_grad(set_to_none=True)
         self.updates += 1
-        self._update_target()
-
-    def _update_target(self) -> None:
-        if self.s.target_update == "polyak":
-            with torch.no_grad():
-                # One fused call over all parameters; a Python loop costs ~5x more per update.
-                torch._foreach_lerp_(self._target_params, self._online_params, self.s.target_tau)
-        elif self.updates % self.s.target_update_every == 0:
-            self.target.load_state_dict(self.online.state_dict())
+        if self.s.target_update == "hard" and self.updates % self.s.target_update_every == 0:
+            copy_target(self._target_params, self._online_params)
 
     # -- epochs -------------------------------------------------------------------------------
     def train_epoch(self) -> dict[str, float]:
@@ -118,26 +135,21 @@ class Learner:
         clock = time.perf_counter
         phase = self.phase_s
         start = clock()
-        loss_sum = torch.zeros((), device=self.device)
-        q_sum = torch.zeros((), device=self.device)
         done = 0
         try:
             while done < self.s.updates_per_epoch and not self.stop_requested:
-                for _ in range(self.s.accumulation_steps):
-                    t0 = clock()
-                    batch = self.feed.next()
-                    t1 = clock()
-                    loss, q_mean = self.accumulate(batch)
-                    loss_sum += loss
-                    q_sum += q_mean
-                    phase["feed"] += t1 - t0
-                    phase["forward_backward"] += clock() - t1
+                t0 = clock()
+                batch = self.feed.next_update()
+                t1 = clock()
+                self.update(batch)
                 t2 = clock()
-                self.apply_gradients()
-                phase["optimizer"] += clock() - t2
+                self.feed.release(self._after_update())
+                phase["feed"] += t1 - t0
+                phase["update"] += t2 - t1
+                phase["gpu"] += clock() - t2
                 done += 1
         except TrainingStopped:
-            self.optimizer.zero_grad(set_to_none=True)  # a partial accumulation is dropped
+            pass
         if done == 0:
             return {"updates_in_epoch": 0, "epoch_s": clock() - start, "updates": self.updates,
                     "epochs": self.epochs, "version": self.version}
@@ -146,10 +158,11 @@ class Learner:
             t3 = clock()
             self.publish_weights()
             phase["broadcast"] += clock() - t3
+        loss_sum, q_sum = self.step.take_sums()  # one read of the device per epoch
         micro_batches = done * self.s.accumulation_steps
         metrics = {
-            "td_loss": float(loss_sum) / micro_batches,
-            "q_values": float(q_sum) / micro_batches,
+            "td_loss": loss_sum / micro_batches,
+            "q_values": q_sum / micro_batches,
             "epoch_s": time.perf_counter() - start,
             "updates": self.updates,
             "epochs": self.epochs,
@@ -159,8 +172,20 @@ class Learner:
             "broadcast_ms": self.broadcast_ms,
         }
         if self.precision.scaler is not None:
-            metrics["grad_scale"] = float(self.precision.scaler.get_scale())
+            metrics["grad_scale"] = self.precision.scaler.get_scale()
         return metrics
+
+    def _after_update(self) -> torch.cuda.Event | None:
+        """On CUDA: an event after the update just enqueued, once the host is no more than
+        GPU_QUEUE_DEPTH updates ahead of the GPU (it waits for the oldest otherwise)."""
+        if self.device.type != "cuda":
+            return None
+        done = torch.cuda.Event()
+        done.record()
+        self._gpu_queue.append(done)
+        if len(self._gpu_queue) > GPU_QUEUE_DEPTH:
+            self._gpu_queue.popleft().synchronize()
+        return done
 
     def publish_weights(self) -> None:
         """Publish the online network as a new version (one put, one reference to all)."""
@@ -170,12 +195,17 @@ class Learner:
         self.broadcast_ms = (time.perf_counter() - start) * 1e3
 
     def warmup(self) -> None:
-        """Run forward and backward (and compilation) once on a synthetic batch, before the clock
-        starts; the gradients are discarded, so the weights do not change."""
-        batch = synthetic_batch(self.s.obs_shape, self.s.obs_dtype, self.s.micro_batch, self.device)
+        """Run whole updates on a synthetic batch before the clock starts (cuDNN and the
+        allocator settle, torch.compile compiles) and, on CUDA, capture the update as a graph;
+        every tensor those updates changed is put back, so the weights do not change."""
+        example = synthetic_batch(self.s, self.device, np.random.default_rng(self.s.seed))
+        if self.cuda_graphs:
+            self._captured = CapturedUpdate(self.step, example)
+            return
+        snapshot = TrainingStateSnapshot(self.step)
         for _ in range(2):
-            self.accumulate(batch)
-        self.optimizer.zero_grad(set_to_none=True)
+            self.step(example)
+        snapshot.restore()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
@@ -197,11 +227,15 @@ class Learner:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # a CPU run's checkpoint says capturable=False
+            group["capturable"] = self.device.type == "cuda"
         if self.precision.scaler is not None and state["scaler"] is not None:
             self.precision.scaler.load_state_dict(state["scaler"])
         counters = state["counters"]
         self.updates, self.epochs, self.version = counters["updates"], counters["epochs"], counters["version"]
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())  # loaded with map_location=cuda on a GPU
+        if self._captured is not None:  # the optimizer's state tensors were replaced: capture anew
+            self.warmup()
 
     def state_bytes(self) -> bytes:
         """`get_state` serialized with torch.save (what checkpoints hold)."""
@@ -220,6 +254,8 @@ class Learner:
         current ones: the version an evaluation passed, not whatever was trained after it.
         """
         module = copy.deepcopy(self.online).to("cpu").float().eval()
+        if isinstance(module, NatureCNNQNetwork):
+            module.use_channels_last(False)
         if arrays is not None:
             load_arrays(module, arrays)
         example = torch.zeros((2, *self.s.obs_shape), dtype=torch.float32)
@@ -230,15 +266,21 @@ class Learner:
         return buffer.getvalue()
 
 
-def synthetic_batch(obs_shape: tuple[int, ...], obs_dtype: str, size: int,
-                    device: torch.device) -> dict[str, torch.Tensor]:
-    """A batch of zeros with the shapes and dtypes replay serves (uint8 pixels), for warm-up."""
-    dtype = torch.uint8 if obs_dtype == "uint8" else torch.float32
-    return {
-        "obs": torch.zeros((size, *obs_shape), dtype=dtype, device=device),
-        "action": torch.zeros(size, dtype=torch.int64, device=device),
-        "return": torch.zeros(size, device=device),
-        "discount": torch.zeros(size, device=device),
-        "next_obs": torch.zeros((size, *obs_shape), dtype=dtype, device=device),
-        "weight": torch.ones(size, device=device),
+def synthetic_batch(settings: LearnerSettings, device: torch.device,
+                    rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """A random [G, B, ...] batch with the shapes and dtypes replay serves (uint8 pixels), for
+    warm-up and capture (random, not zeros: zeros can take faster paths than real data)."""
+    shape = (settings.accumulation_steps, settings.micro_batch)
+    if settings.obs_dtype == "uint8":
+        obs = rng.integers(0, 256, (2, *shape, *settings.obs_shape), dtype=np.uint8)
+    else:
+        obs = rng.normal(size=(2, *shape, *settings.obs_shape)).astype(np.float32)
+    arrays = {
+        "obs": obs[0],
+        "action": rng.integers(0, settings.num_actions, shape),
+        "return": rng.normal(size=shape).astype(np.float32),
+        "discount": np.full(shape, 0.97, np.float32),
+        "next_obs": obs[1],
+        "weight": np.ones(shape, np.float32),
     }
+    return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}

@@ -43,21 +43,27 @@ def double_dqn_loss(
     weight: torch.Tensor | None,
     huber_delta: float,
     double_dqn: bool = True,
+    share_online_pass: bool = True,
 ) -> LossOutput:
     """Huber loss between Q(s, a) and the n-step (Double) DQN target, weighted when `weight` is
     given (importance weights); `weight=None` means uniform replay and skips the multiply.
 
-    The learner is bound by per-op overhead for small networks, so this keeps the op count low.
+    `share_online_pass` runs the online network over s and s' in one pass: half the per-op
+    overhead of two passes, which is what bounds a small MLP, but backward then runs over both
+    halves, which doubles its arithmetic: a CNN (or any update captured as a CUDA graph, where
+    launches are free) wants two passes, the s' one without autograd.
     """
-    if double_dqn:
-        # One online pass over s and s' together: half the per-op overhead of two small passes.
+    q_next_online = None
+    if double_dqn and share_online_pass:
         # Gradients only flow through the s half (the s' half is used under no_grad below).
         q_both = online(torch.cat([obs, next_obs]))
         q_all, q_next_online = q_both[: len(obs)], q_both[len(obs) :]
     else:
-        q_all, q_next_online = online(obs), None
+        q_all = online(obs)
     q_taken = q_all.gather(1, action.long().unsqueeze(1)).squeeze(1)
     with torch.no_grad():
+        if double_dqn and q_next_online is None:
+            q_next_online = online(next_obs)
         next_target = target(next_obs)
         if q_next_online is not None:
             next_value = next_target.gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)

@@ -60,8 +60,17 @@ class NatureCNNQNetwork(nn.Module):
         with torch.no_grad():
             width = self.convs(torch.zeros(1, channels, height, width)).shape[1]
         self.head = MLPQNetwork(width, num_actions, hidden, dueling)
+        self.channels_last = False
+
+    def use_channels_last(self, enabled: bool) -> NatureCNNQNetwork:
+        """Keep weights and activations channels-last (NHWC): what tensor-core convolutions read
+        natively on a GPU. The frames are reordered while still uint8, a quarter of the bytes."""
+        self.channels_last = enabled
+        return self.to(memory_format=torch.channels_last if enabled else torch.contiguous_format)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:
+            obs = obs.contiguous(memory_format=torch.channels_last)
         return self.head(self.convs(obs.float() * (1.0 / 255.0)))
 
 

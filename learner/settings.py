@@ -27,6 +27,10 @@ class LearnerSettings:
     target_tau: float
     updates_per_epoch: int
     broadcast_every_epochs: int
-    precision: str
-    compile: bool
+    precision: str  # fp32 | bf16 | fp16 | auto (learner/precision.py: resolve_precision)
+    compile: bool | None  # None: auto, on for the CNN when its update is captured on CUDA
     seed: int
+    cuda_graphs: str = "auto"  # auto | on | off: capture the whole update as a CUDA graph (auto: on CUDA)
+    channels_last: bool = True  # NHWC convolutions on CUDA
+    feed_threads: int | None = None  # threads preparing batches ahead of the update loop (0: none;
+    # None: auto, 1 on CUDA, 0 on CPU)

@@ -7,11 +7,14 @@ import pytest
 import torch
 from torch import nn
 
+from learner.device_feed import stack_micro_batches
 from learner.learner import Learner
+from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
 from learner.messages import Weights
-from learner.precision import make_precision
+from learner.precision import PrecisionPolicy, make_precision
 from learner.settings import LearnerSettings
+from learner.update_step import StepSettings, UpdateStep
 
 
 class TableQ(nn.Module):
@@ -81,9 +84,9 @@ def random_batch(rng: np.random.Generator, size: int) -> dict:
 
 
 def grads_after(learner: Learner, batches: list[dict]) -> list[torch.Tensor]:
-    learner.optimizer.zero_grad()
-    for batch in batches:
-        learner.accumulate({k: torch.from_numpy(v) for k, v in batch.items()})
+    """The (unclipped: max_grad_norm is huge) gradients of one update over `batches`."""
+    learner.optimizer.zero_grad(set_to_none=True)
+    learner.step(stack_micro_batches(batches))
     return [p.grad.clone() for p in learner.online.parameters()]
 
 
@@ -238,3 +241,68 @@ def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports():
     frames = torch.randint(0, 256, (5, *PIXELS)).float()  # policy.pt2 takes float32 observations
     with torch.inference_mode():
         torch.testing.assert_close(program(frames), learner.online(frames))
+
+
+def scaled_step(learner: Learner) -> tuple[UpdateStep, DeviceLossScale]:
+    """The learner's update step with fp16-style loss scaling bolted on (fp32 maths, on CPU)."""
+    scaler = DeviceLossScale(torch.device("cpu"), init_scale=1024.0, growth_interval=2)
+    precision = PrecisionPolicy("cpu", None, scaler)
+    s = learner.s
+    step = UpdateStep(learner.online, learner.target, learner.online, learner.target, learner.optimizer, precision,
+                      StepSettings(s.huber_delta, s.double_dqn, s.max_grad_norm, None, True), torch.device("cpu"))
+    return step, scaler
+
+
+def test_loss_scaling_gives_the_unscaled_update_and_grows_after_clean_steps():
+    rng = np.random.default_rng(5)
+    batch = stack_micro_batches([random_batch(rng, 16), random_batch(rng, 16)])
+    scaled, _ = make_learner(accumulation_steps=2)
+    plain, _ = make_learner(accumulation_steps=2)
+    step, scaler = scaled_step(scaled)
+    for _ in range(2):
+        step(batch)
+        scaled.optimizer.zero_grad(set_to_none=True)
+        plain.update(batch)
+    for a, b in zip(scaled.online.parameters(), plain.online.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert scaler.get_scale() == 2048.0  # two clean steps at growth_interval 2: doubled once
+
+
+def test_an_overflowing_update_is_skipped_on_the_device_and_the_scale_backs_off():
+    rng = np.random.default_rng(6)
+    learner, _ = make_learner()
+    step, scaler = scaled_step(learner)
+    batch = stack_micro_batches([random_batch(rng, 16)])
+    batch["return"][0, 3] = float("nan")  # what an fp16 overflow leaves: non-finite gradients
+    before = [p.detach().clone() for p in learner.online.parameters()]
+    step(batch)
+    assert float(scaler.found_inf) == 1.0 and scaler.get_scale() == 512.0
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    assert all(float(s["step"]) == 0 for s in learner.optimizer.state.values())  # Adam's count undone too
+    restored = DeviceLossScale(torch.device("cpu"))
+    restored.load_state_dict(scaler.state_dict())
+    assert restored.get_scale() == 512.0 and restored.growth_interval == 2
+
+
+def test_share_online_pass_changes_the_cost_not_the_loss():
+    torch.manual_seed(0)
+    rng = np.random.default_rng(7)
+    from learner.networks import build_q_network
+
+    online, target = build_q_network((4,), 3, [16], True), build_q_network((4,), 3, [16], True)
+    b = {k: torch.from_numpy(v) for k, v in random_batch(rng, 32).items()}
+    args = (online, target, b["obs"], b["action"], b["return"], b["discount"], b["next_obs"], None, 1.0, True)
+    shared, separate = double_dqn_loss(*args, share_online_pass=True), double_dqn_loss(*args, share_online_pass=False)
+    torch.testing.assert_close(shared.loss, separate.loss)
+    grads = [torch.autograd.grad(out.loss, list(online.parameters())) for out in (shared, separate)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_warmup_puts_back_adam_state_loaded_from_a_checkpoint():
+    learner, _ = make_learner()
+    learner.train_epoch()
+    moments = {k: v.clone() for k, v in learner.optimizer.state_dict()["state"][0].items()}
+    learner.warmup()
+    for name, value in learner.optimizer.state_dict()["state"][0].items():
+        assert torch.equal(value, moments[name]), name
