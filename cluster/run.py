@@ -101,7 +101,9 @@ class TrainingRun:
         self.run_refs = [c.run.remote() for c in self.actors.collectors]
         info = ray.get(warmup)
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
-        self.progress.message(f"learner ready on {info['device']} ({info['precision']}), "
+        how = [info["precision"]] + ["update captured as a CUDA graph"] * info["cuda_graph"] + [
+            "networks compiled"] * info["compiled"]
+        self.progress.message(f"learner ready on {info['device']} ({', '.join(how)}), "
                               f"{self.config.collectors.num} collectors x {self.config.env.num_envs} envs")
         self.metrics.learner_version = info["version"]
         atomic_write(self.run_dir / "placement.json", json.dumps(self.actors.placement(), indent=2).encode())

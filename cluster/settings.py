@@ -46,7 +46,8 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         accumulation_steps=lc.accumulation_steps, target_update=lc.target_update,
         target_update_every=lc.target_update_every, target_tau=lc.target_tau,
         updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
-        precision=lc.precision, compile=lc.compile, seed=config.seed,
+        precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
+        feed_threads=None if lc.feed_threads == "auto" else lc.feed_threads,
     )
 
 

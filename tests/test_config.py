@@ -43,7 +43,7 @@ BAD_TRAIN_ARGS = [
     (["eval.max_return=100"], "eval.max_return (100) must be at least stop.eval_return (490)"),
     (["eval.max_return=lots"], "eval.max_return: must be a number, auto or null (got 'lots')"),
     (["learner.micro_batch=512", "replay.capacity=256"], "learner.micro_batch (512) must not exceed replay.capacity"),
-    (["learner.precision=fp8"], "learner.precision: Input should be 'fp32', 'bf16' or 'fp16'"),
+    (["learner.precision=fp8"], "learner.precision: Input should be 'auto', 'fp32', 'bf16' or 'fp16'"),
     (["learner.device=tpu"], "learner.device: Input should be 'auto', 'cpu' or 'cuda'"),
     (["env.id=CartPole-v9"], "env.id 'CartPole-v9' is not a registered Gymnasium environment"),
     (["env.id=Pendulum-v1"], "has a Box action space; raypex (DQN family) needs Discrete actions"),
@@ -56,6 +56,7 @@ BAD_TRAIN_ARGS = [
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["--seed", "1", "learner.lr=-1"], "learner.lr: Input should be greater than 0"),  # override after an option
     (["learner.precision=fp16", "learner.device=cpu"], "fp16 needs CUDA"),
+    (["learner.cuda_graphs=on", "learner.device=cpu"], "cuda_graphs on needs CUDA"),
     (["a.yaml", "b.yaml"], "'b.yaml' is neither the config file"),
     (["--resume", "/nonexistent/run"], "--resume /nonexistent/run: no config.yaml there"),
     (["env.terminal_on_life_loss=true"], "terminal_on_life_loss needs an ALE/ env id"),
@@ -123,6 +124,10 @@ BAD_BENCH_ARGS = [
     (["env.id=Pendulum-v1"], "needs Discrete actions"),
     (["--json", "/nonexistent/dir/out.json"], "--json /nonexistent/dir/out.json: directory /nonexistent/dir does not exist"),
     (["--quick", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--stage", "learner", "--variants", "fp8:on"],
+     "--variants: 'fp8:on' is not PRECISION:GRAPHS with PRECISION fp32, bf16 or fp16 and GRAPHS on or off"),
+    (["--stage", "learner", "--variants", "fp32"], "--variants: 'fp32' is not PRECISION:GRAPHS"),
+    (["--variants", "fp32:off"], "--variants needs --stage learner"),
 ]
 
 
@@ -131,3 +136,11 @@ def test_bench_rejects_bad_input_in_one_line(args, expected, capsys):
     assert main(["bench", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("raypex: error: ") and expected in err[0], err
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("learner.cuda_graphs=off", "off"), ("learner.cuda_graphs=on", "on"), ("learner.cuda_graphs=auto", "auto")])
+def test_cuda_graphs_takes_on_and_off_that_yaml_reads_as_booleans(override, expected):
+    from cluster.config_loading import load_config
+
+    assert load_config(None, [override]).learner.cuda_graphs == expected
