@@ -25,6 +25,8 @@ from cluster.wiring import RunActors, reserve_resources, start_actors
 # Stage windows are measured against the clock; these bound how long a stage waits for actors to
 # reach a state before it gives up with an error instead of hanging.
 _STAGE_TIMEOUT_S = 120.0
+# The replay ratio of `--stage learner`: 400k samples/s need 6k env steps/s at this ratio.
+LEARNER_STAGE_RATIO = 64
 _POLL_S = 0.05
 
 T = TypeVar("T")
@@ -151,15 +153,16 @@ class BenchRun(TrainingRun):
 class ClusterBench:
     """Runs the Ray stages against one connected local cluster."""
 
-    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine):
+    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine, device: str = "cpu"):
         self.config = config
         self.spec = spec
         self.progress = progress
+        self.device = device  # the learner's, as `raypex train` would choose it
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
-        group = reserve_resources(config, 0)
-        actors = start_actors(config, self.spec, group, "cpu", uuid.uuid4().hex[:8])
+        group = reserve_resources(config, 1 if self.device == "cuda" else 0)
+        actors = start_actors(config, self.spec, group, self.device, uuid.uuid4().hex[:8])
         ray.get(actors.learner.warmup.remote(None))
         return group, actors
 
@@ -228,30 +231,34 @@ class ClusterBench:
             self._release(group, actors)
         return float(np.median(latencies)), put_get, pause_ms
 
-    def learner_feed(self, updates: int) -> tuple[float, float, float]:
-        """(updates/s fed by the shards with collectors running, updates/s of the same loop fed
-        from memory, wait fraction while fed by the shards)."""
-        self.progress.message(f"bench: learner_feed ({updates} updates each way)")
-        group, actors = self._start(self.config)
+    def learner_feed(self, seconds: float, config: RunConfig | None = None) -> dict:
+        """The learner fed by the shards with collectors running, then the same epoch loop fed
+        from memory (collectors stopped), `seconds` each: {"fed": ..., "memory": ...}, each
+        {samples_per_s, gpu_busy, wait_fraction}."""
+        group, actors = self._start(config or self.config)
         try:
             for c in actors.collectors:
                 c.run.remote()
-            learner = actors.learner
-            per_epoch = self.config.learner.updates_per_epoch
-            epochs = max(2, updates // per_epoch)
-            ray.get(learner.train_epoch.remote())  # waits for min_size: not part of the window
-            start = time.perf_counter()
-            results = ray.get([learner.train_epoch.remote() for _ in range(epochs)])
-            elapsed = time.perf_counter() - start
-            fed = epochs * per_epoch / elapsed
-            waited = sum(r["wait_fraction"] * r["epoch_s"] for r in results)
-            wait_fraction = waited / sum(r["epoch_s"] for r in results)
+            fed = ray.get(actors.learner.measure.remote(seconds, False))
             for c in actors.collectors:
                 c.stop.remote()
-            from_memory = ray.get(learner.updates_per_s_from_memory.remote(epochs * per_epoch))
+            memory = ray.get(actors.learner.measure.remote(seconds, True))
         finally:
             self._release(group, actors)
-        return fed, from_memory, wait_fraction
+        return {"fed": fed, "memory": memory}
+
+    def learner_variants(self, variants: list[tuple[str, str]], seconds: float) -> list[dict]:
+        """`learner_feed` per (precision, cuda_graphs) variant, with a replay ratio of
+        LEARNER_STAGE_RATIO: high enough that collectors are not what the learner waits for, and
+        a limit still, so that they do not take every core from the shards and the learner."""
+        results = []
+        for precision, graphs in variants:
+            self.progress.message(f"bench: learner {precision} cuda_graphs={graphs} ({seconds:g}s fed, "
+                                  f"{seconds:g}s from memory)")
+            config = with_overrides(self.config, [f"learner.precision={precision}", f"learner.cuda_graphs={graphs}",
+                                                  f"replay.samples_per_insert={LEARNER_STAGE_RATIO}"])
+            results.append({"precision": precision, "cuda_graphs": graphs, **self.learner_feed(seconds, config)})
+        return results
 
     def training_run(self, run_dir: Path, env_steps: int) -> RunRecord:
         """A training run of the config for `env_steps` env steps (no stop on eval), with replay
@@ -263,10 +270,10 @@ class ClusterBench:
         config = with_overrides(self.config, [
             f"stop.env_steps={env_steps}", "stop.eval_return=null", f"replay.capacity={capacity}",
             f"replay.min_size={min(self.config.replay.min_size, capacity * num)}"])
-        group = reserve_resources(config, 0)
+        group = reserve_resources(config, 1 if self.device == "cuda" else 0)
         run_dir.mkdir(parents=True)
         with open(run_dir / "progress.log", "w") as log:
-            run = BenchRun(config, self.spec, run_dir, group, "cpu", time.time(), ProgressLine(log))
+            run = BenchRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log))
             try:
                 run.execute(config_text="bench")
             finally:

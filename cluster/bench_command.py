@@ -6,12 +6,17 @@ cluster, so ratios hold even when the machine's absolute speed drifts:
   env_raw        vector env alone                      (report)
   env_policy     + action selection and folding        (report; the most one collector can do)
   collect        collectors -> shards through Ray       vs env_policy x collectors the cores run at once
-  learner_feed   learner fed by the shards              vs the same loop fed from memory
+  learner_feed   learner fed by the shards              vs the same loop fed from memory (samples/s)
   broadcast      ray.put -> last collector acting       vs one ray.put + ray.get
   e2e_*          a training run of the config           (report; replay ratio held vs asked)
   warmup         first 10% of the run vs the last 10%
   linearity      the run at 5T env steps vs at T
   memory         actors' resident memory at the end vs when replay was full
+
+`--stage learner` measures only the learner on its device (the GPU when the cluster has one), per
+precision x CUDA-graph capture: fed by the shards with collectors running and the replay-ratio
+limiter off (`learner_<precision>_<capture>` vs the same loop fed from memory), and the GPU's
+busy fraction while fed.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ class BenchPlan:
 
     local_s: float  # env_raw and env_policy windows
     collect_s: float
-    feed_updates: int
+    feed_s: float  # learner_feed: each way
+    learner_s: float  # --stage learner: each way, per variant
     broadcasts: int
     linearity_steps: int  # T; the e2e run is the 5T run
 
@@ -45,8 +51,8 @@ class BenchPlan:
     def choose(cls, quick: bool) -> BenchPlan:
         """The quick or the full plan."""
         if quick:
-            return cls(local_s=1.0, collect_s=3.0, feed_updates=500, broadcasts=10, linearity_steps=12_000)
-        return cls(local_s=3.0, collect_s=8.0, feed_updates=2_000, broadcasts=30, linearity_steps=40_000)
+            return cls(local_s=1.0, collect_s=3.0, feed_s=3.0, learner_s=3.0, broadcasts=10, linearity_steps=12_000)
+        return cls(local_s=3.0, collect_s=8.0, feed_s=8.0, learner_s=8.0, broadcasts=30, linearity_steps=40_000)
 
 
 def machine_info() -> dict:
@@ -84,17 +90,37 @@ def run_bench(args: argparse.Namespace) -> int:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
+    wanted_variants = parse_variants(args.variants) if args.variants else None
+    if args.variants and args.stage != "learner":
+        raise UsageError("--variants needs --stage learner")
     progress = ProgressLine(sys.stderr)
     plan = BenchPlan.choose(args.quick)
 
     import ray
 
     from cluster.bench_cluster import ClusterBench
+    from cluster.placement import PlacementError
     from cluster.settings import collector_settings
-    from cluster.wiring import connect
+    from cluster.train_command import choose_device
+    from cluster.wiring import cluster_gpus, connect
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}
+    if args.stage == "learner":
+        connect(None)
+        try:
+            try:
+                device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
+            except PlacementError as err:
+                raise UsageError(str(err)) from None
+            bench = ClusterBench(config, spec, progress, device)
+            variants = learner_variants(device, wanted_variants)
+            results = bench.learner_variants(variants, plan.learner_s)
+        finally:
+            ray.shutdown()
+        rows = learner_rows(results)
+        details["device"], details["learner_variants"] = device, results
+        return _report(rows, details, args, progress)
 
     progress.message("bench: env_raw, env_policy (one process, no Ray)")
     raw = env_raw_steps_per_s(config.env.id, config.env.kwargs, config.env.num_envs, plan.local_s, config.seed)
@@ -105,7 +131,12 @@ def run_bench(args: argparse.Namespace) -> int:
 
     connect(None)
     try:
-        bench = ClusterBench(config, spec, progress)
+        try:
+            device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
+        except PlacementError as err:
+            raise UsageError(str(err)) from None
+        details["device"] = device
+        bench = ClusterBench(config, spec, progress, device)
         concurrent = min(config.collectors.num, os.cpu_count() or 1)
         collect = bench.collect(plan.collect_s)
         rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
@@ -114,11 +145,14 @@ def run_bench(args: argparse.Namespace) -> int:
         latency_ms, put_get_ms, pause_ms = bench.broadcast(plan.broadcasts)
         rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
         rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
-        fed, from_memory, wait_fraction = bench.learner_feed(plan.feed_updates)
-        rows.append(BenchRow.against("learner_feed", fed, "updates/s", from_memory, ">= 0.8"))
-        samples_per_update = config.learner.micro_batch * config.learner.accumulation_steps
-        rows.append(BenchRow("learner_samples", fed * samples_per_update, "samples/s"))
-        rows.append(BenchRow("learner_wait_fraction", wait_fraction, "fraction"))
+        progress.message(f"bench: learner_feed ({plan.feed_s:g}s each way)")
+        feed = bench.learner_feed(plan.feed_s)
+        fed, from_memory = feed["fed"], feed["memory"]
+        rows.append(BenchRow.against("learner_feed", fed["samples_per_s"], "samples/s", from_memory["samples_per_s"],
+                                     ">= 0.8"))
+        rows.append(BenchRow("learner_wait_fraction", fed["wait_fraction"], "fraction"))
+        if fed["gpu_busy"] is not None:
+            rows.append(BenchRow("learner_gpu_busy", fed["gpu_busy"], "fraction"))
         with tempfile.TemporaryDirectory(prefix="raypex-bench-") as scratch:
             short = bench.training_run(Path(scratch) / "T", plan.linearity_steps)
             long = bench.training_run(Path(scratch) / "5T", 5 * plan.linearity_steps)
@@ -137,7 +171,53 @@ def run_bench(args: argparse.Namespace) -> int:
             details["bound_by"] = bound
     finally:
         ray.shutdown()
+    return _report(rows, details, args, progress)
 
+
+def parse_variants(text: str) -> list[tuple[str, str]]:
+    """'fp16:on,bf16:off' -> [('fp16', 'on'), ('bf16', 'off')] (UsageError naming a bad item)."""
+    pairs = []
+    for item in text.split(","):
+        precision, colon, graphs = item.partition(":")
+        if not colon:
+            raise UsageError(f"--variants: '{item}' is not PRECISION:GRAPHS, e.g. fp16:on")
+        if precision not in ("fp32", "bf16", "fp16") or graphs not in ("on", "off"):
+            raise UsageError(f"--variants: '{item}' is not PRECISION:GRAPHS with PRECISION fp32, bf16 or fp16 "
+                             "and GRAPHS on or off")
+        pairs.append((precision, graphs))
+    return pairs
+
+
+def learner_variants(device: str, chosen: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """(precision, cuda_graphs) pairs `--stage learner` measures on `device`: the `chosen` ones
+    (each must run on `device`) or all that the device runs."""
+    if chosen:
+        allowed = learner_variants(device)
+        for pair in chosen:
+            if pair not in allowed:
+                raise UsageError(f"--variants: '{':'.join(pair)}' does not run on {device}; there: "
+                                 f"{', '.join(':'.join(p) for p in allowed)}")
+        return chosen
+    if device == "cuda":
+        return [(precision, graphs) for precision in ("fp32", "bf16", "fp16") for graphs in ("on", "off")]
+    return [("fp32", "off"), ("bf16", "off")]
+
+
+def learner_rows(results: list[dict]) -> list[BenchRow]:
+    """Per variant: fed samples/s against from-memory samples/s, and the GPU's busy fraction."""
+    rows = []
+    for r in results:
+        name = f"learner_{r['precision']}_{'graph' if r['cuda_graphs'] == 'on' else 'eager'}"
+        fed, memory = r["fed"], r["memory"]
+        rows.append(BenchRow.against(name, fed["samples_per_s"], "samples/s", memory["samples_per_s"], ">= 0.8"))
+        if fed["gpu_busy"] is not None:
+            rows.append(BenchRow.against(f"{name}_gpu_busy", fed["gpu_busy"], "fraction", 1.0, ">= 0.9"))
+        rows.append(BenchRow(f"{name}_wait_fraction", fed["wait_fraction"], "fraction"))
+        rows.append(BenchRow(f"{name}_source_wait_fraction", fed["source_wait_fraction"], "fraction"))
+    return rows
+
+
+def _report(rows: list[BenchRow], details: dict, args: argparse.Namespace, progress: ProgressLine) -> int:
     progress.message("\n" + format_table(rows))
     if "bound_by" in details:
         progress.message(f"throughput is bound by: {details['bound_by']}")

@@ -74,7 +74,11 @@ def format_table(rows: list[BenchRow]) -> str:
 
 def write_json(rows: list[BenchRow], path: Path, machine: dict) -> None:
     """Write {"machine": ..., "rows": [{name, value, unit, reference, ratio, bar}, ...]} atomically."""
-    payload = {"machine": machine, "rows": [asdict(r) for r in rows]}
+    write_json_payload({"machine": machine, "rows": [asdict(r) for r in rows]}, path)
+
+
+def write_json_payload(payload: dict, path: Path) -> None:
+    """Write `payload` as indented JSON, atomically (a reader never sees half a file)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2))
     tmp.replace(path)

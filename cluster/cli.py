@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     bench.add_argument("--quick", action="store_true", help="a reduced run (under 2 minutes on 2 cores)")
     bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes")
+    bench.add_argument("--stage", choices=["all", "learner"], default="all",
+                       help="learner: only the learner on its device, per precision x CUDA-graph capture")
+    bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
+                       help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
     ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2")
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     ev.add_argument("--episodes", type=int, default=100)

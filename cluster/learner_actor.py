@@ -7,7 +7,6 @@ epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights refs this
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 
@@ -68,14 +67,24 @@ class LearnerActor:
             self.learner.load_state_bytes(state)
         self.learner.warmup()
         self.learner.publish_weights()
-        return {"device": str(self.learner.device), "precision": self.learner.precision.name,
-                "version": self.learner.version, "updates": self.learner.updates}
+        learner = self.learner
+        return {"device": str(learner.device), "precision": learner.precision.name,
+                "cuda_graph": learner.captured, "compiled": learner.compiled,
+                "version": learner.version, "updates": learner.updates}
+
+    def _waited_s(self) -> float:
+        """Seconds the update loop has waited for data after replay reached its minimum size.
+        A threaded feed measures its own wait (the source's waits overlap with updates there)."""
+        feed = self.learner.feed
+        if feed.threaded:
+            return feed.wait_s - self.source.fill_wait_s
+        return self.source.wait_s
 
     def train_epoch(self) -> dict:
         """One epoch; its metrics carry the newest published weights (ref and version)."""
-        wait_before = self.source.wait_s
+        wait_before = self._waited_s()
         metrics = self.learner.train_epoch()
-        waited = self.source.wait_s - wait_before
+        waited = max(0.0, self._waited_s() - wait_before)
         metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
         metrics["fill_wait_s"] = self.source.fill_wait_s
         metrics["weights_ref"], metrics["weights_version"] = self.publisher.latest
@@ -103,7 +112,7 @@ class LearnerActor:
 
     def profile(self) -> dict:
         """Seconds per phase of the update loop, and of those the time spent waiting for data."""
-        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.source.wait_s}
+        return {"phase_s": dict(self.learner.phase_s), "wait_s": self._waited_s()}
 
     def publish_now(self) -> float:
         """Publish the current weights as a new version; returns the wall clock at the put
@@ -125,22 +134,25 @@ class LearnerActor:
             times.append((time.perf_counter() - start) * 1e3)
         return float(np.median(times))
 
-    def updates_per_s_from_memory(self, updates: int) -> float:
-        """Updates/s of the same epoch loop fed from batches already in this process's memory:
-        the reference for the learner fed through Ray. The batches are real ones from the shards."""
-        cached = [self.source.next_batch() for _ in range(32)]
-        replay = itertools.cycle(cached)
-        feed = self.learner.feed
-        from_shards = feed.next_batch
-        feed.next_batch = lambda: next(replay)
-        try:
-            first = self.learner.updates
-            start = time.perf_counter()
-            while self.learner.updates - first < updates:
-                self.learner.train_epoch()
-            return (self.learner.updates - first) / (time.perf_counter() - start)
-        finally:
-            feed.next_batch = from_shards
+    def measure(self, seconds: float, from_memory: bool) -> dict:
+        """The epoch loop's samples/s, GPU busy fraction and wait fraction over `seconds`: fed by
+        the shards (one epoch first, off the clock: it waits for replay's minimum size), or fed
+        from 32 real batches taken from the shards and cycled in memory (the reference)."""
+        from learner.throughput import from_memory as memory_rate
+        from learner.throughput import timed_epochs
+
+        if from_memory:
+            rate, busy = memory_rate(self.learner, self.learner.feed.take_batches(32), seconds)
+            return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": 0.0}
+        self.learner.train_epoch()
+        waited, source_waited, start = self._waited_s(), self.source.wait_s, time.perf_counter()
+        rate, busy = timed_epochs(self.learner, seconds)
+        elapsed = time.perf_counter() - start
+        # With a threaded feed the source waits on its thread: this says whether that thread is
+        # bound by Ray's replies (near 1) or by its own work (near 0).
+        source_wait = (self.source.wait_s - source_waited) / elapsed
+        return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": max(0.0, (self._waited_s() - waited) / elapsed),
+                "source_wait_fraction": source_wait}
 
     def node_id(self) -> str:
         """The Ray node the learner runs on."""

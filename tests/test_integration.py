@@ -222,6 +222,21 @@ def test_a_killed_collector_is_restarted_on_its_shard(tmp_path):
     assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
 
 
+def test_bench_learner_stage_measures_each_variant_fed_and_from_memory(tmp_path, capsys):
+    """`raypex bench --stage learner`: per variant, the learner fed by the shards against the same
+    loop fed from memory, in samples/s, on the device train would choose (CPU here)."""
+    out = tmp_path / "learner.json"
+    assert main(["bench", "--stage", "learner", "--quick", "--variants", "fp32:off", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    assert set(rows) == {"learner_fp32_eager", "learner_fp32_eager_wait_fraction",
+                         "learner_fp32_eager_source_wait_fraction"}
+    fed = rows["learner_fp32_eager"]
+    assert fed["unit"] == "samples/s" and fed["value"] > 0 and fed["reference"] > 0 and fed["bar"] == ">= 0.8"
+    assert data["machine"]["details"]["device"] == "cpu"
+    assert "learner_fp32_eager" in capsys.readouterr().err
+
+
 def test_bench_quick_writes_every_row_with_its_ratio(tmp_path, capsys):
     """`raypex bench --quick --profile` on a local Ray cluster: every row of the issue, with a
     ratio wherever it has a reference (no speed is asserted)."""
@@ -231,9 +246,9 @@ def test_bench_quick_writes_every_row_with_its_ratio(tmp_path, capsys):
     rows = {r["name"]: r for r in data["rows"]}
     for name in ("env_raw", "env_policy", "collect", "learner_feed", "broadcast", "e2e_env_steps_per_s",
                  "e2e_learner_samples_per_s", "e2e_replay_ratio", "e2e_policy_lag_mean", "e2e_policy_lag_max",
-                 "warmup", "linearity", "memory", "replay_bytes_per_transition", "learner_wait_fraction",
-                 "learner_samples"):
+                 "warmup", "linearity", "memory", "replay_bytes_per_transition", "learner_wait_fraction"):
         assert name in rows, name
+    assert rows["learner_feed"]["unit"] == "samples/s"
     for name in ("collect", "learner_feed", "broadcast", "warmup", "linearity", "memory"):
         row = rows[name]
         assert row["value"] > 0 and row["reference"] > 0 and row["bar"], row

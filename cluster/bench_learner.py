@@ -1,0 +1,173 @@
+"""`python -m cluster.bench_learner CONFIG`: the learner alone on its device, per precision x
+capture x batch shape, fed from host memory and from the device (no Ray, no collectors).
+
+It answers "how fast can this learner go on this machine" and "which precision and which capture
+setting win", so the configs can name the fastest and `raypex bench` has a ceiling to hold the
+Ray-fed learner against. One process, one variant at a time, each warmed up (and captured) before
+its clock starts. Example, on a GPU box:
+
+    python -m cluster.bench_learner configs/pong.yaml --shapes 512x4,128x4 --json learner.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+from actors.envs import UnsupportedEnv, inspect_env
+from cluster.bench_report import write_json_payload
+from cluster.config_loading import ConfigError, load_config
+from cluster.settings import learner_settings
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'512x4,128x4' -> [(512, 4), (128, 4)] (micro-batch x accumulation steps)."""
+    shapes = []
+    for part in text.split(","):
+        micro, _, steps = part.partition("x")
+        if not (micro.isdigit() and steps.isdigit()) or int(micro) < 1 or int(steps) < 1:
+            raise ValueError(f"--shapes: '{part}' is not MICROxSTEPS, e.g. 512x4")
+        shapes.append((int(micro), int(steps)))
+    return shapes
+
+
+def measure_variant(settings, device, seconds: float, host_batches: int) -> dict:
+    """One learner built from `settings`: warm-up/capture seconds, then samples/s and GPU busy
+    on device-resident batches and from host memory."""
+    import torch
+
+    from learner.learner import Learner
+    from learner.throughput import from_memory, on_device, random_micro_batches
+
+    learner = Learner(settings, device, lambda: None, lambda weights: None)
+    start = time.perf_counter()
+    learner.warmup()
+    row = {"warmup_s": time.perf_counter() - start, "captured": learner.captured}
+    row["device_samples_per_s"], row["device_gpu_busy"] = on_device(learner, seconds)
+    batches = random_micro_batches(learner, host_batches)
+    row["memory_samples_per_s"], row["memory_gpu_busy"] = from_memory(learner, batches, seconds)
+    del learner, batches
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def copy_bandwidth(megabytes: int = 256) -> dict:
+    """GB/s of the feed's host work on this machine: numpy -> pinned memory (one torch thread,
+    then torch's default threads), and pinned -> device."""
+    import numpy as np
+    import torch
+
+    source = np.random.default_rng(0).integers(0, 256, megabytes << 20, dtype=np.uint8)
+    pinned = torch.empty(len(source), dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+
+    def rate(copy) -> float:
+        copy()
+        start = time.perf_counter()
+        for _ in range(5):
+            copy()
+        return 5 * len(source) / (time.perf_counter() - start) / 1e9
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    result = {"host_to_pinned_1_thread": rate(lambda: pinned.copy_(torch.from_numpy(source)))}
+    torch.set_num_threads(threads)
+    result[f"host_to_pinned_{threads}_threads"] = rate(lambda: pinned.copy_(torch.from_numpy(source)))
+    if torch.cuda.is_available():
+        device = torch.empty_like(pinned, device="cuda")
+
+        def to_device():
+            device.copy_(pinned, non_blocking=True)
+            torch.cuda.synchronize()
+
+        result["pinned_to_device"] = rate(to_device)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every requested variant; print a table; optionally write JSON."""
+    parser = argparse.ArgumentParser(prog="python -m cluster.bench_learner", description=__doc__.splitlines()[0])
+    parser.add_argument("config", type=Path)
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")
+    parser.add_argument("--shapes", default=None, help="MICROxSTEPS,... (default: the config's)")
+    parser.add_argument("--precisions", default="fp32,bf16,fp16")
+    parser.add_argument("--graphs", default="on,off", help="cuda_graphs settings to measure")
+    parser.add_argument("--channels-last", default="on", help="on, off or on,off (CNNs on CUDA)")
+    parser.add_argument("--compile", default="off", help="on, off or on,off")
+    parser.add_argument("--seconds", type=float, default=3.0, help="clock per measurement")
+    parser.add_argument("--host-batches", type=int, default=16, help="distinct micro-batches cycled from memory")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--copy", action="store_true", help="also measure host copy bandwidths (GB/s)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_intermixed_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+        spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+        shapes = parse_shapes(args.shapes) if args.shapes else [
+            (config.learner.micro_batch, config.learner.accumulation_steps)]
+    except (ConfigError, UnsupportedEnv, ValueError) as err:
+        print(f"bench_learner: {err}", file=sys.stderr)
+        return 2
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    base = learner_settings(config, spec)
+    if args.copy:
+        print("copy GB/s: " + json.dumps({k: round(v, 1) for k, v in copy_bandwidth().items()}), flush=True)
+    rows = []
+    for micro, steps in shapes:
+        for precision in args.precisions.split(","):
+            if precision == "fp16" and device.type != "cuda":
+                continue
+            for graphs in args.graphs.split(","):
+                if graphs == "on" and device.type != "cuda":
+                    continue
+                for channels_last in args.channels_last.split(","):
+                    for compiled in args.compile.split(","):
+                        settings = dataclasses.replace(
+                            base, micro_batch=micro, accumulation_steps=steps, precision=precision,
+                            cuda_graphs=graphs, channels_last=channels_last == "on", compile=compiled == "on",
+                            updates_per_epoch=max(5, min(50, 2_000_000 // (micro * steps * 100))))
+                        variant = {"micro": micro, "steps": steps, "precision": precision, "graphs": graphs,
+                                   "channels_last": channels_last, "compile": compiled}
+                        print(f"measuring {variant}", file=sys.stderr, flush=True)
+                        try:
+                            row = {**variant, **measure_variant(settings, device, args.seconds, args.host_batches)}
+                        except Exception as err:  # noqa: BLE001 - a variant that fails is a row that says why
+                            row = {**variant, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
+    print(format_rows(rows))
+    if args.json is not None:
+        write_json_payload({"device": str(device), "gpu": torch.cuda.get_device_name() if device.type == "cuda"
+                            else None, "torch": torch.__version__, "rows": rows}, args.json)
+    return 0
+
+
+def format_rows(rows: list[dict]) -> str:
+    """The table: one line per variant, samples/s in thousands."""
+    lines = ["shape   prec  graph  cl   comp  warmup_s  device_k/s  busy  memory_k/s  busy  memory/device"]
+    for r in rows:
+        head = (f"{r['micro']}x{r['steps']:<4} {r['precision']:<5} {r['graphs']:<6} {r['channels_last']:<4} "
+                f"{r['compile']:<5}")
+        if "error" in r:
+            lines.append(f"{head} {r['error']}")
+            continue
+        busy = [f"{b:.2f}" if b is not None else "-" for b in (r["device_gpu_busy"], r["memory_gpu_busy"])]
+        lines.append(f"{head} {r['warmup_s']:8.1f}  {r['device_samples_per_s'] / 1e3:10.1f}  {busy[0]:>4}  "
+                     f"{r['memory_samples_per_s'] / 1e3:10.1f}  {busy[1]:>4}  "
+                     f"{r['memory_samples_per_s'] / r['device_samples_per_s']:13.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
