@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -22,10 +21,9 @@ from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.frames import FrameChunker
 from actors.nstep import NStepFolder
 from actors.settings import CollectorSettings
-from learner.messages import Weights
 from learner.networks import build_q_network, greedy_actions
 from learner.weights import load_arrays
-from replay.messages import Chunk, FrameChunk
+from replay.contracts import PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
 
@@ -33,8 +31,7 @@ PHASES = ("act", "env", "fold", "push")
 class Collector:
     """Acts, folds n-step transitions and pushes whole chunks; counts what it did."""
 
-    def __init__(self, s: CollectorSettings, push: Callable[[Chunk | FrameChunk], None],
-                 poll_weights: Callable[[], Weights | None]):
+    def __init__(self, s: CollectorSettings, push: PushChunk, poll_weights: PollWeights):
         torch.set_num_threads(1)
         self.s = s
         self.push = push

@@ -1,5 +1,5 @@
 """`python -m cluster` runs the raypex command (same as the console script)."""
 
-from cluster.cli import console
+from cluster.commands.cli import console
 
 console()

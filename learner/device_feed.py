@@ -27,14 +27,12 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from replay.messages import Batch
+from replay.contracts import BATCH_FIELDS, Batch, NextBatch
 
-TRAINING_FIELDS = ("obs", "action", "return", "discount", "next_obs", "weight")
 SLOTS = 4  # two being read by queued updates, two being filled
 
 # Object-store arrays are read-only and the learner never writes to them. Filtered once for the
@@ -49,8 +47,8 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 def stack_micro_batches(batches: list[Batch]) -> dict[str, torch.Tensor]:
     """The training fields of G micro-batches as [G, B, ...] CPU tensors (no copy when G is 1)."""
     if len(batches) == 1:
-        return {name: _tensor(batches[0][name]).unsqueeze(0) for name in TRAINING_FIELDS}
-    return {name: torch.stack([_tensor(b[name]) for b in batches]) for name in TRAINING_FIELDS}
+        return {name: _tensor(batches[0][name]).unsqueeze(0) for name in BATCH_FIELDS}
+    return {name: torch.stack([_tensor(b[name]) for b in batches]) for name in BATCH_FIELDS}
 
 
 class _Slot:
@@ -70,7 +68,7 @@ class _Slot:
             return
         if self.read is not None:
             self.read.synchronize()  # the update that read this slot is done with it
-        for name in TRAINING_FIELDS:
+        for name in BATCH_FIELDS:
             first = np.asarray(batches[0][name])
             shape = (len(batches), *first.shape)
             host = self.host.get(name)
@@ -80,7 +78,7 @@ class _Slot:
             for g, batch in enumerate(batches):
                 host[g].copy_(_tensor(batch[name]))
         with torch.cuda.stream(stream):
-            for name in TRAINING_FIELDS:
+            for name in BATCH_FIELDS:
                 self.device[name].copy_(self.host[name], non_blocking=True)
             self.filled = torch.cuda.Event()
             self.filled.record(stream)
@@ -89,7 +87,7 @@ class _Slot:
 class DeviceFeed:
     """Yields one update's micro-batches at a time on the learner's device (see module docstring)."""
 
-    def __init__(self, next_batch: Callable[[], Batch], device: torch.device, micro_batches: int, threads: int):
+    def __init__(self, next_batch: NextBatch, device: torch.device, micro_batches: int, threads: int):
         self.next_batch = next_batch
         self.device = device
         self.micro_batches = micro_batches

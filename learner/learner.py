@@ -16,7 +16,6 @@ import copy
 import io
 import time
 from collections import deque
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -24,13 +23,12 @@ from torch import nn
 
 from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from learner.device_feed import DeviceFeed
-from learner.messages import TrainingStopped, Weights
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.precision import make_precision, resolve_precision
 from learner.settings import LearnerSettings
 from learner.update_step import StepSettings, UpdateStep, copy_target
 from learner.weights import export_arrays, load_arrays
-from replay.messages import Batch
+from replay.contracts import NextBatch, PublishWeights, TrainingStopped, Weights
 
 # feed: waiting for data; update: host time to run (CPU) or enqueue (CUDA) an update; gpu: waiting
 # for the GPU to finish the update before last (CUDA only; GPU-bound time shows up here).
@@ -55,8 +53,8 @@ class Learner:
         self,
         settings: LearnerSettings,
         device: torch.device,
-        next_batch: Callable[[], Batch],
-        publish: Callable[[Weights], None],
+        next_batch: NextBatch,
+        publish: PublishWeights,
     ):
         self.s = settings
         self.device = device
@@ -281,6 +279,5 @@ def synthetic_batch(settings: LearnerSettings, device: torch.device,
         "return": rng.normal(size=shape).astype(np.float32),
         "discount": np.full(shape, 0.97, np.float32),
         "next_obs": obs[1],
-        "weight": np.ones(shape, np.float32),
     }
     return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}

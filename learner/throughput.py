@@ -21,7 +21,7 @@ import torch
 
 from learner.device_feed import DeviceFeed
 from learner.learner import Learner, synthetic_batch
-from replay.messages import Batch
+from replay.contracts import Batch
 
 _BUSY_SAMPLE_S = 0.1
 

@@ -67,8 +67,7 @@ class UpdateStep:
             with self.precision.autocast():
                 out = double_dqn_loss(
                     self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
-                    # Uniform replay: every importance weight is 1, so the loss skips the multiply.
-                    # Prioritized replay will pass batch["weight"][g] here.
+                    # Uniform replay: no importance weights, so the loss skips the multiply.
                     batch["discount"][g], batch["next_obs"][g], None, self.s.huber_delta, self.s.double_dqn,
                     self.s.share_online_pass,
                 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.messages import ShardCounters
+from replay.contracts import ShardCounters
 from replay.rate_limit import SamplesPerInsertLimiter
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replay.contracts import Batch, Chunk, FrameChunk, ShardCounters
 from replay.frames import FrameStorage
-from replay.messages import Batch, Chunk, FrameChunk, ShardCounters
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
 
@@ -61,9 +61,6 @@ class ReplayShard:
         """
         rows = self.storage.sample_rows(count * num_batches, self.rng)
         batch = {k: v.reshape(num_batches, count, *v.shape[1:]) for k, v in self.storage.gather(rows).items()}
-        batch["weight"] = np.ones((num_batches, count), np.float32)
-        batch["index"] = rows.reshape(num_batches, count)
-        batch["shard_id"] = np.full((num_batches, count), self.shard_id, np.int32)
         self.sampled += count * num_batches
         return batch, self.counters()
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cluster.bench_report import BenchRow, bounding_stage, format_table, parse_bar, write_json
+from cluster.bench.report import BenchRow, bounding_stage, format_table, parse_bar, write_json
 
 
 def test_ratio_is_value_over_reference_and_the_bar_is_applied_to_it():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.cli import main
-from cluster.config import RunConfig
-from cluster.config_loading import apply_overrides, load_config
+from cluster.commands.cli import main
+from cluster.config.loading import apply_overrides, load_config
+from cluster.config.schema import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +114,7 @@ def test_console_script_exits_2_without_traceback(tmp_path):
 
 
 def test_readme_config_reference_matches_the_schema():
-    from cluster.config_reference import markdown_reference
+    from cluster.config.reference import markdown_reference
 
     assert markdown_reference() in (ROOT / "README.md").read_text()
 
@@ -141,6 +141,6 @@ def test_bench_rejects_bad_input_in_one_line(args, expected, capsys):
 @pytest.mark.parametrize(("override", "expected"), [
     ("learner.cuda_graphs=off", "off"), ("learner.cuda_graphs=on", "on"), ("learner.cuda_graphs=auto", "auto")])
 def test_cuda_graphs_takes_on_and_off_that_yaml_reads_as_booleans(override, expected):
-    from cluster.config_loading import load_config
+    from cluster.config.loading import load_config
 
     assert load_config(None, [override]).learner.cuda_graphs == expected

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from learner.device_feed import SLOTS, DeviceFeed
-from learner.messages import TrainingStopped
+from replay.contracts import TrainingStopped
 
 DEVICES = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
 
@@ -22,7 +22,6 @@ def numbered_batches(size: int = 8):
             "return": np.full(size, number, np.float32),
             "discount": np.full(size, 0.5, np.float32),
             "next_obs": np.full((size, 2, 3, 3), (number + 1) % 256, np.uint8),
-            "weight": np.ones(size, np.float32),
         }
 
 

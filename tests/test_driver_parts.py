@@ -6,11 +6,11 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.checkpoints import list_checkpoints, load_latest, save_checkpoint
-from cluster.metrics import RunMetrics
-from cluster.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
-from cluster.progress import ProgressLine
-from cluster.tensorboard_log import TensorBoardLog
+from cluster.driver.checkpoints import list_checkpoints, load_latest, save_checkpoint
+from cluster.driver.metrics import RunMetrics
+from cluster.driver.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
+from cluster.driver.progress import ProgressLine
+from cluster.driver.tensorboard_log import TensorBoardLog
 
 
 def test_checkpoints_keep_the_newest_and_load_the_latest(tmp_path):
@@ -108,7 +108,7 @@ def test_the_solve_clock_starts_when_the_command_process_started():
 
     before = time.time()
     printed = subprocess.run(
-        [sys.executable, "-c", "from cluster.cli import _process_start_time; print(repr(_process_start_time()))"],
+        [sys.executable, "-c", "from cluster.commands.cli import _process_start_time; print(repr(_process_start_time()))"],
         capture_output=True, text=True, check=True,
     ).stdout
     after = time.time()
@@ -124,7 +124,7 @@ def test_sigint_stops_raypex_even_when_started_with_it_ignored():
     import sys
 
     code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "from cluster.cli import main; main(['eval', '/nonexistent-run-dir'])\n"
+            "from cluster.commands.cli import main; main(['eval', '/nonexistent-run-dir'])\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "True"

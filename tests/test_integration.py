@@ -20,7 +20,7 @@ import ray
 from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.cli import main
+from cluster.commands.cli import main
 from replay.ring import transition_layout
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.

@@ -11,10 +11,10 @@ from learner.device_feed import stack_micro_batches
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
-from learner.messages import Weights
 from learner.precision import PrecisionPolicy, make_precision
 from learner.settings import LearnerSettings
 from learner.update_step import StepSettings, UpdateStep
+from replay.contracts import Weights
 
 
 class TableQ(nn.Module):
@@ -79,7 +79,6 @@ def random_batch(rng: np.random.Generator, size: int) -> dict:
         "return": rng.normal(size=size).astype(np.float32),
         "discount": rng.choice([0.0, 0.97], size).astype(np.float32),
         "next_obs": rng.normal(size=(size, 4)).astype(np.float32),
-        "weight": np.ones(size, np.float32),
     }
 
 

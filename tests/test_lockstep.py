@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from actors.envs import inspect_env
-from cluster.config_loading import load_config
-from cluster.lockstep import main, run_lockstep
+from cluster.config.loading import load_config
+from cluster.local.lockstep import main, run_lockstep
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.cli import main
+from cluster.commands.cli import main
 from replay.frames import frame_bytes_per_slot
 
 TESTS = Path(__file__).parent

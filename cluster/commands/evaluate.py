@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.cli import UsageError
-from cluster.config_loading import ConfigError, read_yaml, validate
+from cluster.commands.usage import UsageError
+from cluster.config.loading import ConfigError, read_yaml, validate
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""`python -m cluster.bench_learner CONFIG`: the learner alone on its device, per precision x
+"""`python -m cluster.bench.learner_matrix CONFIG`: the learner alone on its device, per precision x
 capture x batch shape, fed from host memory and from the device (no Ray, no collectors).
 
 It answers "how fast can this learner go on this machine" and "which precision and which capture
@@ -6,7 +6,7 @@ setting win", so the configs can name the fastest and `raypex bench` has a ceili
 Ray-fed learner against. One process, one variant at a time, each warmed up (and captured) before
 its clock starts. Example, on a GPU box:
 
-    python -m cluster.bench_learner configs/pong.yaml --shapes 512x4,128x4 --json learner.json
+    python -m cluster.bench.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --json learner.json
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from actors.envs import UnsupportedEnv, inspect_env
-from cluster.bench_report import write_json_payload
-from cluster.config_loading import ConfigError, load_config
-from cluster.settings import learner_settings
+from cluster.bench.report import write_json_payload
+from cluster.config.loading import ConfigError, load_config
+from cluster.config.settings import learner_settings
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -92,7 +92,7 @@ def copy_bandwidth(megabytes: int = 256) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Measure every requested variant; print a table; optionally write JSON."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench_learner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cluster.bench.learner_matrix", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=Path)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")

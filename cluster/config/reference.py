@@ -1,13 +1,13 @@
 """The config reference table in README.md, generated from the schema so the two cannot drift.
 
-`python -m cluster.config_reference` prints it; a test checks README.md contains it verbatim.
+`python -m cluster.config.reference` prints it; a test checks README.md contains it verbatim.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from cluster.config import RunConfig
+from cluster.config.schema import RunConfig
 
 
 def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:

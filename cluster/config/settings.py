@@ -1,6 +1,6 @@
 """The settings each component is built from, derived from the run config (no Ray here).
 
-A real run (cluster/wiring.py) and the lockstep replica (cluster/lockstep.py) build their
+A real run (cluster/driver/wiring.py) and the lockstep replica (cluster/local/lockstep.py) build their
 collectors, shards and learner from these same functions, so the two cannot drift apart.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from actors.envs import EnvSpec, known_max_return
 from actors.settings import CollectorSettings
-from cluster.config import RunConfig
+from cluster.config.schema import RunConfig
 from learner.settings import LearnerSettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import StorageSpec

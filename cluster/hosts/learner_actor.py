@@ -13,7 +13,7 @@ import time
 import numpy as np
 import ray
 
-from cluster.ray_adapters import BatchSource, WeightPublisher
+from cluster.hosts.ray_seams import BatchSource, WeightPublisher
 from learner.settings import LearnerSettings
 from replay.mixing import ShardMixer
 from replay.rate_limit import SamplesPerInsertLimiter

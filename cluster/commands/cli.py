@@ -1,4 +1,4 @@
-"""The `raypex` command: `raypex train`, `raypex eval` and `raypex bench`.
+"""The `raypex` command: its parser and entry point for `raypex train`, `raypex eval` and `raypex bench`.
 
 Every user mistake (arguments, config, env, run directory, cluster address, resources) ends in
 one line on stderr and exit code 2, before anything is written or started. Only the entry point
@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from cluster.commands.usage import UsageError
+
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for (one-line message, exit 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,7 +56,7 @@ def _process_start_time() -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for both subcommands."""
+    """The argument parser for the three subcommands."""
     parser = _Parser(prog="raypex", description="Distributed Ape-X style DQN on Ray.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser("train", help="train a Q-network (starts a local Ray cluster unless --address)")
@@ -105,15 +102,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if args.command == "train":
             args.args += extra
-            from cluster.train_command import run_train
+            from cluster.commands.train import run_train
 
             return run_train(args, clock_start)
         if args.command == "bench":
             args.args += extra
-            from cluster.bench_command import run_bench
+            from cluster.commands.bench import run_bench
 
             return run_bench(args)
-        from cluster.eval_command import run_eval
+        from cluster.commands.evaluate import run_eval
 
         return run_eval(args)
     except UsageError as err:
@@ -122,27 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("raypex: interrupted", file=sys.stderr)
         return 130
-
-
-def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:
-    """Separate the optional CONFIG path from `key=value` overrides."""
-    config, overrides = None, []
-    for i, item in enumerate(args):
-        if "=" in item:
-            overrides.append(item)
-        elif i == 0 and (item.endswith((".yaml", ".yml")) or Path(item).is_file()):
-            config = Path(item)
-        elif i == 0:
-            raise UsageError(f"'{item}' is neither a config file (.yaml) nor a key=value override")
-        else:
-            raise UsageError(f"'{item}' is neither the config file (it must come first) nor a key=value override")
-    return config, overrides
-
-
-def default_run_dir(env_id: str, seed: int) -> Path:
-    """runs/<env>-<date-time>-s<seed>, unique per second."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id)
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
 
 
 def console() -> None:

@@ -15,12 +15,12 @@ import psutil
 import ray
 
 from actors.envs import EnvSpec
-from cluster.bench_report import BenchRow, bounding_stage
-from cluster.config import RunConfig
-from cluster.config_loading import with_overrides
-from cluster.progress import ProgressLine
-from cluster.run import TrainingRun
-from cluster.wiring import RunActors, reserve_resources, start_actors
+from cluster.bench.report import BenchRow, bounding_stage
+from cluster.config.loading import with_overrides
+from cluster.config.schema import RunConfig
+from cluster.driver.progress import ProgressLine
+from cluster.driver.run import TrainingRun
+from cluster.driver.wiring import RunActors, reserve_resources, start_actors
 
 # Stage windows are measured against the clock; these bound how long a stage waits for actors to
 # reach a state before it gives up with an error instead of hanging.

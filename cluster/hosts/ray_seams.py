@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 import ray
 
-from learner.messages import TrainingStopped, Weights
-from replay.messages import Batch, Chunk, ShardCounters
+from replay.contracts import Batch, Chunk, ShardCounters, TrainingStopped, Weights
 from replay.mixing import ShardMixer
 
 # A limited side sleeps until the other side should have made room, then re-reads the counters.

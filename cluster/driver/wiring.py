@@ -13,12 +13,8 @@ from dataclasses import dataclass
 import ray
 
 from actors.envs import EnvSpec
-from cluster.collector_actor import CollectorActor
-from cluster.config import RunConfig
-from cluster.evaluator_actor import EvaluatorActor
-from cluster.learner_actor import LearnerActor
-from cluster.placement import Reservation, ResourceRequest, in_bundle, reserve
-from cluster.settings import (
+from cluster.config.schema import RunConfig
+from cluster.config.settings import (
     collector_settings,
     evaluator_args,
     learner_limiter,
@@ -26,7 +22,11 @@ from cluster.settings import (
     shard_limiter,
     storage_spec,
 )
-from cluster.shard_actor import ShardActor
+from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, reserve
+from cluster.hosts.collector_actor import CollectorActor
+from cluster.hosts.evaluator_actor import EvaluatorActor
+from cluster.hosts.learner_actor import LearnerActor
+from cluster.hosts.shard_actor import ShardActor
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them

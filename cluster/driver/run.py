@@ -21,13 +21,13 @@ from pathlib import Path
 import ray
 
 from actors.envs import EnvSpec
-from cluster.checkpoints import ResumePoint, atomic_write, save_checkpoint
-from cluster.config import RunConfig
-from cluster.metrics import RunMetrics
-from cluster.progress import ProgressLine
-from cluster.settings import eval_give_up
-from cluster.tensorboard_log import TensorBoardLog
-from cluster.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
+from cluster.config.schema import RunConfig
+from cluster.config.settings import eval_give_up
+from cluster.driver.checkpoints import ResumePoint, atomic_write, save_checkpoint
+from cluster.driver.metrics import RunMetrics
+from cluster.driver.progress import ProgressLine
+from cluster.driver.tensorboard_log import TensorBoardLog
+from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2

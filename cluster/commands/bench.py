@@ -29,11 +29,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.bench_local import env_policy_steps_per_s, env_raw_steps_per_s
-from cluster.bench_report import BenchRow, format_table, write_json
-from cluster.cli import UsageError, split_positional
-from cluster.config_loading import ConfigError, config_to_yaml, load_config
-from cluster.progress import ProgressLine
+from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
+from cluster.bench.report import BenchRow, format_table, write_json
+from cluster.commands.usage import UsageError, split_positional
+from cluster.config.loading import ConfigError, config_to_yaml, load_config
+from cluster.driver.progress import ProgressLine
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,11 @@ def run_bench(args: argparse.Namespace) -> int:
 
     import ray
 
-    from cluster.bench_cluster import ClusterBench
-    from cluster.placement import PlacementError
-    from cluster.settings import collector_settings
-    from cluster.train_command import choose_device
-    from cluster.wiring import cluster_gpus, connect
+    from cluster.bench.ray_stages import ClusterBench
+    from cluster.commands.train import choose_device
+    from cluster.config.settings import collector_settings
+    from cluster.driver.placement import PlacementError
+    from cluster.driver.wiring import cluster_gpus, connect
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cluster.config import RunConfig
+from cluster.config.schema import RunConfig
 
 
 class ConfigError(Exception):

@@ -1,4 +1,4 @@
-"""`python -m cluster.lockstep`: a run's parts in lockstep in one process, without Ray.
+"""`python -m cluster.local.lockstep`: a run's parts in lockstep in one process, without Ray.
 
 The same Collector, ReplayShard, limiter, ShardMixer and Learner classes as `raypex train`, built
 from the same config, run one after another: the collectors insert until the limiter has no more
@@ -9,7 +9,7 @@ say how much a config learns per update, over many seeds in little time, and com
 a real run shows what the distributed run costs in updates. It is a research tool, not a way to
 train (nothing is saved).
 
-    python -m cluster.lockstep configs/cartpole.yaml --seeds 10 replay.error_buffer=2000
+    python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10 replay.error_buffer=2000
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from actors.envs import EnvSpec, UnsupportedEnv, inspect_env
-from cluster.config import RunConfig
-from cluster.config_loading import ConfigError, load_config
-from cluster.settings import (
+from cluster.config.loading import ConfigError, load_config
+from cluster.config.schema import RunConfig
+from cluster.config.settings import (
     collector_settings,
     eval_give_up,
     evaluator_args,
@@ -33,7 +33,7 @@ from cluster.settings import (
     shard_limiter,
     storage_spec,
 )
-from learner.messages import Weights
+from replay.contracts import Weights
 from replay.mixing import ShardMixer
 from replay.shard import ReplayShard
 
@@ -43,7 +43,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     import torch
 
     from actors.collector import Collector
-    from cluster.evaluator_actor import EvaluatorActor  # a plain class; Ray only hosts it in a run
+    from cluster.hosts.evaluator_actor import EvaluatorActor  # a plain class; Ray only hosts it in a run
     from learner.learner import Learner
 
     torch.set_num_threads(1)
@@ -98,7 +98,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run seeds seed..seed+N-1 one after another; one JSON line each, then the median."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.lockstep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cluster.local.lockstep", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=Path)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--seeds", type=int, default=10, help="how many seeds, from the config's seed on")

@@ -16,7 +16,7 @@ import uuid
 import ray
 
 from actors.settings import CollectorSettings
-from cluster.ray_adapters import ChunkSink, WeightInbox
+from cluster.hosts.ray_seams import ChunkSink, WeightInbox
 
 
 class CollectorActor:

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from actors.envs import UnsupportedEnv, inspect_env
-from cluster.checkpoints import ResumePoint, atomic_write, load_latest
-from cluster.cli import UsageError, default_run_dir, split_positional
-from cluster.config import RunConfig
-from cluster.config_loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
-from cluster.placement import PlacementError
-from cluster.progress import ProgressLine
+from cluster.commands.usage import UsageError, default_run_dir, split_positional
+from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
+from cluster.config.schema import RunConfig
+from cluster.driver.checkpoints import ResumePoint, atomic_write, load_latest
+from cluster.driver.placement import PlacementError
+from cluster.driver.progress import ProgressLine
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[RunConfig, Path, ResumePoint | None]:
@@ -86,8 +86,8 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
 
     import ray
 
-    from cluster.run import RunFailed, TrainingRun
-    from cluster.wiring import ConnectError, cluster_gpus, connect, reserve_resources
+    from cluster.driver.run import RunFailed, TrainingRun
+    from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources
 
     try:
         started_local = connect(args.address)

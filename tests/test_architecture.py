@@ -1,0 +1,119 @@
+"""The layout as checks: no import cycle, no product module past 300 lines, and DESIGN.md's
+dependency rule (cluster -> actors, replay, learner; actors may use learner's model definitions;
+replay imports no other package of ours; every package may import replay.contracts; no Ray outside
+cluster/). Imports are read from the source (ast), function-level ones included."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("actors", "learner", "replay", "cluster")
+MAX_LINES = 300
+CONTRACTS = "replay.contracts"
+MODEL_DEFINITIONS = ("learner.networks", "learner.weights")  # what collectors act with
+
+
+def product_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every product module (package __init__ files included)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    return modules
+
+
+MODULES = product_modules()
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name imported anywhere in the file (absolute imports; `from a import b` gives
+    a.b when that is a module, else a)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                names.add(candidate if candidate in MODULES else node.module)
+    return names
+
+
+def our_imports(module: str) -> set[str]:
+    """The product modules `module` imports (packages' empty __init__ files left out)."""
+    return {name for name in imported_names(MODULES[module])
+            if name in MODULES and name != module and MODULES[name].name != "__init__.py"}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph as [a, b, ..., a], or None (depth-first search)."""
+    state: dict[str, str] = {}  # "open" while on the search stack, "done" after
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_there_is_no_import_cycle():
+    cycle = find_cycle({module: our_imports(module) for module in MODULES})
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_product_module_is_longer_than_300_lines(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
+
+
+def allowed(importer: str, imported: str) -> bool:
+    """DESIGN.md's dependency rule for one import between our packages."""
+    source, target = importer.split(".")[0], imported.split(".")[0]
+    if source == target or imported == CONTRACTS or source == "cluster":
+        return True
+    if source == "actors":
+        return imported in MODEL_DEFINITIONS
+    return False  # learner and replay import only themselves and the contracts
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if MODULES[m].name != "__init__.py"))
+def test_imports_follow_the_dependency_rule(module):
+    wrong = sorted(name for name in our_imports(module) if not allowed(module, name))
+    assert not wrong, f"{module} imports {wrong}, which DESIGN.md's dependency rule does not allow"
+    if not module.startswith("cluster"):
+        ray = sorted(name for name in imported_names(MODULES[module]) if name.split(".")[0] == "ray")
+        assert not ray, f"{module} is pure logic but imports {ray}"
+
+
+def test_the_contracts_module_imports_nothing_of_ours():
+    assert not our_imports(CONTRACTS)
+
+
+def test_the_checks_see_a_cycle_and_a_forbidden_import(tmp_path):
+    """The checks themselves: a cycle and a replay -> learner import written to files are found."""
+    first, second = tmp_path / "a.py", tmp_path / "b.py"
+    first.write_text("def f():\n    from replay.shard import ReplayShard\n")
+    second.write_text("from learner import networks\nimport ray.util\n")
+    assert "replay.shard" in imported_names(first)
+    assert {"learner.networks", "ray.util"} <= imported_names(second)
+    assert not allowed("replay.shard", "learner.networks") and allowed("actors.collector", "learner.networks")
+    assert not allowed("learner.learner", "actors.envs") and allowed("learner.learner", CONTRACTS)
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) is None
