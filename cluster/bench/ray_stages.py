@@ -15,6 +15,7 @@ import psutil
 import ray
 
 from actors.envs import EnvSpec
+from cluster.bench.learner_probes import ProbedLearnerActor
 from cluster.bench.report import BenchRow, bounding_stage
 from cluster.config.loading import with_overrides
 from cluster.config.schema import RunConfig
@@ -113,11 +114,12 @@ def _fractions(seconds: dict[str, float]) -> dict[str, float]:
     return {k: v / total for k, v in seconds.items()}
 
 
-class BenchRun(TrainingRun):
-    """A TrainingRun that also records its env-steps timeline and the actors' memory."""
+class RunRecorder:
+    """Watches a training run (a RunObserver) for the bench: its env-steps timeline, the actors'
+    memory when replay is first full and at the end, and where collectors and learner spent time."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, replay_capacity: int):
+        self.replay_capacity = replay_capacity
         self.timeline: list[tuple[float, int]] = []
         self.rss_full: dict[str, int] | None = None
         self.rss_end: dict[str, int] = {}
@@ -126,28 +128,26 @@ class BenchRun(TrainingRun):
         self.collector_phase_s: dict[str, float] = {}
         self.learner_profile: dict = {}
 
-    def _poll(self) -> bool:
-        done = super()._poll()
-        if self.collect_start is not None:
-            self.timeline.append((time.time() - self.collect_start, self.metrics.env_steps))
-        capacity = self.config.replay.capacity
-        if self.rss_full is None and self.metrics.shard_sizes and min(self.metrics.shard_sizes) >= capacity:
-            self.rss_full = actor_rss(self.actors)
-        return done
+    def after_poll(self, run: TrainingRun) -> None:
+        """One timeline point; the memory once every shard is full."""
+        if run.collect_start is not None:
+            self.timeline.append((time.time() - run.collect_start, run.metrics.env_steps))
+        sizes = run.metrics.shard_sizes
+        if self.rss_full is None and sizes and min(sizes) >= self.replay_capacity:
+            self.rss_full = actor_rss(run.actors)
 
-    def _finish(self) -> None:
-        if self.actors is not None:
-            self.train_wall_s = time.time() - self.collect_start
-            self.rss_end = actor_rss(self.actors)
-            self.shard_stats = ray.get([s.stats.remote() for s in self.actors.shards])
-            stats = ray.get([c.stats.remote() for c in self.actors.collectors])
-            phases = {}
-            for st in stats:
-                for p, t in st["phase_s"].items():
-                    phases[p] = phases.get(p, 0.0) + t
-            self.collector_phase_s = phases
-            self.learner_profile = ray.get(self.actors.learner.profile.remote())
-        super()._finish()
+    def before_finish(self, run: TrainingRun) -> None:
+        """The training time, the memory at the end and every actor's counters."""
+        actors = run.actors
+        self.train_wall_s = time.time() - run.collect_start
+        self.rss_end = actor_rss(actors)
+        self.shard_stats = ray.get([s.stats.remote() for s in actors.shards])
+        phases: dict[str, float] = {}
+        for stats in ray.get([c.stats.remote() for c in actors.collectors]):
+            for phase, seconds in stats["phase_s"].items():
+                phases[phase] = phases.get(phase, 0.0) + seconds
+        self.collector_phase_s = phases
+        self.learner_profile = ray.get(actors.learner.profile.remote())
 
 
 class ClusterBench:
@@ -162,7 +162,7 @@ class ClusterBench:
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
         group = reserve_resources(config, 1 if self.device == "cuda" else 0)
-        actors = start_actors(config, self.spec, group, self.device, uuid.uuid4().hex[:8])
+        actors = start_actors(config, self.spec, group, self.device, uuid.uuid4().hex[:8], ProbedLearnerActor)
         ray.get(actors.learner.warmup.remote(None))
         return group, actors
 
@@ -193,13 +193,21 @@ class ClusterBench:
         return sum(s["env_steps"] for s in self._collector_stats(actors))
 
     # -- stages -------------------------------------------------------------------------------
-    def collect(self, seconds: float) -> float:
-        """Total env steps/s of the collectors writing to their shards, learner not training
-        (replay-ratio limiter off, so nothing throttles them)."""
+    def collect_and_broadcast(self, seconds: float, repeats: int) -> tuple[float, float, float, float]:
+        """On one set of actors: the collectors' env steps/s (learner not training), then the
+        broadcast latency to those running collectors, its ray.put + ray.get reference and the
+        longest env-loop pause to take weights (all in ms)."""
         self.progress.message(f"bench: collect ({seconds:g}s, {self.config.collectors.num} collectors)")
-        config = with_overrides(self.config, ["replay.samples_per_insert=0"])
+        config = with_overrides(self.config, ["replay.samples_per_insert=0"])  # nothing throttles them
         group, actors = self._start(config)
-        self._actors_for_broadcast = (group, actors)
+        try:
+            collect = self._collect(actors, seconds)
+            self.progress.message(f"bench: broadcast ({repeats} versions)")
+            return (collect, *self._broadcast(actors, repeats))
+        finally:
+            self._release(group, actors)
+
+    def _collect(self, actors: RunActors, seconds: float) -> float:
         for c in actors.collectors:
             c.run.remote()
         first = self._poll_until(lambda: self._env_steps(actors), lambda steps: steps > 0,
@@ -208,27 +216,18 @@ class ClusterBench:
         time.sleep(seconds)  # the measurement window itself, not synchronization
         return (self._env_steps(actors) - first) / (time.perf_counter() - start)
 
-    def broadcast(self, repeats: int) -> tuple[float, float, float]:
-        """Median ms from the learner's ray.put to the last collector acting with that version
-        (collectors running, from the collect stage), the ray.put + ray.get reference, and the
-        longest a collector's env loop paused to take new weights (ms)."""
-        self.progress.message(f"bench: broadcast ({repeats} versions)")
-        group, actors = self._actors_for_broadcast
-        try:
-            latencies = []
-            for _ in range(repeats):
-                put_at = ray.get(actors.learner.publish_now.remote())
-                version = ray.get(actors.learner.latest_weights.remote())[1]
-                stats = self._poll_until(
-                    lambda: self._collector_stats(actors),
-                    lambda stats, version=version: all(s["version"] >= version for s in stats),
-                    f"every collector to act with weights version {version}")
-                latencies.append((max(s["version_loaded_at"] for s in stats) - put_at) * 1e3)
-            after = self._collector_stats(actors)
-            pause_ms = max(a["max_weight_load_s"] for a in after) * 1e3
-            put_get = ray.get(actors.learner.put_get_ms.remote())
-        finally:
-            self._release(group, actors)
+    def _broadcast(self, actors: RunActors, repeats: int) -> tuple[float, float, float]:
+        latencies = []
+        for _ in range(repeats):
+            put_at = ray.get(actors.learner.publish_now.remote())
+            version = ray.get(actors.learner.latest_weights.remote())[1]
+            stats = self._poll_until(
+                lambda: self._collector_stats(actors),
+                lambda stats, version=version: all(s["version"] >= version for s in stats),
+                f"every collector to act with weights version {version}")
+            latencies.append((max(s["version_loaded_at"] for s in stats) - put_at) * 1e3)
+        pause_ms = max(s["max_weight_load_s"] for s in self._collector_stats(actors)) * 1e3
+        put_get = ray.get(actors.learner.put_get_ms.remote())
         return float(np.median(latencies)), put_get, pause_ms
 
     def learner_feed(self, seconds: float, config: RunConfig | None = None) -> dict:
@@ -272,24 +271,27 @@ class ClusterBench:
             f"replay.min_size={min(self.config.replay.min_size, capacity * num)}"])
         group = reserve_resources(config, 1 if self.device == "cuda" else 0)
         run_dir.mkdir(parents=True)
+        recorder = RunRecorder(capacity)
         with open(run_dir / "progress.log", "w") as log:
-            run = BenchRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log))
+            run = TrainingRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log),
+                              observers=(recorder,))
             try:
                 run.execute(config_text="bench")
             finally:
                 group.release()
-        inserted = sum(s["inserted"] for s in run.shard_stats)
-        sampled = sum(s["sampled"] for s in run.shard_stats)
-        nbytes = sum(s["nbytes"] for s in run.shard_stats)
-        slots = sum(s["capacity"] for s in run.shard_stats)
-        learner_phases = dict(run.learner_profile.get("phase_s", {}))
+        shards = recorder.shard_stats
+        inserted = sum(s["inserted"] for s in shards)
+        sampled = sum(s["sampled"] for s in shards)
+        nbytes = sum(s["nbytes"] for s in shards)
+        slots = sum(s["capacity"] for s in shards)
+        learner_phases = dict(recorder.learner_profile.get("phase_s", {}))
         if learner_phases:
-            wait = run.learner_profile["wait_s"]
+            wait = recorder.learner_profile["wait_s"]
             learner_phases["feed"] = max(0.0, learner_phases["feed"] - wait)
             learner_phases["wait"] = wait
         return RunRecord(
-            summary=run.summary(), train_wall_s=run.train_wall_s, timeline=run.timeline,
-            rss_full=run.rss_full, rss_end=run.rss_end, bytes_per_transition=nbytes / max(slots, 1),
-            replay_ratio=sampled / max(inserted, 1), collector_phases=_fractions(run.collector_phase_s),
+            summary=run.summary(), train_wall_s=recorder.train_wall_s, timeline=recorder.timeline,
+            rss_full=recorder.rss_full, rss_end=recorder.rss_end, bytes_per_transition=nbytes / max(slots, 1),
+            replay_ratio=sampled / max(inserted, 1), collector_phases=_fractions(recorder.collector_phase_s),
             learner_phases=_fractions(learner_phases),
         )

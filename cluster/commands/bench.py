@@ -138,11 +138,10 @@ def run_bench(args: argparse.Namespace) -> int:
         details["device"] = device
         bench = ClusterBench(config, spec, progress, device)
         concurrent = min(config.collectors.num, os.cpu_count() or 1)
-        collect = bench.collect(plan.collect_s)
+        collect, latency_ms, put_get_ms, pause_ms = bench.collect_and_broadcast(plan.collect_s, plan.broadcasts)
         rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
         if spec.frame_stack:  # pixels: what the collectors keep of the env's own speed (ALE alone)
             rows.append(BenchRow.against("collect_vs_env_raw", collect, "env steps/s", raw * concurrent, ">= 0.8"))
-        latency_ms, put_get_ms, pause_ms = bench.broadcast(plan.broadcasts)
         rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
         rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
         progress.message(f"bench: learner_feed ({plan.feed_s:g}s each way)")

@@ -86,7 +86,8 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
 
     import ray
 
-    from cluster.driver.run import RunFailed, TrainingRun
+    from cluster.driver.run import TrainingRun
+    from cluster.driver.supervisor import RunFailed
     from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources
 
     try:

@@ -107,8 +107,10 @@ class RunActors:
         }
 
 
-def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str) -> RunActors:
-    """Create shards, collectors, the learner and the evaluator (they start in parallel)."""
+def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str,
+                 learner_host: type = LearnerActor) -> RunActors:
+    """Create shards, collectors, the learner and the evaluator (they start in parallel).
+    `learner_host` lets the bench host the learner in a subclass with its probes."""
     r = config.replay
     num = config.collectors.num
     shard_cls = ray.remote(ShardActor)
@@ -129,7 +131,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     lc = config.learner
     # The "control" group is a second thread for request_stop only; every other method runs in
     # submission order on the default single thread.
-    learner = ray.remote(concurrency_groups={"control": 1})(LearnerActor).options(
+    learner = ray.remote(concurrency_groups={"control": 1})(learner_host).options(
         num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group.learner, 0),
     ).remote(
         learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,

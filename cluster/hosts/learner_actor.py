@@ -2,15 +2,14 @@
 
 The driver paces it one epoch per `train_epoch` call (two queued, so it never idles between
 epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights refs this actor publishes;
-`export_policy` can export exactly the version an evaluation passed.
+`export_policy` can export exactly the version an evaluation passed. The bench's probes live in a
+subclass (cluster/bench/learner_probes.py), not here.
 """
 
 from __future__ import annotations
 
 import os
-import time
 
-import numpy as np
 import ray
 
 from cluster.hosts.ray_seams import BatchSource, WeightPublisher
@@ -33,7 +32,7 @@ def gpu_busy_fraction(device) -> float | None:
 
 
 class LearnerActor:
-    """Hosts the Learner; trains, evaluates, checkpoints and exports on the driver's request."""
+    """Hosts the Learner; trains, checkpoints and exports on the driver's request."""
 
     def __init__(
         self,
@@ -72,7 +71,7 @@ class LearnerActor:
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
                 "version": learner.version, "updates": learner.updates}
 
-    def _waited_s(self) -> float:
+    def waited_s(self) -> float:
         """Seconds the update loop has waited for data after replay reached its minimum size.
         A threaded feed measures its own wait (the source's waits overlap with updates there)."""
         feed = self.learner.feed
@@ -82,9 +81,9 @@ class LearnerActor:
 
     def train_epoch(self) -> dict:
         """One epoch; its metrics carry the newest published weights (ref and version)."""
-        wait_before = self._waited_s()
+        wait_before = self.waited_s()
         metrics = self.learner.train_epoch()
-        waited = max(0.0, self._waited_s() - wait_before)
+        waited = max(0.0, self.waited_s() - wait_before)
         metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
         metrics["fill_wait_s"] = self.source.fill_wait_s
         metrics["weights_ref"], metrics["weights_version"] = self.publisher.latest
@@ -112,47 +111,7 @@ class LearnerActor:
 
     def profile(self) -> dict:
         """Seconds per phase of the update loop, and of those the time spent waiting for data."""
-        return {"phase_s": dict(self.learner.phase_s), "wait_s": self._waited_s()}
-
-    def publish_now(self) -> float:
-        """Publish the current weights as a new version; returns the wall clock at the put
-        (bench measures from it to the moment each collector acts with that version)."""
-        started = time.time()
-        self.learner.publish_weights()
-        return started
-
-    def put_get_ms(self, repeats: int = 20) -> float:
-        """Median milliseconds of one ray.put plus one ray.get of the current weights (the
-        reference for the broadcast latency)."""
-        from learner.weights import export_arrays
-
-        arrays = export_arrays(self.learner.online)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            ray.get(ray.put(arrays))
-            times.append((time.perf_counter() - start) * 1e3)
-        return float(np.median(times))
-
-    def measure(self, seconds: float, from_memory: bool) -> dict:
-        """The epoch loop's samples/s, GPU busy fraction and wait fraction over `seconds`: fed by
-        the shards (one epoch first, off the clock: it waits for replay's minimum size), or fed
-        from 32 real batches taken from the shards and cycled in memory (the reference)."""
-        from learner.throughput import from_memory as memory_rate
-        from learner.throughput import timed_epochs
-
-        if from_memory:
-            rate, busy = memory_rate(self.learner, self.learner.feed.take_batches(32), seconds)
-            return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": 0.0}
-        self.learner.train_epoch()
-        waited, source_waited, start = self._waited_s(), self.source.wait_s, time.perf_counter()
-        rate, busy = timed_epochs(self.learner, seconds)
-        elapsed = time.perf_counter() - start
-        # With a threaded feed the source waits on its thread: this says whether that thread is
-        # bound by Ray's replies (near 1) or by its own work (near 0).
-        source_wait = (self.source.wait_s - source_waited) / elapsed
-        return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": max(0.0, (self._waited_s() - waited) / elapsed),
-                "source_wait_fraction": source_wait}
+        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.waited_s()}
 
     def node_id(self) -> str:
         """The Ray node the learner runs on."""

@@ -1,0 +1,58 @@
+"""ProbedLearnerActor: the learner's host with what only `raypex bench` asks of it.
+
+Kept out of the production host (cluster/hosts/learner_actor.py): a run never calls these.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import ray
+
+from cluster.hosts.learner_actor import LearnerActor
+
+
+class ProbedLearnerActor(LearnerActor):
+    """LearnerActor plus the bench's probes: publish on demand, the put+get reference, and the
+    epoch loop's speed fed by the shards or from memory."""
+
+    def publish_now(self) -> float:
+        """Publish the current weights as a new version; returns the wall clock at the put
+        (bench measures from it to the moment each collector acts with that version)."""
+        started = time.time()
+        self.learner.publish_weights()
+        return started
+
+    def put_get_ms(self, repeats: int = 20) -> float:
+        """Median milliseconds of one ray.put plus one ray.get of the current weights (the
+        reference for the broadcast latency)."""
+        from learner.weights import export_arrays
+
+        arrays = export_arrays(self.learner.online)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ray.get(ray.put(arrays))
+            times.append((time.perf_counter() - start) * 1e3)
+        return float(np.median(times))
+
+    def measure(self, seconds: float, from_memory: bool) -> dict:
+        """The epoch loop's samples/s, GPU busy fraction and wait fraction over `seconds`: fed by
+        the shards (one epoch first, off the clock: it waits for replay's minimum size), or fed
+        from 32 real batches taken from the shards and cycled in memory (the reference)."""
+        from learner.throughput import from_memory as memory_rate
+        from learner.throughput import timed_epochs
+
+        if from_memory:
+            rate, busy = memory_rate(self.learner, self.learner.feed.take_batches(32), seconds)
+            return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": 0.0}
+        self.learner.train_epoch()
+        waited, source_waited, start = self.waited_s(), self.source.wait_s, time.perf_counter()
+        rate, busy = timed_epochs(self.learner, seconds)
+        elapsed = time.perf_counter() - start
+        # With a threaded feed the source waits on its thread: this says whether that thread is
+        # bound by Ray's replies (near 1) or by its own work (near 0).
+        source_wait = (self.source.wait_s - source_waited) / elapsed
+        return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": max(0.0, (self.waited_s() - waited) / elapsed),
+                "source_wait_fraction": source_wait}

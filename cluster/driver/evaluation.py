@@ -1,0 +1,56 @@
+"""EvaluationScheduler: when the evaluator actor gets which weights.
+
+Every `eval.every_epochs` epochs an evaluation of the newest published weights becomes due; it
+starts as soon as none is running (one at a time, while the learner keeps training). With a give-up
+bound (eval.max_return known), an evaluation may stop once stop.eval_return is out of reach,
+except every FULL_EVAL_EVERY-th, which runs to the end so eval/return_mean keeps a curve.
+"""
+
+from __future__ import annotations
+
+import ray
+
+FULL_EVAL_EVERY = 5
+
+
+class EvaluationScheduler:
+    """Starts evaluations on the evaluator actor and hands back their results with their weights."""
+
+    def __init__(self, evaluator, every_epochs: int, give_up: tuple[float, float] | None):
+        self.evaluator = evaluator
+        self.every_epochs = every_epochs
+        self.give_up = give_up  # None: every evaluation runs to the end
+        self.latest_weights: tuple | None = None  # (ref, version) of the newest published weights
+        self.started = 0
+        self._due = False
+        self._in_flight: tuple | None = None  # (result ref, weights ref)
+
+    @property
+    def pending(self):
+        """The running evaluation's result ref, or None."""
+        return self._in_flight[0] if self._in_flight else None
+
+    def on_epoch(self, epoch: int, weights: tuple) -> None:
+        """Note an epoch's newest published weights; an evaluation is due every every_epochs."""
+        self.latest_weights = weights
+        if epoch % self.every_epochs == 0:
+            self._due = True
+
+    def maybe_start(self) -> None:
+        """Start the due evaluation on the newest weights, if none is running."""
+        if self._due and self._in_flight is None and self.latest_weights is not None:
+            weights_ref, version = self.latest_weights
+            give_up = self.give_up if self.started % FULL_EVAL_EVERY else None
+            self.started += 1
+            self._in_flight = (self.evaluator.evaluate.remote(weights_ref, version, give_up), weights_ref)
+            self._due = False
+
+    def take(self) -> tuple[dict, object]:
+        """(result, weights ref) of the finished evaluation (call once `pending` is ready)."""
+        result_ref, weights_ref = self._in_flight
+        self._in_flight = None
+        return ray.get(result_ref), weights_ref
+
+    def evaluate_now(self, weights_ref, version: int) -> dict:
+        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation)."""
+        return ray.get(self.evaluator.evaluate.remote(weights_ref, version))
