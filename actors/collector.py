@@ -3,9 +3,9 @@
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
 `poll_weights` (returns newer Weights when they have arrived, else None, and never blocks).
-Every `chunk_steps` vector steps the n-step transitions completed so far go out as one chunk.
-Pixel envs (frame_stack > 0) send a FrameChunk instead: each new frame once, and transitions that
-name their frames by number (actors/frames.py), so replay stores every frame once.
+Every step goes to the collector's adder (actors/adders.py), which also owns the episode
+bookkeeping; every `chunk_steps` vector steps what the adder has completed goes out as one chunk
+(pixel envs: a FrameChunk, each new frame once, so replay stores every frame once).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 import numpy as np
 import torch
 
+from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
-from actors.frames import FrameChunker
 from actors.nstep import NStepFolder
 from actors.settings import CollectorSettings
 from learner.networks import build_q_network, greedy_actions
@@ -42,13 +42,7 @@ class Collector:
         self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
         self.network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling).eval()
-        self.folder: NStepFolder | FrameChunker
-        if s.frame_stack:
-            self.folder = FrameChunker(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps)
-            self.folder.start(self.obs)
-        else:
-            self.folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
-        self.lives = np.asarray(info.get("lives", np.zeros(s.num_envs)))
+        self.adder = make_adder(s, self.obs, info)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self.version = -1  # no published weights yet: acting with this collector's own random init
         self.version_loaded_at: float | None = None
@@ -58,7 +52,6 @@ class Collector:
         self.transitions_pushed = 0
         self.episode_return = np.zeros(s.num_envs, np.float64)
         self.episode_length = np.zeros(s.num_envs, np.int64)
-        self.episode_ended = np.zeros(s.num_envs, bool)  # so the next step is an autoreset step
         self._episodes_lock = threading.Lock()  # stats() may be called from another thread
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
@@ -91,8 +84,9 @@ class Collector:
             t1 = clock()
             next_obs, reward, terminated, truncated, info = self.env.step(actions)
             t2 = clock()
-            self._fold(actions, reward, terminated, truncated, next_obs, info)
-            self._count_episodes(reward, terminated | truncated)
+            real = self.adder.add(EnvStep(self.obs, actions, reward, terminated, truncated, next_obs,
+                                          info.get("lives") if self.s.terminal_on_life_loss else None))
+            self._count_episodes(reward, terminated | truncated, real)
             self.obs = next_obs
             t3 = clock()
             phase["act"] += t1 - t0
@@ -100,40 +94,24 @@ class Collector:
             phase["fold"] += t3 - t2
         self.env_steps += self.s.chunk_steps * self.s.num_envs
         t3 = clock()
-        chunk = self.folder.pop()
-        count = len(chunk["action"])
-        if count or "frames" in chunk:  # frames must reach the shard even before any transition
+        chunk = self.adder.pop()
+        if chunk is not None:
             self.push(chunk)
             self.chunks_pushed += 1
-            self.transitions_pushed += count
+            self.transitions_pushed += len(chunk["action"])
         phase["push"] += clock() - t3
 
-    def _fold(self, actions: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-              next_obs: np.ndarray, info: dict) -> None:
-        train_reward = np.clip(reward, -1.0, 1.0) if self.s.clip_rewards else reward
-        if isinstance(self.folder, NStepFolder):
-            self.folder.add_step(self.obs, actions, train_reward, terminated, truncated, next_obs)
-            return
-        episode_end = terminated | truncated
-        cut = terminated
-        if self.s.terminal_on_life_loss:
-            lives = np.asarray(info["lives"])
-            # Not on the reset step after an episode: the new game's lives go up, not down.
-            cut = terminated | ((lives < self.lives) & ~self.episode_ended)
-            self.lives = lives
-        self.folder.add_step(actions, train_reward, cut, truncated, next_obs, episode_end)
-
-    def _count_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
-        real_step = ~self.episode_ended  # an autoreset step is not part of any episode
-        self.episode_return += np.where(real_step, reward, 0.0)
-        self.episode_length += real_step
+    def _count_episodes(self, reward: np.ndarray, done: np.ndarray, real: np.ndarray) -> None:
+        # `real`: the envs whose step was part of an episode (not an autoreset step)
+        self.episode_return += np.where(real, reward, 0.0)
+        self.episode_length += real
+        done = done & real
         if done.any():
             with self._episodes_lock:
                 self.finished_returns.extend(self.episode_return[done].tolist())
                 self.finished_lengths.extend(self.episode_length[done].tolist())
             self.episode_return[done] = 0.0
             self.episode_length[done] = 0
-        self.episode_ended = done
 
     def stats(self) -> dict:
         """Counters, plus the episodes finished since the last call (drained)."""
@@ -153,3 +131,13 @@ class Collector:
             "max_weight_load_s": self.max_weight_load_s,
             "phase_s": dict(self.phase_s),
         }
+
+
+def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder:
+    """The adder for a collector's settings: frames once for pixel envs, whole transitions else."""
+    lives = np.asarray(reset_info["lives"]) if s.terminal_on_life_loss else None
+    options = {"clip_rewards": s.clip_rewards, "life_loss": s.terminal_on_life_loss, "lives": lives}
+    if s.frame_stack:
+        return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs, **options)
+    folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
+    return TransitionAdder(folder, **options)

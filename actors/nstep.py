@@ -74,9 +74,20 @@ class NStepFolder:
                 new[k][: self._t] = buf[: self._t]
             self._bufs = new
 
+    @property
+    def next_is_reset(self) -> np.ndarray:
+        """Per env: whether its next step is an autoreset step (its last step ended an episode)."""
+        return self._prev_done
+
     def add_step(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
-                 truncated: np.ndarray, next_obs: np.ndarray) -> None:
-        """Record one vector-env step (all arrays have leading dim num_envs; obs arrays are copied)."""
+                 truncated: np.ndarray, next_obs: np.ndarray, episode_end: np.ndarray | None = None) -> np.ndarray:
+        """Record one vector-env step (all arrays have leading dim num_envs; obs arrays are copied);
+        returns which envs took a real step (the others took an autoreset step, dropped).
+
+        `episode_end` (default terminated | truncated) says where the env really starts a new
+        episode, so that its next step is a reset step; it differs from `terminated` only when a
+        step is terminal for learning but the game goes on (a lost life with terminal-on-life-loss).
+        """
         self._reserve(self._t + 1)
         b, t = self._bufs, self._t
         valid = ~self._prev_done
@@ -87,9 +98,11 @@ class NStepFolder:
         b["truncated"][t] = truncated
         b["next_obs"][t] = next_obs
         b["valid"][t] = valid
+        ended = b["terminated"][t] | b["truncated"][t] if episode_end is None else np.asarray(episode_end)
         # A reset step's flags are meaningless (gymnasium reports False); never let it mark a done.
-        self._prev_done = (b["terminated"][t] | b["truncated"][t]) & valid
+        self._prev_done = ended & valid
         self._t = t + 1
+        return valid
 
     def _fold(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For every buffered start step [T, E]: (complete, return, window length m, terminated)."""

@@ -3,14 +3,15 @@
 The fake vector env below emits random frames and ends episodes at random steps (terminations and
 truncations, NEXT_STEP autoreset: the step after a done is a reset step). Both paths see the same
 steps: the reference stacks frames with FrameStacker, folds whole stacks with NStepFolder and keeps
-them in a RingStorage; the frame path sends FrameChunker chunks into a FrameStorage small enough to
+them in a RingStorage; the frame path sends FrameAdder chunks into a FrameStorage small enough to
 wrap many times. Every transition the frame storage can sample must equal the reference's.
 """
 
 import numpy as np
 import pytest
 
-from actors.frames import FrameChunker, FrameStacker
+from actors.adders import EnvStep, FrameAdder
+from actors.frames import FrameStacker
 from actors.nstep import NStepFolder
 from replay.frames import FrameStorage, frame_bytes_per_slot
 from replay.ring import RingStorage, transition_layout
@@ -46,12 +47,11 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
     rng = np.random.default_rng(seed + 1)
     stacker = FrameStacker(num_envs, stack, FRAME)
     reference = NStepFolder(n, 0.9, num_envs, (stack, *FRAME), np.uint8, chunk_steps, with_env=True)
-    chunker = FrameChunker(n, 0.9, num_envs, FRAME, chunk_steps)
     storage = FrameStorage(capacity, num_envs, FRAME, stack)
     ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
     keys: list[tuple[int, int]] = []
     obs = stacker.reset(env.frames())
-    chunker.start(obs)
+    adder = FrameAdder(n, 0.9, num_envs, FRAME, chunk_steps, obs)
     episode_start = np.zeros(num_envs, bool)
     for t in range(steps):
         action = rng.integers(0, 6, num_envs)
@@ -59,10 +59,10 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
         next_obs = stacker.push(frames, episode_start)
         episode_start = terminated | truncated
         reference.add_step(obs, action, reward, terminated, truncated, next_obs)
-        chunker.add_step(action, reward, terminated, truncated, next_obs, terminated | truncated)
+        adder.add(EnvStep(obs, action, reward, terminated, truncated, next_obs))
         obs = next_obs
         if (t + 1) % chunk_steps == 0:
-            expected, chunk = reference.pop(), chunker.pop()
+            expected, chunk = reference.pop(), adder.pop()
             assert np.array_equal(expected["env"], chunk["env"])  # same transitions, same order
             ring.add(expected)
             keys += list(zip(chunk["env"].tolist(), chunk["obs"].tolist()))
@@ -118,18 +118,19 @@ def test_sampling_is_uniform_over_valid_slots_without_rejection():
 def test_restarted_collector_continues_after_the_stored_stream():
     storage, _, _ = run_both(steps=60, num_envs=2, stack=4, n=3, capacity=400, seed=3)
     before = storage.size
-    # A new chunker numbers from 0 again; the storage renumbers it after frame `written`.
+    # A new adder numbers from 0 again; the storage renumbers it after frame `written`.
     env = RandomFrameEnv(2, 9, 0.1)
-    stacker, chunker = FrameStacker(2, 4, FRAME), FrameChunker(3, 0.9, 2, FRAME, 5)
+    stacker = FrameStacker(2, 4, FRAME)
     obs = stacker.reset(env.frames())
-    chunker.start(obs)
+    adder = FrameAdder(3, 0.9, 2, FRAME, 5, obs)
     start = np.zeros(2, bool)
     for _ in range(10):
         frames, reward, te, tr = env.step()
-        obs = stacker.push(frames, start)
+        next_obs = stacker.push(frames, start)
         start = te | tr
-        chunker.add_step(np.zeros(2, np.int64), reward, te, tr, obs, te | tr)
-    storage.add(chunker.pop())
+        adder.add(EnvStep(obs, np.zeros(2, np.int64), reward, te, tr, next_obs))
+        obs = next_obs
+    storage.add(adder.pop())
     assert storage.written == 61 + 11 and storage.size > before
     new_rows = np.flatnonzero(storage.valid & (storage.stream >= 61))
     assert len(new_rows) > 0
@@ -148,15 +149,14 @@ def test_atari_sized_storage_is_within_the_bytes_bar():
     assert storage.nbytes == storage.capacity * per_slot
     # Filled with episodes of a few hundred steps (Pong's are longer), almost every slot is sampleable.
     rng = np.random.default_rng(0)
-    chunker = FrameChunker(3, 0.99, 8, frame, 32)
-    chunker.start(np.zeros((8, 4, *frame), np.uint8))
+    stacks = np.zeros((8, 4, *frame), np.uint8)
+    adder = FrameAdder(3, 0.99, 8, frame, 32, stacks)
     ended = np.zeros(8, bool)
     for t in range(1_000):
         done = (rng.random(8) < 1 / 300) & ~ended
-        chunker.add_step(np.zeros(8, np.int64), np.zeros(8), done, np.zeros(8, bool),
-                         np.zeros((8, 4, *frame), np.uint8), done)
+        adder.add(EnvStep(stacks, np.zeros(8, np.int64), np.zeros(8), done, np.zeros(8, bool), stacks))
         ended = done
         if (t + 1) % 32 == 0:
-            storage.add(chunker.pop())
+            storage.add(adder.pop())
     assert storage.size >= 0.98 * storage.capacity
     assert storage.nbytes / storage.size <= 1.1 * 7056
