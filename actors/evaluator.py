@@ -1,7 +1,8 @@
 """Greedy evaluation: run each of `episodes` envs of a vector env through one full episode.
 
 All episodes run side by side in one vector env, so an evaluation costs one batched forward pass
-per env step rather than one per episode. Used by the learner between epochs and by `raypex eval`.
+per env step rather than one per episode. Used by the evaluator actor (cluster/hosts/evaluator_actor.py),
+which a run hands published weights while the learner trains, and by `raypex eval`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """ReplayShard: one collector's replay storage, served to the learner.
 
 A plain class (no Ray import): cluster/ hosts it in a Ray actor placed on its collector's node, and
-tests and the in-process mode call it directly. It owns a `RingStorage`, counts inserts and
-samples, and applies its share of the samples-per-insert limiter to inserts (the learner applies
-the global share to samples).
+tests and the in-process mode call it directly. It owns its storage (a `RingStorage`, or a
+`FrameStorage` for pixels), counts inserts and samples, and applies its share of the
+samples-per-insert limiter to inserts (the learner applies the global share to samples).
 """
 
 from __future__ import annotations

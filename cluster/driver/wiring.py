@@ -1,7 +1,9 @@
-"""All connections of a run made in one place: Ray, the placement group and every actor.
+"""The Ray wiring of a run: connecting to Ray, the placement groups and every actor.
 
-Reading this file top to bottom tells which actor talks to which: each collector gets its own
-shard's handle (chunks), the learner gets every shard (batches) and every collector (weights).
+What connects to what is planned once in cluster/config/topology.py (the local wiring in
+cluster/local/wiring.py builds the same plan without Ray); this file makes those connections with
+Ray's actors: each collector gets its own shard by name (chunks), the learner gets every shard
+(batches) and every collector (weights), the driver keeps the evaluator.
 """
 
 from __future__ import annotations
@@ -14,14 +16,7 @@ import ray
 
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
-from cluster.config.settings import (
-    collector_settings,
-    evaluator_args,
-    learner_limiter,
-    learner_settings,
-    shard_limiter,
-    storage_spec,
-)
+from cluster.config.topology import plan_run
 from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, reserve
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
@@ -109,37 +104,39 @@ class RunActors:
 
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str,
                  learner_host: type = LearnerActor) -> RunActors:
-    """Create shards, collectors, the learner and the evaluator (they start in parallel).
-    `learner_host` lets the bench host the learner in a subclass with its probes."""
-    r = config.replay
-    num = config.collectors.num
+    """Create shards, collectors, the learner and the evaluator as Ray actors, connected as
+    cluster/config/topology.py plans (they start in parallel). `learner_host` lets the bench host
+    the learner in a subclass with its probes."""
+    plan = plan_run(config, spec)
     shard_cls = ray.remote(ShardActor)
     collector_cls = ray.remote(CollectorActor)
     shards, collectors = [], []
-    for i in range(num):
+    for shard_plan, collector_plan in zip(plan.shards, plan.collectors):
+        i = shard_plan.index
         placement = in_bundle(group.pairs, i)  # a collector and its shard share bundle i: same node
         # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
         shard_name = f"raypex-{run_id}-shard-{i}"
-        shard = shard_cls.options(num_cpus=r.num_cpus, scheduling_strategy=placement, name=shard_name).remote(
-            i, storage_spec(config, spec), shard_limiter(config), config.seed + i)
+        shard = shard_cls.options(num_cpus=config.replay.num_cpus, scheduling_strategy=placement,
+                                  name=shard_name).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed)
+        # collector i -> shard i: it finds its shard by name, so a restarted collector finds it again.
         collector = collector_cls.options(
             num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=f"raypex-{run_id}-collector-{i}",
-        ).remote(collector_settings(config, spec, i), shard_name, config.collectors.max_pushes_in_flight)
+        ).remote(collector_plan.settings, shard_name, collector_plan.max_pushes_in_flight)
         shards.append(shard)
         collectors.append(collector)
-    lc = config.learner
-    # The "control" group is a second thread for request_stop only; every other method runs in
+    lp = plan.learner
+    # every shard -> the learner (batches), the learner -> every collector (weights). The
+    # "control" group is a second thread for request_stop only; every other method runs in
     # submission order on the default single thread.
     learner = ray.remote(concurrency_groups={"control": 1})(learner_host).options(
-        num_cpus=lc.num_cpus, num_gpus=1 if device == "cuda" else 0, scheduling_strategy=in_bundle(group.learner, 0),
-    ).remote(
-        learner_settings(config, spec), device, max(1, int(lc.num_cpus)), shards, collectors,
-        learner_limiter(config), lc.prefetch,
-    )
-    # Evaluation shares the learner's node and reservation: it runs while the learner trains,
-    # in what CPU time the collectors (throttled to the replay ratio) leave free.
+        num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
+        scheduling_strategy=in_bundle(group.learner, 0),
+    ).remote(lp.settings, device, lp.num_threads, shards, collectors, lp.limiter, lp.prefetch)
+    # the driver -> the evaluator (weights refs, cluster/driver/evaluation.py). Evaluation shares
+    # the learner's node and reservation: it runs while the learner trains, in what CPU time the
+    # collectors (throttled to the replay ratio) leave free.
     evaluator = ray.remote(EvaluatorActor).options(
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0),
-    ).remote(*evaluator_args(config, spec))
+    ).remote(*plan.evaluator_args)
     return RunActors(run_id, shards, collectors, learner, evaluator)

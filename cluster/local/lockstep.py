@@ -1,7 +1,7 @@
 """`python -m cluster.local.lockstep`: a run's parts in lockstep in one process, without Ray.
 
 The same Collector, ReplayShard, limiter, ShardMixer and Learner classes as `raypex train`, built
-from the same config, run one after another: the collectors insert until the limiter has no more
+from the same plan (cluster/config/topology.py) by the local wiring, run one after another: the collectors insert until the limiter has no more
 room (in a real run they are faster than the learner and sit at that bound), the learner trains
 one epoch, its newest weights reach the collectors and, every `eval.every_epochs` epochs, the
 evaluator. No asynchrony, no CPU contention: the updates it takes to reach `stop.eval_return`
@@ -24,59 +24,30 @@ from pathlib import Path
 from actors.envs import EnvSpec, UnsupportedEnv, inspect_env
 from cluster.config.loading import ConfigError, load_config
 from cluster.config.schema import RunConfig
-from cluster.config.settings import (
-    collector_settings,
-    eval_give_up,
-    evaluator_args,
-    learner_limiter,
-    learner_settings,
-    shard_limiter,
-    storage_spec,
-)
+from cluster.config.settings import eval_give_up
+from cluster.config.topology import plan_run
+from cluster.local.wiring import build_local
 from replay.contracts import Weights
-from replay.mixing import ShardMixer
-from replay.shard import ReplayShard
 
 
 def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     """One seed: updates and env steps until an evaluation reaches stop.eval_return (or the caps)."""
     import torch
 
-    from actors.collector import Collector
-    from cluster.hosts.evaluator_actor import EvaluatorActor  # a plain class; Ray only hosts it in a run
-    from learner.learner import Learner
-
     torch.set_num_threads(1)
-    num = config.collectors.num
-    shards = [ReplayShard(i, storage_spec(config, spec), shard_limiter(config), config.seed + i) for i in range(num)]
-    latest: list[Weights | None] = [None]
-    collectors = [Collector(collector_settings(config, spec, i), shards[i].add, lambda: latest[0]) for i in range(num)]
-    mixer = ShardMixer(num, config.learner.micro_batch, learner_limiter(config), config.seed)
+    run = build_local(plan_run(config, spec))
+    shards, collectors, learner = run.shards, run.collectors, run.learner
 
     def fill_to_the_insert_bound() -> None:
         for shard, collector in zip(shards, collectors):
             while shard.counters()["insert_room"] > 0:
                 collector.collect_chunk()
 
-    def next_batch() -> dict:
-        for shard in shards:
-            mixer.observe(shard.counters())
-        while (shard_index := mixer.next_shard()) is None:  # only if the slack is below one epoch
-            for collector in collectors:
-                collector.collect_chunk()
-            for shard in shards:
-                mixer.observe(shard.counters())
-        batch, _ = shards[shard_index].sample(config.learner.micro_batch, 1)
-        return {name: array[0] for name, array in batch.items()}
-
-    learner = Learner(learner_settings(config, spec), torch.device("cpu"), next_batch,
-                      lambda weights: latest.__setitem__(0, weights))
-    evaluator = EvaluatorActor(*evaluator_args(config, spec))
     target = config.stop.eval_return
     give_up = eval_give_up(config)
 
     def evaluate(weights: Weights) -> float | None:
-        return evaluator.evaluate(weights.arrays, weights.version, give_up)["mean"]
+        return run.evaluator.evaluate(weights.arrays, weights.version, give_up)["mean"]
 
     start = time.perf_counter()
     learner.publish_weights()
@@ -87,7 +58,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
         learner.train_epoch()
         env_steps = sum(c.env_steps for c in collectors)
         if learner.epochs % config.eval.every_epochs == 0:
-            result = evaluate(latest[0])
+            result = evaluate(run.weights.latest)
             if target is not None and result is not None and result >= target:
                 break
     solved = target is not None and result is not None and result >= target
