@@ -98,13 +98,21 @@ class Learner:
         self.updates = 0
         self.epochs = 0
         self.version = 0
-        # Set (from another thread) when the run ends: the epoch in progress stops after the
-        # current update, so the run's end never waits for a long epoch or for data that will
-        # not come.
-        self.stop_requested = False
+        self._stop_requested = False  # see request_stop
         self.broadcast_ms = 0.0
         # Host seconds per phase of the update loop; `raypex bench --profile` turns them into fractions.
         self.phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
+
+    def request_stop(self) -> None:
+        """End the epoch in progress after its current update, and every later one at once (safe to
+        call from another thread): the run's end never waits for a long epoch or for data that
+        will not come."""
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether `request_stop` was called (the batch source stops waiting for data then)."""
+        return self._stop_requested
 
     @property
     def captured(self) -> bool:
@@ -127,7 +135,7 @@ class Learner:
     def train_epoch(self) -> dict[str, float]:
         """Run one epoch of updates; publish weights when due; return the epoch's metrics.
 
-        After `stop_requested` (or a TrainingStopped from the batch source) the epoch ends early:
+        After `request_stop` (or a TrainingStopped from the batch source) the epoch ends early:
         `updates_in_epoch` says how many updates it made, and one with none is not counted.
         """
         clock = time.perf_counter
@@ -135,7 +143,7 @@ class Learner:
         start = clock()
         done = 0
         try:
-            while done < self.s.updates_per_epoch and not self.stop_requested:
+            while done < self.s.updates_per_epoch and not self._stop_requested:
                 t0 = clock()
                 batch = self.feed.next_update()
                 t1 = clock()

@@ -98,28 +98,19 @@ def run_bench(args: argparse.Namespace) -> int:
 
     import ray
 
-    from cluster.bench.ray_stages import ClusterBench
-    from cluster.commands.train import choose_device
     from cluster.config.settings import collector_settings
-    from cluster.driver.placement import PlacementError
-    from cluster.driver.wiring import cluster_gpus, connect
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}
     if args.stage == "learner":
-        connect(None)
+        bench = _bench_on_a_local_cluster(config, spec, progress)
         try:
-            try:
-                device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
-            except PlacementError as err:
-                raise UsageError(str(err)) from None
-            bench = ClusterBench(config, spec, progress, device)
-            variants = learner_variants(device, wanted_variants)
+            variants = learner_variants(bench.device, wanted_variants)
             results = bench.learner_variants(variants, plan.learner_s)
         finally:
             ray.shutdown()
         rows = learner_rows(results)
-        details["device"], details["learner_variants"] = device, results
+        details["device"], details["learner_variants"] = bench.device, results
         return _report(rows, details, args, progress)
 
     progress.message("bench: env_raw, env_policy (one process, no Ray)")
@@ -129,14 +120,9 @@ def run_bench(args: argparse.Namespace) -> int:
     rows.append(BenchRow.against("env_policy", policy, "env steps/s", raw, None))
     details["env_policy_phases"] = policy_phases
 
-    connect(None)
+    bench = _bench_on_a_local_cluster(config, spec, progress)
     try:
-        try:
-            device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
-        except PlacementError as err:
-            raise UsageError(str(err)) from None
-        details["device"] = device
-        bench = ClusterBench(config, spec, progress, device)
+        details["device"] = bench.device
         concurrent = min(config.collectors.num, os.cpu_count() or 1)
         collect, latency_ms, put_get_ms, pause_ms = bench.collect_and_broadcast(plan.collect_s, plan.broadcasts)
         rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
@@ -185,6 +171,25 @@ def parse_variants(text: str) -> list[tuple[str, str]]:
                              "and GRAPHS on or off")
         pairs.append((precision, graphs))
     return pairs
+
+
+def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
+    """A fresh local Ray cluster and a ClusterBench for the device `raypex train` would choose
+    (UsageError, with Ray shut down again, when the config asks for a device it does not have)."""
+    import ray
+
+    from cluster.bench.ray_stages import ClusterBench
+    from cluster.commands.train import choose_device
+    from cluster.driver.placement import PlacementError
+    from cluster.driver.wiring import cluster_gpus, connect
+
+    connect(None)
+    try:
+        device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
+    except PlacementError as err:
+        ray.shutdown()
+        raise UsageError(str(err)) from None
+    return ClusterBench(config, spec, progress, device)
 
 
 def learner_variants(device: str, chosen: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:

@@ -58,7 +58,7 @@ class LearnerActor:
     def request_stop(self) -> None:
         """End the epoch in progress after its current update, and every epoch queued after it
         at once (served on its own thread, so it does not queue behind those epochs)."""
-        self.learner.stop_requested = True
+        self.learner.request_stop()
 
     def warmup(self, state: bytes | None = None) -> dict:
         """Restore a checkpoint if given, warm the networks up, publish the starting weights."""

@@ -64,7 +64,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     solved = target is not None and result is not None and result >= target
     return {"seed": config.seed, "solved": solved, "updates": learner.updates, "env_steps": env_steps,
             "eval": result, "seconds": round(time.perf_counter() - start, 1),
-            "inserted": sum(s.storage.total_added for s in shards), "sampled": sum(s.sampled for s in shards)}
+            "inserted": sum(s.counters()["inserted"] for s in shards), "sampled": sum(s.sampled for s in shards)}
 
 
 def main(argv: list[str] | None = None) -> int:
