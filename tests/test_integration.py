@@ -246,7 +246,8 @@ def test_bench_quick_writes_every_row_with_its_ratio(tmp_path, capsys):
     rows = {r["name"]: r for r in data["rows"]}
     for name in ("env_raw", "env_policy", "collect", "learner_feed", "broadcast", "e2e_env_steps_per_s",
                  "e2e_learner_samples_per_s", "e2e_replay_ratio", "e2e_policy_lag_mean", "e2e_policy_lag_max",
-                 "warmup", "linearity", "memory", "replay_bytes_per_transition", "learner_wait_fraction"):
+                 "warmup", "linearity", "memory", "replay_bytes_per_transition", "learner_wait_fraction",
+                 "learner_samples"):
         assert name in rows, name
     assert rows["learner_feed"]["unit"] == "samples/s"
     for name in ("collect", "learner_feed", "broadcast", "warmup", "linearity", "memory"):

@@ -135,6 +135,7 @@ def run_bench(args: argparse.Namespace) -> int:
         fed, from_memory = feed["fed"], feed["memory"]
         rows.append(BenchRow.against("learner_feed", fed["samples_per_s"], "samples/s", from_memory["samples_per_s"],
                                      ">= 0.8"))
+        rows.append(BenchRow("learner_samples", fed["samples_per_s"], "samples/s"))
         rows.append(BenchRow("learner_wait_fraction", fed["wait_fraction"], "fraction"))
         if fed["gpu_busy"] is not None:
             rows.append(BenchRow("learner_gpu_busy", fed["gpu_busy"], "fraction"))
