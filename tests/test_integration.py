@@ -185,37 +185,50 @@ def test_default_config_solves_cartpole(tmp_path, capsys, seed):
 
 def test_a_killed_collector_is_restarted_on_its_shard(tmp_path):
     """Kill collector 0's process mid-run: Ray restarts it, it re-attaches to its shard (whose data
-    survives and keeps growing), and the run goes on until Ctrl-C."""
+    survives and keeps growing), and the run goes on until Ctrl-C.
+
+    With one collector gone the learner soon waits for data, and a checkpoint is due every epoch:
+    the driver must keep polling (and restart the collector's loop) while the learner waits, not
+    block on the checkpoint behind the waiting epoch, which hung the run for good."""
     run = tmp_path / "restart"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT],
+        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT,
+         "checkpoint.every_epochs=1"],
         stderr=subprocess.PIPE, text=True,
         # no token auth on this throwaway cluster, so the test process can join it to kill an actor
         env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"})
     lines = []
 
     def read_until(prefix: str) -> None:
-        for line in proc.stderr:
-            lines.append(line)
-            if line.startswith(prefix):
-                return
+        try:
+            for line in proc.stderr:
+                lines.append(line)
+                if line.startswith(prefix):
+                    return
+        except TimeoutError:  # the suite's per-test alarm: say what the run printed
+            raise AssertionError(f"still waiting for {prefix!r}; the run printed:\n" + "".join(lines)) from None
         raise AssertionError("run ended before: " + prefix + "\n" + "".join(lines))
 
-    read_until("[")  # first progress line: training has started
-    placement = json.loads((run / "placement.json").read_text())
-    ray.init(address=placement["ray_address"], namespace=placement["namespace"])
     try:
-        prefix = f"raypex-{placement['run_id']}"
-        shard = ray.get_actor(f"{prefix}-shard-0")
-        ray.kill(ray.get_actor(f"{prefix}-collector-0"), no_restart=False)
-        at_kill = ray.get(shard.counters.remote())
+        read_until("[")  # first progress line: training has started
+        placement = json.loads((run / "placement.json").read_text())
+        ray.init(address=placement["ray_address"], namespace=placement["namespace"])
+        try:
+            prefix = f"raypex-{placement['run_id']}"
+            shard = ray.get_actor(f"{prefix}-shard-0")
+            ray.kill(ray.get_actor(f"{prefix}-collector-0"), no_restart=False)
+            at_kill = ray.get(shard.counters.remote())
+        finally:
+            ray.shutdown()
+        read_until("collector 0 stopped")  # the driver saw the death and restarted its loop
+        read_until("[")  # the next progress line, about 10 s of training later
+        proc.send_signal(signal.SIGINT)
+        lines.append(proc.stderr.read())
+        assert proc.wait(timeout=120) == 130, "".join(lines)
     finally:
-        ray.shutdown()
-    read_until("collector 0 stopped")  # the driver saw the death and restarted its loop
-    read_until("[")  # the next progress line, about 10 s of training later
-    proc.send_signal(signal.SIGINT)
-    lines.append(proc.stderr.read())
-    assert proc.wait(timeout=120) == 130, "".join(lines)
+        if proc.poll() is None:  # never leave a run behind to slow the rest of the suite
+            proc.kill()
+            proc.wait()
     result = summary(run)
     assert result["collector_restarts"] == 1, "".join(lines)
     assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data

@@ -26,9 +26,8 @@ class RunOutputs:
         """placement.json: the Ray address, run id and every actor's node."""
         self._json("placement.json", placement)
 
-    def checkpoint(self, learner, epoch: int, counters: dict) -> None:
-        """A checkpoint of the learner's state (fetched from the actor) with the run's counters."""
-        state = ray.get(learner.state_bytes.remote())
+    def checkpoint(self, state: bytes, epoch: int, counters: dict) -> None:
+        """A checkpoint of the learner's state (LearnerActor.state_bytes) with the run's counters."""
         save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints)
 
     def policy(self, learner, weights_ref) -> None:

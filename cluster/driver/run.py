@@ -31,6 +31,7 @@ from cluster.driver.progress import ProgressLine
 from cluster.driver.supervisor import CollectorSupervisor
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
+from cluster.hosts.learner_actor import LearnerActor
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
@@ -57,7 +58,7 @@ class TrainingRun:
 
     def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
-                 observers: tuple[RunObserver, ...] = ()):
+                 observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor):
         self.config = config
         self.spec = spec
         self.group = group
@@ -66,6 +67,7 @@ class TrainingRun:
         self.progress = progress
         self.resume = resume
         self.observers = observers
+        self.learner_host = learner_host  # the learner's Ray host class (the bench and tests subclass it)
         self.metrics = RunMetrics(env_steps_offset=resume.env_steps if resume else 0)
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep)
@@ -79,6 +81,11 @@ class TrainingRun:
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
         self.solved_weights = None  # the weights ref whose evaluation reached stop.eval_return
+        # A checkpoint asked of the learner and not written yet: (state ref, epoch, counters). The
+        # loop never waits for it: the learner serves it after its queued epochs, and an epoch
+        # can wait a long time for data (a collector being restarted), so the driver must keep
+        # polling and restarting collectors meanwhile.
+        self._checkpoint_pending: tuple | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
@@ -101,7 +108,8 @@ class TrainingRun:
         return EXIT_INTERRUPTED if interrupted else 0
 
     def _start(self) -> None:
-        self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8])
+        self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
+                                   self.learner_host)
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
                                               self.progress)
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
@@ -134,12 +142,15 @@ class TrainingRun:
                 next_epoch += 1
             if not queued:
                 return
-            waiting = [queued[0][1]] + ([evaluations.pending] if evaluations.pending else [])
+            waiting = [queued[0][1]] + ([evaluations.pending] if evaluations.pending else []) + (
+                [self._checkpoint_pending[0]] if self._checkpoint_pending else [])
             timeout = max(0.0, next_poll - time.perf_counter())
             ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self._on_eval(*evaluations.take()):
                 stopping = self._stop_learning()
+            if self._checkpoint_pending is not None and self._checkpoint_pending[0] in ready:
+                self._write_checkpoint()
             if queued[0][1] in ready:
                 epoch, ref = queued.popleft()
                 self._on_epoch(epoch, ray.get(ref))
@@ -163,7 +174,7 @@ class TrainingRun:
         self.evaluations.on_epoch(epoch, (m.pop("weights_ref"), m.pop("weights_version")))
         self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
         if epoch % self.config.checkpoint.every_epochs == 0:
-            self._checkpoint()
+            self._request_checkpoint()
 
     def _on_eval(self, result: dict, weights_ref) -> bool:
         """Record one evaluation; True when it reached stop.eval_return."""
@@ -205,9 +216,18 @@ class TrainingRun:
         return m.env_steps >= self.config.stop.env_steps
 
     # -- the end ------------------------------------------------------------------------------
-    def _checkpoint(self) -> None:
-        counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
-        self.outputs.checkpoint(self.actors.learner, self.epochs_done, counters)
+    def _request_checkpoint(self) -> None:
+        """Ask the learner for its state; `_write_checkpoint` writes it once it has come (one at
+        a time: a checkpoint due while one is pending is skipped, the next one due catches up)."""
+        if self._checkpoint_pending is None:
+            counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
+            self._checkpoint_pending = (self.actors.learner.state_bytes.remote(), self.epochs_done, counters)
+
+    def _write_checkpoint(self) -> None:
+        """Write the pending checkpoint (waits for the learner's state if it has not come yet)."""
+        state_ref, epoch, counters = self._checkpoint_pending
+        self._checkpoint_pending = None
+        self.outputs.checkpoint(ray.get(state_ref), epoch, counters)
 
     def _finish(self) -> None:
         if self.actors is None:
@@ -219,7 +239,10 @@ class TrainingRun:
         self.actors.learner.request_stop.remote()
         self.supervisor.stop()
         self.collect_end = time.time()
-        self._checkpoint()
+        if self._checkpoint_pending is not None:  # the learner is stopping: its epochs end now
+            self._write_checkpoint()
+        self._request_checkpoint()
+        self._write_checkpoint()
         export = self.solved_weights
         if export is None:
             # The run ended on env steps (or an interrupt): evaluate and export the final weights.

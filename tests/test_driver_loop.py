@@ -1,0 +1,99 @@
+"""The driver keeps its loop going while the learner waits inside an epoch (a real local Ray
+cluster, the real TrainingRun and actors; only the learner's host is a subclass that waits).
+
+A learner waits inside an epoch when it has no data: a collector died and its shard stopped
+growing, say. The driver must keep polling then (it is what restarts the dead collector's loop);
+it once blocked on a checkpoint queued behind the waiting epoch, and the run hung for good.
+"""
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import ray
+from ray import cloudpickle
+
+from actors.envs import inspect_env
+from cluster.config.loading import load_config
+from cluster.driver.progress import ProgressLine
+from cluster.driver.run import EXIT_INTERRUPTED, TrainingRun
+from cluster.driver.wiring import connect, reserve_resources
+from cluster.hosts.learner_actor import LearnerActor
+
+EPOCHS_BEFORE_WAITING = 2
+POLLS_WHILE_WAITING = 6  # three seconds of the driver's loop
+
+# Ray's workers cannot import this test module by name: ship its classes by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class WaitingLearnerActor(LearnerActor):
+    """Trains two epochs, then waits inside the third until the run asks it to stop."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.epochs_served = 0
+        self.released = threading.Event()
+
+    @ray.method(concurrency_group="control")  # as the parent's: served beside the waiting epoch
+    def request_stop(self) -> None:
+        self.released.set()
+        super().request_stop()
+
+    def train_epoch(self) -> dict:
+        self.epochs_served += 1
+        if self.epochs_served > EPOCHS_BEFORE_WAITING:
+            self.released.wait()
+        return super().train_epoch()
+
+
+class PressCtrlC:
+    """A RunObserver that counts the driver's polls once the learner waits, then interrupts the
+    run the way Ctrl-C does (once)."""
+
+    def __init__(self):
+        self.polls_while_waiting = 0
+        self.pressed = threading.Event()
+
+    def after_poll(self, run: TrainingRun) -> None:
+        if run.epochs_done >= EPOCHS_BEFORE_WAITING and not self.pressed.is_set():
+            self.polls_while_waiting += 1
+            if self.polls_while_waiting == POLLS_WHILE_WAITING:
+                self.pressed.set()
+                raise KeyboardInterrupt
+
+    def before_finish(self, run: TrainingRun) -> None:
+        pass
+
+
+def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_path: Path):
+    config = load_config(None, ["stop.eval_return=null", "replay.min_size=500", "checkpoint.every_epochs=1",
+                                "eval.every_epochs=1000", "eval.episodes=4"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    connect(None)
+    try:
+        group = reserve_resources(config, 0)
+        observer = PressCtrlC()
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        codes: list[int] = []
+        with open(run_dir / "progress.log", "w") as log:
+            run = TrainingRun(config, spec, run_dir, group, "cpu", time.time(), ProgressLine(log),
+                              observers=(observer,), learner_host=WaitingLearnerActor)
+            # The run on a thread: a driver that blocks cannot be interrupted inside ray.get, so the
+            # test waits for the polls with a deadline and, past it, releases the learner itself.
+            driver = threading.Thread(target=lambda: codes.append(run.execute(config_text="test")), daemon=True)
+            driver.start()
+            kept_polling = observer.pressed.wait(timeout=120)
+            if not kept_polling:
+                ray.get(run.actors.learner.request_stop.remote())
+            driver.join(timeout=120)
+        group.release()
+    finally:
+        ray.shutdown()
+    assert kept_polling, "the driver stopped polling while the learner waited inside an epoch"
+    assert codes == [EXIT_INTERRUPTED]
+    assert run.summary()["epochs"] == EPOCHS_BEFORE_WAITING
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
+    assert checkpoints and (run_dir / "policy.pt2").is_file() and (run_dir / "summary.json").is_file()
