@@ -25,6 +25,13 @@ class ShardMixer:
         self.inserted = np.zeros(num_shards, np.int64)
         self.requested = 0
 
+    def __setstate__(self, state: dict) -> None:
+        # A mixer made by the wiring reaches the learner's process through Ray, which hands numpy
+        # arrays over read-only; the counters are updated in place, so they become its own copies.
+        self.__dict__.update(state)
+        self.sizes = self.sizes.copy()
+        self.inserted = self.inserted.copy()
+
     def observe(self, counters: ShardCounters) -> None:
         """Record a shard's counters (they come back with every add, sample or poll).
 

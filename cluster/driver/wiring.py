@@ -21,7 +21,9 @@ from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, re
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import LearnerActor
+from cluster.hosts.ray_seams import BatchSource, ChunkSink, WeightPublisher
 from cluster.hosts.shard_actor import ShardActor
+from replay.mixing import ShardMixer
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
@@ -118,21 +120,27 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         shard_name = f"raypex-{run_id}-shard-{i}"
         shard = shard_cls.options(num_cpus=config.replay.num_cpus, scheduling_strategy=placement,
                                   name=shard_name).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed)
-        # collector i -> shard i: it finds its shard by name, so a restarted collector finds it again.
+        # collector i -> shard i (chunks): the sink goes with the constructor's arguments, which Ray
+        # passes again to a restarted collector, so the new process writes to the same shard.
         collector = collector_cls.options(
             num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=f"raypex-{run_id}-collector-{i}",
-        ).remote(collector_plan.settings, shard_name, collector_plan.max_pushes_in_flight)
+        ).remote(collector_plan.settings, ChunkSink(shard_name, collector_plan.max_pushes_in_flight))
         shards.append(shard)
         collectors.append(collector)
     lp = plan.learner
-    # every shard -> the learner (batches), the learner -> every collector (weights). The
-    # "control" group is a second thread for request_stop only; every other method runs in
+    # every shard -> the learner (batches): each micro-batch from one shard drawn in proportion to
+    # its size, under the learner's share of the limiter, `prefetch` of them requested ahead
+    source = BatchSource(shards, ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed),
+                         lp.prefetch)
+    # the learner -> every collector (weights): one object per version, its ref sent to each
+    publisher = WeightPublisher(collectors)
+    # The "control" group is a second thread for request_stop only; every other method runs in
     # submission order on the default single thread.
     learner = ray.remote(concurrency_groups={"control": 1})(learner_host).options(
         num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
         scheduling_strategy=in_bundle(group.learner, 0),
-    ).remote(lp.settings, device, lp.num_threads, shards, collectors, lp.limiter, lp.prefetch)
+    ).remote(lp.settings, device, lp.num_threads, source, publisher)
     # the driver -> the evaluator (weights refs, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.

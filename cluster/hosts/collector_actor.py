@@ -2,9 +2,10 @@
 
 It is a threaded actor: `run` occupies one thread with the env loop while `set_weights`, `stats`
 and `stop` are served on others, so announcing weights or reading counters never waits for the
-env loop and the env loop never waits for them. Its shard is looked up by name, so a collector that Ray restarts
-re-attaches to the same shard (and its data) by itself. torch is imported inside the actor only:
-the driver, which names this class, never pays for it.
+env loop and the env loop never waits for them. Its sink to its shard is made by the wiring and
+comes with the constructor's arguments, which Ray passes again to a collector it restarts: the
+new process writes to the same shard (and its data). torch is imported inside the actor only: the
+driver, which names this class, never pays for it.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from cluster.hosts.ray_seams import ChunkSink, WeightInbox
 class CollectorActor:
     """Hosts one Collector; `run` loops until `stop` is called."""
 
-    def __init__(self, settings: CollectorSettings, shard_name: str, max_pushes_in_flight: int):
+    def __init__(self, settings: CollectorSettings, sink: ChunkSink):
         from actors.collector import Collector
 
-        shard = ray.get_actor(shard_name)
         self.incarnation = uuid.uuid4().hex  # new after every restart, so the driver can count them
         self._stop = threading.Event()
         self.inbox = WeightInbox()
-        self.sink = ChunkSink(shard, max_pushes_in_flight, self._stop.is_set)
+        self.sink = sink  # collector -> its shard, made by the wiring
+        self.sink.should_stop = self._stop.is_set
         self.collector = Collector(settings, self.sink.push, self.inbox.poll)
 
     def run(self) -> int:

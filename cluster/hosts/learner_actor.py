@@ -14,8 +14,6 @@ import ray
 
 from cluster.hosts.ray_seams import BatchSource, WeightPublisher
 from learner.settings import LearnerSettings
-from replay.mixing import ShardMixer
-from replay.rate_limit import SamplesPerInsertLimiter
 
 
 def gpu_busy_fraction(device) -> float | None:
@@ -39,19 +37,19 @@ class LearnerActor:
         settings: LearnerSettings,
         device: str,
         num_threads: int,
-        shards: list,
-        collectors: list,
-        limiter: SamplesPerInsertLimiter,
-        prefetch: int,
+        source: BatchSource,
+        publisher: WeightPublisher,
     ):
+        """`source` (every shard -> this learner) and `publisher` (this learner -> every collector)
+        are the connections cluster/driver/wiring.py made; the host only runs them."""
         import torch  # inside the actor only: the driver names this class without importing torch
 
         from learner.learner import Learner
 
         torch.set_num_threads(max(1, num_threads))
-        mixer = ShardMixer(len(shards), settings.micro_batch, limiter, settings.seed)
-        self.source = BatchSource(shards, mixer, prefetch, should_stop=lambda: self.learner.stop_requested)
-        self.publisher = WeightPublisher(collectors)
+        self.source = source
+        self.source.should_stop = lambda: self.learner.stop_requested
+        self.publisher = publisher
         self.learner = Learner(settings, torch.device(device), self.source.next_batch, self.publisher.publish)
 
     @ray.method(concurrency_group="control")

@@ -21,6 +21,11 @@ import ray
 from replay.contracts import Batch, Chunk, ShardCounters, TrainingStopped, Weights
 from replay.mixing import ShardMixer
 
+
+def _never() -> bool:
+    return False
+
+
 # A limited side sleeps until the other side should have made room, then re-reads the counters.
 # These bound that sleep; they are rate-control pauses, not synchronization.
 _MIN_PAUSE_S = 0.001
@@ -33,16 +38,30 @@ class ChunkSink:
     While the limiter has no room, the sink sleeps for the time the learner should need to make
     room (estimated from how fast this shard's room grew between readings) instead of polling in
     a tight loop: a throttled collector then costs the machine almost no CPU.
+
+    It names its shard rather than holding its handle: the wiring makes the sink and it travels in
+    the collector's constructor arguments, which Ray passes again to a collector it restarts. A
+    handle inside them would send those arguments to the object store, from where Ray may not be
+    able to restart the actor (ray#53727); a name is plain data, and the restarted collector finds
+    the same shard (and its data) by it.
     """
 
-    def __init__(self, shard, max_in_flight: int, should_stop: Callable[[], bool]):
-        self.shard = shard
+    def __init__(self, shard_name: str, max_in_flight: int, should_stop: Callable[[], bool] = _never):
+        self.shard_name = shard_name
+        self._shard = None  # looked up in the collector's process, on first use
         self.max_in_flight = max_in_flight
-        self.should_stop = should_stop
+        self.should_stop = should_stop  # the host sets its own: waiting for room ends when true
         self.in_flight: deque = deque()
         self.room = float("inf")
         self.throttled_s = 0.0
         self._room_rate = 0.0  # transitions of room gained per second while waiting
+
+    @property
+    def shard(self):
+        """The shard's actor handle (looked up by name once, in the process that writes)."""
+        if self._shard is None:
+            self._shard = ray.get_actor(self.shard_name)
+        return self._shard
 
     def push(self, chunk: Chunk) -> None:
         """Send the chunk; block only while too many writes are pending or the limiter is full."""
@@ -123,9 +142,9 @@ class BatchSource:
 
     REFRESH_GROUPS = 4
 
-    def __init__(self, shards: list, mixer: ShardMixer, depth: int, should_stop: Callable[[], bool] = lambda: False):
+    def __init__(self, shards: list, mixer: ShardMixer, depth: int, should_stop: Callable[[], bool] = _never):
         self.shards = shards
-        self.should_stop = should_stop  # when true, waiting for data ends in TrainingStopped
+        self.should_stop = should_stop  # the host sets its own: waiting for data ends in TrainingStopped
         self.mixer = mixer
         self.depth = max(1, depth)
         self.group = max(1, self.depth // 2)
