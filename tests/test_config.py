@@ -8,7 +8,7 @@ import pytest
 
 from cluster.commands.cli import main
 from cluster.config.loading import apply_overrides, load_config
-from cluster.config.schema import RunConfig
+from cluster.config.schema import RunConfig, config_warnings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +66,14 @@ BAD_TRAIN_ARGS = [
     (["env.id=ALE/Pong-v5", "env.frame_stack=0"], "env.frame_stack: Input should be greater than or equal to 1"),
     (["env.id=no_such_module:Env-v0"], "cannot import module 'no_such_module'"),
     (["env.id=CarRacing-v3"], "env.id 'CarRacing-v3' cannot be made: "),  # box2d is not installed
+    # NaN or infinity is never a value; a NaN target once reported a false "solved"
+    (["stop.eval_return=nan"], "stop.eval_return: Input should be a finite number (got nan)"),
+    (["eval.max_return=nan"], "eval.max_return: Input should be a finite number (got nan)"),
+    (["learner.lr=inf"], "learner.lr: Input should be a finite number (got inf)"),
+    # settings under which a run could never progress (they once stalled without a word)
+    (["replay.samples_per_insert=1e30"], "replay.samples_per_insert (1e+30) x stop.env_steps (500000) = 5e+35"),
+    (["collectors.chunk_steps=100000"], "(100000 x 16 = 1600000 transitions per chunk) must not exceed replay.capacity"),
+    (["learner.updates_per_epoch=1000000000"], "= 2.56e+11 samples per epoch; at most 1e+09 are accepted"),
 ]
 
 
@@ -79,6 +87,15 @@ def test_bad_train_input_is_one_line_and_exit_2(args, expected, capsys, tmp_path
     assert err.count("\n") == 1 and err.startswith("raypex: error: "), err
     assert expected in err
     assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_settings_that_work_but_surprise_are_warned_in_one_line_each():
+    quiet = load_config(None, [])
+    assert config_warnings(quiet) == []
+    loud = load_config(None, ["learner.updates_per_epoch=100000", "collectors.chunk_steps=64"])
+    found = config_warnings(loud)
+    assert [w.split(":")[0] for w in found] == ["learner.updates_per_epoch", "collectors.chunk_steps"]
+    assert all("\n" not in w for w in found)
 
 
 def test_bad_yaml_and_non_mapping(tmp_path, capsys):

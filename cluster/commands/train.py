@@ -14,7 +14,7 @@ from pathlib import Path
 from actors.envs import UnsupportedEnv, inspect_env
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
-from cluster.config.schema import RunConfig
+from cluster.config.schema import RunConfig, config_warnings
 from cluster.driver.checkpoints import ResumePoint, atomic_write, load_latest
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
@@ -83,6 +83,8 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
     progress = ProgressLine(sys.stderr)
+    for warning in config_warnings(config):
+        progress.message(f"warning: {warning}")
 
     import ray
 

@@ -14,6 +14,8 @@ from pydantic import ValidationError
 
 from cluster.config.schema import RunConfig
 
+_UNION_MEMBER_TAGS = {"float", "int", "str", "bool", "none", "list", "dict"}
+
 
 class ConfigError(Exception):
     """A user mistake in the config or its overrides; the message is one line for the terminal."""
@@ -70,7 +72,9 @@ def validate(data: dict[str, Any]) -> RunConfig:
 def format_validation_error(err: ValidationError) -> str:
     """One line naming the dotted field, what is allowed and what was given."""
     first = err.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"])
+    # A union's member adds its type to the location (eval.max_return.float): not part of the key.
+    field = ".".join(str(part) for part in first["loc"] if str(part) not in _UNION_MEMBER_TAGS
+                     and not str(part).startswith(("literal[", "function-")))
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"unknown config key '{field}'"

@@ -12,11 +12,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# Bounds for settings under which a run could never make progress in any reasonable time.
+MAX_SAMPLES_PER_RUN = 1e12  # about 12 days at a million samples/s
+MAX_SAMPLES_PER_EPOCH = 1e9  # about 17 minutes at a million samples/s between weight broadcasts
+SLOW_EPOCH_SAMPLES = 1e7  # above this, an epoch lasts a minute or more on a CPU learner: warned
+
 
 class _Section(BaseModel):
-    """Base for every section: unknown keys are errors, values are checked on assignment too."""
+    """Base for every section: unknown keys are errors, values are checked on assignment too, and
+    NaN or infinity is never a value (a NaN target compares false with every return)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class EnvConfig(_Section):
@@ -224,8 +230,48 @@ class RunConfig(_Section):
                 f"eval.max_return ({bound:g}) must be at least stop.eval_return ({target:g}), "
                 "or no evaluation could ever reach it"
             )
+        chunk = self.collectors.chunk_steps * self.env.num_envs
+        if chunk > self.replay.capacity:
+            raise ValueError(
+                f"collectors.chunk_steps x env.num_envs ({self.collectors.chunk_steps} x {self.env.num_envs} = "
+                f"{chunk} transitions per chunk) must not exceed replay.capacity ({self.replay.capacity}), "
+                "or one chunk overwrites its own start"
+            )
+        samples_to_end = self.replay.samples_per_insert * self.stop.env_steps
+        if samples_to_end > MAX_SAMPLES_PER_RUN:
+            raise ValueError(
+                f"replay.samples_per_insert ({self.replay.samples_per_insert:g}) x stop.env_steps "
+                f"({self.stop.env_steps}) = {samples_to_end:.3g} samples before the run could end; at most "
+                f"{MAX_SAMPLES_PER_RUN:.0e} are accepted (days at a million samples/s)"
+            )
+        samples_per_epoch = self.learner.updates_per_epoch * self.learner.micro_batch * self.learner.accumulation_steps
+        if samples_per_epoch > MAX_SAMPLES_PER_EPOCH:
+            raise ValueError(
+                f"learner.updates_per_epoch x micro_batch x accumulation_steps = {samples_per_epoch:.3g} samples "
+                f"per epoch; at most {MAX_SAMPLES_PER_EPOCH:.0e} are accepted: weights, evaluations and "
+                "checkpoints happen only between epochs"
+            )
         if self.learner.precision == "fp16" and self.learner.device == "cpu":
             raise ValueError("learner.precision fp16 needs CUDA; use bf16 or fp32 with device cpu")
         if self.learner.cuda_graphs == "on" and self.learner.device == "cpu":
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
         return self
+
+
+def config_warnings(config: RunConfig) -> list[str]:
+    """One line for each setting that works but probably not as the user meant."""
+    warnings = []
+    learner = config.learner
+    samples_per_epoch = learner.updates_per_epoch * learner.micro_batch * learner.accumulation_steps
+    if samples_per_epoch > SLOW_EPOCH_SAMPLES:
+        warnings.append(
+            f"learner.updates_per_epoch: one epoch trains {samples_per_epoch:.3g} samples; collectors get new "
+            "weights, evaluations and checkpoints only between epochs, minutes apart on a CPU learner")
+    slack = config.replay.min_size + config.replay.error_buffer
+    chunk = config.collectors.chunk_steps * config.env.num_envs
+    if config.replay.samples_per_insert > 0 and chunk > slack:
+        warnings.append(
+            f"collectors.chunk_steps: a chunk holds {chunk} transitions, more than the limiter's slack "
+            f"(replay.min_size + replay.error_buffer = {slack}); collectors will wait for the learner after "
+            "every chunk and act on older weights")
+    return warnings
