@@ -46,10 +46,22 @@ class ReplayShard:
         self.limiter = limiter
         self.rng = np.random.default_rng(seed)
         self.sampled = 0
+        self.writer_env_steps = 0  # its collector's env steps up to the newest chunk stored here
+        self.writer_attachments = 0  # collector processes that started writing (2+: one was restarted)
 
-    def add(self, chunk: Chunk | FrameChunk) -> ShardCounters:
-        """Store a whole chunk; the reply tells the collector how much more it may insert."""
+    def attach_writer(self) -> int:
+        """A collector process starts writing here. Returns the env steps its predecessors' stored
+        chunks covered: a restarted collector counts on from there, so env steps never go back
+        and count only steps whose data reached replay."""
+        self.writer_attachments += 1
+        return self.writer_env_steps
+
+    def add(self, chunk: Chunk | FrameChunk, writer_env_steps: int | None = None) -> ShardCounters:
+        """Store a whole chunk (which brings its collector's env steps up to `writer_env_steps`);
+        the reply tells the collector how much more it may insert."""
         self.storage.add(chunk)
+        if writer_env_steps is not None:
+            self.writer_env_steps = max(self.writer_env_steps, writer_env_steps)
         return self.counters()
 
     def sample(self, count: int, num_batches: int = 1) -> tuple[Batch, ShardCounters]:
@@ -79,7 +91,8 @@ class ReplayShard:
         """Counters plus memory figures, for the driver's metrics."""
         storage = self.storage
         return {**self.counters(), "capacity": storage.capacity, "nbytes": storage.nbytes,
-                "bytes_per_transition": storage.nbytes / storage.capacity}
+                "bytes_per_transition": storage.nbytes / storage.capacity,
+                "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments}
 
     def get_state(self) -> dict:
         """Storage, counters and RNG state, for an optional replay checkpoint."""

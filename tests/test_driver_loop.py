@@ -17,7 +17,8 @@ from ray import cloudpickle
 from actors.envs import inspect_env
 from cluster.config.loading import load_config
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run import EXIT_INTERRUPTED, TrainingRun
+from cluster.driver.run import TrainingRun
+from cluster.driver.signals import EXIT_INTERRUPTED
 from cluster.driver.wiring import connect, reserve_resources
 from cluster.hosts.learner_actor import LearnerActor
 

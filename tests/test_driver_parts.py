@@ -30,6 +30,26 @@ def test_a_checkpoint_without_its_counters_is_ignored(tmp_path):
     assert load_latest(tmp_path / "missing") is None
 
 
+@pytest.mark.parametrize("damage", ["truncated .pt", "corrupt .json", "flipped byte in .pt"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, damage):
+    for epoch in (1, 2):
+        save_checkpoint(tmp_path, epoch, f"state-{epoch}-".encode() * 100, {"epochs": epoch, "env_steps": 10 * epoch,
+                                                                           "wall_s": 1.0}, keep=3)
+    newest = tmp_path / "ckpt-00000002"
+    if damage == "truncated .pt":
+        newest.with_suffix(".pt").write_bytes(newest.with_suffix(".pt").read_bytes()[:100])
+    elif damage == "corrupt .json":
+        newest.with_suffix(".json").write_text('{"epochs": 2, "env_')
+    else:
+        data = bytearray(newest.with_suffix(".pt").read_bytes())
+        data[7] ^= 1
+        newest.with_suffix(".pt").write_bytes(bytes(data))
+    skipped: list[str] = []
+    point = load_latest(tmp_path, skipped.append)
+    assert point.epochs == 1 and point.learner_state.startswith(b"state-1-")
+    assert len(skipped) == 1 and "ckpt-00000002 is damaged" in skipped[0] and "\n" not in skipped[0]
+
+
 def test_tensorboard_log_is_readable_by_tensorboard(tmp_path):
     log = TensorBoardLog(tmp_path)
     log.text("config", "seed: 0\nenv:\n  id: CartPole-v1")

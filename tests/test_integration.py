@@ -65,9 +65,14 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     acc.Reload()
     assert "learner:" in acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
 
-    # Resume: counters continue from the checkpoint and the run goes on to the new stop.
-    last = json.loads(checkpoints[-1].with_suffix(".json").read_text())
+    # Resume from a damaged newest checkpoint (cut short): it falls back to the one before, and
+    # counters continue from there; the run goes on to the new stop.
+    assert len(checkpoints) >= 2
+    checkpoints[-1].write_bytes(checkpoints[-1].read_bytes()[:1000])
+    last = json.loads(checkpoints[-2].with_suffix(".json").read_text())
+    capsys.readouterr()
     assert main(["train", "--resume", str(run), "stop.env_steps=8000"]) == 0
+    assert f"checkpoint {checkpoints[-1].stem} is damaged" in capsys.readouterr().err
     second = summary(run)
     assert second["env_steps"] >= 8000 and second["epochs"] > first["epochs"]
     resumed_steps = [e.step for e in scalars(run)["losses/td_loss"]]
@@ -142,24 +147,36 @@ def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
     assert not run.exists()
 
 
-def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
+@pytest.mark.parametrize(("signum", "code", "said", "ended"), [
+    (signal.SIGINT, 130, "Ctrl-C", "interrupted"), (signal.SIGTERM, 143, "SIGTERM", "terminated")])
+def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, code, said, ended):
+    """Ctrl-C and SIGTERM (kill, timeout, SLURM, Kubernetes, `ray job stop`) take the same clean
+    path: final checkpoint, TensorBoard flushed, summary.json and policy.pt2, no new evaluation."""
     run = tmp_path / "interrupted"
     proc = subprocess.Popen(
         [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seen = []
-    for line in proc.stderr:  # wait for the first progress line (training has started), then Ctrl-C
+    for line in proc.stderr:  # wait for the first progress line (training has started), then signal
         seen.append(line)
         if line.startswith("[") and "env steps" in line:
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rest = proc.stderr.read()
-    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
-    assert "interrupted: writing a final checkpoint" in rest
+    assert proc.wait(timeout=120) == code, "".join(seen) + rest
+    assert f"{said}: writing a final checkpoint" in rest and "Traceback" not in rest, rest
     assert list((run / "checkpoints").glob("ckpt-*.pt"))
     assert (run / "policy.pt2").is_file() and (run / "summary.json").is_file()
     assert "replay/size" in scalars(run)  # the TensorBoard file was flushed
-    assert summary(run)["epochs"] == json.loads(max((run / "checkpoints").glob("*.json")).read_text())["epochs"]
+    first = summary(run)
+    assert first["ended"] == ended
+    final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
+    assert first["epochs"] == final["epochs"]
+    if signum == signal.SIGTERM:  # a resume continues the counters of the final checkpoint
+        assert main(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"]) == 0
+        second = summary(run)
+        assert second["env_steps"] >= final["env_steps"] + 2000 and second["epochs"] > final["epochs"]
+        assert second["ended"] == "env_steps"
 
 
 @pytest.mark.parametrize("seed", [0])
@@ -181,58 +198,6 @@ def test_default_config_solves_cartpole(tmp_path, capsys, seed):
     # seeds 0-6 scored 500 here. 450 catches a saved policy that is not the solved one, without
     # failing CI on the sampling noise of a policy whose true mean sits near 480.
     assert mean >= 450, mean
-
-
-def test_a_killed_collector_is_restarted_on_its_shard(tmp_path):
-    """Kill collector 0's process mid-run: Ray restarts it, it re-attaches to its shard (whose data
-    survives and keeps growing), and the run goes on until Ctrl-C.
-
-    With one collector gone the learner soon waits for data, and a checkpoint is due every epoch:
-    the driver must keep polling (and restart the collector's loop) while the learner waits, not
-    block on the checkpoint behind the waiting epoch, which hung the run for good."""
-    run = tmp_path / "restart"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT,
-         "checkpoint.every_epochs=1"],
-        stderr=subprocess.PIPE, text=True,
-        # no token auth on this throwaway cluster, so the test process can join it to kill an actor
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"})
-    lines = []
-
-    def read_until(prefix: str) -> None:
-        try:
-            for line in proc.stderr:
-                lines.append(line)
-                if line.startswith(prefix):
-                    return
-        except TimeoutError:  # the suite's per-test alarm: say what the run printed
-            raise AssertionError(f"still waiting for {prefix!r}; the run printed:\n" + "".join(lines)) from None
-        raise AssertionError("run ended before: " + prefix + "\n" + "".join(lines))
-
-    try:
-        read_until("[")  # first progress line: training has started
-        placement = json.loads((run / "placement.json").read_text())
-        ray.init(address=placement["ray_address"], namespace=placement["namespace"])
-        try:
-            prefix = f"raypex-{placement['run_id']}"
-            shard = ray.get_actor(f"{prefix}-shard-0")
-            ray.kill(ray.get_actor(f"{prefix}-collector-0"), no_restart=False)
-            at_kill = ray.get(shard.counters.remote())
-        finally:
-            ray.shutdown()
-        read_until("collector 0 stopped")  # the driver saw the death and restarted its loop
-        read_until("[")  # the next progress line, about 10 s of training later
-        proc.send_signal(signal.SIGINT)
-        lines.append(proc.stderr.read())
-        assert proc.wait(timeout=120) == 130, "".join(lines)
-    finally:
-        if proc.poll() is None:  # never leave a run behind to slow the rest of the suite
-            proc.kill()
-            proc.wait()
-    result = summary(run)
-    assert result["collector_restarts"] == 1, "".join(lines)
-    assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data
-    assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
 
 
 def test_bench_learner_stage_measures_each_variant_fed_and_from_memory(tmp_path, capsys):

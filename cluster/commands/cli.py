@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 from cluster.commands.usage import UsageError
+from cluster.driver.signals import exit_code, install_stop_signals, signal_name
 
 EXIT_USAGE = 2
 
@@ -86,11 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     clock_start = _process_start_time()
-    # SIGINT is the way to stop a run cleanly (final checkpoint, exit 130), also for runs started
-    # in the background by a script (`raypex train ... &`, then `kill -INT`): a non-interactive
-    # shell starts those with SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    install_stop_signals()  # SIGINT and SIGTERM stop a run cleanly (cluster/driver/signals.py)
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
@@ -116,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"raypex: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("raypex: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        print(f"raypex: stopped by {signal_name(interrupt)}", file=sys.stderr)
+        return exit_code(interrupt)
 
 
 def console() -> None:

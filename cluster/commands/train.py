@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from actors.envs import UnsupportedEnv, inspect_env
+from cluster.commands.run_dir import check_resume, check_writable
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
 from cluster.config.schema import RunConfig, config_warnings
-from cluster.driver.checkpoints import ResumePoint, atomic_write, load_latest
+from cluster.driver.checkpoints import ResumePoint, atomic_write
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
+from cluster.driver.signals import install_stop_signals
 
 
-def resolve_config(args: argparse.Namespace) -> tuple[RunConfig, Path, ResumePoint | None]:
-    """(config, run dir, resume point or None) from the arguments; UsageError on any mistake."""
+def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
+    """(config, run dir, resume point or None) from the arguments; UsageError on any mistake,
+    with nothing written (cluster/commands/run_dir.py checks the directory)."""
     config_path, overrides = split_positional(args.args)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
@@ -29,20 +33,19 @@ def resolve_config(args: argparse.Namespace) -> tuple[RunConfig, Path, ResumePoi
         if args.resume is not None:
             if config_path is not None or args.run_dir is not None:
                 raise UsageError("--resume RUN_DIR takes the config from RUN_DIR; give no CONFIG or --run-dir")
-            saved = args.resume / "config.yaml"
-            if not saved.is_file():
+            saved_path = args.resume / "config.yaml"
+            if not saved_path.is_file():
                 raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
-            config = validate(apply_overrides(read_yaml(saved), overrides))
-            resume = load_latest(args.resume / "checkpoints")
-            if resume is None:
-                raise UsageError(f"--resume {args.resume}: no complete checkpoint in {args.resume / 'checkpoints'}")
-            return config, args.resume, resume
+            saved = read_yaml(saved_path)
+            config = validate(apply_overrides(saved, overrides))
+            return config, args.resume, check_resume(args.resume, validate(saved), config, warn)
         config = load_config(config_path, overrides)
     except ConfigError as err:
         raise UsageError(str(err)) from None
     run_dir = args.run_dir if args.run_dir is not None else default_run_dir(config.env.id, config.seed)
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir.is_dir() and any(run_dir.iterdir()):
         raise UsageError(f"--run-dir {run_dir} already holds files; choose a new directory or use --resume {run_dir}")
+    check_writable(run_dir, "--run-dir")
     return config, run_dir, None
 
 
@@ -77,12 +80,12 @@ def choose_device(config: RunConfig, gpus_in_cluster: float, progress: ProgressL
 
 def run_train(args: argparse.Namespace, clock_start: float) -> int:
     """The whole `raypex train` command; returns the exit code."""
-    config, run_dir, resume = resolve_config(args)
+    progress = ProgressLine(sys.stderr)
+    config, run_dir, resume = resolve_config(args, lambda line: progress.message(f"warning: {line}"))
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
-    progress = ProgressLine(sys.stderr)
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
@@ -96,6 +99,7 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
         started_local = connect(args.address)
     except ConnectError as err:
         raise UsageError(str(err)) from None
+    install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
         group = reserve_resources(config, 1 if device == "cuda" else 0)
@@ -110,7 +114,7 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     except PlacementError as err:
         raise UsageError(str(err)) from None
     except RunFailed as err:
-        print(f"raypex: run failed: {err}", file=sys.stderr)
+        print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)
         return 1
     finally:
         if started_local:

@@ -1,14 +1,18 @@
 """Checkpoint files in RUN_DIR/checkpoints: learner bytes plus the driver's counters.
 
 A checkpoint is a pair `ckpt-EPOCH.pt` (the learner's torch.save bytes) and `ckpt-EPOCH.json`
-(env steps, epochs, wall time so far). Both are written to a temporary name and renamed, the JSON
-last, so a crash mid-write never leaves a checkpoint that looks complete but is not.
+(env steps, epochs, wall time so far, and the .pt file's size and SHA-256). Both are written to a
+temporary name and renamed, the JSON last, so a crash mid-write never leaves a checkpoint that
+looks complete but is not; a .pt damaged later (a full disk, a copy cut short) no longer matches
+its JSON, and resuming falls back to the newest intact checkpoint, checked before Ray starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +42,9 @@ def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters:
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"ckpt-{epoch:08d}"
     atomic_write(directory / f"{stem}.pt", learner_state)
-    atomic_write(directory / f"{stem}.json", json.dumps(counters, indent=2).encode())
+    manifest = {**counters, "learner_bytes": len(learner_state),
+                "learner_sha256": hashlib.sha256(learner_state).hexdigest()}
+    atomic_write(directory / f"{stem}.json", json.dumps(manifest, indent=2).encode())
     for old in list_checkpoints(directory)[:-keep]:
         old.with_suffix(".pt").unlink(missing_ok=True)
         old.unlink(missing_ok=True)
@@ -52,12 +58,23 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("ckpt-*.json") if p.with_suffix(".pt").is_file())
 
 
-def load_latest(directory: Path) -> ResumePoint | None:
-    """The newest complete checkpoint, or None when there is none."""
-    found = list_checkpoints(directory)
-    if not found:
-        return None
-    latest = found[-1]
-    counters = json.loads(latest.read_text())
-    return ResumePoint(latest.with_suffix(".pt").read_bytes(), counters["env_steps"], counters["epochs"],
-                       counters["wall_s"])
+def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
+    """The newest intact checkpoint, or None when there is none. Each newer one that is damaged
+    (unreadable JSON, a .pt whose size or SHA-256 does not match it) is reported to `on_skip` in
+    one line and passed over."""
+    for manifest in reversed(list_checkpoints(directory)):
+        problem = None
+        try:
+            counters = json.loads(manifest.read_text())
+            state = manifest.with_suffix(".pt").read_bytes()
+            point = ResumePoint(state, int(counters["env_steps"]), int(counters["epochs"]), float(counters["wall_s"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            problem = f"unreadable ({type(err).__name__})"
+        else:
+            if "learner_sha256" in counters and (len(state) != counters.get("learner_bytes")
+                                                 or hashlib.sha256(state).hexdigest() != counters["learner_sha256"]):
+                problem = "its .pt does not match the size and checksum its .json recorded"
+        if problem is None:
+            return point
+        on_skip(f"checkpoint {manifest.stem} is damaged ({problem}); trying the one before it")
+    return None

@@ -4,6 +4,9 @@ Every `eval.every_epochs` epochs an evaluation of the newest published weights b
 starts as soon as none is running (one at a time, while the learner keeps training). With a give-up
 bound (eval.max_return known), an evaluation may stop once stop.eval_return is out of reach,
 except every FULL_EVAL_EVERY-th, which runs to the end so eval/return_mean keeps a curve.
+
+Evaluation is optional to training: when the evaluator dies, Ray restarts it (wiring.py) and the
+evaluation it was running is lost, counted in `lost`; the next one goes to the new process.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class EvaluationScheduler:
         self.give_up = give_up  # None: every evaluation runs to the end
         self.latest_weights: tuple | None = None  # (ref, version) of the newest published weights
         self.started = 0
+        self.lost = 0  # evaluations lost to the evaluator's death
         self._due = False
         self._in_flight: tuple | None = None  # (result ref, weights ref)
 
@@ -45,12 +49,22 @@ class EvaluationScheduler:
             self._in_flight = (self.evaluator.evaluate.remote(weights_ref, version, give_up), weights_ref)
             self._due = False
 
-    def take(self) -> tuple[dict, object]:
-        """(result, weights ref) of the finished evaluation (call once `pending` is ready)."""
+    def take(self) -> tuple[dict | None, object]:
+        """(result, weights ref) of the finished evaluation (call once `pending` is ready); the
+        result is None when the evaluator died during it."""
         result_ref, weights_ref = self._in_flight
         self._in_flight = None
-        return ray.get(result_ref), weights_ref
+        try:
+            return ray.get(result_ref), weights_ref
+        except ray.exceptions.RayActorError:
+            self.lost += 1
+            return None, weights_ref
 
-    def evaluate_now(self, weights_ref, version: int) -> dict:
-        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation)."""
-        return ray.get(self.evaluator.evaluate.remote(weights_ref, version))
+    def evaluate_now(self, weights_ref, version: int) -> dict | None:
+        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
+        when the evaluator died during it."""
+        try:
+            return ray.get(self.evaluator.evaluate.remote(weights_ref, version))
+        except ray.exceptions.RayActorError:
+            self.lost += 1
+            return None

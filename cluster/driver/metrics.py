@@ -32,11 +32,16 @@ class RunMetrics:
         self.shard_inserted: list[int] = []
         self.shard_sizes: list[int] = []
         self.replay_bytes_per_transition: float | None = None
+        self.collector_restarts = 0
 
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
         now = time.perf_counter() if now is None else now
-        self.env_steps = self.env_steps_offset + sum(c["env_steps"] for c in collectors)
+        # A restarted collector counts on from the steps its shard stored, which can be a little below
+        # what the dead process last reported: the env-step axis never goes back.
+        self.env_steps = max(self.env_steps, self.env_steps_offset + sum(c["env_steps"] for c in collectors))
+        # Each shard counts the collector processes that wrote to it; all but the first were restarts.
+        self.collector_restarts = sum(max(0, s.get("writer_attachments", 1) - 1) for s in shards)
         self.shard_inserted = [s["inserted"] for s in shards]
         self.shard_sizes = [s["size"] for s in shards]
         inserted = sum(self.shard_inserted)
@@ -115,3 +120,17 @@ class RunMetrics:
     def samples_per_s(self) -> float | None:
         """Learner samples per second of training time."""
         return self.learner_samples / self.learner_train_s if self.learner_train_s else None
+
+    def summary_fields(self, collect_s: float | None) -> dict:
+        """Its part of summary.json; `collect_s` is how long the collectors ran in this process."""
+        return {
+            "env_steps": self.env_steps,
+            "env_steps_per_s": (self.env_steps - self.env_steps_offset) / collect_s if collect_s else None,
+            "learner_samples_per_s": self.samples_per_s,
+            "learner_wait_fraction": self.wait_fraction,
+            "policy_lag_mean": self.policy_lag_mean,
+            "policy_lag_max": self.lag_max,
+            "replay_size_per_shard": self.shard_sizes,
+            "replay_inserted_per_shard": self.shard_inserted,
+            "replay_bytes_per_transition": self.replay_bytes_per_transition,
+        }

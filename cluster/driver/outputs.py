@@ -21,6 +21,25 @@ class RunOutputs:
     def __init__(self, run_dir: Path, keep_checkpoints: int):
         self.run_dir = run_dir
         self.keep_checkpoints = keep_checkpoints
+        # A checkpoint asked of the learner and not written yet: (state ref, epoch, counters). The
+        # driver's loop never waits for it: the learner serves it after its queued epochs, and an
+        # epoch can wait a long time for data (a collector being restarted), so the driver must
+        # keep polling and restarting collectors meanwhile.
+        self.pending_checkpoint: tuple | None = None
+
+    def request_checkpoint(self, learner, epoch: int, counters: dict) -> None:
+        """Ask the learner for its state (LearnerActor.state_bytes); `write_pending_checkpoint`
+        writes it once it has come. One at a time: a checkpoint due while one is pending is
+        skipped, and the next one due catches up."""
+        if self.pending_checkpoint is None:
+            self.pending_checkpoint = (learner.state_bytes.remote(), epoch, counters)
+
+    def write_pending_checkpoint(self) -> None:
+        """Write the pending checkpoint, if any (waits for the learner's state if not come yet)."""
+        if self.pending_checkpoint is not None:
+            state_ref, epoch, counters = self.pending_checkpoint
+            self.pending_checkpoint = None
+            self.checkpoint(ray.get(state_ref), epoch, counters)
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""

@@ -5,8 +5,10 @@ the learner never idles between epochs), hands the newest published weights to t
 every `eval.every_epochs` epochs (one evaluation at a time, while the learner keeps training),
 reads every actor's counters a few times a second, writes all TensorBoard scalars, restarts
 collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps`, on an
-evaluation reaching `stop.eval_return`, or on Ctrl-C (final checkpoint, TensorBoard flushed,
-actors killed, exit code 130). The exported policy is the version the deciding evaluation ran on.
+evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
+flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot recover from
+(RunFailed, after the same final files). The exported policy is the version the deciding
+evaluation ran on.
 """
 
 from __future__ import annotations
@@ -26,16 +28,17 @@ from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import ResumePoint
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.metrics import RunMetrics
+from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine
-from cluster.driver.supervisor import CollectorSupervisor
+from cluster.driver.signals import Terminated, exit_code, signal_name
+from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 from cluster.hosts.learner_actor import LearnerActor
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
-EXIT_INTERRUPTED = 130
 
 
 class RunObserver(Protocol):
@@ -72,40 +75,46 @@ class TrainingRun:
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep)
         self.epochs_done = resume.epochs if resume else 0
-        self.time_to_solve_s: float | None = None
-        self.env_steps_at_solve: int | None = None
-        self.final_eval: float | None = None
+        self.outcome = RunOutcome(config.stop.eval_return, clock_start)
         self.collect_start: float | None = None
         self.collect_end: float | None = None  # when the collectors were told to stop
         self.actors: RunActors | None = None
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
-        self.solved_weights = None  # the weights ref whose evaluation reached stop.eval_return
-        # A checkpoint asked of the learner and not written yet: (state ref, epoch, counters). The
-        # loop never waits for it: the learner serves it after its queued epochs, and an epoch
-        # can wait a long time for data (a collector being restarted), so the driver must keep
-        # polling and restarting collectors meanwhile.
-        self._checkpoint_pending: tuple | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
-        """Run to the end; returns the exit code (0, or 130 after Ctrl-C)."""
+        """Run to the end; returns the exit code (0, or 130/143 after SIGINT/SIGTERM). Raises
+        RunFailed, after the final files, when an actor died in a way the run cannot recover."""
         self.tb.text("config", config_text)
-        interrupted = False
+        interrupt: KeyboardInterrupt | None = None
+        failure: RunFailed | None = None
         try:
             self._start()
             self._loop()
-        except KeyboardInterrupt:
-            interrupted = True
-            self.progress.message("interrupted: writing a final checkpoint and stopping (Ctrl-C again to abort)")
+        except KeyboardInterrupt as caught:
+            interrupt = caught
+            self.outcome.ended = "terminated" if isinstance(caught, Terminated) else "interrupted"
+            self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
+                                  "(send it again to abort at once)")
+        except (RunFailed, ray.exceptions.RayError) as err:
+            failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self._role_of))
+            self.outcome.ended = f"failed: {failure}"
         finally:
             self.progress.finish()
         try:
-            self._finish()
+            self._finish(new_work=interrupt is None and failure is None)
+        except KeyboardInterrupt as again:  # a second signal: no more waiting, only the summary
+            interrupt = interrupt or again
+            self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
+            self.outputs.summary(self.summary())
         finally:
-            self._kill_actors()
+            if self.actors is not None:
+                self.actors.kill_all()
             self.tb.close()
-        return EXIT_INTERRUPTED if interrupted else 0
+        if failure is not None:
+            raise failure
+        return exit_code(interrupt) if interrupt is not None else 0
 
     def _start(self) -> None:
         self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
@@ -142,15 +151,16 @@ class TrainingRun:
                 next_epoch += 1
             if not queued:
                 return
+            checkpoint = self.outputs.pending_checkpoint
             waiting = [queued[0][1]] + ([evaluations.pending] if evaluations.pending else []) + (
-                [self._checkpoint_pending[0]] if self._checkpoint_pending else [])
+                [checkpoint[0]] if checkpoint else [])
             timeout = max(0.0, next_poll - time.perf_counter())
             ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self._on_eval(*evaluations.take()):
                 stopping = self._stop_learning()
-            if self._checkpoint_pending is not None and self._checkpoint_pending[0] in ready:
-                self._write_checkpoint()
+            if checkpoint is not None and checkpoint[0] in ready:
+                self.outputs.write_pending_checkpoint()
             if queued[0][1] in ready:
                 epoch, ref = queued.popleft()
                 self._on_epoch(epoch, ray.get(ref))
@@ -159,6 +169,7 @@ class TrainingRun:
             if time.perf_counter() >= next_poll:
                 next_poll = time.perf_counter() + POLL_EVERY_S
                 if self._poll() and not stopping:
+                    self.outcome.ended = "env_steps"
                     stopping = self._stop_learning()
 
     def _stop_learning(self) -> bool:
@@ -178,19 +189,17 @@ class TrainingRun:
 
     def _on_eval(self, result: dict, weights_ref) -> bool:
         """Record one evaluation; True when it reached stop.eval_return."""
+        if result is None:
+            self.progress.message("the evaluator died: this evaluation is lost; Ray restarts it for the next one")
+            return False
         if not result["complete"]:
             return False  # gave up: the target was out of reach
-        self.final_eval = result["mean"]
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
-        target = self.config.stop.eval_return
-        if target is None or result["mean"] < target or self.time_to_solve_s is not None:
+        if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps):
             return False
-        self.time_to_solve_s = time.time() - self.clock_start
-        self.env_steps_at_solve = self.metrics.env_steps
-        self.solved_weights = weights_ref
         self.progress.message(
-            f"solved: eval return {result['mean']:.1f} >= {target:g} (weights version {result['version']}) "
-            f"after {self.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
+            f"solved: eval return {result['mean']:.1f} >= {self.outcome.target:g} (weights version "
+            f"{result['version']}) after {self.outcome.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
         return True
 
     def _poll(self) -> bool:
@@ -205,7 +214,6 @@ class TrainingRun:
         except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError):
             return False  # a collector is being restarted by Ray; its loop is resumed elsewhere
         num = self.config.collectors.num
-        self.supervisor.observe(stats[:num])
         scalars = self.metrics.poll(stats[:num], stats[num:])
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
@@ -217,20 +225,18 @@ class TrainingRun:
 
     # -- the end ------------------------------------------------------------------------------
     def _request_checkpoint(self) -> None:
-        """Ask the learner for its state; `_write_checkpoint` writes it once it has come (one at
-        a time: a checkpoint due while one is pending is skipped, the next one due catches up)."""
-        if self._checkpoint_pending is None:
-            counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
-            self._checkpoint_pending = (self.actors.learner.state_bytes.remote(), self.epochs_done, counters)
+        counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
+        self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters)
 
-    def _write_checkpoint(self) -> None:
-        """Write the pending checkpoint (waits for the learner's state if it has not come yet)."""
-        state_ref, epoch, counters = self._checkpoint_pending
-        self._checkpoint_pending = None
-        self.outputs.checkpoint(ray.get(state_ref), epoch, counters)
+    def _finish(self, new_work: bool) -> None:
+        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json.
 
-    def _finish(self) -> None:
+        `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
+        the exported policy is the last evaluated version (the newest weights if none was). Parts
+        that need a dead learner are skipped, and the summary still says how the run ended.
+        """
         if self.actors is None:
+            self.outputs.summary(self.summary())
             return
         for observer in self.observers:
             observer.before_finish(self)
@@ -239,53 +245,53 @@ class TrainingRun:
         self.actors.learner.request_stop.remote()
         self.supervisor.stop()
         self.collect_end = time.time()
-        if self._checkpoint_pending is not None:  # the learner is stopping: its epochs end now
-            self._write_checkpoint()
-        self._request_checkpoint()
-        self._write_checkpoint()
-        export = self.solved_weights
-        if export is None:
-            # The run ended on env steps (or an interrupt): evaluate and export the final weights.
-            export, version = ray.get(self.actors.learner.latest_weights.remote())
-            result = self.evaluations.evaluate_now(export, version)
-            self.final_eval = result["mean"]
-            self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
-        self.outputs.policy(self.actors.learner, export)
+        try:
+            self.outputs.write_pending_checkpoint()  # the learner is stopping: its epochs end now
+            self._request_checkpoint()
+            self.outputs.write_pending_checkpoint()
+            self._export(new_work)
+        except ray.exceptions.RayError as err:
+            if new_work:
+                raise
+            self.progress.message(f"no final checkpoint or policy: {describe_failure(err, self._role_of)}")
         with contextlib.suppress(ray.exceptions.RayError):  # else the last successful poll stands
             self._poll()
         self.outputs.summary(self.summary())
         self.tb.flush()
+
+    def _export(self, new_work: bool) -> None:
+        """policy.pt2: the solving version, else a final evaluation's (or, with no new work, the
+        last evaluated version)."""
+        export = self.outcome.solved_weights
+        if export is None and not new_work and self.outcome.last_evaluated is not None:
+            export, version = self.outcome.last_evaluated
+            self.progress.message(f"exporting weights version {version}, the last evaluated")
+        if export is None:
+            export, version = ray.get(self.actors.learner.latest_weights.remote())
+            if new_work:  # the run ended on env steps: evaluate and export the final weights
+                result = self.evaluations.evaluate_now(export, version)
+                if result is not None:
+                    self.outcome.final_eval = result["mean"]
+                    self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+        self.outputs.policy(self.actors.learner, export)
+
+    def _role_of(self, actor_id: str | None) -> str:
+        return self.actors.role_of(actor_id) if self.actors else "an actor of the run"
 
     def _wall_s(self) -> float:
         return (self.resume.wall_s if self.resume else 0.0) + time.time() - self.clock_start
 
     def summary(self) -> dict:
         """What summary.json holds."""
-        m = self.metrics
         end = self.collect_end or time.time()
         collect_s = end - self.collect_start if self.collect_start else None
         return {
             "env_id": self.config.env.id,
             "seed": self.config.seed,
-            "env_steps": m.env_steps,
             "wall_s": round(self._wall_s(), 3),
-            "time_to_solve_s": None if self.time_to_solve_s is None else round(self.time_to_solve_s, 3),
-            "env_steps_at_solve": self.env_steps_at_solve,
-            "final_eval_return": self.final_eval,
-            "env_steps_per_s": (m.env_steps - m.env_steps_offset) / collect_s if collect_s else None,
-            "learner_samples_per_s": m.samples_per_s,
-            "learner_wait_fraction": m.wait_fraction,
-            "policy_lag_mean": m.policy_lag_mean,
-            "policy_lag_max": m.lag_max,
+            **self.metrics.summary_fields(collect_s),
+            **self.outcome.fields(),
             "epochs": self.epochs_done,
-            "collector_restarts": self.supervisor.restarts if self.supervisor else 0,
-            "replay_size_per_shard": m.shard_sizes,
-            "replay_inserted_per_shard": m.shard_inserted,
-            "replay_bytes_per_transition": m.replay_bytes_per_transition,
+            "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
+            "collector_restarts": self.metrics.collector_restarts,
         }
-
-    def _kill_actors(self) -> None:
-        if self.actors is None:
-            return
-        for actor in self.actors.all():
-            ray.kill(actor, no_restart=True)

@@ -3,8 +3,8 @@
 Ray restarts a collector whose process died (max_restarts); the collector then comes back with no
 loop running and an old network. The supervisor notices the loop's call ending in an error,
 announces the learner's latest weights to the new process and starts its loop again, on the same
-shard (the shard lives on, with its data). It counts restarts from the incarnation each collector
-reports, and ends the run with one line when a collector keeps dying.
+shard (the shard lives on, with its data), and ends the run with one line when a collector keeps
+dying. Restarts are counted by the shards (each counts the collector processes attached to it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,21 @@ class RunFailed(Exception):
     """The run cannot go on (a collector keeps dying, the learner died); one-line message."""
 
 
+def describe_failure(err: Exception, role_of) -> str:
+    """One line for an error that ends the run: which actor died, or the error's first line.
+
+    A call on a live actor that fails because another one died (the learner asking a dead shard
+    for a batch) names the dead one. `role_of` maps an actor id to its role (RunActors.role_of).
+    """
+    if isinstance(err, ray.exceptions.RayActorError):
+        return f"{role_of(err.actor_id)} died"
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, ray.exceptions.RayActorError):
+        return f"{role_of(cause.actor_id)} died"
+    lines = str(err).strip().splitlines()
+    return lines[-1] if lines else type(err).__name__
+
+
 class CollectorSupervisor:
     """Starts, watches and restarts the collectors' run loops."""
 
@@ -28,13 +43,6 @@ class CollectorSupervisor:
         self.progress = progress
         self.loops: list = []  # each collector's running `run` call
         self.loop_failures = [0] * len(collectors)  # loops that ended in an error
-        self.restarts_seen = [0] * len(collectors)  # new collector processes (Ray restarts)
-        self._incarnations: list[str | None] = [None] * len(collectors)
-
-    @property
-    def restarts(self) -> int:
-        """Collector processes Ray restarted, over all collectors."""
-        return sum(self.restarts_seen)
 
     def start(self) -> None:
         """Start every collector's loop (they act with their own network until weights come)."""
@@ -59,13 +67,6 @@ class CollectorSupervisor:
             collector = self.collectors[i]
             self.learner.resend_weights.remote(collector)
             self.loops[i] = collector.run.remote()
-
-    def observe(self, collector_stats: list[dict]) -> None:
-        """Count restarts from the incarnation each collector reports in its stats."""
-        for i, stats in enumerate(collector_stats):
-            if self._incarnations[i] not in (None, stats["incarnation"]):
-                self.restarts_seen[i] += 1
-            self._incarnations[i] = stats["incarnation"]
 
     def stop(self) -> None:
         """Ask every collector to end its loop after the chunk in progress."""

@@ -18,6 +18,7 @@ from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
 from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, reserve
+from cluster.driver.reaper import start_reaper
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import LearnerActor
@@ -45,6 +46,7 @@ def connect(address: str | None) -> bool:
     kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True,
               "configure_logging": True, "namespace": NAMESPACE}
     if address is None:
+        start_reaper()  # nothing of this cluster outlives the driver, even after kill -9
         ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         return True
     try:
@@ -89,6 +91,18 @@ class RunActors:
     def all(self) -> list:
         """Every actor handle."""
         return [*self.collectors, self.learner, self.evaluator, *self.shards]
+
+    def kill_all(self) -> None:
+        """End every actor of the run for good (Ray restarts none of them)."""
+        for actor in self.all():
+            ray.kill(actor, no_restart=True)
+
+    def role_of(self, actor_id: str | None) -> str:
+        """What the actor with this hex id is in the run ("replay shard 1", "the learner", ...)."""
+        roles = {self.learner._actor_id.hex(): "the learner", self.evaluator._actor_id.hex(): "the evaluator"}
+        roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors)})
+        roles.update({s._actor_id.hex(): f"replay shard {i}" for i, s in enumerate(self.shards)})
+        return roles.get(actor_id or "", "an actor of the run")
 
     def placement(self) -> dict:
         """Which node each actor runs on (written to RUN_DIR/placement.json)."""
@@ -139,12 +153,14 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     # submission order on the default single thread.
     learner = ray.remote(concurrency_groups={"control": 1})(learner_host).options(
         num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
-        scheduling_strategy=in_bundle(group.learner, 0),
+        scheduling_strategy=in_bundle(group.learner, 0), name=f"raypex-{run_id}-learner",
     ).remote(lp.settings, device, lp.num_threads, source, publisher)
     # the driver -> the evaluator (weights refs, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
+    # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.
     evaluator = ray.remote(EvaluatorActor).options(
-        num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0),
+        num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
+        name=f"raypex-{run_id}-evaluator",
     ).remote(*plan.evaluator_args)
     return RunActors(run_id, shards, collectors, learner, evaluator)

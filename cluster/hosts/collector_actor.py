@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 
 import ray
 
@@ -26,12 +25,17 @@ class CollectorActor:
     def __init__(self, settings: CollectorSettings, sink: ChunkSink):
         from actors.collector import Collector
 
-        self.incarnation = uuid.uuid4().hex  # new after every restart, so the driver can count them
         self._stop = threading.Event()
         self.inbox = WeightInbox()
         self.sink = sink  # collector -> its shard, made by the wiring
         self.sink.should_stop = self._stop.is_set
-        self.collector = Collector(settings, self.sink.push, self.inbox.poll)
+        self.collector = Collector(settings, self._push, self.inbox.poll)
+        # A process Ray restarted counts env steps on from what its predecessors stored; the shard
+        # also counts the attachments, which is how the driver counts restarts.
+        self.collector.env_steps = self.sink.attach()
+
+    def _push(self, chunk) -> None:
+        self.sink.push(chunk, self.collector.env_steps)
 
     def run(self) -> int:
         """Collect chunks until stopped; returns the env steps done."""
@@ -51,7 +55,6 @@ class CollectorActor:
         # The sink's throttled time is spent inside push(); report it apart, not twice.
         stats["phase_s"]["push"] = max(0.0, stats["phase_s"]["push"] - self.sink.throttled_s)
         stats["phase_s"]["throttle"] = self.sink.throttled_s
-        stats["incarnation"] = self.incarnation
         return stats
 
     def stop(self) -> None:

@@ -63,9 +63,15 @@ class ChunkSink:
             self._shard = ray.get_actor(self.shard_name)
         return self._shard
 
-    def push(self, chunk: Chunk) -> None:
-        """Send the chunk; block only while too many writes are pending or the limiter is full."""
-        self.in_flight.append(self.shard.add.remote(chunk))
+    def attach(self) -> int:
+        """Tell the shard a new collector process writes to it; returns the env steps to count on
+        from (those of the chunks earlier processes stored there)."""
+        return ray.get(self.shard.attach_writer.remote())
+
+    def push(self, chunk: Chunk, env_steps: int | None = None) -> None:
+        """Send the chunk (its collector's env steps so far with it); block only while too many
+        writes are pending or the limiter is full."""
+        self.in_flight.append(self.shard.add.remote(chunk, env_steps))
         while len(self.in_flight) > self.max_in_flight:
             self._observe(ray.get(self.in_flight.popleft()))
         done, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)

@@ -1,0 +1,91 @@
+"""Checks on a run directory before anything starts, so a refused command changes nothing.
+
+A new run needs a directory it can create and write; a resume needs a run directory whose config
+the overrides do not reshape, whose run is not finished (unless the overrides extend it), and an
+intact checkpoint. All of this is decided before Ray starts, and before config.yaml is rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from cluster.commands.usage import UsageError
+from cluster.config.schema import RunConfig
+from cluster.driver.checkpoints import ResumePoint, load_latest
+
+# Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
+# into anything else, so a resume may not change them.
+SHAPE_KEYS = ("env.id", "env.kwargs", "env.frame_stack", "network.hidden", "network.dueling")
+
+
+def check_writable(run_dir: Path, option: str) -> None:
+    """UsageError unless `run_dir` is (or can be created as) a directory this process can write.
+
+    The test is a real one (a temporary directory made and removed where the run directory is or
+    would be), so it holds for root and read-only file systems alike.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{option} {run_dir}: a file is in the way; give a directory path")
+    existing = run_dir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option} {run_dir}: {existing} is a file, so no directory can be made under it")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".raypex-write-check-", dir=existing))
+    except OSError as err:
+        raise UsageError(f"{option} {run_dir}: cannot create a directory in {existing} ({err.strerror})") from None
+
+
+def _value(config: RunConfig, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def check_resume(run_dir: Path, saved: RunConfig, resumed: RunConfig,
+                 warn: Callable[[str], None]) -> ResumePoint:
+    """The checkpoint to resume `run_dir` from with config `resumed` (the saved one plus
+    overrides); UsageError, with the run directory untouched, when it cannot be resumed so."""
+    where = f"--resume {run_dir}"
+    for key in SHAPE_KEYS:
+        before, after = _value(saved, key), _value(resumed, key)
+        if before != after:
+            raise UsageError(f"{where}: {key} cannot change on resume (the run has {before!r}, the override "
+                             f"gives {after!r}); its checkpoints hold networks of the run's shape")
+    _refuse_finished(run_dir, saved, resumed, where)
+    resume = load_latest(run_dir / "checkpoints", warn)
+    if resume is None:
+        raise UsageError(f"{where}: no intact checkpoint in {run_dir / 'checkpoints'}")
+    check_writable(run_dir, "--resume")
+    return resume
+
+
+def _refuse_finished(run_dir: Path, saved: RunConfig, resumed: RunConfig, where: str) -> None:
+    """A finished run is resumed only with overrides that let it train on; otherwise its
+    results (policy.pt2, summary.json, checkpoints) would be overwritten by one more epoch."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        env_steps = int(summary["env_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no summary (killed, say): nothing finished to protect
+    ended = summary.get("ended")
+    if ended is None:  # written before runs said how they ended
+        solved = summary.get("time_to_solve_s") is not None
+        ended = "solved" if solved else "env_steps" if env_steps >= saved.stop.env_steps else None
+    if ended == "solved":
+        best = summary.get("final_eval_return")
+        target = resumed.stop.eval_return
+        if target is not None and (best is None or target <= best):
+            raise UsageError(f"{where}: the run is finished (solved, eval return {best}); to train on, give "
+                             "stop.eval_return=null (or a higher target) and, to train longer, a larger "
+                             "stop.env_steps")
+    if ended == "env_steps" and resumed.stop.env_steps <= env_steps:
+        raise UsageError(f"{where}: the run is finished ({env_steps} env steps, stop.env_steps="
+                         f"{saved.stop.env_steps}); to train on, give a larger one, e.g. "
+                         f"stop.env_steps={2 * saved.stop.env_steps}")

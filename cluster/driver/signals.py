@@ -1,0 +1,44 @@
+"""How a run is stopped from outside: SIGINT (Ctrl-C) and SIGTERM take the same clean path.
+
+SIGTERM is what `kill`, `timeout`, systemd, SLURM, Kubernetes and `ray job stop` send. Both
+signals raise in the driver's main thread (SIGTERM as `Terminated`, a KeyboardInterrupt), so one
+`except KeyboardInterrupt` serves both; the exit code says which (130 or 143, the shell's 128+N).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+EXIT_INTERRUPTED = 130  # SIGINT
+EXIT_TERMINATED = 143  # SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived; handled exactly as Ctrl-C, but exits 143."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def install_stop_signals() -> None:
+    """Make SIGINT raise KeyboardInterrupt and SIGTERM raise Terminated in this (main) thread.
+
+    Called at start-up and again after connecting to Ray, whose `ray.init` installs its own
+    SIGTERM handler (a bare exit that would skip the final checkpoint). SIGINT is set explicitly
+    because a non-interactive shell starts background jobs (`raypex train ... &`) with it ignored.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM."""
+    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+
+
+def signal_name(interrupt: KeyboardInterrupt) -> str:
+    """'SIGTERM' or 'Ctrl-C', for messages."""
+    return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"

@@ -1,0 +1,194 @@
+"""Fault injection on real `raypex train` runs (a local Ray cluster, CartPole, short and small):
+kill -9 of a collector, the evaluator, the learner, a shard, and the driver itself.
+
+Each test starts the real command, waits for a line it prints, joins its Ray cluster to kill one
+actor's process, and checks how the run ended: what it printed, its exit code, summary.json.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import ray
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
+         "checkpoint.every_epochs=5"]
+
+
+class RunningTrain:
+    """`raypex train` in a subprocess whose stderr is read line by line."""
+
+    def __init__(self, run_dir: Path, *overrides: str, env: dict | None = None):
+        self.run_dir = run_dir
+        # no token auth on this throwaway cluster, so the test process can join it to kill actors
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cluster", "train", "--run-dir", str(run_dir), *SHORT, *overrides],
+            stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled", **(env or {})})
+        self.lines: list[str] = []
+
+    def read_until(self, prefix: str) -> str:
+        """Read stderr until a line starting with `prefix`; returns it."""
+        try:
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if line.startswith(prefix):
+                    return line
+        except TimeoutError:  # the suite's per-test alarm: say what the run printed
+            raise AssertionError(f"still waiting for {prefix!r}; the run printed:\n{self.output}") from None
+        raise AssertionError(f"run ended before {prefix!r}:\n{self.output}")
+
+    def kill_actor(self, role: str) -> dict:
+        """kill -9 (no restart asked) the process of actor `role` (e.g. "collector-0"); returns
+        shard 0's counters read just after, with the driver still running."""
+        placement = json.loads((self.run_dir / "placement.json").read_text())
+        ray.init(address=placement["ray_address"], namespace=placement["namespace"])
+        try:
+            prefix = f"raypex-{placement['run_id']}"
+            actor = ray.get_actor(f"{prefix}-{role}")
+            if role.startswith("collector"):
+                self._kill_process(actor)
+            else:
+                ray.kill(actor, no_restart=False)
+            return ray.get(ray.get_actor(f"{prefix}-shard-0").stats.remote()) if role != "shard-0" else {}
+        finally:
+            ray.shutdown()
+
+    @staticmethod
+    def _kill_process(actor) -> None:
+        """SIGKILL the actor's process, then wait until Ray has a new one running (its pid answers)."""
+        old = ray.get(actor.pid.remote())
+        os.kill(old, signal.SIGKILL)
+        for _ in range(100):  # calls fail while Ray notices the death; then they wait for the restart
+            try:
+                if ray.get(actor.pid.remote(), timeout=60) != old:
+                    return
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                continue
+        raise AssertionError("the killed collector was not restarted")
+
+    def finish(self, timeout: float = 120) -> int:
+        """The exit code, once the run has ended (everything left on stderr read)."""
+        self.lines.append(self.proc.stderr.read())
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:  # never leave a run behind to slow the rest of the suite
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def summary(self) -> dict:
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+
+@pytest.fixture
+def running(tmp_path):
+    runs: list[RunningTrain] = []
+
+    def start(*overrides: str, env: dict | None = None) -> RunningTrain:
+        runs.append(RunningTrain(tmp_path / f"run{len(runs)}", *overrides, env=env))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
+def env_step_axis(run_dir: Path, tag: str = "charts/SPS") -> list[int]:
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [event.step for event in acc.Scalars(tag)]
+
+
+def test_a_collector_killed_three_times_is_restarted_and_counted_each_time(running):
+    """Kill collector 0's process three times: Ray restarts it on its shard (whose data survives
+    and keeps growing), env steps count on from what its shard stored, every restart is counted.
+
+    With one collector gone the learner soon waits for data, and a checkpoint is due every epoch:
+    the driver must keep polling (and restart the collector's loop) while the learner waits, not
+    block on the checkpoint behind the waiting epoch, which once hung the run for good."""
+    run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1")
+    run.read_until("[")  # first progress line: training has started
+    for _ in range(3):
+        at_kill = run.kill_actor("collector-0")
+        run.read_until("collector 0 stopped")  # the driver saw the death and restarted its loop
+    run.read_until("[")  # a progress line after the last restart
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish() == 130, run.output
+    result = run.summary()
+    assert result["collector_restarts"] == 3, run.output
+    assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data
+    assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
+    # Env steps count only steps whose data reached replay, plus each live collector's steps since
+    # its last chunk: never below what was inserted (autoreset steps are env steps, not transitions).
+    assert result["env_steps"] >= sum(result["replay_inserted_per_shard"])
+    axis = env_step_axis(run.run_dir)
+    assert axis == sorted(axis), "the env-step axis went backwards"
+
+
+def test_a_killed_evaluator_costs_at_most_one_evaluation(running):
+    run = running("stop.env_steps=30000")
+    run.read_until("[")
+    run.kill_actor("evaluator")
+    assert run.finish() == 0, run.output
+    result = run.summary()
+    assert result["ended"] == "env_steps" and result["env_steps"] >= 30000
+    assert result["evaluations_lost"] <= 1 and result["final_eval_return"] is not None, result
+    assert "Traceback" not in run.output
+
+
+@pytest.mark.parametrize(("role", "died"), [("learner", "the learner died"), ("shard-0", "replay shard 0 died")])
+def test_an_actor_the_run_cannot_replace_ends_it_in_one_line_with_the_resume_command(running, role, died):
+    run = running("stop.env_steps=100000000")
+    run.read_until("[")
+    run.kill_actor(role)
+    assert run.finish() == 1, run.output
+    last = run.output.strip().splitlines()[-1]
+    assert last == f"raypex: run failed: {died}; continue it with: raypex train --resume {run.run_dir}", run.output
+    assert "Traceback" not in run.output and "RayTaskError" not in run.output
+    result = run.summary()
+    assert result["ended"] == f"failed: {died}"
+    if role != "learner":  # the learner lived: its final state is saved for the resume
+        final = json.loads(max((run.run_dir / "checkpoints").glob("*.json")).read_text())
+        assert final["epochs"] == result["epochs"] and (run.run_dir / "policy.pt2").is_file()
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def test_killing_the_driver_leaves_no_process_of_the_run(running):
+    """kill -9 of `raypex train` itself: within 15 s no process of its Ray cluster is left (every
+    process it started, directly or through Ray, inherits the marker in its environment)."""
+    marker = f"RAYPEX_FAULT_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    run = running("stop.env_steps=100000000", env={key: value})
+    run.read_until("[")
+    assert len(_processes_with(marker)) > 5  # driver, GCS, raylet, collectors, shards, learner...
+    run.proc.kill()
+    run.proc.wait()
+    deadline = time.monotonic() + 15
+    left = _processes_with(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)  # waiting out a deadline, not synchronizing: Ray's processes exit on their own
+        left = _processes_with(marker)
+    assert not left, f"still running 15 s after the driver died: {left}"
