@@ -67,14 +67,16 @@ Batch = TypedDict(
 BATCH_FIELDS = ("obs", "action", "return", "discount", "next_obs")
 
 
-class ShardCounters(TypedDict):
-    """A shard's bookkeeping at the moment it answered."""
+class ShardCounters(TypedDict, total=False):
+    """A shard's bookkeeping at the moment it answered. `incarnation` names the shard's process
+    (a shard restarted after a crash starts again from zero under a new one)."""
 
     shard_id: int
     size: int
     inserted: int
     sampled: int
     insert_room: float
+    incarnation: str
 
 
 @dataclass(frozen=True)

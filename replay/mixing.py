@@ -23,7 +23,15 @@ class ShardMixer:
         self.rng = np.random.default_rng(seed)
         self.sizes = np.zeros(num_shards, np.int64)
         self.inserted = np.zeros(num_shards, np.int64)
+        # Inserts counted by shard processes that have since been replaced (a restarted shard
+        # counts from zero again), and which process each shard's counters come from now.
+        self.inserted_before = np.zeros(num_shards, np.int64)
+        self.incarnations: list[str | None] = [None] * num_shards
+        self._retired: list[set[str]] = [set() for _ in range(num_shards)]
         self.requested = 0
+        # What the shards say was sampled from them: more than `requested` only for replay
+        # restored from a checkpoint (a resumed run), whose samples count toward the ratio too.
+        self.sampled_reported = np.zeros(num_shards, np.int64)
 
     def __setstate__(self, state: dict) -> None:
         # A mixer made by the wiring reaches the learner's process through Ray, which hands numpy
@@ -31,21 +39,37 @@ class ShardMixer:
         self.__dict__.update(state)
         self.sizes = self.sizes.copy()
         self.inserted = self.inserted.copy()
+        self.inserted_before = self.inserted_before.copy()
+        self.sampled_reported = self.sampled_reported.copy()
 
     def observe(self, counters: ShardCounters) -> None:
         """Record a shard's counters (they come back with every add, sample or poll).
 
         Replies can arrive out of order (a background refresh may land after a newer sample
-        reply); both counters only ever grow, so the larger value is the newer one.
+        reply); both counters only ever grow within one shard process, so the larger value is the
+        newer one. A shard that Ray restarted answers under a new incarnation from zero: its size
+        starts again, the inserts of the process it replaced still count for the rate limit, and
+        late replies of that process are ignored.
         """
         shard = counters["shard_id"]
+        born = counters.get("incarnation")
+        if born != self.incarnations[shard]:
+            if born in self._retired[shard]:
+                return
+            if self.incarnations[shard] is not None:
+                self._retired[shard].add(self.incarnations[shard])
+                self.inserted_before[shard] += self.inserted[shard]
+                self.sizes[shard] = self.inserted[shard] = 0
+            self.incarnations[shard] = born
+        self.sampled_reported[shard] = max(self.sampled_reported[shard], counters.get("sampled", 0))
         self.sizes[shard] = max(self.sizes[shard], counters["size"])
         self.inserted[shard] = max(self.inserted[shard], counters["inserted"])
 
     def may_sample(self) -> bool:
         """Whether one more micro-batch may be requested under the limiter."""
+        sampled = max(self.requested, int(self.sampled_reported.sum()))
         return self.limiter.can_sample(
-            int(self.sizes.sum()), int(self.inserted.sum()), self.requested, self.micro_batch
+            int(self.sizes.sum()), int(self.inserted.sum() + self.inserted_before.sum()), sampled, self.micro_batch
         )
 
     def next_shard(self) -> int | None:
@@ -55,3 +79,7 @@ class ShardMixer:
         self.requested += self.micro_batch
         total = self.sizes.sum()
         return int(self.rng.choice(len(self.sizes), p=self.sizes / total))
+
+    def lost(self, micro_batches: int) -> None:
+        """Requested micro-batches that never came (their shard died): they were not sampled."""
+        self.requested -= micro_batches * self.micro_batch

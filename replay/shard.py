@@ -8,6 +8,8 @@ samples-per-insert limiter to inserts (the learner applies the global share to s
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +39,10 @@ def build_storage(spec: StorageSpec) -> RingStorage | FrameStorage:
     return RingStorage(spec.capacity, transition_layout(spec.obs_shape, spec.obs_dtype))
 
 
+class ShardEmpty(Exception):
+    """Sampled while holding nothing (a shard just restarted after a crash, before new data)."""
+
+
 class ReplayShard:
     """Ring storage plus counters and an insert-side rate limit for one collector."""
 
@@ -46,6 +52,7 @@ class ReplayShard:
         self.limiter = limiter
         self.rng = np.random.default_rng(seed)
         self.sampled = 0
+        self.incarnation = uuid.uuid4().hex[:12]  # new in every process that hosts this shard
         self.writer_env_steps = 0  # its collector's env steps up to the newest chunk stored here
         self.writer_attachments = 0  # collector processes that started writing (2+: one was restarted)
 
@@ -71,6 +78,8 @@ class ReplayShard:
         micro-batch per index. Serving several micro-batches per call divides the per-call
         cost of Ray on both sides by `num_batches`.
         """
+        if self.storage.size == 0:
+            raise ShardEmpty(f"shard {self.shard_id} holds no transitions yet")
         rows = self.storage.sample_rows(count * num_batches, self.rng)
         batch = {k: v.reshape(num_batches, count, *v.shape[1:]) for k, v in self.storage.gather(rows).items()}
         self.sampled += count * num_batches
@@ -85,6 +94,7 @@ class ReplayShard:
             "inserted": inserted,
             "sampled": self.sampled,
             "insert_room": self.limiter.insert_room(inserted, self.sampled),
+            "incarnation": self.incarnation,
         }
 
     def stats(self) -> dict:
@@ -95,12 +105,15 @@ class ReplayShard:
                 "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments}
 
     def get_state(self) -> dict:
-        """Storage, counters and RNG state, for an optional replay checkpoint."""
-        return {"storage": self.storage.get_state(), "sampled": self.sampled,
-                "rng": self.rng.bit_generator.state}
+        """Storage, counters and RNG state, for a replay checkpoint; `pause_s` is how long this
+        took (the shard serves its collector nothing meanwhile)."""
+        start = time.perf_counter()
+        state = {"storage": self.storage.get_state(), "sampled": self.sampled, "rng": self.rng.bit_generator.state}
+        state["pause_s"] = time.perf_counter() - start
+        return state
 
     def set_state(self, state: dict) -> None:
-        """Restore from `get_state` output."""
+        """Restore from `get_state` output (what was stored since is replaced)."""
         self.storage.set_state(state["storage"])
         self.sampled = state["sampled"]
         self.rng.bit_generator.state = state["rng"]

@@ -6,7 +6,7 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.driver.checkpoints import list_checkpoints, load_latest, save_checkpoint
+from cluster.driver.checkpoints import list_checkpoints, load_latest, read_replay, save_checkpoint
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
 from cluster.driver.progress import ProgressLine
@@ -48,6 +48,23 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, dama
     point = load_latest(tmp_path, skipped.append)
     assert point.epochs == 1 and point.learner_state.startswith(b"state-1-")
     assert len(skipped) == 1 and "ckpt-00000002 is damaged" in skipped[0] and "\n" not in skipped[0]
+
+
+def test_a_checkpoint_set_holds_every_shards_replay_and_a_damaged_part_voids_it(tmp_path):
+    replay = [{"storage": {"total_added": 10 * i}, "sampled": i} for i in (1, 2)]
+    for epoch in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, epoch, b"learner", {"epochs": epoch, "env_steps": epoch, "wall_s": 1.0}, keep=2,
+                        replay_states=replay)
+    # the sets rotated out took their replay files with them
+    assert sorted(p.name for p in tmp_path.glob("*.replay")) == [
+        "ckpt-00000003-shard-0.replay", "ckpt-00000003-shard-1.replay",
+        "ckpt-00000004-shard-0.replay", "ckpt-00000004-shard-1.replay"]
+    point = load_latest(tmp_path)
+    assert point.epochs == 4 and [read_replay(p) for p in point.replay_files] == replay
+    (tmp_path / "ckpt-00000004-shard-1.replay").unlink()  # a part missing: the whole set is void
+    skipped: list[str] = []
+    assert load_latest(tmp_path, skipped.append).epochs == 3
+    assert skipped and "ckpt-00000004 is damaged" in skipped[0]
 
 
 def test_tensorboard_log_is_readable_by_tensorboard(tmp_path):

@@ -53,17 +53,18 @@ class RunningTrain:
         try:
             prefix = f"raypex-{placement['run_id']}"
             actor = ray.get_actor(f"{prefix}-{role}")
-            if role.startswith("collector"):
-                self._kill_process(actor)
+            if role.startswith("learner"):  # not restarted by Ray: the driver replaces it
+                os.kill(ray.get(actor.pid.remote()), signal.SIGKILL)
             else:
-                ray.kill(actor, no_restart=False)
-            return ray.get(ray.get_actor(f"{prefix}-shard-0").stats.remote()) if role != "shard-0" else {}
+                self._kill_process(actor)
+            return ray.get(ray.get_actor(f"{prefix}-shard-0").stats.remote())
         finally:
             ray.shutdown()
 
     @staticmethod
     def _kill_process(actor) -> None:
-        """SIGKILL the actor's process, then wait until Ray has a new one running (its pid answers)."""
+        """SIGKILL a restartable actor's process, then wait until Ray has a new one running (its
+        pid answers)."""
         old = ray.get(actor.pid.remote())
         os.kill(old, signal.SIGKILL)
         for _ in range(100):  # calls fail while Ray notices the death; then they wait for the restart
@@ -72,7 +73,7 @@ class RunningTrain:
                     return
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 continue
-        raise AssertionError("the killed collector was not restarted")
+        raise AssertionError("the killed actor was not restarted")
 
     def finish(self, timeout: float = 120) -> int:
         """The exit code, once the run has ended (everything left on stderr read)."""
@@ -148,20 +149,67 @@ def test_a_killed_evaluator_costs_at_most_one_evaluation(running):
     assert "Traceback" not in run.output
 
 
-@pytest.mark.parametrize(("role", "died"), [("learner", "the learner died"), ("shard-0", "replay shard 0 died")])
-def test_an_actor_the_run_cannot_replace_ends_it_in_one_line_with_the_resume_command(running, role, died):
-    run = running("stop.env_steps=100000000")
+def test_a_killed_shard_without_replay_checkpoints_is_restarted_empty_and_refilled(running):
+    run = running("stop.env_steps=40000", "checkpoint.replay=false")
     run.read_until("[")
-    run.kill_actor(role)
+    at_restart = run.kill_actor("shard-0")  # read from the restarted shard
+    assert run.finish() == 0, run.output
+    assert "replay shard 0 died and Ray restarted it: it starts empty (checkpoint.replay is off)" in run.output
+    assert "Traceback" not in run.output
+    result = run.summary()
+    assert result["ended"] == "env_steps" and result["env_steps"] >= 40000
+    assert result["shard_restarts"] == 1 and result["collector_restarts"] == 0, result
+    # the restarted shard started from nothing and its collector filled it again
+    assert result["replay_inserted_per_shard"][0] > at_restart["inserted"] >= 0
+    assert result["replay_size_per_shard"][0] > 0
+
+
+def test_a_killed_shard_gets_its_replay_back_from_the_newest_checkpoint(running):
+    run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1")
+    run.read_until("[")
+    run.read_until("[")  # ten seconds of training later: checkpoints with replay exist
+    run.kill_actor("shard-0")
+    line = run.read_until("replay shard 0 died and Ray restarted it: ")
+    assert "its replay comes back from the checkpoint of epoch" in line, run.output
+    restored = int(line.split("(")[1].split()[0])  # "(N transitions inserted by then)"
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish() == 130, run.output
+    result = run.summary()
+    assert result["shard_restarts"] == 1 and restored > 0
+    # nothing of what that checkpoint held was lost: the shard went on from there
+    assert result["replay_inserted_per_shard"][0] > restored
+    assert result["replay_size_per_shard"][0] >= min(restored, 100_000)
+    assert result["replay_checkpoint_pause_s_max"] < 1.0
+
+
+def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
+    run = running("stop.env_steps=40000", "checkpoint.every_epochs=2")
+    run.read_until("[")
+    run.kill_actor("learner")
+    revived = run.read_until("the learner died; a new one continues from")
+    assert run.finish() == 0, run.output
+    result = run.summary()
+    assert result["ended"] == "env_steps" and result["env_steps"] >= 40000 and result["learner_restarts"] == 1
+    assert "Traceback" not in run.output
+    # the run went on past the checkpoint it continued from, and saved its work at the end
+    start = int(revived.split("epoch ")[1].split(":")[0]) if "epoch " in revived else 0
+    final = json.loads(max((run.run_dir / "checkpoints").glob("*.json")).read_text())
+    assert result["epochs"] == final["epochs"] > start and (run.run_dir / "policy.pt2").is_file()
+
+
+def test_a_learner_that_dies_again_at_once_ends_the_run_in_one_line_with_the_resume_command(running):
+    run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1000")
+    run.read_until("[")
+    run.kill_actor("learner")
+    run.read_until("the learner died; a new one continues from its initial weights (no checkpoint yet)")
+    run.kill_actor("learner-1")  # again, before its first checkpoint window is over
     assert run.finish() == 1, run.output
     last = run.output.strip().splitlines()[-1]
-    assert last == f"raypex: run failed: {died}; continue it with: raypex train --resume {run.run_dir}", run.output
+    expected = f"raypex: run failed: the learner died; continue it with: raypex train --resume {run.run_dir}"
+    assert last == expected, run.output
     assert "Traceback" not in run.output and "RayTaskError" not in run.output
     result = run.summary()
-    assert result["ended"] == f"failed: {died}"
-    if role != "learner":  # the learner lived: its final state is saved for the resume
-        final = json.loads(max((run.run_dir / "checkpoints").glob("*.json")).read_text())
-        assert final["epochs"] == result["epochs"] and (run.run_dir / "policy.pt2").is_file()
+    assert result["ended"] == "failed: the learner died" and result["learner_restarts"] == 1
 
 
 def _processes_with(marker: str) -> list[int]:

@@ -72,7 +72,12 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     last = json.loads(checkpoints[-2].with_suffix(".json").read_text())
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "stop.env_steps=8000"]) == 0
-    assert f"checkpoint {checkpoints[-1].stem} is damaged" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"checkpoint {checkpoints[-1].stem} is damaged" in err
+    # replay came back with the set: the shards went on from what they held then
+    restored = re.search(rf"replay restored from the checkpoint of epoch {last['epochs']} \((\d+) transitions", err)
+    assert restored, err
+    assert sum(summary(run)["replay_inserted_per_shard"]) > int(restored.group(1)) > 0
     second = summary(run)
     assert second["env_steps"] >= 8000 and second["epochs"] > first["epochs"]
     resumed_steps = [e.step for e in scalars(run)["losses/td_loss"]]
@@ -213,6 +218,24 @@ def test_bench_learner_stage_measures_each_variant_fed_and_from_memory(tmp_path,
     assert fed["unit"] == "samples/s" and fed["value"] > 0 and fed["reference"] > 0 and fed["bar"] == ">= 0.8"
     assert data["machine"]["details"]["device"] == "cpu"
     assert "learner_fp32_eager" in capsys.readouterr().err
+
+
+def test_bench_soak_reports_every_process_of_the_cluster(tmp_path):
+    """`raypex bench --soak`: a row per process of the run's Ray cluster (workers, GCS, raylet and
+    the driver), end against replay-full, and the object store's spilling (no growth asserted)."""
+    out = tmp_path / "soak.json"
+    assert main(["bench", "--soak", "0.5", "replay.capacity=300", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    for name in ("soak_rss_driver-0", "soak_rss_gcs_server-0", "soak_rss_raylet-0", "soak_rss_LearnerActor-0",
+                 "soak_rss_CollectorActor-0", "soak_rss_CollectorActor-1", "soak_rss_ShardActor-0",
+                 "soak_rss_ShardActor-1", "soak_rss_EvaluatorActor-0"):
+        row = rows[name]
+        assert row["value"] > 0 and row["bar"] == "<= 1.05"
+        assert row["ratio"] == pytest.approx(row["value"] / row["reference"])
+    assert rows["soak_object_store_spilled"]["unit"] == "MiB"
+    details = data["machine"]["details"]
+    assert details["full_at_s"] is not None and len(details["samples"]) >= 10
 
 
 def test_bench_quick_writes_every_row_with_its_ratio(tmp_path, capsys):

@@ -7,7 +7,7 @@ from replay.contracts import BATCH_FIELDS
 from replay.mixing import ShardMixer
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
-from replay.shard import ReplayShard, StorageSpec
+from replay.shard import ReplayShard, ShardEmpty, StorageSpec
 
 
 def chunk(start: int, count: int) -> dict:
@@ -104,7 +104,10 @@ def test_limiter_gates_inserts_and_samples():
 def test_shard_counts_and_returns_batches():
     shard = ReplayShard(3, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
     counters = shard.add(chunk(0, 12))
+    incarnation = counters.pop("incarnation")
     assert counters == {"shard_id": 3, "size": 12, "inserted": 12, "sampled": 0, "insert_room": 3.0}
+    again = ReplayShard(3, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
+    assert len(incarnation) == 12 and again.incarnation != incarnation  # a new process, a new name
     batch, counters = shard.sample(4, num_batches=2)
     assert set(batch) == set(BATCH_FIELDS)  # nothing the learner does not read
     assert batch["obs"].shape == (2, 4, 2) and batch["obs"].dtype == np.float32
@@ -134,6 +137,23 @@ def test_mixer_applies_the_global_ratio():
     assert granted == 1
     mixer.observe({"shard_id": 0, "size": 30, "inserted": 30, "sampled": 0, "insert_room": 1.0})
     assert mixer.next_shard() is not None
+
+
+def test_mixer_starts_a_restarted_shard_from_zero_and_ignores_its_predecessor():
+    mixer = ShardMixer(2, micro_batch=4, limiter=SamplesPerInsertLimiter(0.0, 1, 1), seed=0)
+    old = {"shard_id": 0, "size": 500, "inserted": 800, "sampled": 0, "insert_room": 0.0, "incarnation": "a"}
+    new = {"shard_id": 0, "size": 20, "inserted": 20, "sampled": 0, "insert_room": 0.0, "incarnation": "b"}
+    mixer.observe(old)
+    mixer.observe(new)
+    assert mixer.sizes[0] == 20 and mixer.inserted[0] == 20 and mixer.inserted_before[0] == 800
+    mixer.observe(old)  # a late reply of the process that died
+    assert mixer.sizes[0] == 20 and mixer.inserted[0] == 20 and mixer.inserted_before[0] == 800
+
+
+def test_an_empty_shard_says_so_when_sampled():
+    shard = ReplayShard(1, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(0.0, 10, 5), seed=0)
+    with pytest.raises(ShardEmpty, match="shard 1 holds no transitions"):
+        shard.sample(4)
 
 
 def test_mixer_ignores_counters_older_than_ones_it_has_seen():

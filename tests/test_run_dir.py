@@ -89,7 +89,7 @@ def test_no_intact_checkpoint_is_one_line_after_the_warnings(tmp_path, capsys):
     code = main(["train", "--resume", str(run)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "Traceback" not in "\n".join(err)
-    assert err == [("warning: checkpoint ckpt-00000005 is damaged (unreadable (JSONDecodeError)); trying the one "
+    assert err == [("warning: checkpoint ckpt-00000005 is damaged (unreadable or incomplete (JSONDecodeError)); trying the one "
                    "before it"), f"raypex: error: --resume {run}: no intact checkpoint in {run / 'checkpoints'}"]
     assert snapshot(run) == before
 

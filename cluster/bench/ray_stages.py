@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-import psutil
 import ray
 
 from actors.envs import EnvSpec
 from cluster.bench.learner_probes import ProbedLearnerActor
+from cluster.bench.recorder import RunRecorder
 from cluster.bench.report import BenchRow, bounding_stage
 from cluster.config.loading import with_overrides
 from cluster.config.schema import RunConfig
@@ -35,14 +35,6 @@ T = TypeVar("T")
 
 class BenchError(Exception):
     """A bench stage could not complete (one-line message)."""
-
-
-def actor_rss(actors: RunActors) -> dict[str, int]:
-    """Resident bytes of every actor process, keyed by role (all on this machine)."""
-    roles = ([f"collector-{i}" for i in range(len(actors.collectors))] + ["learner", "evaluator"]
-             + [f"shard-{i}" for i in range(len(actors.shards))])
-    pids = ray.get([a.pid.remote() for a in actors.all()])
-    return {role: psutil.Process(pid).memory_info().rss for role, pid in zip(roles, pids)}
 
 
 @dataclass
@@ -112,42 +104,6 @@ class RunRecord:
 def _fractions(seconds: dict[str, float]) -> dict[str, float]:
     total = sum(seconds.values()) or 1.0
     return {k: v / total for k, v in seconds.items()}
-
-
-class RunRecorder:
-    """Watches a training run (a RunObserver) for the bench: its env-steps timeline, the actors'
-    memory when replay is first full and at the end, and where collectors and learner spent time."""
-
-    def __init__(self, replay_capacity: int):
-        self.replay_capacity = replay_capacity
-        self.timeline: list[tuple[float, int]] = []
-        self.rss_full: dict[str, int] | None = None
-        self.rss_end: dict[str, int] = {}
-        self.train_wall_s = 0.0
-        self.shard_stats: list[dict] = []
-        self.collector_phase_s: dict[str, float] = {}
-        self.learner_profile: dict = {}
-
-    def after_poll(self, run: TrainingRun) -> None:
-        """One timeline point; the memory once every shard is full."""
-        if run.collect_start is not None:
-            self.timeline.append((time.time() - run.collect_start, run.metrics.env_steps))
-        sizes = run.metrics.shard_sizes
-        if self.rss_full is None and sizes and min(sizes) >= self.replay_capacity:
-            self.rss_full = actor_rss(run.actors)
-
-    def before_finish(self, run: TrainingRun) -> None:
-        """The training time, the memory at the end and every actor's counters."""
-        actors = run.actors
-        self.train_wall_s = time.time() - run.collect_start
-        self.rss_end = actor_rss(actors)
-        self.shard_stats = ray.get([s.stats.remote() for s in actors.shards])
-        phases: dict[str, float] = {}
-        for stats in ray.get([c.stats.remote() for c in actors.collectors]):
-            for phase, seconds in stats["phase_s"].items():
-                phases[phase] = phases.get(phase, 0.0) + seconds
-        self.collector_phase_s = phases
-        self.learner_profile = ray.get(actors.learner.profile.remote())
 
 
 class ClusterBench:
@@ -259,6 +215,20 @@ class ClusterBench:
             results.append({"precision": precision, "cuda_graphs": graphs, **self.learner_feed(seconds, config)})
         return results
 
+    def observed_run(self, config: RunConfig, run_dir: Path, observer) -> TrainingRun:
+        """A whole training run of `config` on this cluster, watched by `observer` (a
+        RunObserver), its progress lines in run_dir/progress.log; returns the finished run."""
+        group = reserve_resources(config, 1 if self.device == "cuda" else 0)
+        run_dir.mkdir(parents=True)
+        with open(run_dir / "progress.log", "w") as log:
+            run = TrainingRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log),
+                              observers=(observer,))
+            try:
+                run.execute(config_text="bench")
+            finally:
+                group.release()
+        return run
+
     def training_run(self, run_dir: Path, env_steps: int) -> RunRecord:
         """A training run of the config for `env_steps` env steps (no stop on eval), with replay
         sized to fill during a run of that length."""
@@ -269,16 +239,8 @@ class ClusterBench:
         config = with_overrides(self.config, [
             f"stop.env_steps={env_steps}", "stop.eval_return=null", f"replay.capacity={capacity}",
             f"replay.min_size={min(self.config.replay.min_size, capacity * num)}"])
-        group = reserve_resources(config, 1 if self.device == "cuda" else 0)
-        run_dir.mkdir(parents=True)
         recorder = RunRecorder(capacity)
-        with open(run_dir / "progress.log", "w") as log:
-            run = TrainingRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log),
-                              observers=(recorder,))
-            try:
-                run.execute(config_text="bench")
-            finally:
-                group.release()
+        run = self.observed_run(config, run_dir, recorder)
         shards = recorder.shard_stats
         inserted = sum(s["inserted"] for s in shards)
         sampled = sum(s["sampled"] for s in shards)

@@ -1,4 +1,4 @@
-"""`raypex bench [CONFIG] [--json PATH] [--quick] [--profile] [key=value ...]`.
+"""`raypex bench [CONFIG] [--json PATH] [--quick | --soak MINUTES] [--profile] [key=value ...]`.
 
 Every stage of the pipeline measured beside its own reference, in one process tree on a local Ray
 cluster, so ratios hold even when the machine's absolute speed drifts:
@@ -17,6 +17,10 @@ cluster, so ratios hold even when the machine's absolute speed drifts:
 precision x CUDA-graph capture: fed by the shards with collectors running and the replay-ratio
 limiter off (`learner_<precision>_<capture>` vs the same loop fed from memory), and the GPU's
 busy fraction while fed.
+
+`--soak MINUTES` is one training run of that long (no stop on evaluation or env steps):
+`soak_rss_<process>` is each process's resident memory at the end vs when every shard was full
+(Ray's GCS, raylet and agents included), with the object store's peak use and spilling.
 """
 
 from __future__ import annotations
@@ -93,6 +97,8 @@ def run_bench(args: argparse.Namespace) -> int:
     wanted_variants = parse_variants(args.variants) if args.variants else None
     if args.variants and args.stage != "learner":
         raise UsageError("--variants needs --stage learner")
+    if args.soak is not None and (args.soak <= 0 or args.stage != "all" or args.quick or args.profile):
+        raise UsageError("--soak MINUTES takes a positive number of minutes and no --stage, --quick or --profile")
     progress = ProgressLine(sys.stderr)
     plan = BenchPlan.choose(args.quick)
 
@@ -102,6 +108,17 @@ def run_bench(args: argparse.Namespace) -> int:
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}
+    if args.soak is not None:
+        from cluster.bench.soak import soak
+
+        bench = _bench_on_a_local_cluster(config, spec, progress)
+        try:
+            with tempfile.TemporaryDirectory(prefix="raypex-soak-") as scratch:
+                rows, soak_details = soak(bench, Path(scratch) / "soak", args.soak)
+        finally:
+            ray.shutdown()
+        details.update(soak_details)
+        return _report(rows, details, args, progress)
     if args.stage == "learner":
         bench = _bench_on_a_local_cluster(config, spec, progress)
         try:

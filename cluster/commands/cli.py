@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes")
     bench.add_argument("--stage", choices=["all", "learner"], default="all",
                        help="learner: only the learner on its device, per precision x CUDA-graph capture")
+    bench.add_argument("--soak", type=float, metavar="MINUTES",
+                       help="one training run of MINUTES; every process's memory growth once replay is full")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
     ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2")

@@ -189,6 +189,10 @@ class CheckpointConfig(_Section):
 
     every_epochs: int = Field(100, ge=1, description="Epochs between checkpoints (and one at the end).")
     keep: int = Field(3, ge=1, description="Checkpoints kept on disk.")
+    replay: bool = Field(
+        True, description="Save every shard's replay with each checkpoint: a resumed run and a restarted shard get "
+        "it back (off in the pixel configs, whose replay is gigabytes)."
+    )
 
 
 class RunConfig(_Section):

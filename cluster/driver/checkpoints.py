@@ -1,10 +1,12 @@
-"""Checkpoint files in RUN_DIR/checkpoints: learner bytes plus the driver's counters.
+"""Checkpoint sets in RUN_DIR/checkpoints: the learner's bytes, every shard's replay, counters.
 
-A checkpoint is a pair `ckpt-EPOCH.pt` (the learner's torch.save bytes) and `ckpt-EPOCH.json`
-(env steps, epochs, wall time so far, and the .pt file's size and SHA-256). Both are written to a
-temporary name and renamed, the JSON last, so a crash mid-write never leaves a checkpoint that
-looks complete but is not; a .pt damaged later (a full disk, a copy cut short) no longer matches
-its JSON, and resuming falls back to the newest intact checkpoint, checked before Ray starts.
+A checkpoint of epoch E is `ckpt-E.pt` (the learner's torch.save bytes), with
+`checkpoint.replay: true` one `ckpt-E-shard-I.replay` per shard (its storage, pickled), and
+`ckpt-E.json`: the
+manifest (env steps, epochs, wall time so far, and each file's size and SHA-256). Every file is
+written to a temporary name and renamed, the manifest last, so a crash mid-write never leaves a
+set that looks complete; a part damaged or missing later (a full disk, a copy cut short) no longer
+matches its manifest, and resuming falls back to the newest intact set, checked before Ray starts.
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
 @dataclass
 class ResumePoint:
-    """What a resumed run continues from: the learner's bytes and the driver's counters."""
+    """What a resumed run continues from: the learner's bytes, the driver's counters and, when
+    the set has them, the files of every shard's replay (read when needed: they can be large)."""
 
     learner_state: bytes
     env_steps: int
     epochs: int
     wall_s: float
+    replay_files: list[Path] = field(default_factory=list)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -37,43 +42,66 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int) -> Path:
-    """Write one checkpoint and delete all but the newest `keep`; returns the .pt path."""
+def _part(path: Path, data: bytes) -> dict:
+    atomic_write(path, data)
+    return {"file": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,
+                    replay_states: list[dict] | None = None) -> Path:
+    """Write one checkpoint set and delete all but the newest `keep`; returns the .pt path."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"ckpt-{epoch:08d}"
-    atomic_write(directory / f"{stem}.pt", learner_state)
-    manifest = {**counters, "learner_bytes": len(learner_state),
-                "learner_sha256": hashlib.sha256(learner_state).hexdigest()}
+    learner = _part(directory / f"{stem}.pt", learner_state)
+    manifest = {**counters, "learner_bytes": learner["bytes"], "learner_sha256": learner["sha256"]}
+    if replay_states is not None:
+        manifest["replay"] = [_part(directory / f"{stem}-shard-{i}.replay", pickle.dumps(state, protocol=5))
+                              for i, state in enumerate(replay_states)]
     atomic_write(directory / f"{stem}.json", json.dumps(manifest, indent=2).encode())
     for old in list_checkpoints(directory)[:-keep]:
+        for replay in directory.glob(f"{old.stem}-shard-*.replay"):
+            replay.unlink(missing_ok=True)
         old.with_suffix(".pt").unlink(missing_ok=True)
         old.unlink(missing_ok=True)
     return directory / f"{stem}.pt"
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Complete checkpoints (their .json files), oldest first."""
+    """Checkpoint sets (their manifests, with a .pt beside), oldest first."""
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.glob("ckpt-*.json") if p.with_suffix(".pt").is_file())
 
 
+def read_replay(path: Path) -> dict:
+    """One shard's replay state from a checkpoint set (ReplayShard.set_replay_state's input)."""
+    return pickle.loads(path.read_bytes())
+
+
+def _matches(path: Path, part: dict) -> bool:
+    data = path.read_bytes()
+    return len(data) == part["bytes"] and hashlib.sha256(data).hexdigest() == part["sha256"]
+
+
 def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
-    """The newest intact checkpoint, or None when there is none. Each newer one that is damaged
-    (unreadable JSON, a .pt whose size or SHA-256 does not match it) is reported to `on_skip` in
-    one line and passed over."""
+    """The newest intact checkpoint set, or None when there is none. Each newer one that is
+    damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is
+    reported to `on_skip` in one line and passed over."""
     for manifest in reversed(list_checkpoints(directory)):
         problem = None
         try:
             counters = json.loads(manifest.read_text())
             state = manifest.with_suffix(".pt").read_bytes()
             point = ResumePoint(state, int(counters["env_steps"]), int(counters["epochs"]), float(counters["wall_s"]))
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            problem = f"unreadable ({type(err).__name__})"
-        else:
             if "learner_sha256" in counters and (len(state) != counters.get("learner_bytes")
                                                  or hashlib.sha256(state).hexdigest() != counters["learner_sha256"]):
                 problem = "its .pt does not match the size and checksum its .json recorded"
+            for part in counters.get("replay", []):
+                if problem is None and not _matches(directory / part["file"], part):
+                    problem = f"{part['file']} does not match the size and checksum its .json recorded"
+                point.replay_files.append(directory / part["file"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            problem = problem or f"unreadable or incomplete ({type(err).__name__})"
         if problem is None:
             return point
         on_skip(f"checkpoint {manifest.stem} is damaged ({problem}); trying the one before it")

@@ -14,6 +14,9 @@ from __future__ import annotations
 import ray
 
 FULL_EVAL_EVERY = 5
+# An evaluation is lost when the evaluator dies during it, or when the learner that owned its
+# weights died (their object went with it).
+LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 
 
 class EvaluationScheduler:
@@ -56,7 +59,7 @@ class EvaluationScheduler:
         self._in_flight = None
         try:
             return ray.get(result_ref), weights_ref
-        except ray.exceptions.RayActorError:
+        except LOST:
             self.lost += 1
             return None, weights_ref
 
@@ -65,6 +68,10 @@ class EvaluationScheduler:
         when the evaluator died during it."""
         try:
             return ray.get(self.evaluator.evaluate.remote(weights_ref, version))
-        except ray.exceptions.RayActorError:
+        except LOST:
             self.lost += 1
             return None
+
+    def forget_weights(self) -> None:
+        """Drop the weights noted so far: their learner died, and its objects with it."""
+        self.latest_weights = None

@@ -33,6 +33,7 @@ class RunMetrics:
         self.shard_sizes: list[int] = []
         self.replay_bytes_per_transition: float | None = None
         self.collector_restarts = 0
+        self._collector_restarts_by_shard: list[int] = []
 
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
@@ -40,8 +41,11 @@ class RunMetrics:
         # A restarted collector counts on from the steps its shard stored, which can be a little below
         # what the dead process last reported: the env-step axis never goes back.
         self.env_steps = max(self.env_steps, self.env_steps_offset + sum(c["env_steps"] for c in collectors))
-        # Each shard counts the collector processes that wrote to it; all but the first were restarts.
-        self.collector_restarts = sum(max(0, s.get("writer_attachments", 1) - 1) for s in shards)
+        # Each shard counts the collector processes that wrote to it; all but the first were
+        # restarts. A shard that was itself restarted counts again from zero: keep the most seen.
+        seen = self._collector_restarts_by_shard or [0] * len(shards)
+        self._collector_restarts_by_shard = [max(old, s.get("writer_attachments", 1) - 1) for old, s in zip(seen, shards)]
+        self.collector_restarts = sum(self._collector_restarts_by_shard)
         self.shard_inserted = [s["inserted"] for s in shards]
         self.shard_sizes = [s["size"] for s in shards]
         inserted = sum(self.shard_inserted)

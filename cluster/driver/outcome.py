@@ -35,6 +35,12 @@ class RunOutcome:
         self.ended = "solved"
         return True
 
+    def forget_weights(self) -> None:
+        """Drop weights refs whose learner died (its objects went with it); the export then
+        falls back to the newest weights of the learner that replaced it."""
+        self.solved_weights = None
+        self.last_evaluated = None
+
     def fields(self) -> dict:
         """Its part of summary.json."""
         return {

@@ -1,13 +1,14 @@
 """RunOutputs: what a run leaves in its directory, each file written atomically.
 
-placement.json (which node runs what), checkpoints/ (the learner's state and the run's counters,
-the newest `checkpoint.keep` kept), policy.pt2 (the exported greedy policy of a chosen weights
+placement.json (which node runs what), checkpoints/ (the learner's state, the run's counters and
+every shard's replay, the newest `checkpoint.keep` sets kept), policy.pt2 (the exported greedy policy of a chosen weights
 version) and summary.json (the run's figures). TensorBoard events are written by TensorBoardLog.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import ray
@@ -18,36 +19,50 @@ from cluster.driver.checkpoints import atomic_write, save_checkpoint
 class RunOutputs:
     """Writes a run directory's files."""
 
-    def __init__(self, run_dir: Path, keep_checkpoints: int):
+    def __init__(self, run_dir: Path, keep_checkpoints: int, say: Callable[[str], None] = lambda line: None):
         self.run_dir = run_dir
         self.keep_checkpoints = keep_checkpoints
-        # A checkpoint asked of the learner and not written yet: (state ref, epoch, counters). The
-        # driver's loop never waits for it: the learner serves it after its queued epochs, and an
-        # epoch can wait a long time for data (a collector being restarted), so the driver must
-        # keep polling and restarting collectors meanwhile.
+        self.say = say  # one line for the progress display
+        # A checkpoint asked for and not written yet: (learner state ref, epoch, counters, replay
+        # state refs or None). The driver's loop never waits for it: the learner serves it after
+        # its queued epochs, and an epoch can wait a long time for data (a collector being
+        # restarted), so the driver must keep polling and restarting collectors meanwhile.
         self.pending_checkpoint: tuple | None = None
+        self.replay_pause_s_max = 0.0  # the longest a shard paused to hand over its replay
 
-    def request_checkpoint(self, learner, epoch: int, counters: dict) -> None:
-        """Ask the learner for its state (LearnerActor.state_bytes); `write_pending_checkpoint`
-        writes it once it has come. One at a time: a checkpoint due while one is pending is
-        skipped, and the next one due catches up."""
+    def request_checkpoint(self, learner, epoch: int, counters: dict, shards: list | None = None) -> None:
+        """Ask the learner for its state (LearnerActor.state_bytes) and, given `shards`, each
+        shard for its replay; `write_pending_checkpoint` writes the set once it has come. One at
+        a time: a checkpoint due while one is pending is skipped, and the next one due catches up."""
         if self.pending_checkpoint is None:
-            self.pending_checkpoint = (learner.state_bytes.remote(), epoch, counters)
+            replay = [shard.get_state.remote() for shard in shards] if shards else None
+            self.pending_checkpoint = (learner.state_bytes.remote(), epoch, counters, replay)
 
     def write_pending_checkpoint(self) -> None:
-        """Write the pending checkpoint, if any (waits for the learner's state if not come yet)."""
-        if self.pending_checkpoint is not None:
-            state_ref, epoch, counters = self.pending_checkpoint
-            self.pending_checkpoint = None
-            self.checkpoint(ray.get(state_ref), epoch, counters)
+        """Write the pending checkpoint, if any (waits for its parts if not come yet). A shard
+        that died before handing over its replay leaves this one set without replay."""
+        if self.pending_checkpoint is None:
+            return
+        state_ref, epoch, counters, replay_refs = self.pending_checkpoint
+        self.pending_checkpoint = None
+        replay = None
+        if replay_refs:
+            try:
+                replay = ray.get(replay_refs)
+            except ray.exceptions.RayActorError:
+                self.say(f"the checkpoint of epoch {epoch} has no replay: a shard died while saving")
+            else:
+                self.replay_pause_s_max = max([self.replay_pause_s_max] + [r.pop("pause_s") for r in replay])
+        self.checkpoint(ray.get(state_ref), epoch, counters, replay)
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""
         self._json("placement.json", placement)
 
-    def checkpoint(self, state: bytes, epoch: int, counters: dict) -> None:
-        """A checkpoint of the learner's state (LearnerActor.state_bytes) with the run's counters."""
-        save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints)
+    def checkpoint(self, state: bytes, epoch: int, counters: dict, replay: list[dict] | None = None) -> None:
+        """A checkpoint set: the learner's state (LearnerActor.state_bytes), the run's counters
+        and, when given, every shard's replay state."""
+        save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints, replay)
 
     def policy(self, learner, weights_ref) -> None:
         """policy.pt2: the greedy policy of the published weights `weights_ref`."""

@@ -62,3 +62,10 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self._width = 0
+
+
+def learner_ready_line(info: dict, collectors: int, envs: int) -> str:
+    """The line saying the learner is ready: its device, precision, capture and compilation."""
+    how = [info["precision"]] + ["update captured as a CUDA graph"] * info["cuda_graph"] + [
+        "networks compiled"] * info["compiled"]
+    return f"learner ready on {info['device']} ({', '.join(how)}), {collectors} collectors x {envs} envs"

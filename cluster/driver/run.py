@@ -13,7 +13,6 @@ evaluation ran on.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections import deque
@@ -26,11 +25,13 @@ from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import ResumePoint
+from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
-from cluster.driver.progress import ProgressLine
+from cluster.driver.progress import ProgressLine, learner_ready_line
+from cluster.driver.revival import LearnerRevival, restore_replay, restore_shard_replay
 from cluster.driver.signals import Terminated, exit_code, signal_name
 from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
 from cluster.driver.tensorboard_log import TensorBoardLog
@@ -73,9 +74,10 @@ class TrainingRun:
         self.learner_host = learner_host  # the learner's Ray host class (the bench and tests subclass it)
         self.metrics = RunMetrics(env_steps_offset=resume.env_steps if resume else 0)
         self.tb = TensorBoardLog(run_dir / "tensorboard")
-        self.outputs = RunOutputs(run_dir, config.checkpoint.keep)
+        self.outputs = RunOutputs(run_dir, config.checkpoint.keep, progress.message)
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start)
+        self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
         self.collect_start: float | None = None
         self.collect_end: float | None = None  # when the collectors were told to stop
         self.actors: RunActors | None = None
@@ -98,7 +100,7 @@ class TrainingRun:
             self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
                                   "(send it again to abort at once)")
         except (RunFailed, ray.exceptions.RayError) as err:
-            failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self._role_of))
+            failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self.role_of))
             self.outcome.ended = f"failed: {failure}"
         finally:
             self.progress.finish()
@@ -120,21 +122,20 @@ class TrainingRun:
         self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
                                    self.learner_host)
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
-                                              self.progress)
+                                              self.progress, lambda i: restore_shard_replay(self, i))
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config))
         state = self.resume.learner_state if self.resume else None
         warmup = self.actors.learner.warmup.remote(state)
+        if self.resume and self.resume.replay_files:
+            self.progress.message(restore_replay(self.actors.shards, self.resume))
         # The collectors start at once (acting with their own initial network until the learner
         # publishes): replay reaches min_size while the learner still imports torch and warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
         info = ray.get(warmup)
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
-        how = [info["precision"]] + ["update captured as a CUDA graph"] * info["cuda_graph"] + [
-            "networks compiled"] * info["compiled"]
-        self.progress.message(f"learner ready on {info['device']} ({', '.join(how)}), "
-                              f"{self.config.collectors.num} collectors x {self.config.env.num_envs} envs")
+        self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs))
         self.metrics.learner_version = info["version"]
         self.outputs.placement(self.actors.placement())
 
@@ -159,21 +160,31 @@ class TrainingRun:
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self._on_eval(*evaluations.take()):
                 stopping = self._stop_learning()
-            if checkpoint is not None and checkpoint[0] in ready:
-                self.outputs.write_pending_checkpoint()
-            if queued[0][1] in ready:
-                epoch, ref = queued.popleft()
-                self._on_epoch(epoch, ray.get(ref))
+            try:
+                if checkpoint is not None and checkpoint[0] in ready:
+                    self.outputs.write_pending_checkpoint()
+                if queued[0][1] in ready:
+                    epoch, ref = queued.popleft()
+                    self._on_epoch(epoch, ray.get(ref))
+            except ray.exceptions.RayActorError as err:  # the learner died: a new one, or the end
+                if self.role_of(err.actor_id) != "the learner" or stopping or not self.revival.revive(self):
+                    raise
+                learner, next_epoch = self.actors.learner, self.epochs_done + 1
+                queued.clear()
+                continue
             if not stopping:
                 evaluations.maybe_start()
             if time.perf_counter() >= next_poll:
                 next_poll = time.perf_counter() + POLL_EVERY_S
-                if self._poll() and not stopping:
-                    self.outcome.ended = "env_steps"
+                if self.poll() and not stopping:
+                    self.outcome.ended = self.outcome.ended or "env_steps"
                     stopping = self._stop_learning()
 
-    def _stop_learning(self) -> bool:
-        """Cut the learner's current and queued epochs short; returns True (now stopping)."""
+    def end_soon(self, reason: str) -> None:
+        """End the run at the next poll, as stop.env_steps does (the bench's soak ends on time)."""
+        self.outcome.ended = reason
+
+    def _stop_learning(self) -> bool:  # cut the learner's current and queued epochs short
         self.actors.learner.request_stop.remote()
         return True
 
@@ -185,7 +196,7 @@ class TrainingRun:
         self.evaluations.on_epoch(epoch, (m.pop("weights_ref"), m.pop("weights_version")))
         self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
         if epoch % self.config.checkpoint.every_epochs == 0:
-            self._request_checkpoint()
+            self.request_checkpoint()
 
     def _on_eval(self, result: dict, weights_ref) -> bool:
         """Record one evaluation; True when it reached stop.eval_return."""
@@ -202,7 +213,7 @@ class TrainingRun:
             f"{result['version']}) after {self.outcome.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
         return True
 
-    def _poll(self) -> bool:
+    def poll(self) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done."""
         self.supervisor.check()
         refs = [c.stats.remote() for c in self.actors.collectors] + [s.stats.remote() for s in self.actors.shards]
@@ -214,6 +225,7 @@ class TrainingRun:
         except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError):
             return False  # a collector is being restarted by Ray; its loop is resumed elsewhere
         num = self.config.collectors.num
+        self.supervisor.observe_shards(stats[num:])
         scalars = self.metrics.poll(stats[:num], stats[num:])
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
@@ -221,61 +233,20 @@ class TrainingRun:
                              m.last_eval, m.last_loss, scalars.get("perf/policy_lag_mean"))
         for observer in self.observers:
             observer.after_poll(self)
-        return m.env_steps >= self.config.stop.env_steps
+        return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
 
     # -- the end ------------------------------------------------------------------------------
-    def _request_checkpoint(self) -> None:
+    def request_checkpoint(self) -> None:
+        """Ask the learner for a checkpoint of the epochs done so far (written once it comes)."""
         counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
-        self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters)
+        shards = self.actors.shards if self.config.checkpoint.replay else None
+        self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters, shards)
 
     def _finish(self, new_work: bool) -> None:
-        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json.
+        finish_run(self, new_work)
 
-        `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
-        the exported policy is the last evaluated version (the newest weights if none was). Parts
-        that need a dead learner are skipped, and the summary still says how the run ended.
-        """
-        if self.actors is None:
-            self.outputs.summary(self.summary())
-            return
-        for observer in self.observers:
-            observer.before_finish(self)
-        # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
-        # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
-        self.actors.learner.request_stop.remote()
-        self.supervisor.stop()
-        self.collect_end = time.time()
-        try:
-            self.outputs.write_pending_checkpoint()  # the learner is stopping: its epochs end now
-            self._request_checkpoint()
-            self.outputs.write_pending_checkpoint()
-            self._export(new_work)
-        except ray.exceptions.RayError as err:
-            if new_work:
-                raise
-            self.progress.message(f"no final checkpoint or policy: {describe_failure(err, self._role_of)}")
-        with contextlib.suppress(ray.exceptions.RayError):  # else the last successful poll stands
-            self._poll()
-        self.outputs.summary(self.summary())
-        self.tb.flush()
-
-    def _export(self, new_work: bool) -> None:
-        """policy.pt2: the solving version, else a final evaluation's (or, with no new work, the
-        last evaluated version)."""
-        export = self.outcome.solved_weights
-        if export is None and not new_work and self.outcome.last_evaluated is not None:
-            export, version = self.outcome.last_evaluated
-            self.progress.message(f"exporting weights version {version}, the last evaluated")
-        if export is None:
-            export, version = ray.get(self.actors.learner.latest_weights.remote())
-            if new_work:  # the run ended on env steps: evaluate and export the final weights
-                result = self.evaluations.evaluate_now(export, version)
-                if result is not None:
-                    self.outcome.final_eval = result["mean"]
-                    self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
-        self.outputs.policy(self.actors.learner, export)
-
-    def _role_of(self, actor_id: str | None) -> str:
+    def role_of(self, actor_id: str | None) -> str:
+        """What the actor with this id is in the run: "replay shard 1", "the learner", ..."""
         return self.actors.role_of(actor_id) if self.actors else "an actor of the run"
 
     def _wall_s(self) -> float:
@@ -294,4 +265,7 @@ class TrainingRun:
             "epochs": self.epochs_done,
             "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
             "collector_restarts": self.metrics.collector_restarts,
+            "shard_restarts": self.supervisor.shard_restarts if self.supervisor else 0,
+            "learner_restarts": self.actors.learner_restarts if self.actors else 0,
+            "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
         }

@@ -8,8 +8,10 @@ Ray's actors: each collector gets its own shard by name (chunks), the learner ge
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
@@ -29,6 +31,7 @@ from replay.mixing import ShardMixer
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
 COLLECTOR_MAX_RESTARTS = 3
+SHARD_MAX_RESTARTS = 3
 
 
 class ConnectError(Exception):
@@ -87,6 +90,15 @@ class RunActors:
     collectors: list
     learner: object
     evaluator: object
+    start_learner: Callable  # (incarnation) -> a new learner actor connected as the first one
+    learner_restarts: int = 0
+
+    def respawn_learner(self):
+        """Replace a dead learner with a new actor, connected to the same shards and collectors."""
+        ray.kill(self.learner, no_restart=True)
+        self.learner_restarts += 1
+        self.learner = self.start_learner(incarnation=self.learner_restarts)
+        return self.learner
 
     def all(self) -> list:
         """Every actor handle."""
@@ -132,8 +144,12 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         placement = in_bundle(group.pairs, i)  # a collector and its shard share bundle i: same node
         # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
         shard_name = f"raypex-{run_id}-shard-{i}"
-        shard = shard_cls.options(num_cpus=config.replay.num_cpus, scheduling_strategy=placement,
-                                  name=shard_name).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed)
+        # A shard that dies is restarted by Ray, empty; its collector and the learner reach the
+        # new process by the same handle (cluster/hosts/ray_seams.py drops what died with it).
+        shard = shard_cls.options(
+            num_cpus=config.replay.num_cpus, scheduling_strategy=placement, name=shard_name,
+            max_restarts=SHARD_MAX_RESTARTS,
+        ).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed)
         # collector i -> shard i (chunks): the sink goes with the constructor's arguments, which Ray
         # passes again to a restarted collector, so the new process writes to the same shard.
         collector = collector_cls.options(
@@ -142,6 +158,23 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         ).remote(collector_plan.settings, ChunkSink(shard_name, collector_plan.max_pushes_in_flight))
         shards.append(shard)
         collectors.append(collector)
+    respawn = functools.partial(start_learner, config, plan, shards, collectors, group, device, run_id, learner_host)
+    learner = respawn()
+    # the driver -> the evaluator (weights refs, cluster/driver/evaluation.py). Evaluation shares
+    # the learner's node and reservation: it runs while the learner trains, in what CPU time the
+    # collectors (throttled to the replay ratio) leave free.
+    # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.
+    evaluator = ray.remote(EvaluatorActor).options(
+        num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
+        name=f"raypex-{run_id}-evaluator",
+    ).remote(*plan.evaluator_args)
+    return RunActors(run_id, shards, collectors, learner, evaluator, respawn)
+
+
+def start_learner(config: RunConfig, plan, shards: list, collectors: list, group: Reservation, device: str,
+                  run_id: str, learner_host: type, incarnation: int = 0):
+    """The learner actor, connected to every shard and every collector (a new one replaces a
+    dead learner with the same connections: TrainingRun calls RunActors.respawn_learner)."""
     lp = plan.learner
     # every shard -> the learner (batches): each micro-batch from one shard drawn in proportion to
     # its size, under the learner's share of the limiter, `prefetch` of them requested ahead
@@ -151,16 +184,8 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     publisher = WeightPublisher(collectors)
     # The "control" group is a second thread for request_stop only; every other method runs in
     # submission order on the default single thread.
-    learner = ray.remote(concurrency_groups={"control": 1})(learner_host).options(
+    name = f"raypex-{run_id}-learner" + (f"-{incarnation}" if incarnation else "")
+    return ray.remote(concurrency_groups={"control": 1})(learner_host).options(
         num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
-        scheduling_strategy=in_bundle(group.learner, 0), name=f"raypex-{run_id}-learner",
+        scheduling_strategy=in_bundle(group.learner, 0), name=name,
     ).remote(lp.settings, device, lp.num_threads, source, publisher)
-    # the driver -> the evaluator (weights refs, cluster/driver/evaluation.py). Evaluation shares
-    # the learner's node and reservation: it runs while the learner trains, in what CPU time the
-    # collectors (throttled to the replay ratio) leave free.
-    # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.
-    evaluator = ray.remote(EvaluatorActor).options(
-        num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
-        name=f"raypex-{run_id}-evaluator",
-    ).remote(*plan.evaluator_args)
-    return RunActors(run_id, shards, collectors, learner, evaluator)

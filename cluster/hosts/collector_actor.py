@@ -16,7 +16,7 @@ import threading
 import ray
 
 from actors.settings import CollectorSettings
-from cluster.hosts.ray_seams import ChunkSink, WeightInbox
+from cluster.hosts.ray_seams import QUIET, ChunkSink, WeightInbox
 
 
 class CollectorActor:
@@ -44,11 +44,13 @@ class CollectorActor:
             self.collector.collect_chunk()
         return self.collector.env_steps
 
+    @QUIET
     def set_weights(self, ref_in_list: list, version: int) -> None:
         """Fetch an announced weights version (on this side thread); the env loop loads it between
         steps."""
         self.inbox.receive(ref_in_list[0], version)
 
+    @QUIET
     def stats(self) -> dict:
         """The collector's counters plus the time its sink spent throttled by the limiter."""
         stats = self.collector.stats()

@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 
+from cluster.hosts.ray_seams import QUIET
+
 
 class EvaluatorActor:
     """Holds the evaluation vector env and the network it evaluates weights with."""
@@ -45,6 +47,7 @@ class EvaluatorActor:
         load_arrays(self.torch_network, arrays)
         return functools.partial(greedy_actions, self.torch_network)
 
+    @QUIET  # several a second on small envs
     def evaluate(self, arrays: dict[str, np.ndarray], version: int,
                  give_up: tuple[float, float] | None = None) -> dict:
         """Mean and min greedy return of weights `version` (Ray resolves the ref to `arrays`).

@@ -12,7 +12,7 @@ import os
 
 import ray
 
-from cluster.hosts.ray_seams import BatchSource, WeightPublisher
+from cluster.hosts.ray_seams import QUIET, BatchSource, WeightPublisher
 from learner.settings import LearnerSettings
 
 
@@ -58,10 +58,14 @@ class LearnerActor:
         at once (served on its own thread, so it does not queue behind those epochs)."""
         self.learner.request_stop()
 
-    def warmup(self, state: bytes | None = None) -> dict:
-        """Restore a checkpoint if given, warm the networks up, publish the starting weights."""
+    def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
+        """Restore a checkpoint if given, warm the networks up, publish the starting weights.
+
+        `version_floor`: a learner that replaces a dead one publishes above the versions the
+        collectors already hold (they ignore any version not newer than theirs)."""
         if state is not None:
             self.learner.load_state_bytes(state)
+        self.learner.version = max(self.learner.version, version_floor)
         self.learner.warmup()
         self.learner.publish_weights()
         learner = self.learner
@@ -77,6 +81,7 @@ class LearnerActor:
             return feed.wait_s - self.source.fill_wait_s
         return self.source.wait_s
 
+    @QUIET
     def train_epoch(self) -> dict:
         """One epoch; its metrics carry the newest published weights (ref and version)."""
         wait_before = self.waited_s()

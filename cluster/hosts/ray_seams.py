@@ -20,10 +20,25 @@ import ray
 
 from replay.contracts import Batch, Chunk, ShardCounters, TrainingStopped, Weights
 from replay.mixing import ShardMixer
+from replay.shard import ShardEmpty
+
+# Ray records an event in its GCS for every call unless told not to; at thousands of calls a
+# minute that grew gcs_server by ~400 MB over a long run. The hosts mark their per-chunk,
+# per-batch, per-epoch and polling methods with this (raypex's own metrics say what they do).
+QUIET = ray.method(enable_task_events=False)
 
 
 def _never() -> bool:
     return False
+
+
+def _reply_or_none(ref):
+    """A shard's reply, or None when the shard died before answering (Ray restarts it) or, just
+    restarted, had nothing to sample yet. Any other error is a bug and is raised."""
+    try:
+        return ray.get(ref)
+    except (ray.exceptions.RayActorError, ShardEmpty):
+        return None
 
 
 # A limited side sleeps until the other side should have made room, then re-reads the counters.
@@ -73,16 +88,18 @@ class ChunkSink:
         writes are pending or the limiter is full."""
         self.in_flight.append(self.shard.add.remote(chunk, env_steps))
         while len(self.in_flight) > self.max_in_flight:
-            self._observe(ray.get(self.in_flight.popleft()))
+            self._observe(_reply_or_none(self.in_flight.popleft()))
         done, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)
         for ref in done:
             self.in_flight.remove(ref)
-            self._observe(ray.get(ref))
+            self._observe(_reply_or_none(ref))
         if self.room <= 0:
             self._wait_for_room()
 
-    def _observe(self, counters: ShardCounters) -> None:
-        self.room = counters["insert_room"]
+    def _observe(self, counters: ShardCounters | None) -> None:
+        # None: the shard died with the chunk (Ray restarts it, and the next add goes there)
+        if counters is not None:
+            self.room = counters["insert_room"]
 
     def _wait_for_room(self) -> None:
         start = time.perf_counter()
@@ -92,7 +109,7 @@ class ChunkSink:
             pause = min(max(pause, _MIN_PAUSE_S), _MAX_PAUSE_S)
             before, asleep = self.room, time.perf_counter()
             time.sleep(pause)
-            self._observe(ray.get(self.shard.counters.remote()))
+            self._observe(_reply_or_none(self.shard.counters.remote()))
             gained = (self.room - before) / (time.perf_counter() - asleep)
             self._room_rate = gained if self._room_rate == 0 else 0.5 * (self._room_rate + gained)
         self.throttled_s += time.perf_counter() - start
@@ -183,19 +200,25 @@ class BatchSource:
     def _receive_front_group(self) -> None:
         order, refs = self.in_flight.popleft()
         self.in_flight_batches -= len(order)
-        replies = dict(zip(refs, ray.get(list(refs.values()))))
+        replies = {shard: _reply_or_none(ref) for shard, ref in refs.items()}
         position = dict.fromkeys(refs, 0)
-        for _, counters in replies.values():
-            self.mixer.observe(counters)
+        for reply in replies.values():
+            if reply is not None:
+                self.mixer.observe(reply[1])
         for shard in order:
+            if replies[shard] is None:  # its shard died (Ray restarts it): these were never sampled
+                self.mixer.lost(1)
+                continue
             stacked = replies[shard][0]
             i = position[shard]
             position[shard] += 1
             self.ready.append({k: v[i] for k, v in stacked.items()})
 
     def _observe(self, counter_refs: list) -> None:
-        for counters in ray.get(counter_refs):
-            self.mixer.observe(counters)
+        for ref in counter_refs:
+            counters = _reply_or_none(ref)
+            if counters is not None:
+                self.mixer.observe(counters)
 
     def _refresh_counters(self) -> None:
         if self.counter_refs:

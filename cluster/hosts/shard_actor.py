@@ -6,11 +6,33 @@ import os
 
 import ray
 
+from cluster.hosts.ray_seams import QUIET
 from replay.shard import ReplayShard
 
 
 class ShardActor(ReplayShard):
-    """The replay shard actor (numpy only: it starts without importing torch)."""
+    """The replay shard actor (numpy only: it starts without importing torch). Its hot methods
+    are the ReplayShard ones, marked to record no Ray task events."""
+
+    @QUIET
+    def add(self, chunk, writer_env_steps: int | None = None):
+        """ReplayShard.add."""
+        return ReplayShard.add(self, chunk, writer_env_steps)
+
+    @QUIET
+    def sample(self, count: int, num_batches: int = 1):
+        """ReplayShard.sample."""
+        return ReplayShard.sample(self, count, num_batches)
+
+    @QUIET
+    def counters(self):
+        """ReplayShard.counters."""
+        return ReplayShard.counters(self)
+
+    @QUIET
+    def stats(self) -> dict:
+        """ReplayShard.stats."""
+        return ReplayShard.stats(self)
 
     def pid(self) -> int:
         """This actor's process id (bench reads its resident memory)."""

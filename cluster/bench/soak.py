@@ -1,0 +1,149 @@
+"""`raypex bench --soak MINUTES`: one long training run that watches every process's memory.
+
+About SAMPLES_PER_RUN times in the run the resident memory of each process of the local Ray cluster (found by the
+token cluster/driver/reaper.py puts in their environment: workers, GCS, raylet, agents) and of
+the driver is read, with the object store's use and spilling. Growth is judged from the time
+every shard is full (before that, replay filling up is meant to grow) to the end: the median of
+the first SAMPLES_PER_END samples after that point against the median of the last ones.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from pathlib import Path
+
+from cluster.bench.report import BenchRow
+from cluster.config.loading import with_overrides
+from cluster.driver.reaper import TOKEN_VARIABLE
+
+SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
+SAMPLES_PER_END = 3
+GROWTH_BAR = "<= 1.05"
+
+
+def cluster_processes(token: str) -> dict[int, str]:
+    """pid -> name of every process whose environment carries the cluster's token."""
+    wanted = f"{TOKEN_VARIABLE}={token}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes():
+                found[int(entry.name)] = process_name((entry / "cmdline").read_bytes())
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def process_name(cmdline: bytes) -> str:
+    """'CollectorActor' for a Ray worker titled 'ray::CollectorActor.run', else the program's
+    base name ('gcs_server', 'raylet'), or the Python module it runs."""
+    parts = [p.decode(errors="replace") for p in cmdline.split(b"\0") if p]
+    if not parts:
+        return "?"
+    if parts[0].startswith("ray::"):
+        return re.split(r"[.\s(]", parts[0][5:], maxsplit=1)[0] or "worker"
+    for part in parts[1:]:
+        if part.endswith(".py"):
+            return Path(part).stem
+    return Path(parts[0].split()[0]).name
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of `pid` (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def object_store_mib() -> tuple[float, float]:
+    """(MiB in use, MiB spilled) of the object store, from Ray's memory summary."""
+    from ray._private.internal_api import memory_summary
+
+    text = memory_summary(stats_only=True)
+    used = re.search(r"Plasma memory usage (\d+) MiB", text)
+    spilled = re.search(r"Spilled (\d+) MiB", text)
+    return float(used.group(1)) if used else 0.0, float(spilled.group(1)) if spilled else 0.0
+
+
+class SoakRecorder:
+    """A RunObserver: samples memory on a clock, notes when replay is full, ends the run on time."""
+
+    def __init__(self, minutes: float, replay_capacity: int, progress):
+        self.seconds = minutes * 60.0
+        self.interval = min(15.0, max(1.0, self.seconds / SAMPLES_PER_RUN))
+        self.replay_capacity = replay_capacity
+        self.progress = progress
+        self.token = os.environ.get(TOKEN_VARIABLE, "")
+        self.samples: list[tuple[float, dict[str, int], float, float]] = []  # t, rss by process, store, spilled
+        self.full_at: float | None = None  # seconds into the run when every shard was full
+        self._names: dict[int, str] = {}
+        self._next = 0.0
+
+    def after_poll(self, run) -> None:
+        """Sample when due; end the run once `minutes` have passed."""
+        if run.collect_start is None:
+            return
+        elapsed = time.time() - run.collect_start
+        sizes = run.metrics.shard_sizes
+        if self.full_at is None and sizes and min(sizes) >= self.replay_capacity:
+            self.full_at = elapsed
+            self.progress.message(f"soak: replay full after {elapsed:.0f}s; growth is measured from here")
+        if elapsed >= self._next:
+            self._next = elapsed + self.interval
+            self._sample(elapsed)
+        if elapsed >= self.seconds:
+            run.end_soon("soak done")
+
+    def before_finish(self, run) -> None:
+        """Nothing: the last sample was taken on the clock."""
+
+    def _sample(self, elapsed: float) -> None:
+        for pid, name in cluster_processes(self.token).items():
+            if pid not in self._names:
+                same = sum(1 for n in self._names.values() if n.split("-")[0] == name)
+                self._names[pid] = f"{name}-{same}"
+        self._names.setdefault(os.getpid(), "driver-0")
+        rss = {name: value for pid, name in self._names.items() if (value := rss_bytes(pid)) is not None}
+        used, spilled = object_store_mib()
+        self.samples.append((elapsed, rss, used, spilled))
+
+    def rows(self) -> tuple[list[BenchRow], dict]:
+        """One row per process (RSS at the end against RSS when replay was full), the object
+        store's spilling, and the samples as details."""
+        details = {"full_at_s": self.full_at, "samples": [
+            {"t": t, "rss": rss, "object_store_mib": used, "spilled_mib": spilled}
+            for t, rss, used, spilled in self.samples]}
+        after = [s for s in self.samples if self.full_at is not None and s[0] >= self.full_at]
+        rows = []
+        if len(after) >= 2 * SAMPLES_PER_END:
+            first, last = after[:SAMPLES_PER_END], after[-SAMPLES_PER_END:]
+            for name in sorted(set(first[0][1]) & set(last[-1][1])):
+                start = statistics.median(s[1].get(name, 0) for s in first)
+                end = statistics.median(s[1].get(name, 0) for s in last)
+                rows.append(BenchRow.against(f"soak_rss_{name}", end, "bytes", start, GROWTH_BAR))
+        else:
+            self.progress.message(f"soak: too few samples after replay was full ({len(after)}); "
+                                  "run longer or with a smaller replay.capacity")
+        rows.append(BenchRow("soak_object_store_peak", max((s[2] for s in self.samples), default=0.0), "MiB"))
+        rows.append(BenchRow("soak_object_store_spilled", max((s[3] for s in self.samples), default=0.0), "MiB"))
+        return rows, details
+
+
+def soak(bench, run_dir: Path, minutes: float) -> tuple[list[BenchRow], dict]:
+    """A training run of `minutes` of the bench's config (no stop on evaluation or env steps) on
+    its connected local cluster, with every process's memory sampled throughout."""
+    bench.progress.message(f"bench: soak of {minutes:g} minutes (replay.capacity "
+                           f"{bench.config.replay.capacity} per shard)")
+    config = with_overrides(bench.config, ["stop.env_steps=10000000000", "stop.eval_return=null"])
+    recorder = SoakRecorder(minutes, config.replay.capacity, bench.progress)
+    run = bench.observed_run(config, run_dir, recorder)
+    rows, details = recorder.rows()
+    details["summary"] = run.summary()
+    return rows, details
