@@ -34,8 +34,11 @@ def test_dotted_overrides_are_parsed_as_yaml():
 
 
 BAD_TRAIN_ARGS = [
-    (["learner.lrr=0.1"], "unknown config key 'learner.lrr'"),
+    (["learner.lrr=0.1"], "unknown config key 'learner.lrr'; did you mean 'learner.lr'?"),
+    (["leaner.lr=0.1"], "unknown config key 'leaner'; did you mean 'learner'?"),
     (["bogus.x=1"], "unknown config key 'bogus'"),
+    (["stop.env_steps=20000", "replay.min_size=50000", "replay.capacity=50000"],
+     "stop.env_steps (20000) is below replay.min_size (50000): the run would end before learning starts"),
     (["learner.lr=fast"], "learner.lr: Input should be a valid number"),
     (["learner.lr=-1"], "learner.lr: Input should be greater than 0"),
     (["replay.capacity=-5"], "replay.capacity: Input should be greater than or equal to 1"),
@@ -96,6 +99,19 @@ def test_settings_that_work_but_surprise_are_warned_in_one_line_each():
     found = config_warnings(loud)
     assert [w.split(":")[0] for w in found] == ["learner.updates_per_epoch", "collectors.chunk_steps"]
     assert all("\n" not in w for w in found)
+
+
+def test_a_tab_in_yaml_is_named_with_its_line(tmp_path, capsys):
+    (tmp_path / "tab.yaml").write_text("learner:\n  lr: 0.01\n\tmicro_batch: 64\n")
+    assert main(["train", str(tmp_path / "tab.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 3 has a tab, and YAML indents with spaces only" in err, err
+
+
+def test_bare_raypex_prints_its_usage(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "usage: raypex" in err and "train" in err and "eval" in err and "bench" in err
 
 
 def test_bad_yaml_and_non_mapping(tmp_path, capsys):

@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser for the three subcommands."""
     parser = _Parser(prog="raypex", description="Distributed Ape-X style DQN on Ray.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    train = sub.add_parser("train", help="train a Q-network (starts a local Ray cluster unless --address)")
+    train = sub.add_parser(
+        "train", help="train a Q-network (starts a local Ray cluster unless --address)",
+        epilog="Every config key, its default and meaning: README.md, 'Config reference' (python -m "
+        "cluster.config.reference prints it). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
     train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                        help="YAML config (default configs/cartpole.yaml) and dotted overrides")
     train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379)")
@@ -77,10 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one training run of MINUTES; every process's memory growth once replay is full")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
-    ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2")
-    ev.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    ev.add_argument("--episodes", type=int, default=100)
-    ev.add_argument("--seed", type=int, default=12345)
+    ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ev.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding policy.pt2 and config.yaml")
+    ev.add_argument("--episodes", type=int, default=100, help="greedy episodes to average")
+    ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
     return parser
 
 
@@ -90,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     install_stop_signals()  # SIGINT and SIGTERM stop a run cleanly (cluster/driver/signals.py)
     try:
         parser = build_parser()
+        if not (sys.argv[1:] if argv is None else argv):
+            parser.print_help(sys.stderr)  # bare `raypex`: what it can do
+            return EXIT_USAGE
         args, extra = parser.parse_known_args(argv)
         # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
         # overrides over. Take them back; anything else left over is a real mistake.

@@ -6,11 +6,12 @@ the CLI prints it and exits 2. Nothing is started or written before this succeed
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cluster.config.schema import RunConfig
 
@@ -30,7 +31,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
+        tabbed = [i + 1 for i, line in enumerate(path.read_text().splitlines()) if "\t" in line]
+        if tabbed:
+            why = f": line {tabbed[0]} has a tab, and YAML indents with spaces only"
+        else:
+            why = f": {err.problem}" if getattr(err, "problem", None) else ""
+        raise ConfigError(f"{path}: not valid YAML{where}{why}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -77,13 +83,25 @@ def format_validation_error(err: ValidationError) -> str:
                      and not str(part).startswith(("literal[", "function-")))
     kind = first["type"]
     if kind == "extra_forbidden":
-        return f"unknown config key '{field}'"
+        return f"unknown config key '{field}'{_suggestion(first['loc'])}"
     message = first["msg"].removeprefix("Value error, ")
     if kind == "value_error" and not field:
         return f"config error: {message}"
     given = first.get("input")
     shown = "" if isinstance(given, dict) else f" (got {given!r})"
     return f"config error: {field}: {message}{shown}"
+
+
+def _suggestion(loc: tuple) -> str:
+    """ "; did you mean 'learner.lr'?" for a misspelt key, else ""."""
+    model = RunConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return ""
+        model = field.annotation
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
+    return f"; did you mean '{'.'.join([*map(str, loc[:-1]), close[0]])}'?" if close else ""
 
 
 def load_config(path: Path | None, overrides: list[str]) -> RunConfig:

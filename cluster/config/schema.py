@@ -234,6 +234,11 @@ class RunConfig(_Section):
                 f"eval.max_return ({bound:g}) must be at least stop.eval_return ({target:g}), "
                 "or no evaluation could ever reach it"
             )
+        if self.stop.env_steps < self.replay.min_size:
+            raise ValueError(
+                f"stop.env_steps ({self.stop.env_steps}) is below replay.min_size ({self.replay.min_size}): the run "
+                "would end before learning starts; raise stop.env_steps or lower replay.min_size"
+            )
         chunk = self.collectors.chunk_steps * self.env.num_envs
         if chunk > self.replay.capacity:
             raise ValueError(

@@ -50,6 +50,10 @@ def connect(address: str | None) -> bool:
               "configure_logging": True, "namespace": NAMESPACE}
     if address is None:
         start_reaper()  # nothing of this cluster outlives the driver, even after kill -9
+        # Ray's worker threads each get a glibc malloc arena; in a long run the learner's grew by
+        # ~9 MB a minute with the default number of arenas and ~3 MB with two (BENCHMARKS.md,
+        # "Memory over a long run"). Every process of a local cluster inherits this.
+        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         return True
     try:
