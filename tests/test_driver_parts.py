@@ -129,6 +129,16 @@ def test_progress_logs_lines_when_not_a_terminal():
     json.dumps(lines)
 
 
+def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
+    stream = io.StringIO()
+    progress = ProgressLine(stream, log_every_s=0.0)
+    progress.update(3.0, 11_800, 4_000.0, None, None, None, None, goal_steps=500_000, filling=(11_800, 50_000))
+    progress.update(60.0, 250_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000)
+    first, second = stream.getvalue().splitlines()
+    assert "env steps   11.8k (  2%, 2m02s left)" in first and "filling replay 11.8k/50.0k" in first
+    assert "env steps  250.0k ( 50%, 50s left)" in second and "loss 0.5000" in second
+
+
 def test_pairs_get_a_node_each_when_the_nodes_allow():
     request = ResourceRequest(3, 0.3, 0.01, 0.5, 0)
     assert pair_strategy(request, [{"CPU": 1.0}] * 3) == "STRICT_SPREAD"

@@ -23,6 +23,18 @@ def _fmt(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
+def _fmt_duration(seconds: float | None) -> str:
+    """'1h02m', '3m05s', '42s', or '?' when unknown."""
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
 class ProgressLine:
     """Renders run status; call `update` often, it decides when to draw."""
 
@@ -34,11 +46,20 @@ class ProgressLine:
         self._width = 0
 
     def update(self, elapsed_s: float, env_steps: int, sps: float, episode_return: float | None,
-               eval_return: float | None, loss: float | None, lag: float | None) -> None:
-        """Draw the line (in place on a TTY; every `log_every_s` otherwise)."""
-        line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7} | {_fmt_count(sps):>6} steps/s | "
+               eval_return: float | None, loss: float | None, lag: float | None,
+               goal_steps: int | None = None, filling: tuple[int, int] | None = None) -> None:
+        """Draw the line (in place on a TTY; every `log_every_s` otherwise). With `goal_steps`
+        (stop.env_steps) it shows the share done and the time left at the current speed; with
+        `filling` (replay size, replay.min_size) it says replay is filling instead of the loss."""
+        done = ""
+        if goal_steps:
+            left = (goal_steps - env_steps) / sps if sps > 0 else None
+            done = f" ({min(env_steps / goal_steps, 1.0):4.0%}, {_fmt_duration(left)} left)"
+        learning = (f"filling replay {_fmt_count(filling[0])}/{_fmt_count(filling[1])}" if filling
+                    else f"loss {_fmt(loss, '.4f')}")
+        line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7}{done} | {_fmt_count(sps):>6} steps/s | "
                 f"return {_fmt(episode_return, '7.1f')} | eval {_fmt(eval_return, '6.1f')} | "
-                f"loss {_fmt(loss, '.4f')} | lag {_fmt(lag, '.1f')}")
+                f"{learning} | lag {_fmt(lag, '.1f')}")
         if self.live:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
