@@ -2,6 +2,8 @@
 
 import io
 import json
+import os
+import signal
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -10,6 +12,7 @@ from cluster.driver.checkpoints import list_checkpoints, load_latest, read_repla
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
 from cluster.driver.progress import ProgressLine
+from cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
 from cluster.driver.tensorboard_log import TensorBoardLog
 
 
@@ -65,6 +68,23 @@ def test_a_checkpoint_set_holds_every_shards_replay_and_a_damaged_part_voids_it(
     skipped: list[str] = []
     assert load_latest(tmp_path, skipped.append).epochs == 3
     assert skipped and "ckpt-00000004 is damaged" in skipped[0]
+
+
+def test_sigterm_is_told_apart_when_ray_hands_back_a_plain_keyboard_interrupt():
+    """Ray re-raises a signal that lands while the driver waits in ray.get/ray.wait as a plain
+    KeyboardInterrupt; the exit code must still say SIGTERM (143), not Ctrl-C (130)."""
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        install_stop_signals()
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause()  # not reached: the handler raises first
+        assert exit_code(KeyboardInterrupt()) == 143 and signal_name(KeyboardInterrupt()) == "SIGTERM"
+        install_stop_signals()  # a new run forgets the last one's signals
+        assert exit_code(KeyboardInterrupt()) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
 
 
 def test_tensorboard_log_is_readable_by_tensorboard(tmp_path):
@@ -170,8 +190,9 @@ def test_sigint_stops_raypex_even_when_started_with_it_ignored():
     import subprocess
     import sys
 
-    code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    code = ("import os, signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "from cluster.commands.cli import main; main(['eval', '/nonexistent-run-dir'])\n"
-            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "True"
+            "try:\n    os.kill(os.getpid(), signal.SIGINT); signal.pause()\n"
+            "except KeyboardInterrupt:\n    print('stopped')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip().splitlines()[-1] == "stopped"

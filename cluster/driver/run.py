@@ -32,7 +32,7 @@ from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay, restore_shard_replay
-from cluster.driver.signals import Terminated, exit_code, signal_name
+from cluster.driver.signals import exit_code, signal_name
 from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
@@ -96,7 +96,7 @@ class TrainingRun:
             self._loop()
         except KeyboardInterrupt as caught:
             interrupt = caught
-            self.outcome.ended = "terminated" if isinstance(caught, Terminated) else "interrupted"
+            self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
             self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
                                   "(send it again to abort at once)")
         except (RunFailed, ray.exceptions.RayError) as err:

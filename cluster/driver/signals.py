@@ -18,8 +18,24 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived; handled exactly as Ctrl-C, but exits 143."""
 
 
+# The signals received, first first. Ray turns any KeyboardInterrupt raised while the driver waits
+# inside ray.get or ray.wait into a plain KeyboardInterrupt, so the exception's type alone cannot
+# say which signal stopped the run.
+_received: list[int] = []
+
+
 def _raise_terminated(signum, frame):
+    _received.append(signal.SIGTERM)
     raise Terminated()
+
+
+def _raise_interrupt(signum, frame):
+    _received.append(signal.SIGINT)
+    raise KeyboardInterrupt()
+
+
+def _was_terminated(interrupt: KeyboardInterrupt) -> bool:
+    return isinstance(interrupt, Terminated) or (bool(_received) and _received[0] == signal.SIGTERM)
 
 
 def install_stop_signals() -> None:
@@ -29,16 +45,17 @@ def install_stop_signals() -> None:
     SIGTERM handler (a bare exit that would skip the final checkpoint). SIGINT is set explicitly
     because a non-interactive shell starts background jobs (`raypex train ... &`) with it ignored.
     """
+    _received.clear()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _raise_interrupt)
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def exit_code(interrupt: KeyboardInterrupt) -> int:
     """130 for Ctrl-C, 143 for SIGTERM."""
-    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+    return EXIT_TERMINATED if _was_terminated(interrupt) else EXIT_INTERRUPTED
 
 
 def signal_name(interrupt: KeyboardInterrupt) -> str:
     """'SIGTERM' or 'Ctrl-C', for messages."""
-    return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
+    return "SIGTERM" if _was_terminated(interrupt) else "Ctrl-C"
