@@ -18,6 +18,8 @@ import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from cluster.driver.reaper import processes_with
+
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
          "checkpoint.every_epochs=5"]
 
@@ -212,18 +214,6 @@ def test_a_learner_that_dies_again_at_once_ends_the_run_in_one_line_with_the_res
     assert result["ended"] == "failed: the learner died" and result["learner_restarts"] == 1
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue  # gone meanwhile, or not ours to read
-    return found
-
-
 def test_killing_the_driver_leaves_no_process_of_the_run(running):
     """kill -9 of `raypex train` itself: within 15 s no process of its Ray cluster is left (every
     process it started, directly or through Ray, inherits the marker in its environment)."""
@@ -231,12 +221,12 @@ def test_killing_the_driver_leaves_no_process_of_the_run(running):
     key, value = marker.split("=")
     run = running("stop.env_steps=100000000", env={key: value})
     run.read_until("[")
-    assert len(_processes_with(marker)) > 5  # driver, GCS, raylet, collectors, shards, learner...
+    assert len(processes_with(marker)) > 5  # driver, GCS, raylet, collectors, shards, learner...
     run.proc.kill()
     run.proc.wait()
     deadline = time.monotonic() + 15
-    left = _processes_with(marker)
+    left = processes_with(marker)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)  # waiting out a deadline, not synchronizing: Ray's processes exit on their own
-        left = _processes_with(marker)
+        left = processes_with(marker)
     assert not left, f"still running 15 s after the driver died: {left}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cluster.bench.report import BenchRow
 from cluster.config.loading import with_overrides
-from cluster.driver.reaper import TOKEN_VARIABLE
+from cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable, processes_with
 
 SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
 SAMPLES_PER_END = 3
@@ -26,14 +26,10 @@ GROWTH_BAR = "<= 1.05"
 
 def cluster_processes(token: str) -> dict[int, str]:
     """pid -> name of every process whose environment carries the cluster's token."""
-    wanted = f"{TOKEN_VARIABLE}={token}".encode()
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in processes_with(cluster_variable(token)):
         try:
-            if wanted in (entry / "environ").read_bytes():
-                found[int(entry.name)] = process_name((entry / "cmdline").read_bytes())
+            found[pid] = process_name(Path(f"/proc/{pid}/cmdline").read_bytes())
         except OSError:
             continue  # gone meanwhile
     return found

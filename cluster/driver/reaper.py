@@ -14,10 +14,12 @@ Run as `python -m cluster.driver.reaper TOKEN` with the pipe as stdin (start_rea
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 TOKEN_VARIABLE = "RAYPEX_CLUSTER_TOKEN"
 GRACE_S = 2.0  # what a crashed driver's cluster gets to exit by itself
@@ -37,25 +39,39 @@ def start_reaper() -> None:
     os.environ[TOKEN_VARIABLE] = token
 
 
-def reap(token: str) -> int:
-    """Kill every process whose environment carries `token`; returns how many.
+def processes_with(variable: str) -> list[int]:
+    """Pids of the processes whose environment holds `variable` ("NAME=value"), this one excluded.
 
     The environment is read from /proc as raw bytes: Ray renames its processes (setproctitle),
     after which psutil's parsed `environ()` came back empty for them.
     """
-    import psutil  # a Ray dependency
-
-    wanted = f"{TOKEN_VARIABLE}={token}".encode()
-    killed = 0
-    for process in psutil.process_iter():
+    wanted = variable.encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
         try:
-            with open(f"/proc/{process.pid}/environ", "rb") as environ:
-                carries = wanted in environ.read()
-            if carries and process.pid != os.getpid():
-                process.kill()
-                killed += 1
-        except (psutil.Error, OSError):
+            if wanted in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
             continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def cluster_variable(token: str) -> str:
+    """The "NAME=value" every process of the cluster with this token carries."""
+    return f"{TOKEN_VARIABLE}={token}"
+
+
+def reap(token: str) -> int:
+    """Kill every process whose environment carries `token`; returns how many."""
+    killed = 0
+    for pid in processes_with(cluster_variable(token)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            continue  # gone meanwhile
     return killed
 
 

@@ -105,7 +105,7 @@ class TrainingRun:
         finally:
             self.progress.finish()
         try:
-            self._finish(new_work=interrupt is None and failure is None)
+            finish_run(self, new_work=interrupt is None and failure is None)
         except KeyboardInterrupt as again:  # a second signal: no more waiting, only the summary
             interrupt = interrupt or again
             self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
@@ -243,9 +243,6 @@ class TrainingRun:
         counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
         shards = self.actors.shards if self.config.checkpoint.replay else None
         self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters, shards)
-
-    def _finish(self, new_work: bool) -> None:
-        finish_run(self, new_work)
 
     def role_of(self, actor_id: str | None) -> str:
         """What the actor with this id is in the run: "replay shard 1", "the learner", ..."""
