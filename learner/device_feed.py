@@ -10,7 +10,8 @@ an event recorded after the update that read it; the feeder refills it once that
 With `threads` > 1 several feeder threads fill slots at once: they take turns calling
 `next_batch` (the Ray batch source is not thread-safe) and copy in parallel, so updates may come
 in another order than their batches were fetched.
-Pixels stay uint8 until they are on the device.
+Pixels stay uint8 until they are on the device, and pixel batches keep their frames once (a
+FrameBatch): the update builds the stacks there.
 
 Unthreaded (`threads` = 0, the CPU default), `next_update` calls `next_batch` itself; the arrays are wrapped
 without a copy when G is 1. A threaded feed on the CPU fetches on its thread and wraps the same way
@@ -31,7 +32,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from replay.contracts import BATCH_FIELDS, Batch, NextBatch
+from replay.contracts import Batch, NextBatch, batch_fields
 
 SLOTS = 4  # two being read by queued updates, two being filled
 
@@ -46,9 +47,10 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 def stack_micro_batches(batches: list[Batch]) -> dict[str, torch.Tensor]:
     """The training fields of G micro-batches as [G, B, ...] CPU tensors (no copy when G is 1)."""
+    fields = batch_fields(batches[0])
     if len(batches) == 1:
-        return {name: _tensor(batches[0][name]).unsqueeze(0) for name in BATCH_FIELDS}
-    return {name: torch.stack([_tensor(b[name]) for b in batches]) for name in BATCH_FIELDS}
+        return {name: _tensor(batches[0][name]).unsqueeze(0) for name in fields}
+    return {name: torch.stack([_tensor(b[name]) for b in batches]) for name in fields}
 
 
 class _Slot:
@@ -68,7 +70,8 @@ class _Slot:
             return
         if self.read is not None:
             self.read.synchronize()  # the update that read this slot is done with it
-        for name in BATCH_FIELDS:
+        fields = batch_fields(batches[0])
+        for name in fields:
             first = np.asarray(batches[0][name])
             shape = (len(batches), *first.shape)
             host = self.host.get(name)
@@ -78,7 +81,7 @@ class _Slot:
             for g, batch in enumerate(batches):
                 host[g].copy_(_tensor(batch[name]))
         with torch.cuda.stream(stream):
-            for name in BATCH_FIELDS:
+            for name in fields:
                 self.device[name].copy_(self.host[name], non_blocking=True)
             self.filled = torch.cuda.Event()
             self.filled.record(stream)

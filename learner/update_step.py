@@ -14,7 +14,9 @@ What makes it capturable:
 A hard target copy is the one part left to the caller: it happens every few thousand updates,
 and a host-side `_foreach_copy_` then costs nothing.
 
-Each micro-batch is `batch[field][g]`: every field has the leading shape [G, B].
+Each micro-batch is `batch[field][g]`: every field has the leading shape [G, ...]. A pixel batch
+carries its frames once (replay/contracts.py: FrameBatch) and its stacks are built here, on the
+device, with one index per micro-batch (an index with a device tensor is capturable).
 """
 
 from __future__ import annotations
@@ -64,11 +66,12 @@ class UpdateStep:
         micro_batches = batch["action"].shape[0]
         scaler = self.precision.scaler
         for g in range(micro_batches):
+            obs, next_obs = observation_pair(batch, g)
             with self.precision.autocast():
                 out = double_dqn_loss(
-                    self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
+                    self.online_fn, self.target_fn, obs, batch["action"][g], batch["return"][g],
                     # Uniform replay: no importance weights, so the loss skips the multiply.
-                    batch["discount"][g], batch["next_obs"][g], None, self.s.huber_delta, self.s.double_dqn,
+                    batch["discount"][g], next_obs, None, self.s.huber_delta, self.s.double_dqn,
                     self.s.share_online_pass,
                 )
             loss = out.loss / micro_batches  # the gradient of one batch G times larger
@@ -92,6 +95,15 @@ class UpdateStep:
         self.loss_sum.zero_()
         self.q_sum.zero_()
         return sums
+
+
+def observation_pair(batch: Mapping[str, torch.Tensor], g: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(obs, next_obs) of micro-batch `g`; for a frame-once batch, the stacks [B, stack, H, W]
+    gathered from its frames where they are (the learner's device)."""
+    if "frames" in batch:
+        frames = batch["frames"][g]
+        return frames[batch["obs_index"][g]], frames[batch["next_index"][g]]
+    return batch["obs"][g], batch["next_obs"][g]
 
 
 def copy_target(target_params: list[torch.Tensor], online_params: list[torch.Tensor]) -> None:

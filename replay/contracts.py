@@ -5,7 +5,8 @@ the replay shard, the learner and the Ray wiring agree on one definition of what
 them. The messages:
 1. Chunk (collector -> its shard): T steps x E envs already n-step folded, one call per chunk;
    FrameChunk is its pixel form, where each frame travels once and transitions name frames by number.
-2. Batch (shard -> learner): one micro-batch of uniformly sampled transitions.
+2. Batch (shard -> learner): one micro-batch of uniformly sampled transitions; FrameBatch is its
+   pixel form, each sampled frame once plus the indices that build obs and next_obs stacks.
 3. Weights (learner -> collectors): a version and the network's parameters.
 ShardCounters come back with every add and sample, so both sides rate-limit without polling.
 
@@ -65,6 +66,27 @@ Batch = TypedDict(
     },
 )
 BATCH_FIELDS = ("obs", "action", "return", "discount", "next_obs")
+
+FrameBatch = TypedDict(
+    "FrameBatch",
+    {
+        # Stacked pixel observations, each sampled frame once (replay/frames.py: sample_batches);
+        # the learner builds obs = frames[obs_index] on its device. Fields may carry leading
+        # dimensions like Batch's.
+        "frames": np.ndarray,  # [B * frames_per_sample, H, W] uint8, zero rows at the end
+        "obs_index": np.ndarray,  # [B, stack] int64 rows of `frames`, oldest frame first
+        "action": np.ndarray,
+        "return": np.ndarray,
+        "discount": np.ndarray,
+        "next_index": np.ndarray,  # [B, stack] int64
+    },
+)
+FRAME_BATCH_FIELDS = ("frames", "obs_index", "action", "return", "discount", "next_index")
+
+
+def batch_fields(batch: Batch | FrameBatch) -> tuple[str, ...]:
+    """The training fields of a Batch or a FrameBatch, in a fixed order."""
+    return FRAME_BATCH_FIELDS if "frames" in batch else BATCH_FIELDS
 
 
 class ShardCounters(TypedDict, total=False):

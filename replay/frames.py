@@ -7,6 +7,11 @@ Stacks of obs and next_obs are rebuilt at sample time with one gather each, neve
 episode boundary (the episode's first frame is repeated instead) and never across the ring's
 write position (a transition whose oldest frame has been overwritten is no longer valid).
 
+What the learner is sent carries each frame once too (`sample_batches`): a transition's obs stack
+and its next_obs stack (n frames later) share stack - n frames, so it travels as stack + min(n,
+stack) frames plus indices that rebuild both stacks on the learner's device, instead of 2 x stack
+frames.
+
 Sampling is uniform over the valid slots without rejection: the valid slot list is rebuilt (one
 `flatnonzero`) after each add and reused by every sample until the next add. Slots are invalid
 when they hold a frame no transition starts from (an episode's last frame), a transition not yet
@@ -35,6 +40,12 @@ _SLOT_SCALARS = {
 _ARRAYS = ("frames", *_SLOT_SCALARS)
 
 
+def frames_per_sample(stack: int, n_step: int) -> int:
+    """The most distinct frames one transition's obs and next_obs stacks hold between them: the
+    obs stack plus the next_obs frames past it (next_obs is at most n_step frames later)."""
+    return stack + min(max(n_step, 0), stack)
+
+
 def frame_bytes_per_slot(frame_shape: tuple[int, ...]) -> int:
     """Bytes one slot costs: the frame, its step counter, stream number and the transition."""
     return int(np.prod(frame_shape)) + sum(np.dtype(dtype).itemsize for dtype in _SLOT_SCALARS.values())
@@ -49,12 +60,15 @@ class FrameStorage:
     like RingStorage does, so the shard and the learner do not care which storage they have.
     """
 
-    def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int):
+    def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int,
+                 n_step: int | None = None):
         if capacity < 1 or num_envs < 1 or stack < 1:
             raise ValueError(f"need capacity, num_envs, stack >= 1, got {capacity}, {num_envs}, {stack}")
         E = num_envs
         K = max(math.ceil(capacity / E), stack + 1)  # slots per env
         self.num_envs, self.slots, self.stack = E, K, stack
+        # Frames per transition in a learner batch; without n_step known, the worst case.
+        self.frames_per_sample = frames_per_sample(stack, stack if n_step is None else n_step)
         self.capacity = E * K
         self.frames = np.zeros((E, K, *frame_shape), np.uint8)
         for name, dtype in _SLOT_SCALARS.items():
@@ -137,22 +151,56 @@ class FrameStorage:
             raise ValueError("cannot sample from an empty storage")
         return rows[rng.integers(0, len(rows), size=count)]
 
-    def _stacks(self, env: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        back = np.arange(self.stack - 1, -1, -1)  # oldest frame first
+    def _stack_slots(self, env: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """[N, stack] slots of the stacks ending at `slot`, oldest first (the episode's first
+        frame repeated where the stack would reach before it)."""
+        back = np.arange(self.stack - 1, -1, -1)
         steps = self.frame_step[env, slot]
-        slots = (slot[:, None] - np.minimum(back[None, :], steps[:, None])) % self.slots
-        return self.frames[env[:, None], slots]
+        return (slot[:, None] - np.minimum(back[None, :], steps[:, None])) % self.slots
 
     def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The transitions at `rows` with whole stacks: obs and next_obs are [N, stack, H, W] uint8."""
         env, slot = np.divmod(rows, self.slots)
         next_slot = (slot + self.next_offset[env, slot]) % self.slots
         return {
-            "obs": self._stacks(env, slot),
+            "obs": self.frames[env[:, None], self._stack_slots(env, slot)],
             "action": self.action[env, slot],
             "return": self.ret[env, slot],
             "discount": self.discount[env, slot],
-            "next_obs": self._stacks(env, next_slot),
+            "next_obs": self.frames[env[:, None], self._stack_slots(env, next_slot)],
+        }
+
+    def sample_batches(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Micro-batches for the learner from `rows` [G, B], frames once (a FrameBatch, see
+        replay/contracts.py): F = frames_per_sample frames per transition, its obs stack and the
+        newest F - stack frames of its next_obs stack, as frames [G, B * F, H, W]; obs_index and
+        next_index [G, B, stack] say which rows make each stack. The older next_obs frames are
+        obs frames: next_obs starts `next_offset` frames later and both stacks repeat the same
+        episode-start frame, so position j of next_obs is position j + offset of obs."""
+        groups, count = rows.shape
+        stack, per_sample = self.stack, self.frames_per_sample
+        tail = per_sample - stack  # next_obs frames sent
+        env, slot = np.divmod(rows.reshape(-1), self.slots)
+        offset = self.next_offset[env, slot].astype(np.int64)
+        if tail < stack and (offset > tail).any():  # (with tail = stack every next_obs frame is sent)
+            raise ValueError(f"a next_obs {int(offset.max())} frames after its obs; this storage sends "
+                             f"{tail} (frames_per_sample {per_sample}): built with too small an n_step")
+        next_slots = self._stack_slots(env, (slot + offset) % self.slots)[:, stack - tail:]
+        slots = np.concatenate([self._stack_slots(env, slot), next_slots], axis=1)  # [G * B, F]
+        frames = self.frames[env[:, None], slots].reshape(groups, count * per_sample, *self.frames.shape[2:])
+        first = (np.arange(count) * per_sample)[:, None]  # each transition's first row
+        position = np.arange(stack)
+        obs_index = np.broadcast_to(first + position, (groups, count, stack))
+        next_index = np.where(position >= stack - tail, first + position + tail,
+                              first + position + offset.reshape(groups, count, 1))
+        env, slot = env.reshape(groups, count), slot.reshape(groups, count)
+        return {
+            "frames": frames,
+            "obs_index": np.ascontiguousarray(obs_index),
+            "action": self.action[env, slot],
+            "return": self.ret[env, slot],
+            "discount": self.discount[env, slot],
+            "next_index": next_index,
         }
 
     def keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -83,6 +83,12 @@ class RingStorage:
         """The stored fields at `rows` (fresh arrays, safe to send and to keep)."""
         return {name: column[rows] for name, column in self.columns.items()}
 
+    def sample_batches(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Micro-batches for the learner from `rows` [G, B]: every field [G, B, ...]."""
+        groups, count = rows.shape
+        return {name: column[rows.reshape(-1)].reshape(groups, count, *column.shape[1:])
+                for name, column in self.columns.items()}
+
     def get_state(self) -> dict:
         """The stored rows and cursors, for a replay checkpoint."""
         return {"columns": {k: v[: self.size].copy() for k, v in self.columns.items()},

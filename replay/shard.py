@@ -30,12 +30,14 @@ class StorageSpec:
     obs_dtype: str
     frame_stack: int = 0
     num_envs: int = 1
+    n_step: int | None = None  # how far next_obs can be from obs, in frames (frame-once batches)
 
 
 def build_storage(spec: StorageSpec) -> RingStorage | FrameStorage:
     """The storage a spec describes, allocated at its capacity."""
     if spec.frame_stack:
-        return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack)
+        return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack,
+                            spec.n_step)
     return RingStorage(spec.capacity, transition_layout(spec.obs_shape, spec.obs_dtype))
 
 
@@ -74,14 +76,14 @@ class ReplayShard:
     def sample(self, count: int, num_batches: int = 1) -> tuple[Batch, ShardCounters]:
         """`num_batches` micro-batches of `count` uniform draws each, in one gather.
 
-        Every field has the leading shape [num_batches, count]; the learner slices one
-        micro-batch per index. Serving several micro-batches per call divides the per-call
+        Every field has the leading dimension num_batches ([num_batches, count, ...], or the
+        frame-once form of pixel storage); the learner slices one micro-batch per index. Serving several micro-batches per call divides the per-call
         cost of Ray on both sides by `num_batches`.
         """
         if self.storage.size == 0:
             raise ShardEmpty(f"shard {self.shard_id} holds no transitions yet")
-        rows = self.storage.sample_rows(count * num_batches, self.rng)
-        batch = {k: v.reshape(num_batches, count, *v.shape[1:]) for k, v in self.storage.gather(rows).items()}
+        rows = self.storage.sample_rows(count * num_batches, self.rng).reshape(num_batches, count)
+        batch = self.storage.sample_batches(rows)
         self.sampled += count * num_batches
         return batch, self.counters()
 

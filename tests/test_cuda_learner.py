@@ -11,24 +11,36 @@ from tests.test_learner import random_batch, settings
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="the captured update needs CUDA")
 CUDA = torch.device("cuda")
 PIXELS = (4, 36, 36)
+FRAMES_PER_SAMPLE = 7  # a stack of 4 and n-step 3 (replay/frames.py)
 
 
-def batches(pixels: bool, size: int, seed: int = 0) -> list[dict]:
+def batches(kind: str, size: int, seed: int = 0) -> list[dict]:
+    """32 micro-batches: flat ("mlp"), whole pixel stacks ("cnn") or frames once ("frames")."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(32):
         batch = random_batch(rng, size)
-        if pixels:
+        if kind == "cnn":
             batch["obs"] = rng.integers(0, 256, (size, *PIXELS), dtype=np.uint8)
             batch["next_obs"] = rng.integers(0, 256, (size, *PIXELS), dtype=np.uint8)
+        elif kind == "frames":
+            width = size * FRAMES_PER_SAMPLE
+            del batch["obs"], batch["next_obs"]
+            batch["frames"] = rng.integers(0, 256, (width, *PIXELS[1:]), dtype=np.uint8)
+            batch["obs_index"] = rng.integers(0, width, (size, PIXELS[0]))
+            batch["next_index"] = rng.integers(0, width, (size, PIXELS[0]))
         out.append(batch)
     return out
 
 
-def learner_pair(pixels: bool, **overrides):
-    """Two learners with the same initial weights, fed the same batches: captured and eager."""
+def learner_pair(pixels: bool | str, **overrides):
+    """Two learners with the same initial weights, fed the same batches: captured and eager.
+    `pixels`: False (an MLP), True (a CNN on whole stacks) or "frames" (a CNN on frame-once batches)."""
+    kind = "frames" if pixels == "frames" else "cnn" if pixels else "mlp"
     shape = {"obs_shape": PIXELS, "obs_dtype": "uint8", "hidden": [64]} if pixels else {}
-    data = batches(pixels, overrides.get("micro_batch", 16))
+    if kind == "frames":
+        shape["frames_per_sample"] = FRAMES_PER_SAMPLE
+    data = batches(kind, overrides.get("micro_batch", 16))
     pair = []
     for graphs in ("on", "off"):
         stream = iter(data * 100)
@@ -53,7 +65,7 @@ def relative_gap(captured: Learner, eager: Learner, initial: list[torch.Tensor])
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("pixels", [False, True], ids=["mlp", "cnn"])
+@pytest.mark.parametrize("pixels", [False, True, "frames"], ids=["mlp", "cnn", "frames"])
 @pytest.mark.parametrize("target_update", ["polyak", "hard"])
 def test_captured_updates_give_the_eager_parameters(precision, pixels, target_update):
     captured, eager = learner_pair(pixels, precision=precision, accumulation_steps=2, updates_per_epoch=5,
@@ -98,8 +110,9 @@ def test_loading_a_checkpoint_after_capture_captures_again():
     assert relative_gap(captured, eager, initial) < 2e-2  # the new graph trains from the loaded Adam state
 
 
-def test_compiled_networks_inside_the_captured_update_match_eager():
-    captured, eager = learner_pair(True, precision="fp16", compile=True, accumulation_steps=2, updates_per_epoch=4,
+@pytest.mark.parametrize("pixels", [True, "frames"], ids=["cnn", "frames"])
+def test_compiled_networks_inside_the_captured_update_match_eager(pixels):
+    captured, eager = learner_pair(pixels, precision="fp16", compile=True, accumulation_steps=2, updates_per_epoch=4,
                                    lr=1e-3, adam_eps=1e-3)
     initial = [p.detach().clone() for p in eager.online.parameters()]
     captured.train_epoch()

@@ -13,7 +13,7 @@ import pytest
 from actors.adders import EnvStep, FrameAdder
 from actors.frames import FrameStacker
 from actors.nstep import NStepFolder
-from replay.frames import FrameStorage, frame_bytes_per_slot
+from replay.frames import FrameStorage, frame_bytes_per_slot, frames_per_sample
 from replay.ring import RingStorage, transition_layout
 
 FRAME = (3, 4)
@@ -47,7 +47,7 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
     rng = np.random.default_rng(seed + 1)
     stacker = FrameStacker(num_envs, stack, FRAME)
     reference = NStepFolder(n, 0.9, num_envs, (stack, *FRAME), np.uint8, chunk_steps, with_env=True)
-    storage = FrameStorage(capacity, num_envs, FRAME, stack)
+    storage = FrameStorage(capacity, num_envs, FRAME, stack, n_step=n)
     ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
     keys: list[tuple[int, int]] = []
     obs = stacker.reset(env.frames())
@@ -102,6 +102,35 @@ def test_frame_storage_rebuilds_the_reference_stacks(seed, stack, n):
     for row_obs, step in zip(obs[young], steps[young]):
         first = stack - 1 - step
         assert (row_obs[:first + 1] == row_obs[first]).all()
+
+
+@pytest.mark.parametrize("stack,n", [(4, 3), (2, 1), (4, 5), (1, 3)])
+def test_frame_once_batches_build_the_same_stacks_with_fewer_frames(stack, n):
+    storage, _, _ = run_both(steps=300, num_envs=3, stack=stack, n=n, capacity=150, seed=7, p_end=0.05)
+    rows = storage.sample_rows(4 * 32, np.random.default_rng(1)).reshape(4, 32)
+    batch = storage.sample_batches(rows)
+    whole = storage.gather(rows.reshape(-1))
+    width = 32 * frames_per_sample(stack, n)
+    assert width == 32 * (stack + min(n, stack))  # 2 x stack for whole stacks
+    assert batch["frames"].shape == (4, width, *FRAME) and batch["frames"].dtype == np.uint8
+    assert batch["obs_index"].shape == batch["next_index"].shape == (4, 32, stack)
+    for g in range(4):
+        rebuilt_obs = batch["frames"][g][batch["obs_index"][g]]
+        rebuilt_next = batch["frames"][g][batch["next_index"][g]]
+        np.testing.assert_array_equal(rebuilt_obs, whole["obs"][g * 32:(g + 1) * 32])
+        np.testing.assert_array_equal(rebuilt_next, whole["next_obs"][g * 32:(g + 1) * 32])
+        # Each row is sent for one transition and read by its stacks.
+        assert set(np.union1d(batch["obs_index"][g], batch["next_index"][g]).tolist()) == set(range(width))
+    for name in ("action", "return", "discount"):
+        np.testing.assert_array_equal(batch[name], whole[name].reshape(4, 32), err_msg=name)
+
+
+def test_frame_once_batches_refuse_a_next_obs_further_than_the_storage_sends():
+    storage, _, _ = run_both(steps=60, num_envs=2, stack=4, n=3, capacity=200, seed=2, p_end=0.0)
+    storage.frames_per_sample = frames_per_sample(4, 1)  # as if built for n-step 1
+    rows = storage.sample_rows(64, np.random.default_rng(0)).reshape(2, 32)
+    with pytest.raises(ValueError, match="3 frames after its obs"):
+        storage.sample_batches(rows)
 
 
 def test_sampling_is_uniform_over_valid_slots_without_rejection():

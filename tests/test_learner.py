@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from learner.device_feed import stack_micro_batches
-from learner.learner import Learner
+from learner.learner import Learner, synthetic_batch
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
 from learner.precision import PrecisionPolicy, make_precision
@@ -206,6 +206,28 @@ def pixel_learner(**overrides):
     s = settings(**{"obs_shape": PIXELS, "obs_dtype": "uint8", "hidden": [64], "micro_batch": 8, **overrides})
     published: list[Weights] = []
     return Learner(s, torch.device("cpu"), lambda: pixel_batch(rng, s.micro_batch), published.append), published
+
+
+def test_frame_once_batches_train_exactly_as_whole_stacks():
+    rng = np.random.default_rng(5)
+    micro = []
+    for _ in range(2):  # micro-batches of 8 transitions over 8 * 5 frame rows, some shared
+        frames = rng.integers(0, 256, (40, *PIXELS[1:]), dtype=np.uint8)
+        micro.append({"frames": frames, "obs_index": rng.integers(0, 40, (8, 4)),
+                      "next_index": rng.integers(0, 40, (8, 4)), "action": rng.integers(0, 3, 8),
+                      "return": rng.normal(size=8).astype(np.float32),
+                      "discount": np.full(8, 0.9, np.float32)})
+    whole = [{"obs": b["frames"][b["obs_index"]], "next_obs": b["frames"][b["next_index"]],
+              **{k: b[k] for k in ("action", "return", "discount")}} for b in micro]
+    frame_once, _ = pixel_learner(accumulation_steps=2, frames_per_sample=5)
+    stacks, _ = pixel_learner(accumulation_steps=2)
+    stacks.online.load_state_dict(frame_once.online.state_dict())
+    stacks.target.load_state_dict(frame_once.target.state_dict())
+    for got, want in zip(grads_after(frame_once, micro), grads_after(stacks, whole)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    frame_once.warmup()  # its synthetic batches take the frame-once form too
+    assert {"frames", "obs_index", "next_index"} <= set(synthetic_batch(frame_once.s, torch.device("cpu"),
+                                                                         np.random.default_rng(0)))
 
 
 def test_cnn_is_chosen_for_frame_stacks_and_scales_uint8_inside():

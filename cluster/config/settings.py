@@ -10,6 +10,7 @@ from actors.envs import EnvSpec, known_max_return
 from actors.settings import CollectorSettings
 from cluster.config.schema import RunConfig
 from learner.settings import LearnerSettings
+from replay.frames import frames_per_sample
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import StorageSpec
 
@@ -31,7 +32,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
 def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
     """What each shard stores (pixel observations frame-once, per env of its collector)."""
     return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
-                       config.env.num_envs)
+                       config.env.num_envs, config.algo.n_step)
 
 
 def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
@@ -48,6 +49,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
         precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
         feed_threads=None if lc.feed_threads == "auto" else lc.feed_threads,
+        frames_per_sample=frames_per_sample(spec.frame_stack, config.algo.n_step) if spec.frame_stack else 0,
     )
 
 
