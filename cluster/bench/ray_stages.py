@@ -176,7 +176,7 @@ class ClusterBench:
         latencies = []
         for _ in range(repeats):
             put_at = ray.get(actors.learner.publish_now.remote())
-            version = ray.get(actors.learner.latest_weights.remote())[1]
+            version = ray.get(actors.learner.published_weights.remote()).version
             stats = self._poll_until(
                 lambda: self._collector_stats(actors),
                 lambda stats, version=version: all(s["version"] >= version for s in stats),

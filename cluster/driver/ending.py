@@ -55,9 +55,9 @@ def _export(run, new_work: bool) -> None:
         export, version = run.outcome.last_evaluated
         run.progress.message(f"exporting weights version {version}, the last evaluated")
     if export is None:
-        export, version = ray.get(run.actors.learner.latest_weights.remote())
+        export = run.actors.learner.published_weights.remote()
         if new_work:  # the run ended on env steps: evaluate and export the final weights
-            result = run.evaluations.evaluate_now(export, version)
+            result = run.evaluations.evaluate_now(export)
             if result is not None:
                 run.outcome.final_eval = result["mean"]
                 run.tb.scalars(run.metrics.evaluation(result), run.metrics.env_steps)

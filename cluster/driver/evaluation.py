@@ -1,7 +1,8 @@
 """EvaluationScheduler: when the evaluator actor gets which weights.
 
 Every `eval.every_epochs` epochs an evaluation of the newest published weights becomes due; it
-starts as soon as none is running (one at a time, while the learner keeps training). With a give-up
+starts as soon as none is running, on the Weights the learner returns by value when asked (its
+ref is owned by the driver: it outlives the learner, and no ref travels inside a reply) (one at a time, while the learner keeps training). With a give-up
 bound (eval.max_return known), an evaluation may stop once stop.eval_return is out of reach,
 except every FULL_EVAL_EVERY-th, which runs to the end so eval/return_mean keeps a curve.
 
@@ -10,6 +11,8 @@ evaluation it was running is lost, counted in `lost`; the next one goes to the n
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import ray
 
@@ -22,11 +25,13 @@ LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 class EvaluationScheduler:
     """Starts evaluations on the evaluator actor and hands back their results with their weights."""
 
-    def __init__(self, evaluator, every_epochs: int, give_up: tuple[float, float] | None):
+    def __init__(self, evaluator, every_epochs: int, give_up: tuple[float, float] | None,
+                 newest_weights: Callable[[], ray.ObjectRef]):
         self.evaluator = evaluator
         self.every_epochs = every_epochs
         self.give_up = give_up  # None: every evaluation runs to the end
-        self.latest_weights: tuple | None = None  # (ref, version) of the newest published weights
+        self.newest_weights = newest_weights  # asks the learner for its newest Weights
+        self.published = False  # whether the learner now running has published weights
         self.started = 0
         self.lost = 0  # evaluations lost to the evaluator's death
         self._due = False
@@ -37,19 +42,19 @@ class EvaluationScheduler:
         """The running evaluation's result ref, or None."""
         return self._in_flight[0] if self._in_flight else None
 
-    def on_epoch(self, epoch: int, weights: tuple) -> None:
-        """Note an epoch's newest published weights; an evaluation is due every every_epochs."""
-        self.latest_weights = weights
+    def on_epoch(self, epoch: int) -> None:
+        """Note an epoch (it published weights); an evaluation is due every every_epochs."""
+        self.published = True
         if epoch % self.every_epochs == 0:
             self._due = True
 
     def maybe_start(self) -> None:
         """Start the due evaluation on the newest weights, if none is running."""
-        if self._due and self._in_flight is None and self.latest_weights is not None:
-            weights_ref, version = self.latest_weights
+        if self._due and self._in_flight is None and self.published:
+            weights_ref = self.newest_weights()
             give_up = self.give_up if self.started % FULL_EVAL_EVERY else None
             self.started += 1
-            self._in_flight = (self.evaluator.evaluate.remote(weights_ref, version, give_up), weights_ref)
+            self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up), weights_ref)
             self._due = False
 
     def take(self) -> tuple[dict | None, object]:
@@ -63,15 +68,15 @@ class EvaluationScheduler:
             self.lost += 1
             return None, weights_ref
 
-    def evaluate_now(self, weights_ref, version: int) -> dict | None:
+    def evaluate_now(self, weights_ref) -> dict | None:
         """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
         when the evaluator died during it."""
         try:
-            return ray.get(self.evaluator.evaluate.remote(weights_ref, version))
+            return ray.get(self.evaluator.evaluate.remote(weights_ref))
         except LOST:
             self.lost += 1
             return None
 
     def forget_weights(self) -> None:
-        """Drop the weights noted so far: their learner died, and its objects with it."""
-        self.latest_weights = None
+        """The learner died: wait for its replacement's first epoch before the next evaluation."""
+        self.published = False

@@ -65,7 +65,7 @@ class RunOutputs:
         save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints, replay)
 
     def policy(self, learner, weights_ref) -> None:
-        """policy.pt2: the greedy policy of the published weights `weights_ref`."""
+        """policy.pt2: the greedy policy of published weights (`weights_ref`: a ref to Weights)."""
         atomic_write(self.run_dir / "policy.pt2", ray.get(learner.export_policy.remote(weights_ref)))
 
     def summary(self, summary: dict) -> None:

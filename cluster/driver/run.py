@@ -124,7 +124,8 @@ class TrainingRun:
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
                                               self.progress, lambda i: restore_shard_replay(self, i))
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
-                                               eval_give_up(self.config))
+                                               eval_give_up(self.config),
+                                               lambda: self.actors.learner.published_weights.remote())
         state = self.resume.learner_state if self.resume else None
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
@@ -193,7 +194,7 @@ class TrainingRun:
         if m["updates_in_epoch"] == 0:
             return  # cut before its first update: the run is stopping
         self.epochs_done = epoch
-        self.evaluations.on_epoch(epoch, (m.pop("weights_ref"), m.pop("weights_version")))
+        self.evaluations.on_epoch(epoch)
         self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
         if epoch % self.config.checkpoint.every_epochs == 0:
             self.request_checkpoint()

@@ -1,7 +1,7 @@
 """EvaluatorActor: greedy evaluation in its own process, beside the learner.
 
 The learner never pauses training to evaluate: the driver hands this actor a published weights
-version (the same object-store ref the collectors fetch) and reads the returns when they are done.
+version (a Weights message the learner returned) and reads the returns when they are done.
 One evaluation runs at a time and the driver always sends the newest version, so evaluations
 never queue up behind a busy evaluator. MLP Q-networks are evaluated in numpy
 (learner/numpy_mlp.py), so for flat observations this process never imports torch; it starts
@@ -48,14 +48,14 @@ class EvaluatorActor:
         return functools.partial(greedy_actions, self.torch_network)
 
     @QUIET  # several a second on small envs
-    def evaluate(self, arrays: dict[str, np.ndarray], version: int,
-                 give_up: tuple[float, float] | None = None) -> dict:
-        """Mean and min greedy return of weights `version` (Ray resolves the ref to `arrays`).
+    def evaluate(self, weights, give_up: tuple[float, float] | None = None) -> dict:
+        """Mean and min greedy return of a published Weights message (Ray resolves its ref).
 
         With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
         early and reports `complete: False` with no returns.
         """
-        returns = self.evaluator.evaluate(self._policy(arrays), give_up)
+        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up)
+        version = weights.version
         if returns is None:
             return {"version": version, "complete": False, "mean": None, "min": None}
         return {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}

@@ -270,11 +270,13 @@ class WeightPublisher:
     def __init__(self, collectors: list):
         self.collectors = collectors
         self.latest: tuple[ray.ObjectRef, int] | None = None
+        self.latest_weights: Weights | None = None  # the same version by value, for the driver
 
     def publish(self, weights: Weights) -> None:
         """One ray.put, then the same ref (wrapped in a list, so Ray does not resolve it) to all."""
         ref = ray.put(weights.arrays)
         self.latest = (ref, weights.version)
+        self.latest_weights = weights
         for collector in self.collectors:
             collector.set_weights.remote([ref], weights.version)
 

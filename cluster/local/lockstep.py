@@ -47,7 +47,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     give_up = eval_give_up(config)
 
     def evaluate(weights: Weights) -> float | None:
-        return run.evaluator.evaluate(weights.arrays, weights.version, give_up)["mean"]
+        return run.evaluator.evaluate(weights, give_up)["mean"]
 
     start = time.perf_counter()
     learner.publish_weights()
