@@ -4,6 +4,10 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
+import uuid
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -12,6 +16,7 @@ from cluster.driver.checkpoints import list_checkpoints, load_latest, read_repla
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
 from cluster.driver.progress import ProgressLine
+from cluster.driver.reaper import cluster_processes, reap, still_running
 from cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
 from cluster.driver.tensorboard_log import TensorBoardLog
 
@@ -196,3 +201,27 @@ def test_sigint_stops_raypex_even_when_started_with_it_ignored():
             "except KeyboardInterrupt:\n    print('stopped')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.strip().splitlines()[-1] == "stopped"
+
+
+def test_the_reaper_finds_and_kills_descendants_that_lost_the_variable():
+    """A process carrying the cluster's variable starts a child with an empty environment (as
+    Ray's agents look once their title overwrote theirs): both are the cluster's, and both die."""
+    marker = f"RAYPEX_REAPER_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    spawn_child = ("import subprocess, sys; child = subprocess.Popen(['sleep', '60'], env={}); "
+                   "print(child.pid, flush=True); child.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", spawn_child], env={**os.environ, key: value},
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        found = cluster_processes(marker)
+        assert set(found) == {parent.pid, child}
+        assert reap(found) == 2
+        parent.wait(timeout=10)
+        assert parent.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while still_running(found) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a deadline for the kernel to deliver the child's SIGKILL
+        assert still_running(found) == []
+    finally:
+        parent.kill()

@@ -1,7 +1,8 @@
 """`raypex bench --soak MINUTES`: one long training run that watches every process's memory.
 
 About SAMPLES_PER_RUN times in the run the resident memory of each process of the local Ray cluster (found by the
-token cluster/driver/reaper.py puts in their environment: workers, GCS, raylet, agents) and of
+token cluster/driver/reaper.py puts in their environment and their descendants: workers, GCS,
+raylet, agents) and of
 the driver is read, with the object store's use and spilling. Growth is judged from the time
 every shard is full (before that, replay filling up is meant to grow) to the end: the median of
 the first SAMPLES_PER_END samples after that point against the median of the last ones.
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from cluster.bench.report import BenchRow
 from cluster.config.loading import with_overrides
-from cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable, processes_with
+from cluster.driver import reaper
+from cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable
 
 SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
 SAMPLES_PER_END = 3
@@ -25,9 +27,10 @@ GROWTH_BAR = "<= 1.05"
 
 
 def cluster_processes(token: str) -> dict[int, str]:
-    """pid -> name of every process whose environment carries the cluster's token."""
+    """pid -> name of every process whose environment carries the cluster's token, and of their
+    descendants (reaper.cluster_processes)."""
     found = {}
-    for pid in processes_with(cluster_variable(token)):
+    for pid in reaper.cluster_processes(cluster_variable(token)):
         try:
             found[pid] = process_name(Path(f"/proc/{pid}/cmdline").read_bytes())
         except OSError:

@@ -5,8 +5,9 @@ Ray's GCS, raylet and workers go with the driver, but its dashboard and runtime-
 seen logging "Raylet is dead! Exiting" and then staying alive, orphaned (Ray 2.60). The watchdog
 is a small process started before Ray. It holds the read end of a pipe whose only write end is
 the driver's: when the driver's process ends, for any reason, the read returns. Every process of
-the cluster inherits a token in its environment; after a short grace for a normal shutdown, the
-watchdog kills those still carrying it.
+the cluster inherits a token in its environment; the watchdog notes those processes and their
+descendants while the driver lives and, after a short grace for a normal shutdown, kills those
+still running.
 
 Run as `python -m cluster.driver.reaper TOKEN` with the pipe as stdin (start_reaper does that).
 """
@@ -14,6 +15,7 @@ Run as `python -m cluster.driver.reaper TOKEN` with the pipe as stdin (start_rea
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from pathlib import Path
 
 TOKEN_VARIABLE = "RAYPEX_CLUSTER_TOKEN"
 GRACE_S = 2.0  # what a crashed driver's cluster gets to exit by itself
+SCAN_S = 2.0  # how often the watchdog notes the cluster's processes
 _write_ends: list[int] = []  # kept open for the life of the driver's process
 
 
@@ -39,23 +42,55 @@ def start_reaper() -> None:
     os.environ[TOKEN_VARIABLE] = token
 
 
-def processes_with(variable: str) -> list[int]:
-    """Pids of the processes whose environment holds `variable` ("NAME=value"), this one excluded.
-
-    The environment is read from /proc as raw bytes: Ray renames its processes (setproctitle),
-    after which psutil's parsed `environ()` came back empty for them.
-    """
-    wanted = variable.encode()
-    found = []
+def _process_table() -> dict[int, tuple[int, int, bytes]]:
+    """pid -> (parent pid, start time in clock ticks, raw environment) of every live process this
+    one may read, itself excluded (a zombie has exited: it is left out). The environment is read from /proc as raw bytes: Ray renames its
+    processes (setproctitle), after which psutil's parsed `environ()` came back empty for them."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if wanted in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
+            stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue  # gone meanwhile, or not ours to read
-    return found
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        if fields[0] != "Z":
+            table[int(entry.name)] = (int(fields[1]), int(fields[19]), environ)
+    return table
+
+
+def processes_with(variable: str) -> list[int]:
+    """Pids of the processes whose environment holds `variable` ("NAME=value"), this one excluded."""
+    wanted = variable.encode()
+    return [pid for pid, (_, _, environ) in _process_table().items() if wanted in environ]
+
+
+def cluster_processes(variable: str) -> dict[int, int]:
+    """pid -> start time of the processes whose environment holds `variable` and of all their
+    descendants. Descendants count because a process may overwrite its environment's memory with
+    its title: Ray's dashboard and runtime-env agents (children of the raylet) were seen with the
+    variable no longer readable, and then orphaned, alive after their cluster was gone."""
+    table = _process_table()
+    wanted = variable.encode()
+    found = {pid for pid, (_, _, environ) in table.items() if wanted in environ}
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    frontier = list(found)
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return {pid: table[pid][1] for pid in found}
+
+
+def still_running(processes: dict[int, int]) -> list[int]:
+    """The pids of `processes` (pid -> start time) that are still the same processes."""
+    table = _process_table()
+    return [pid for pid, started in processes.items() if pid in table and table[pid][1] == started]
 
 
 def cluster_variable(token: str) -> str:
@@ -63,10 +98,10 @@ def cluster_variable(token: str) -> str:
     return f"{TOKEN_VARIABLE}={token}"
 
 
-def reap(token: str) -> int:
-    """Kill every process whose environment carries `token`; returns how many."""
+def reap(processes: dict[int, int]) -> int:
+    """Kill `processes` (pid -> start time) that are still running; returns how many."""
     killed = 0
-    for pid in processes_with(cluster_variable(token)):
+    for pid in still_running(processes):
         try:
             os.kill(pid, signal.SIGKILL)
             killed += 1
@@ -76,11 +111,17 @@ def reap(token: str) -> int:
 
 
 def main(token: str) -> None:
-    """Wait for the driver's process to end, then reap what is left of its cluster."""
-    while sys.stdin.buffer.read(4096):  # returns b"" once the driver's process has ended
-        pass
+    """Note the cluster's processes every SCAN_S while the driver's process lives (an orphaned
+    agent can no longer be found once its parent is gone); once it has ended, reap them all."""
+    variable = cluster_variable(token)
+    known: dict[int, int] = {}
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], SCAN_S)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break  # b"": the driver's process has ended
+        known.update(cluster_processes(variable))
     time.sleep(GRACE_S)
-    reap(token)
+    reap({**known, **cluster_processes(variable)})
 
 
 if __name__ == "__main__":
