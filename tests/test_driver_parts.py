@@ -14,7 +14,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.driver.checkpoints import list_checkpoints, load_latest, read_replay, save_checkpoint
 from cluster.driver.metrics import RunMetrics
-from cluster.driver.placement import PlacementError, ResourceRequest, check_fits, pair_strategy
+from cluster.driver.placement import (
+    PlacementError,
+    ResourceRequest,
+    best_learner_node,
+    check_fits,
+    cpus_beside_learner,
+    pair_strategy,
+)
 from cluster.driver.progress import ProgressLine
 from cluster.driver.reaper import cluster_processes, reap, still_running
 from cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
@@ -164,11 +171,43 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     assert "env steps  250.0k ( 50%, 50s left)" in second and "loss 0.5000" in second
 
 
-def test_pairs_get_a_node_each_when_the_nodes_allow():
-    request = ResourceRequest(3, 0.3, 0.01, 0.5, 0)
-    assert pair_strategy(request, [{"CPU": 1.0}] * 3) == "STRICT_SPREAD"
-    assert pair_strategy(request, [{"CPU": 1.0}] * 2) == "SPREAD"  # more pairs than nodes
-    assert pair_strategy(ResourceRequest(1, 0.3, 0.01, 0.5, 0), [{"CPU": 1.0}] * 3) == "SPREAD"
+CPU = {"CPU": 1.0}
+PLACEMENT_TABLE = [
+    # (shape, nodes, request: collectors, collector CPUs, learner CPUs, learner GPUs; learner node, pair strategy)
+    ("1x2", [{"CPU": 2.0}], (2, 0.4, 1.0, 0), 0, "PACK"),
+    ("3x1, 3 collectors", [CPU] * 3, (3, 0.4, 1.0, 0), 0, "SPREAD"),  # the learner fills a node
+    ("3x1, 2 collectors", [CPU] * 3, (2, 0.4, 1.0, 0), 0, "STRICT_SPREAD"),
+    ("2x1+1x4", [CPU, CPU, {"CPU": 4.0}], (3, 0.4, 1.0, 0), 2, "STRICT_SPREAD"),
+    ("GPU node + CPU nodes", [{"CPU": 4.0}, {"CPU": 8.0, "GPU": 1.0}, {"CPU": 4.0}], (9, 1.0, 4.0, 1), 1, "SPREAD"),
+    ("GPU node + CPU nodes, few collectors", [{"CPU": 4.0}, {"CPU": 8.0, "GPU": 1.0}, {"CPU": 4.0}], (3, 1.0, 4.0, 1),
+     1, "STRICT_SPREAD"),
+]
+
+
+@pytest.mark.parametrize("shape,nodes,asked,learner_node,strategy", PLACEMENT_TABLE, ids=[r[0] for r in PLACEMENT_TABLE])
+def test_placement_finds_the_layout_each_node_shape_allows(shape, nodes, asked, learner_node, strategy):
+    collectors, collector_cpus, learner_cpus, learner_gpus = asked
+    request = ResourceRequest(collectors, collector_cpus, 0.01, learner_cpus, learner_gpus)
+    check_fits(request, nodes)
+    assert best_learner_node(request, nodes) == learner_node
+    assert pair_strategy(request, cpus_beside_learner(request, nodes, learner_node)) == strategy
+
+
+def test_placement_refuses_shapes_with_no_layout_in_one_line():
+    too_small = ResourceRequest(1, 0.4, 0.01, 1.0, 0)
+    with pytest.raises(PlacementError, match=r"needs 1.41 CPUs .* but the Ray cluster has 1"):
+        check_fits(too_small, [CPU])
+    # Enough CPUs in all (2.83 of 3), but a 0.61-CPU pair fits beside a 1-CPU learner on no node.
+    fragmented = ResourceRequest(3, 0.6, 0.01, 1.0, 0)
+    with pytest.raises(PlacementError, match="^3 collector\\+shard pairs of 0.61 CPUs do not fit beside the learner "
+                       "on nodes of 3 x 1 CPU: at most 2 do; lower collectors.num"):
+        check_fits(fragmented, [CPU] * 3)
+    # A CPU learner would fit on the 2-CPU node, leaving the 3 CPUs to the pairs; a GPU learner
+    # must take the GPU node, and then only one 1.5-CPU pair has room.
+    nodes = [{"CPU": 3.0, "GPU": 1.0}, {"CPU": 2.0}]
+    check_fits(ResourceRequest(2, 1.5, 0.0, 2.0, 0), nodes)
+    with pytest.raises(PlacementError, match="on nodes of 1 x 3 CPU \\+ 1 GPU, 1 x 2 CPU: at most 1 do"):
+        check_fits(ResourceRequest(2, 1.5, 0.0, 2.0, 1), nodes)
 
 
 def test_the_solve_clock_starts_when_the_command_process_started():

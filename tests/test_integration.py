@@ -116,6 +116,28 @@ def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
     assert result["time_to_solve_s"] is not None and result["final_eval_return"] >= 200, result
 
 
+def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
+    """The learner fills one node; three 0.41-CPU pairs need the other two, two on one of them:
+    STRICT_SPREAD over three nodes (which once made this run fail) cannot hold them."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    run = tmp_path / "packed"
+    try:
+        code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3",
+                     "learner.num_cpus=1", "stop.env_steps=4000", *SHORT])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert code == 0
+    placement = json.loads((run / "placement.json").read_text())
+    assert placement["pair_strategy"] == "SPREAD"
+    pair_nodes = [p["collector_node"] for p in placement["pairs"]]
+    assert placement["learner_node"] not in pair_nodes and len(set(pair_nodes)) == 2
+    assert summary(run)["env_steps"] >= 4000
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

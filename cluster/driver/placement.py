@@ -1,18 +1,22 @@
 """Where actors go: a placement group for the learner and one for the collector+shard pairs.
 
-A collector and its shard share a bundle, so they always share a node. Pair bundles are spread
-over the nodes: STRICT_SPREAD (one pair per node) when enough nodes can each hold a pair, else
-SPREAD (as even as Ray can). Before asking Ray, the request is checked against the cluster's nodes
-so an impossible one fails in seconds with a sentence naming what is missing, instead of waiting
+A collector and its shard share a bundle, so they always share a node. The learner is placed
+first; the pair bundles are then spread over the nodes with the learner's share taken off its
+node: STRICT_SPREAD (one pair per node) when enough nodes can each still hold a pair, else SPREAD
+(as even as Ray can) over the nodes with room, or PACK when only one has room; a STRICT_SPREAD
+that Ray cannot grant falls back to PACK. Before asking Ray, the request is checked against the
+cluster's nodes (every layout of the learner and the pairs is tried, pure logic below) so an
+impossible one fails in seconds with a sentence naming what is missing, instead of waiting
 forever in Ray's pending state.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 
@@ -39,8 +43,49 @@ class ResourceRequest:
         return [learner] + [dict(pair) for _ in range(self.num_collectors)]
 
 
+_EPS = 1e-9
+
+
+def _node_text(nodes: list[dict[str, float]]) -> str:
+    """'2 x 1 CPU, 1 x 4 CPU + 1 GPU': the node shapes, for messages."""
+    shapes: dict[str, int] = {}
+    for node in nodes:
+        shape = f"{node.get('CPU', 0.0):g} CPU" + (f" + {node['GPU']:g} GPU" if node.get("GPU") else "")
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return ", ".join(f"{count} x {shape}" for shape, count in shapes.items())
+
+
+def pair_slots(cpus: list[float], pair_cpus: float) -> list[int]:
+    """How many collector+shard pairs each node's free CPUs hold."""
+    return [int((c + _EPS) // pair_cpus) if pair_cpus > 0 else 1 << 30 for c in cpus]
+
+
+def cpus_beside_learner(request: ResourceRequest, nodes: list[dict[str, float]], learner_node: int) -> list[float]:
+    """Each node's CPUs once the learner's bundle sits on node `learner_node`."""
+    return [n.get("CPU", 0.0) - (request.learner_cpus if i == learner_node else 0.0) for i, n in enumerate(nodes)]
+
+
+def best_learner_node(request: ResourceRequest, nodes: list[dict[str, float]]) -> int | None:
+    """The node for the learner after which the most pairs get a node of their own (then the
+    most pair slots); None when no node that can hold the learner leaves room for every pair."""
+    pair_cpus = request.collector_cpus + request.shard_cpus
+    best, best_key = None, None
+    for i, node in enumerate(nodes):
+        if node.get("CPU", 0.0) + _EPS < request.learner_cpus or node.get("GPU", 0.0) + _EPS < request.learner_gpus:
+            continue
+        slots = pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus)
+        if sum(slots) < request.num_collectors:
+            continue
+        key = (sum(1 for s in slots if s > 0), sum(slots))
+        if best_key is None or key > best_key:
+            best, best_key = i, key
+    return best
+
+
 def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
-    """Raise PlacementError if the alive nodes (their total resources) cannot hold the bundles."""
+    """Raise PlacementError, naming what is missing, unless some layout of the bundles on the
+    alive nodes (their total resources) exists: the learner on one node, every pair on a node
+    with room left for it."""
     total_cpu = sum(n.get("CPU", 0.0) for n in nodes)
     total_gpu = sum(n.get("GPU", 0.0) for n in nodes)
     bundles = request.bundles()
@@ -62,18 +107,30 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
             raise PlacementError(
                 f"one {name} needs {bundle['CPU']:g} CPUs on a single node but the largest node has {largest:g}"
             )
+    if best_learner_node(request, nodes) is None:
+        pair_cpus = request.collector_cpus + request.shard_cpus
+        most = max((sum(pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus))
+                    for i, n in enumerate(nodes) if n.get("GPU", 0.0) + _EPS >= request.learner_gpus
+                    and n.get("CPU", 0.0) + _EPS >= request.learner_cpus), default=0)
+        raise PlacementError(
+            f"{request.num_collectors} collector+shard pairs of {pair_cpus:g} CPUs do not fit beside the learner "
+            f"on nodes of {_node_text(nodes)}: at most {most} do; lower collectors.num or collectors.num_cpus, "
+            "or add nodes"
+        )
 
 
-def alive_node_resources() -> list[dict[str, float]]:
-    """Total resources of each alive node of the connected cluster."""
-    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+def alive_nodes() -> list[tuple[str, dict[str, float]]]:
+    """(node id, total resources) of each alive node of the connected cluster."""
+    return [(n["NodeID"], n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
-def pair_strategy(request: ResourceRequest, nodes: list[dict[str, float]]) -> str:
-    """STRICT_SPREAD when every pair can have a node of its own, else SPREAD."""
-    pair_cpus = request.collector_cpus + request.shard_cpus
-    roomy = sum(1 for n in nodes if n.get("CPU", 0.0) + 1e-9 >= pair_cpus)
-    return "STRICT_SPREAD" if 1 < request.num_collectors <= roomy else "SPREAD"
+def pair_strategy(request: ResourceRequest, cpus: list[float]) -> str:
+    """How to lay out the pairs on nodes with `cpus` free beside the learner: STRICT_SPREAD when
+    every pair can have a node of its own, SPREAD when at least two nodes have room, else PACK."""
+    roomy = sum(1 for slots in pair_slots(cpus, request.collector_cpus + request.shard_cpus) if slots > 0)
+    if 1 < request.num_collectors <= roomy:
+        return "STRICT_SPREAD"
+    return "SPREAD" if roomy > 1 else "PACK"
 
 
 @dataclass(frozen=True)
@@ -82,6 +139,7 @@ class Reservation:
 
     learner: object
     pairs: object
+    pair_strategy: str = "SPREAD"  # how the pairs were laid out
 
     def release(self) -> None:
         """Give both placement groups back to the cluster."""
@@ -90,22 +148,39 @@ class Reservation:
 
 
 def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
-    """Check, then create both placement groups; PlacementError if Ray cannot place them in time."""
-    nodes = alive_node_resources()
-    check_fits(request, nodes)
+    """Check, place the learner, then the pairs around it; PlacementError if Ray cannot place
+    them in time. The pairs' strategy counts the learner where Ray put it; when STRICT_SPREAD
+    cannot be had (other jobs may hold some nodes' CPUs), PACK, which takes any fit, is tried."""
+    nodes = alive_nodes()
+    resources = [r for _, r in nodes]
+    check_fits(request, resources)
     bundles = request.bundles()
+    deadline = time.monotonic() + timeout_s
     learner = placement_group(bundles[:1], strategy="PACK")
-    pairs = placement_group(bundles[1:], strategy=pair_strategy(request, nodes))
-    ready, _ = ray.wait([learner.ready(), pairs.ready()], num_returns=2, timeout=timeout_s)
-    reservation = Reservation(learner, pairs)
-    if len(ready) < 2:
-        reservation.release()
-        free = ray.available_resources()
-        raise PlacementError(
-            f"Ray could not place the actors within {timeout_s:g}s (needs {bundles}; "
-            f"free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU; other jobs may hold them)"
-        )
-    return reservation
+    if not ray.wait([learner.ready()], timeout=timeout_s)[0]:
+        remove_placement_group(learner)
+        raise _not_placed(bundles, timeout_s)
+    learner_node = placement_group_table(learner)["bundles_to_node_id"][0]
+    index = next((i for i, (node_id, _) in enumerate(nodes) if node_id == learner_node), -1)
+    strategy = pair_strategy(request, cpus_beside_learner(request, resources, index))
+    attempts = [strategy, "PACK"] if strategy == "STRICT_SPREAD" else [strategy]
+    for attempt, strategy in enumerate(attempts):
+        left = deadline - time.monotonic()
+        wait_s = left / 2 if attempt < len(attempts) - 1 else left
+        pairs = placement_group(bundles[1:], strategy=strategy)
+        if ray.wait([pairs.ready()], timeout=max(wait_s, 0.5))[0]:
+            return Reservation(learner, pairs, strategy)
+        remove_placement_group(pairs)
+    remove_placement_group(learner)
+    raise _not_placed(bundles, timeout_s)
+
+
+def _not_placed(bundles: list[dict], timeout_s: float) -> PlacementError:
+    free = ray.available_resources()
+    return PlacementError(
+        f"Ray could not place the actors within {timeout_s:g}s (needs {bundles}; "
+        f"free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU; other jobs may hold them)"
+    )
 
 
 def in_bundle(group, index: int) -> PlacementGroupSchedulingStrategy:

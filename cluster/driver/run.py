@@ -138,7 +138,7 @@ class TrainingRun:
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
         self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs))
         self.metrics.learner_version = info["version"]
-        self.outputs.placement(self.actors.placement())
+        self.outputs.placement({**self.actors.placement(), "pair_strategy": self.group.pair_strategy})
 
     def _loop(self) -> None:
         learner = self.actors.learner
