@@ -19,6 +19,7 @@ import ray
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
+from cluster.driver.address import ConnectError, check_gcs_port
 from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, reserve
 from cluster.driver.reaper import start_reaper
 from cluster.hosts.collector_actor import CollectorActor
@@ -32,10 +33,6 @@ PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
 COLLECTOR_MAX_RESTARTS = 3
 SHARD_MAX_RESTARTS = 3
-
-
-class ConnectError(Exception):
-    """The Ray cluster at --address cannot be reached (one-line message)."""
 
 
 def connect(address: str | None) -> bool:
@@ -56,11 +53,17 @@ def connect(address: str | None) -> bool:
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         return True
+    check_gcs_port(address)
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
         reason = str(err).splitlines()[0]
-        raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason})") from None
+        hint = ""
+        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            hint = ("; if the cluster uses token authentication (what `ray start` turns on since Ray 2.60), set "
+                    "RAY_AUTH_MODE=token with the head's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or "
+                    "RAY_AUTH_TOKEN_PATH")
+        raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason}){hint}") from None
     return False
 
 

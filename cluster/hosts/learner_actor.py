@@ -104,6 +104,7 @@ class LearnerActor:
         """The newest published weights (a Weights message, by value: see the module docstring)."""
         return self.publisher.latest_weights
 
+    @QUIET  # every checkpoint: hundreds in a long run
     def state_bytes(self) -> bytes:
         """The learner's checkpoint (torch.save bytes)."""
         return self.learner.state_bytes()

@@ -34,6 +34,11 @@ class ShardActor(ReplayShard):
         """ReplayShard.stats."""
         return ReplayShard.stats(self)
 
+    @QUIET  # every checkpoint: hundreds in a long run
+    def get_state(self) -> dict:
+        """ReplayShard.get_state."""
+        return ReplayShard.get_state(self)
+
     def pid(self) -> int:
         """This actor's process id (bench reads its resident memory)."""
         return os.getpid()

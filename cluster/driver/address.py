@@ -1,0 +1,58 @@
+"""Checks on `--address` before Ray is asked to join a cluster, so that a wrong address is one line
+within seconds: Ray's own join retries for about a minute, printing GCS warnings, when nothing or
+the wrong thing answers there.
+
+- nothing listens at HOST:PORT (refused), or nobody answers (timeout): said at once;
+- something answers that does not speak HTTP/2, as a Ray GCS (gRPC) does (a dashboard or job
+  server port, say): said at once, with where the GCS port comes from.
+Turning token authentication on whenever a token file exists on this machine was tried and not
+kept: against a cluster started without it, the run's workers died at once.
+"""
+
+from __future__ import annotations
+
+import socket
+
+CONNECT_TIMEOUT_S = 3.0
+# An HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server answers with its own
+# SETTINGS frame (frame type 4 in the 4th byte of the 9-byte frame header).
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS_FRAME = 4
+
+
+class ConnectError(Exception):
+    """The Ray cluster at --address cannot be reached (one-line message)."""
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a HOST:PORT address; None for what Ray resolves itself ("auto", ray://)."""
+    if address == "auto" or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConnectError(f"--address {address}: expected HOST:PORT of the Ray head's GCS (e.g. 10.0.0.5:6379) "
+                           "or auto")
+    return host, int(port)
+
+
+def check_gcs_port(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise ConnectError unless a gRPC server answers at `address` within `timeout_s`."""
+    target = host_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=timeout_s) as sock:
+            sock.sendall(_HTTP2_HELLO)
+            reply = b""
+            while len(reply) < 4 and (more := sock.recv(9 - len(reply))):
+                reply += more
+    except ConnectionRefusedError:
+        raise ConnectError(f"--address {address}: nothing listens there (connection refused); start the head "
+                           "with `ray start --head --port PORT` and pass its HOST:PORT") from None
+    except TimeoutError:
+        raise ConnectError(f"--address {address}: no answer within {timeout_s:g}s (host down, or a firewall)") from None
+    except OSError as err:
+        raise ConnectError(f"--address {address}: cannot connect ({err.strerror or err})") from None
+    if len(reply) < 4 or reply[3] != _SETTINGS_FRAME:
+        raise ConnectError(f"--address {address}: something answers there, but not a Ray GCS; use the port "
+                           "`ray start --head` printed (6379 unless --port was given), not the dashboard's")

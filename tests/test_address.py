@@ -1,0 +1,93 @@
+"""`--address` checks before Ray joins a cluster (no Ray here: plain sockets stand in for the
+wrong things a user may point raypex at; tests/test_integration.py joins real clusters)."""
+
+import socket
+import threading
+
+import pytest
+
+from cluster.commands.cli import main
+from cluster.driver.address import ConnectError, check_gcs_port, host_port
+
+
+def test_addresses_ray_resolves_itself_pass_and_malformed_ones_are_named():
+    assert host_port("auto") is None and host_port("ray://head:10001") is None
+    assert host_port("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    for bad in ("10.0.0.5", "head:", ":6379", "head:port", "head:70000"):
+        with pytest.raises(ConnectError, match=f"--address {bad}: expected HOST:PORT"):
+            host_port(bad)
+
+
+def _listening(answer: bytes | None):
+    """A server socket on a free local port that answers each connection with `answer` (None:
+    accepts and never answers); returns (address, close)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                conn.recv(64)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close():
+        server.close()
+        for conn in held:
+            conn.close()
+
+    return f"127.0.0.1:{server.getsockname()[1]}", close
+
+
+def test_nothing_listening_is_said_at_once():
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()  # the port is free: nothing listens there
+    with pytest.raises(ConnectError, match="nothing listens there"):
+        check_gcs_port(address)
+
+
+def test_a_server_that_is_not_a_gcs_is_named():
+    address, close = _listening(b"HTTP/1.1 400 Bad Request\r\n\r\n")  # a dashboard or job server port
+    try:
+        with pytest.raises(ConnectError, match="something answers there, but not a Ray GCS"):
+            check_gcs_port(address)
+    finally:
+        close()
+
+
+def test_a_silent_server_times_out_and_an_http2_server_passes():
+    address, close = _listening(None)
+    try:
+        with pytest.raises(ConnectError, match="no answer within 0.3s"):
+            check_gcs_port(address, timeout_s=0.3)
+    finally:
+        close()
+    address, close = _listening(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an HTTP/2 SETTINGS frame, as gRPC sends
+    try:
+        check_gcs_port(address)
+    finally:
+        close()
+
+
+def test_train_with_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path, capsys):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    run = tmp_path / "nowhere"
+    assert main(["train", "--address", f"127.0.0.1:{port}", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = (f"raypex: error: --address 127.0.0.1:{port}: nothing listens there (connection refused); "
+            "start the head with `ray start --head --port PORT` and pass its HOST:PORT")
+    assert err == [said]
+    assert not run.exists()
