@@ -174,6 +174,7 @@ def test_a_killed_shard_gets_its_replay_back_from_the_newest_checkpoint(running)
     line = run.read_until("replay shard 0 died and Ray restarted it: ")
     assert "its replay comes back from the checkpoint of epoch" in line, run.output
     restored = int(line.split("(")[1].split()[0])  # "(N transitions inserted by then)"
+    run.read_until("[")  # a progress line later (up to ten seconds): the collector has gone on inserting
     run.proc.send_signal(signal.SIGINT)
     assert run.finish() == 130, run.output
     result = run.summary()
