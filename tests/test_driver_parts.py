@@ -65,6 +65,17 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, dama
     assert len(skipped) == 1 and "ckpt-00000002 is damaged" in skipped[0] and "\n" not in skipped[0]
 
 
+def test_a_shard_restore_takes_the_newest_set_that_has_replay(tmp_path):
+    """A set saved while a shard was dying has the learner's part only: a restarted shard's
+    replay comes from the set before it, a resume from the newest."""
+    replay = [{"storage": {"total_added": 7}, "sampled": 1}]
+    save_checkpoint(tmp_path, 1, b"one", {"epochs": 1, "env_steps": 1, "wall_s": 1.0}, keep=3, replay_states=replay)
+    save_checkpoint(tmp_path, 2, b"two", {"epochs": 2, "env_steps": 2, "wall_s": 1.0}, keep=3)
+    assert load_latest(tmp_path).epochs == 2 and load_latest(tmp_path).replay_files == []
+    with_replay = load_latest(tmp_path, with_replay=True)
+    assert with_replay.epochs == 1 and read_replay(with_replay.replay_files[0]) == replay[0]
+
+
 def test_a_checkpoint_set_holds_every_shards_replay_and_a_damaged_part_voids_it(tmp_path):
     replay = [{"storage": {"total_added": 10 * i}, "sampled": i} for i in (1, 2)]
     for epoch in (1, 2, 3, 4):

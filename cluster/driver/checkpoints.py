@@ -83,10 +83,12 @@ def _matches(path: Path, part: dict) -> bool:
     return len(data) == part["bytes"] and hashlib.sha256(data).hexdigest() == part["sha256"]
 
 
-def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
+def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None,
+                with_replay: bool = False) -> ResumePoint | None:
     """The newest intact checkpoint set, or None when there is none. Each newer one that is
     damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is
-    reported to `on_skip` in one line and passed over."""
+    reported to `on_skip` in one line and passed over. `with_replay`: also pass over sets
+    without replay (saved while a shard was dying, or with checkpoint.replay off)."""
     for manifest in reversed(list_checkpoints(directory)):
         problem = None
         try:
@@ -103,6 +105,8 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
         except (OSError, ValueError, KeyError, TypeError) as err:
             problem = problem or f"unreadable or incomplete ({type(err).__name__})"
         if problem is None:
+            if with_replay and not point.replay_files:
+                continue
             return point
         on_skip(f"checkpoint {manifest.stem} is damaged ({problem}); trying the one before it")
     return None

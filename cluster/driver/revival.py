@@ -68,7 +68,7 @@ def restore_shard_replay(run, shard: int) -> str:
         return "it starts empty (checkpoint.replay is off)"
     if len(run.spec.obs_shape) != 1:  # frame-once storage is linked to its live collector's frame stream
         return "it starts empty (pixel replay comes back only when a run resumes)"
-    resume = load_latest(run.revival.checkpoint_dir, run.progress.message)
+    resume = load_latest(run.revival.checkpoint_dir, run.progress.message, with_replay=True)
     if resume is None or len(resume.replay_files) != len(run.actors.shards):
         return "it starts empty (no checkpoint with replay yet)"
     state = read_replay(resume.replay_files[shard])
