@@ -73,7 +73,7 @@ FrameBatch = TypedDict(
         # Stacked pixel observations, each sampled frame once (replay/frames.py: sample_batches);
         # the learner builds obs = frames[obs_index] on its device. Fields may carry leading
         # dimensions like Batch's.
-        "frames": np.ndarray,  # [B * frames_per_sample, H, W] uint8, zero rows at the end
+        "frames": np.ndarray,  # [B * frames_per_sample, H, W] uint8, each transition's in a row
         "obs_index": np.ndarray,  # [B, stack] int64 rows of `frames`, oldest frame first
         "action": np.ndarray,
         "return": np.ndarray,

@@ -86,8 +86,7 @@ class RingStorage:
     def sample_batches(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Micro-batches for the learner from `rows` [G, B]: every field [G, B, ...]."""
         groups, count = rows.shape
-        return {name: column[rows.reshape(-1)].reshape(groups, count, *column.shape[1:])
-                for name, column in self.columns.items()}
+        return {name: array.reshape(groups, count, *array.shape[1:]) for name, array in self.gather(rows.reshape(-1)).items()}
 
     def get_state(self) -> dict:
         """The stored rows and cursors, for a replay checkpoint."""

@@ -77,8 +77,9 @@ class ReplayShard:
         """`num_batches` micro-batches of `count` uniform draws each, in one gather.
 
         Every field has the leading dimension num_batches ([num_batches, count, ...], or the
-        frame-once form of pixel storage); the learner slices one micro-batch per index. Serving several micro-batches per call divides the per-call
-        cost of Ray on both sides by `num_batches`.
+        frame-once form of pixel storage); the learner slices one micro-batch per index. Serving
+        several micro-batches per call divides the per-call cost of Ray on both sides by
+        `num_batches`.
         """
         if self.storage.size == 0:
             raise ShardEmpty(f"shard {self.shard_id} holds no transitions yet")

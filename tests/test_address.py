@@ -18,6 +18,13 @@ def test_addresses_ray_resolves_itself_pass_and_malformed_ones_are_named():
             host_port(bad)
 
 
+def free_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _listening(answer: bytes | None):
     """A server socket on a free local port that answers each connection with `answer` (None:
     accepts and never answers); returns (address, close)."""
@@ -48,12 +55,8 @@ def _listening(answer: bytes | None):
 
 
 def test_nothing_listening_is_said_at_once():
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    address = f"127.0.0.1:{probe.getsockname()[1]}"
-    probe.close()  # the port is free: nothing listens there
     with pytest.raises(ConnectError, match="nothing listens there"):
-        check_gcs_port(address)
+        check_gcs_port(f"127.0.0.1:{free_port()}")
 
 
 def test_a_server_that_is_not_a_gcs_is_named():
@@ -80,10 +83,7 @@ def test_a_silent_server_times_out_and_an_http2_server_passes():
 
 
 def test_train_with_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path, capsys):
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()
     run = tmp_path / "nowhere"
     assert main(["train", "--address", f"127.0.0.1:{port}", "--run-dir", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

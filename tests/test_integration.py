@@ -89,20 +89,27 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     assert re.match(r"mean return \d+\.\d+ over 5 episodes", capsys.readouterr().out)
 
 
-def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
+def train_on_three_one_cpu_nodes(run: Path, *overrides: str) -> tuple[int, set[str]]:
+    """`raypex train --address` with 3 collectors on a simulated cluster of three 1-CPU nodes;
+    (exit code, the nodes' ids)."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
-    run = tmp_path / "multi"
     try:
-        code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3",
-                     "collectors.num_cpus=0.3", "learner.num_cpus=0.5", "stop.env_steps=80000",
-                     *SHORT, "eval.episodes=16", "stop.eval_return=200"])
+        code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3", *overrides])
         node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     finally:
         ray.shutdown()
         cluster.shutdown()
+    return code, node_ids
+
+
+def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
+    run = tmp_path / "multi"
+    code, node_ids = train_on_three_one_cpu_nodes(run, "collectors.num_cpus=0.3", "learner.num_cpus=0.5",
+                                                  "stop.env_steps=80000", *SHORT, "eval.episodes=16",
+                                                  "stop.eval_return=200")
     assert code == 0
     placement = json.loads((run / "placement.json").read_text())
     pairs = placement["pairs"]
@@ -119,17 +126,8 @@ def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
 def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
     """The learner fills one node; three 0.41-CPU pairs need the other two, two on one of them:
     STRICT_SPREAD over three nodes (which once made this run fail) cannot hold them."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
     run = tmp_path / "packed"
-    try:
-        code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3",
-                     "learner.num_cpus=1", "stop.env_steps=4000", *SHORT])
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    code, _ = train_on_three_one_cpu_nodes(run, "learner.num_cpus=1", "stop.env_steps=4000", *SHORT)
     assert code == 0
     placement = json.loads((run / "placement.json").read_text())
     assert placement["pair_strategy"] == "SPREAD"

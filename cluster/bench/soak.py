@@ -1,9 +1,9 @@
 """`raypex bench --soak MINUTES`: one long training run that watches every process's memory.
 
-About SAMPLES_PER_RUN times in the run the resident memory of each process of the local Ray cluster (found by the
-token cluster/driver/reaper.py puts in their environment and their descendants: workers, GCS,
-raylet, agents) and of
-the driver is read, with the object store's use and spilling. Growth is judged from the time
+About SAMPLES_PER_RUN times in the run the resident memory of each process of the local Ray
+cluster (those carrying the token cluster/driver/reaper.py puts in their environment and their
+descendants: workers, GCS, raylet, agents) and of the driver is read, with the object store's use
+and spilling. Growth is judged from the time
 every shard is full (before that, replay filling up is meant to grow) to the end: the median of
 the first SAMPLES_PER_END samples after that point against the median of the last ones.
 """

@@ -2,11 +2,11 @@
 
 A checkpoint of epoch E is `ckpt-E.pt` (the learner's torch.save bytes), with
 `checkpoint.replay: true` one `ckpt-E-shard-I.replay` per shard (its storage, pickled), and
-`ckpt-E.json`: the
-manifest (env steps, epochs, wall time so far, and each file's size and SHA-256). Every file is
-written to a temporary name and renamed, the manifest last, so a crash mid-write never leaves a
-set that looks complete; a part damaged or missing later (a full disk, a copy cut short) no longer
-matches its manifest, and resuming falls back to the newest intact set, checked before Ray starts.
+`ckpt-E.json`: the manifest (env steps, epochs, wall time so far, and each file's size and
+SHA-256). Every file is written to a temporary name and renamed, the manifest last, so a crash
+mid-write never leaves a set that looks complete; a part damaged or missing later (a full disk, a
+copy cut short) no longer matches its manifest, and resuming falls back to the newest intact set,
+checked before Ray starts.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """EvaluationScheduler: when the evaluator actor gets which weights.
 
 Every `eval.every_epochs` epochs an evaluation of the newest published weights becomes due; it
-starts as soon as none is running, on the Weights the learner returns by value when asked (its
-ref is owned by the driver: it outlives the learner, and no ref travels inside a reply) (one at a time, while the learner keeps training). With a give-up
-bound (eval.max_return known), an evaluation may stop once stop.eval_return is out of reach,
-except every FULL_EVAL_EVERY-th, which runs to the end so eval/return_mean keeps a curve.
+starts as soon as none is running (one at a time, while the learner keeps training), on the
+Weights the learner returns by value when asked: that ref is the driver's own, it outlives the
+learner, and no ref travels inside a reply. With a give-up bound (eval.max_return known), an
+evaluation may stop once stop.eval_return is out of reach, except every FULL_EVAL_EVERY-th, which
+runs to the end so eval/return_mean keeps a curve.
 
 Evaluation is optional to training: when the evaluator dies, Ray restarts it (wiring.py) and the
 evaluation it was running is lost, counted in `lost`; the next one goes to the new process.
@@ -17,8 +18,8 @@ from collections.abc import Callable
 import ray
 
 FULL_EVAL_EVERY = 5
-# An evaluation is lost when the evaluator dies during it, or when the learner that owned its
-# weights died (their object went with it).
+# An evaluation is lost when the evaluator dies during it, or when the object holding its
+# weights was lost (the node that held it died).
 LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 
 

@@ -1,8 +1,8 @@
 """RunOutputs: what a run leaves in its directory, each file written atomically.
 
 placement.json (which node runs what), checkpoints/ (the learner's state, the run's counters and
-every shard's replay, the newest `checkpoint.keep` sets kept), policy.pt2 (the exported greedy policy of a chosen weights
-version) and summary.json (the run's figures). TensorBoard events are written by TensorBoardLog.
+every shard's replay, the newest `checkpoint.keep` sets kept), policy.pt2 (the exported greedy
+policy of a chosen weights version) and summary.json (the run's figures). TensorBoard events are written by TensorBoardLog.
 """
 
 from __future__ import annotations

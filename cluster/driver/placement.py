@@ -65,13 +65,17 @@ def cpus_beside_learner(request: ResourceRequest, nodes: list[dict[str, float]],
     return [n.get("CPU", 0.0) - (request.learner_cpus if i == learner_node else 0.0) for i, n in enumerate(nodes)]
 
 
+def _holds_learner(request: ResourceRequest, node: dict[str, float]) -> bool:
+    return node.get("CPU", 0.0) + _EPS >= request.learner_cpus and node.get("GPU", 0.0) + _EPS >= request.learner_gpus
+
+
 def best_learner_node(request: ResourceRequest, nodes: list[dict[str, float]]) -> int | None:
     """The node for the learner after which the most pairs get a node of their own (then the
     most pair slots); None when no node that can hold the learner leaves room for every pair."""
     pair_cpus = request.collector_cpus + request.shard_cpus
     best, best_key = None, None
     for i, node in enumerate(nodes):
-        if node.get("CPU", 0.0) + _EPS < request.learner_cpus or node.get("GPU", 0.0) + _EPS < request.learner_gpus:
+        if not _holds_learner(request, node):
             continue
         slots = pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus)
         if sum(slots) < request.num_collectors:
@@ -110,8 +114,7 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
     if best_learner_node(request, nodes) is None:
         pair_cpus = request.collector_cpus + request.shard_cpus
         most = max((sum(pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus))
-                    for i, n in enumerate(nodes) if n.get("GPU", 0.0) + _EPS >= request.learner_gpus
-                    and n.get("CPU", 0.0) + _EPS >= request.learner_cpus), default=0)
+                    for i, n in enumerate(nodes) if _holds_learner(request, n)), default=0)
         raise PlacementError(
             f"{request.num_collectors} collector+shard pairs of {pair_cpus:g} CPUs do not fit beside the learner "
             f"on nodes of {_node_text(nodes)}: at most {most} do; lower collectors.num or collectors.num_cpus, "

@@ -44,8 +44,9 @@ def start_reaper() -> None:
 
 def _process_table() -> dict[int, tuple[int, int, bytes]]:
     """pid -> (parent pid, start time in clock ticks, raw environment) of every live process this
-    one may read, itself excluded (a zombie has exited: it is left out). The environment is read from /proc as raw bytes: Ray renames its
-    processes (setproctitle), after which psutil's parsed `environ()` came back empty for them."""
+    one may read, itself excluded (a zombie has exited: it is left out). The environment is read
+    from /proc as raw bytes: Ray renames its processes (setproctitle), after which psutil's parsed
+    `environ()` came back empty for them."""
     table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -59,12 +60,6 @@ def _process_table() -> dict[int, tuple[int, int, bytes]]:
         if fields[0] != "Z":
             table[int(entry.name)] = (int(fields[1]), int(fields[19]), environ)
     return table
-
-
-def processes_with(variable: str) -> list[int]:
-    """Pids of the processes whose environment holds `variable` ("NAME=value"), this one excluded."""
-    wanted = variable.encode()
-    return [pid for pid, (_, _, environ) in _process_table().items() if wanted in environ]
 
 
 def cluster_processes(variable: str) -> dict[int, int]:

@@ -167,7 +167,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         collectors.append(collector)
     respawn = functools.partial(start_learner, config, plan, shards, collectors, group, device, run_id, learner_host)
     learner = respawn()
-    # the driver -> the evaluator (weights refs, cluster/driver/evaluation.py). Evaluation shares
+    # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
     # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.

@@ -1,14 +1,14 @@
 """LearnerActor: the Ray shell around a Learner, its batch source and its weight publisher.
 
 The driver paces it one epoch per `train_epoch` call (two queued, so it never idles between
-epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights refs this actor publishes;
+epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights this actor publishes;
 `export_policy` can export exactly the version an evaluation passed.
 
 No reply of this actor carries an ObjectRef: a ref nested in a return value makes this process's
 Ray core worker keep bookkeeping for it after the caller has dropped it (an epoch's metrics with
 the weights ref grew the learner by 3.7 MB a minute on CartPole; without it, flat). The driver
-gets weights by value (`published_weights`), when it evaluates or exports. The bench's probes live in a
-subclass (cluster/bench/learner_probes.py), not here.
+gets weights by value (`published_weights`), when it evaluates or exports. The bench's probes live
+in a subclass (cluster/bench/learner_probes.py), not here.
 """
 
 from __future__ import annotations
