@@ -192,11 +192,6 @@ class BatchSource:
         self._top_up()
         return batch
 
-    def _front_group_arrived(self) -> bool:
-        refs = list(self.in_flight[0][1].values())
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return len(done) == len(refs)
-
     def _receive_front_group(self) -> None:
         order, refs = self.in_flight.popleft()
         self.in_flight_batches -= len(order)
@@ -229,10 +224,8 @@ class BatchSource:
             self.counter_refs = [shard.counters.remote() for shard in self.shards]
 
     def _top_up(self) -> None:
-        self._refresh_counters()
-        while self.in_flight and not self.ready and self._front_group_arrived():
-            self._receive_front_group()
         while len(self.ready) + self.in_flight_batches <= self.depth - self.group:
+            self._refresh_counters()  # once per group: each ray.wait costs as much as a request
             order = []
             for _ in range(self.group):
                 shard = self.mixer.next_shard()
