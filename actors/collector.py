@@ -41,7 +41,7 @@ class Collector:
         torch.manual_seed(seed)
         self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
-        self.network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling).eval()
+        self.network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype).eval()
         self.adder = make_adder(s, self.obs, info)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self.version = -1  # no published weights yet: acting with this collector's own random init

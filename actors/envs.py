@@ -4,12 +4,15 @@ Collectors and the evaluator build their vector envs here, so every env goes thr
 path. `inspect_env` runs in the driver before any actor starts: an unknown id or a space we cannot
 learn on is a one-line `UnsupportedEnv`, not a crash deep inside an actor.
 
-Two kinds of observation are supported: flat float vectors (CartPole), and 2-D uint8 frames
+Three kinds of observation are supported: flat float vectors (CartPole); 2-D uint8 frames
 (grayscale pixels), which the vector env returned here stacks (`FrameStackVectorEnv`) so the
-network sees the last `frame_stack` frames. `ALE/<Game>-v5` ids get ALE's own threaded vector env
+network sees the last `frame_stack` frames; and images that already carry channels (rank 3, in
+either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv` hands on
+channels-first, with bool as uint8 0/255 and other dtypes as uint8 or float32 (`image_layout`). `ALE/<Game>-v5` ids get ALE's own threaded vector env
 with the DQN preprocessing built in (frame skip 4 with max-pooling, 84x84 grayscale, noop starts);
 raypex stacks its frames and clips rewards itself, so the raw game score is what gets reported.
-An id of the form `module:EnvId` imports `module` first (how a custom env registers itself).
+An id of the form `module:EnvId` imports `module` first (how a custom env registers itself);
+`MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ def known_max_return(env_id: str, kwargs: dict[str, Any]) -> float | None:
     return None if kwargs else KNOWN_MAX_RETURNS.get(env_id)
 
 
+MIN_IMAGE_SIDE = 3  # the small CNN's 3x3 convolution (learner/networks.py)
+
+
 class UnsupportedEnv(Exception):
     """The env id is unknown or its spaces are not ones raypex learns on (one-line message)."""
 
@@ -49,13 +55,91 @@ class EnvSpec:
     """What the networks and the replay storage need to know about an environment.
 
     For pixel envs `obs_shape` is the stacked shape (frame_stack, H, W) and `frame_stack` > 0;
-    for vector observations `frame_stack` is 0.
+    for vector observations and images with channels (C, H, W) `frame_stack` is 0.
     """
 
     obs_shape: tuple[int, ...]
     obs_dtype: str
     num_actions: int
     frame_stack: int = 0
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """How a rank-3 image observation becomes what raypex stores and trains on: channels first
+    ([C, H, W]), as uint8 (bool -> 0/255, so networks scale every uint8 input by 1/255) or float32."""
+
+    channels_last: bool
+    shape: tuple[int, int, int]  # [C, H, W]
+    dtype: str  # "uint8" or "float32"
+    from_bool: bool
+
+    def convert(self, obs: np.ndarray) -> np.ndarray:
+        """[E, *env shape] observations -> [E, C, H, W] in `dtype` (a copy, contiguous)."""
+        obs = np.asarray(obs)
+        if self.channels_last:
+            obs = np.moveaxis(obs, -1, 1)
+        if self.from_bool:
+            return np.ascontiguousarray(obs, dtype=np.uint8) * np.uint8(255)
+        return np.ascontiguousarray(obs, dtype=self.dtype)
+
+
+def image_layout(shape: tuple[int, ...], dtype) -> ImageLayout | None:
+    """The layout of a rank-3 image observation, or None when `shape` is not rank 3.
+
+    The channel axis is the first one when it is strictly the smallest, else the last (HWC,
+    Gymnasium's image convention: MinAtar's 10x10x4, and also its 10x10x10 Seaquest). bool and
+    unsigned 8-bit stay 8-bit; every other dtype becomes float32 (used as it is, not scaled).
+    """
+    if len(shape) != 3:
+        return None
+    channels_first = shape[0] < min(shape[1], shape[2])
+    c, h, w = shape if channels_first else (shape[2], shape[0], shape[1])
+    kind = np.dtype(dtype)
+    from_bool = kind == np.bool_
+    stored = "uint8" if from_bool or kind == np.uint8 else "float32"
+    return ImageLayout(not channels_first, (c, h, w), stored, from_bool)
+
+
+class ImageVectorEnv:
+    """A vector env of rank-3 images seen channels-first in raypex's dtypes (`ImageLayout`)."""
+
+    def __init__(self, env, layout: ImageLayout):
+        self.env = env
+        self.layout = layout
+        self.num_envs = env.num_envs
+        self.single_action_space = env.single_action_space
+        high = 255 if layout.dtype == "uint8" else np.inf
+        self.single_observation_space = gym.spaces.Box(0 if high == 255 else -np.inf, high, layout.shape,
+                                                       np.dtype(layout.dtype))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Reset every env; observations converted."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self.layout.convert(obs), info
+
+    def step(self, actions: np.ndarray):
+        """Step every env; observations converted, everything else as the inner env returns it."""
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        return self.layout.convert(obs), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Close the inner env."""
+        self.env.close()
+
+
+def _register_minatar(env_id: str) -> None:
+    """MinAtar registers its Gymnasium ids only when asked to."""
+    if not env_id.startswith("MinAtar/") or env_id in gym.envs.registry:
+        return
+    try:
+        import logging
+
+        logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # its seaborn warning
+        from minatar.gym import register_envs
+    except ImportError:
+        raise UnsupportedEnv(f"env.id '{env_id}' needs MinAtar: pip install 'raypex[minatar]'") from None
+    register_envs()
 
 
 def is_ale(env_id: str) -> bool:
@@ -144,18 +228,25 @@ def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     """The vector env itself, without frame stacking (what `raypex bench` compares collectors to)."""
     if is_ale(env_id):
         return _make_ale(env_id, num_envs, kwargs)
-    return gym.make_vec(_import_env_module(env_id), num_envs=num_envs, vectorization_mode=None, **kwargs)
+    env_id = _import_env_module(env_id)
+    _register_minatar(env_id)
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
 
 def make_vector_env(env_id: str, num_envs: int, seed: int | None, kwargs: dict[str, Any],
                     frame_stack: int = 4):
     """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation
     (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
-    mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked."""
+    mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked,
+    images with channels come back channels-first (ImageVectorEnv)."""
     env = make_raw_vector_env(env_id, num_envs, kwargs)
-    frame_shape = _frame_shape(env.single_observation_space)
+    space = env.single_observation_space
+    frame_shape = _frame_shape(space)
+    layout = image_layout(space.shape, space.dtype) if frame_shape is None else None
     if frame_shape is not None:
         env = FrameStackVectorEnv(env, frame_stack, frame_shape)
+    elif layout is not None:
+        env = ImageVectorEnv(env, layout)
     env.reset(seed=seed)
     return env
 
@@ -179,7 +270,8 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
 
 def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> EnvSpec:
     """Check that `env_id` exists and has a Discrete action space and an observation raypex learns
-    on: a flat Box vector, or 2-D uint8 frames (stacked `frame_stack` deep)."""
+    on: a flat Box vector, 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images
+    (their channels are the network's input channels; `frame_stack` does not apply)."""
     if is_ale(env_id):
         import warnings
 
@@ -187,6 +279,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
             warnings.simplefilter("ignore")  # ale-py warns before it returns None for unknown ROMs
             return _inspect_ale(env_id, kwargs, frame_stack)
     env_id = _import_env_module(env_id)
+    _register_minatar(env_id)
     if env_id not in gym.envs.registry:
         close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; similar: {', '.join(sorted(close)[:5])}" if close else ""
@@ -215,9 +308,16 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
     frame = _frame_shape(obs_space)
     if frame is not None:
         return EnvSpec((frame_stack, *frame), "uint8", int(act_space.n), frame_stack)
+    layout = image_layout(obs_space.shape, obs_space.dtype)
+    if layout is not None:
+        if min(layout.shape[1:]) < MIN_IMAGE_SIDE:
+            raise UnsupportedEnv(f"env.id '{env_id}' has images of {layout.shape[1]}x{layout.shape[2]} "
+                                 f"(observation shape {obs_space.shape}); raypex's CNNs need at least "
+                                 f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
+        return EnvSpec(layout.shape, layout.dtype, int(act_space.n))
     if len(obs_space.shape) != 1:
         raise UnsupportedEnv(
             f"env.id '{env_id}' has observations of shape {obs_space.shape} ({obs_space.dtype}); "
-            "raypex supports flat (1-D) vectors and 2-D uint8 frames"
+            "raypex supports flat (1-D) vectors, 2-D uint8 frames and rank-3 images (HWC or CHW)"
         )
     return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, int(act_space.n))

@@ -70,7 +70,7 @@ class Learner:
         # costs start-up everywhere else it was measured.
         self.compiled = settings.compile if settings.compile is not None else (self.cuda_graphs and pixels)
         self.online = build_q_network(
-            settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling
+            settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling, settings.obs_dtype
         ).to(device)
         if isinstance(self.online, NatureCNNQNetwork):
             self.online.use_channels_last(settings.channels_last and cuda)

@@ -1,9 +1,11 @@
-"""Q-networks: an MLP for flat observations and the Nature-DQN CNN for stacked pixel frames,
-each with an optional dueling head.
+"""Q-networks: an MLP for flat observations, the Nature-DQN CNN for Atari-sized images (frame stacks
+of 84x84) and a small CNN for small images (MinAtar's 10x10), each with an optional dueling head.
 
 Collectors build the same network on CPU to act; the learner builds it on its device to train.
 Pixel batches arrive as uint8 and are scaled to [0, 1] inside `forward`, that is on the device the
 network lives on: what crosses Ray and the host->device copy is a quarter of the float32 size.
+Every uint8 observation is taken as 0..255 (images of booleans are stored as 0/255, actors/envs.py);
+float images are used as they are.
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ class NatureCNNQNetwork(nn.Module):
     fully connected `hidden` layers; maps frame stacks [B, stack, H, W] (uint8 0..255 or float
     in the same range) to Q-values [B, num_actions]."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool):
+    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool,
+                 input_scale: float = 1.0 / 255.0):
         super().__init__()
         channels, height, width = obs_shape
+        self.input_scale = input_scale
         self.convs = nn.Sequential(
             nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
@@ -71,17 +75,42 @@ class NatureCNNQNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             obs = obs.contiguous(memory_format=torch.channels_last)
-        return self.head(self.convs(obs.float() * (1.0 / 255.0)))
+        return self.head(self.convs(obs.float() * self.input_scale))
 
 
-def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool) -> nn.Module:
-    """The Q-network for an observation shape: MLP for flat vectors, Nature CNN for frame stacks."""
+class SmallCNNQNetwork(nn.Module):
+    """The MinAtar paper's torso (Young & Tian 2019: one 3x3 convolution with 16 channels, stride 1)
+    and fully connected `hidden` layers (128 units there), for images too small for the Nature CNN;
+    maps [B, C, H, W] to Q-values [B, num_actions]."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool,
+                 input_scale: float = 1.0 / 255.0):
+        super().__init__()
+        channels, height, width = obs_shape
+        self.input_scale = input_scale
+        self.convs = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+        self.head = MLPQNetwork(16 * (height - 2) * (width - 2), num_actions, hidden, dueling)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(obs.float() * self.input_scale))
+
+
+NATURE_CNN_MIN_SIDE = 36  # its 8x8/4, 4x4/2 and 3x3/1 convolutions leave at least 1x1
+
+
+def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
+                    obs_dtype: str = "uint8") -> nn.Module:
+    """The Q-network for an observation shape: MLP for flat vectors; for images [C, H, W] the
+    Nature CNN from 36x36 up, the small CNN below. uint8 images are scaled by 1/255 inside."""
     if len(obs_shape) == 1:
         return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling)
     if len(obs_shape) == 3:
-        if min(obs_shape[1:]) < 36:
-            raise ValueError(f"the Nature CNN needs frames of at least 36x36, got {obs_shape[1:]}")
-        return NatureCNNQNetwork(obs_shape, num_actions, hidden, dueling)
+        scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
+        if min(obs_shape[1:]) >= NATURE_CNN_MIN_SIDE:
+            return NatureCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale)
+        if min(obs_shape[1:]) >= 3:
+            return SmallCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale)
+        raise ValueError(f"no CNN for images of {obs_shape[1]}x{obs_shape[2]}: at least 3x3")
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
 
 

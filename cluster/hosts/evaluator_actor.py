@@ -23,7 +23,7 @@ class EvaluatorActor:
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
                  obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                 frame_stack: int, epsilon: float):
+                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8"):
         from actors.evaluator import Evaluator
 
         self.torch_network = None
@@ -33,7 +33,7 @@ class EvaluatorActor:
             from learner.networks import build_q_network
 
             torch.set_num_threads(1)
-            self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling).eval()
+            self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling, obs_dtype).eval()
         self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon)
 
     def _policy(self, arrays: dict[str, np.ndarray]):

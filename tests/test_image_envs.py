@@ -1,0 +1,117 @@
+"""Images that carry channels (MinAtar's 10x10xC booleans, any rank-3 Box): the layout raypex stores
+and trains on, the network chosen by frame size, and MinAtar through a real local Ray cluster."""
+
+import io
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from actors.envs import UnsupportedEnv, image_layout, inspect_env, make_vector_env
+from cluster.commands.cli import main
+from learner.networks import MLPQNetwork, NatureCNNQNetwork, SmallCNNQNetwork, build_q_network
+
+ROOT = Path(__file__).parent.parent
+
+
+class ChannelsFirstImage(gym.Env):
+    """A 3 x 7 x 6 image (channels first) of a given dtype whose pixel (c, h, w) is c + h + w."""
+
+    def __init__(self, dtype="float64", shape=(3, 7, 6)):
+        self.observation_space = gym.spaces.Box(0, 255, shape, np.dtype(dtype))
+        self.action_space = gym.spaces.Discrete(2)
+        self.image = np.indices(shape).sum(axis=0).astype(dtype)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.image, {}
+
+    def step(self, action):
+        return self.image, 0.0, False, False, {}
+
+
+gym.register("RaypexTest/ChannelsFirst-v0", entry_point=ChannelsFirstImage)
+gym.register("RaypexTest/TinyImage-v0", entry_point=ChannelsFirstImage, kwargs={"shape": (2, 2, 4)})
+
+
+@pytest.mark.parametrize(("shape", "dtype", "channels_last", "stored", "chw"), [
+    ((10, 10, 4), bool, True, "uint8", (4, 10, 10)),       # MinAtar Breakout
+    ((10, 10, 10), bool, True, "uint8", (10, 10, 10)),     # MinAtar Seaquest: no smallest axis, HWC
+    ((3, 7, 6), np.uint8, False, "uint8", (3, 7, 6)),      # channels first, bytes
+    ((84, 84, 3), np.float64, True, "float32", (3, 84, 84)),  # an RGB float image
+    ((2, 9, 9), np.float32, False, "float32", (2, 9, 9)),
+])
+def test_image_layout_finds_the_channel_axis_and_the_stored_dtype(shape, dtype, channels_last, stored, chw):
+    layout = image_layout(shape, dtype)
+    assert (layout.channels_last, layout.dtype, layout.shape) == (channels_last, stored, chw)
+    obs = np.random.default_rng(0).integers(0, 2, (5, *shape)).astype(dtype)
+    converted = layout.convert(obs)
+    assert converted.shape == (5, *chw) and converted.dtype == np.dtype(stored)
+    expected = np.moveaxis(obs, -1, 1) if channels_last else obs
+    scale = 255 if dtype is bool else 1
+    np.testing.assert_array_equal(converted, expected.astype(stored) * scale)
+    assert image_layout((4,), np.float32) is None and image_layout((84, 84), np.uint8) is None
+
+
+def test_minatar_trains_from_its_id_alone_as_channels_first_bytes():
+    spec = inspect_env("MinAtar/Breakout-v1", {})
+    assert (spec.obs_shape, spec.obs_dtype, spec.num_actions, spec.frame_stack) == ((4, 10, 10), "uint8", 3, 0)
+    env = make_vector_env("MinAtar/Breakout-v1", 3, 0, {}, frame_stack=4)  # frame_stack does not apply
+    obs, _ = env.reset(seed=0)
+    raw = gym.make("MinAtar/Breakout-v1")
+    first, _ = raw.reset(seed=0)
+    assert obs.shape == (3, 4, 10, 10) and obs.dtype == np.uint8 and set(np.unique(obs)) <= {0, 255}
+    np.testing.assert_array_equal(obs[0], np.moveaxis(first, -1, 0).astype(np.uint8) * 255)
+    obs, *_ = env.step(np.zeros(3, np.int64))
+    assert obs.shape == (3, 4, 10, 10)
+
+
+def test_a_channels_first_float_image_env_is_kept_as_float32():
+    spec = inspect_env("RaypexTest/ChannelsFirst-v0", {"dtype": "float64"})
+    assert (spec.obs_shape, spec.obs_dtype) == ((3, 7, 6), "float32")
+    env = make_vector_env("RaypexTest/ChannelsFirst-v0", 2, 0, {"dtype": "float64"})
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs[1], np.indices((3, 7, 6)).sum(axis=0).astype(np.float32))
+
+
+def test_an_image_too_small_for_any_cnn_is_one_line_naming_the_shape():
+    with pytest.raises(UnsupportedEnv, match=r"images of 2x2 \(observation shape \(2, 2, 4\)\).*at least 3x3"):
+        inspect_env("RaypexTest/TinyImage-v0", {})
+
+
+def test_the_network_is_chosen_by_frame_size():
+    assert isinstance(build_q_network((4,), 2, [8], True), MLPQNetwork)
+    assert isinstance(build_q_network((4, 10, 10), 3, [128], True), SmallCNNQNetwork)
+    assert isinstance(build_q_network((4, 84, 84), 6, [512], True), NatureCNNQNetwork)
+    assert isinstance(build_q_network((4, 36, 36), 3, [64], True), NatureCNNQNetwork)
+    with pytest.raises(ValueError, match="at least 3x3"):
+        build_q_network((1, 2, 2), 2, [8], False)
+
+
+def test_uint8_images_are_scaled_by_1_over_255_and_float_images_are_not():
+    torch.manual_seed(0)
+    as_bytes = build_q_network((4, 10, 10), 3, [32], True, "uint8")
+    as_floats = build_q_network((4, 10, 10), 3, [32], True, "float32")
+    as_floats.load_state_dict(as_bytes.state_dict())
+    bits = torch.randint(0, 2, (5, 4, 10, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(as_bytes((bits * 255).to(torch.uint8)), as_floats(bits.float()))
+
+
+def test_minatar_runs_end_to_end_on_a_real_local_ray_cluster(tmp_path):
+    """`raypex train configs/minatar.yaml` as written, shortened: it trains, evaluates, and saves a
+    policy.pt2 that takes the converted observations."""
+    run = tmp_path / "minatar"
+    code = main(["train", str(ROOT / "configs" / "minatar.yaml"), "--run-dir", str(run), "stop.env_steps=20000",
+                 "eval.every_epochs=5", "eval.episodes=4", "replay.min_size=2000"])
+    assert code == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_id"] == "MinAtar/Breakout-v1" and summary["ended"] == "env_steps"
+    assert summary["env_steps"] >= 20000 and summary["final_eval_return"] is not None
+    assert summary["replay_bytes_per_transition"] < 1000  # two 4x10x10 byte images, not floats
+    policy = torch.export.load(io.BytesIO((run / "policy.pt2").read_bytes())).module()
+    q = policy(torch.randint(0, 2, (2, 4, 10, 10)).float() * 255)
+    assert q.shape == (2, 3) and torch.isfinite(q).all()
