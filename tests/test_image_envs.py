@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from actors.envs import UnsupportedEnv, image_layout, inspect_env, make_vector_env
+from actors.envs import UnsupportedEnv, inspect_env, make_vector_env
+from actors.images import image_layout
 from cluster.commands.cli import main
 from learner.networks import MLPQNetwork, NatureCNNQNetwork, SmallCNNQNetwork, build_q_network
 
