@@ -7,9 +7,9 @@ learn on is a one-line `UnsupportedEnv`, not a crash deep inside an actor.
 Three kinds of observation are supported: flat float vectors (CartPole); 2-D uint8 frames
 (grayscale pixels), which the vector env returned here stacks (`FrameStackVectorEnv`) so the
 network sees the last `frame_stack` frames; and images that already carry channels (rank 3, in
-either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv` hands on
-channels-first, with bool as uint8 0/255 and other dtypes as uint8 or float32 (`image_layout`). `ALE/<Game>-v5` ids get ALE's own threaded vector env
-with the DQN preprocessing built in (frame skip 4 with max-pooling, 84x84 grayscale, noop starts);
+either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv`
+(actors/images.py) hands on channels-first, bool as uint8 0/255, other dtypes as uint8 or float32.
+`ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame skip 4 with max-pooling, 84x84 grayscale, noop starts);
 raypex stacks its frames and clips rewards itself, so the raw game score is what gets reported.
 An id of the form `module:EnvId` imports `module` first (how a custom env registers itself);
 `MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra).
@@ -44,7 +44,7 @@ def known_max_return(env_id: str, kwargs: dict[str, Any]) -> float | None:
     return None if kwargs else KNOWN_MAX_RETURNS.get(env_id)
 
 
-MIN_IMAGE_SIDE = 3  # the small CNN's 3x3 convolution (learner/networks.py)
+MIN_IMAGE_SIDE = 3  # learner/networks.py SMALL_CNN_MIN_SIDE (not imported: the driver checks envs without torch)
 
 
 class UnsupportedEnv(Exception):
@@ -69,13 +69,17 @@ def _register_minatar(env_id: str) -> None:
     """MinAtar registers its Gymnasium ids only when asked to."""
     if not env_id.startswith("MinAtar/") or env_id in gym.envs.registry:
         return
-    try:
-        import logging
+    import logging
 
-        logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # its seaborn warning
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))  # minatar.gym warns on the root logger when seaborn is missing
+    try:
         from minatar.gym import register_envs
     except ImportError:
         raise UnsupportedEnv(f"env.id '{env_id}' needs MinAtar: pip install 'raypex[minatar]'") from None
+    finally:
+        root.setLevel(level)
     register_envs()
 
 

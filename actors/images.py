@@ -55,9 +55,8 @@ class ImageVectorEnv:
         self.layout = layout
         self.num_envs = env.num_envs
         self.single_action_space = env.single_action_space
-        high = 255 if layout.dtype == "uint8" else np.inf
-        self.single_observation_space = gym.spaces.Box(0 if high == 255 else -np.inf, high, layout.shape,
-                                                       np.dtype(layout.dtype))
+        low, high = (0, 255) if layout.dtype == "uint8" else (-np.inf, np.inf)
+        self.single_observation_space = gym.spaces.Box(low, high, layout.shape, np.dtype(layout.dtype))
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Reset every env; observations converted."""

@@ -96,6 +96,7 @@ class SmallCNNQNetwork(nn.Module):
 
 
 NATURE_CNN_MIN_SIDE = 36  # its 8x8/4, 4x4/2 and 3x3/1 convolutions leave at least 1x1
+SMALL_CNN_MIN_SIDE = 3  # its 3x3 convolution; actors/envs.py refuses smaller images before any actor starts
 
 
 def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
@@ -108,9 +109,10 @@ def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[i
         scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
         if min(obs_shape[1:]) >= NATURE_CNN_MIN_SIDE:
             return NatureCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale)
-        if min(obs_shape[1:]) >= 3:
+        if min(obs_shape[1:]) >= SMALL_CNN_MIN_SIDE:
             return SmallCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale)
-        raise ValueError(f"no CNN for images of {obs_shape[1]}x{obs_shape[2]}: at least 3x3")
+        raise ValueError(f"no CNN for images of {obs_shape[1]}x{obs_shape[2]}: at least "
+                         f"{SMALL_CNN_MIN_SIDE}x{SMALL_CNN_MIN_SIDE}")
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
 
 

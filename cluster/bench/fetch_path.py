@@ -24,19 +24,11 @@ import time
 
 import numpy as np
 
-FRAME, STACK, N_STEP, ENVS, CHUNK = (84, 84), 4, 3, 8, 100
+from cluster.bench.frame_batches import ENVS, FRAME, N_STEP, STACK, frame_chunk
+from replay.rate_limit import SamplesPerInsertLimiter
 
-
-def random_chunk(first: int, frames: np.ndarray) -> dict:
-    """A FrameChunk of CHUNK frames per env starting at stream number `first`, one episode."""
-    numbers = np.arange(first, first + CHUNK)
-    starts = np.tile(numbers[:-N_STEP], ENVS)
-    return {
-        "frames": frames, "frame_step": np.repeat(numbers[:, None], ENVS, axis=1).astype(np.int32),
-        "first_index": first, "env": np.repeat(np.arange(ENVS), CHUNK - N_STEP), "obs": starts,
-        "action": np.zeros(len(starts), np.int64), "return": np.zeros(len(starts), np.float32),
-        "discount": np.ones(len(starts), np.float32), "next_obs": starts + N_STEP,
-    }
+CHUNK = 100  # frames per env in each chunk the shards are filled with
+UNLIMITED = SamplesPerInsertLimiter(0.0, 1, 0)  # no replay ratio: the fetch path alone is measured
 
 
 def start_filled_shards(count: int, capacity: int) -> list:
@@ -45,15 +37,13 @@ def start_filled_shards(count: int, capacity: int) -> list:
     import ray
 
     from cluster.hosts.shard_actor import ShardActor
-    from replay.rate_limit import SamplesPerInsertLimiter
     from replay.shard import StorageSpec
 
     spec = StorageSpec(capacity, (STACK, *FRAME), "uint8", frame_stack=STACK, num_envs=ENVS, n_step=N_STEP)
-    unlimited = SamplesPerInsertLimiter(0.0, 1, 0)
-    shards = [ray.remote(ShardActor).options(num_cpus=0.01).remote(i, spec, unlimited, i) for i in range(count)]
+    shards = [ray.remote(ShardActor).options(num_cpus=0.01).remote(i, spec, UNLIMITED, i) for i in range(count)]
     frames = np.random.default_rng(0).integers(0, 256, (CHUNK, ENVS, *FRAME), dtype=np.uint8)
     for first in range(0, capacity // ENVS + CHUNK, CHUNK):
-        ray.get([shard.add.remote(random_chunk(first, frames)) for shard in shards])
+        ray.get([shard.add.remote(frame_chunk(first, frames)) for shard in shards])
     return shards
 
 
@@ -63,9 +53,8 @@ def measure(shards: list, micro_batch: int, group: int, seconds: float, copy: bo
 
     from cluster.hosts.ray_seams import BatchSource
     from replay.mixing import ShardMixer
-    from replay.rate_limit import SamplesPerInsertLimiter
 
-    mixer = ShardMixer(len(shards), micro_batch, SamplesPerInsertLimiter(0.0, 1, 0), seed=0)
+    mixer = ShardMixer(len(shards), micro_batch, UNLIMITED, seed=0)
     source = BatchSource(shards, mixer, depth=2 * group)
     buffers: dict[str, torch.Tensor] = {}
     for _ in range(2 * group):  # the first replies, off the clock

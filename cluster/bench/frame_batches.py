@@ -19,21 +19,27 @@ from replay.frames import FrameStorage
 ENVS, SLOTS, FRAME, STACK, N_STEP, EPISODE = 8, 31_250, (84, 84), 4, 3, 2_000
 
 
+def frame_chunk(first: int, frames: np.ndarray) -> dict:
+    """A Pong-shaped FrameChunk of `frames` [F, ENVS, *FRAME] numbered from `first`, in episodes of
+    EPISODE frames, with one transition per frame whose next_obs is N_STEP frames later."""
+    numbers = np.arange(first, first + len(frames))
+    starts = np.tile(numbers[:-N_STEP], ENVS)
+    return {
+        "frames": frames,
+        "frame_step": np.repeat((numbers % EPISODE)[:, None], ENVS, axis=1).astype(np.int32),
+        "first_index": first, "env": np.repeat(np.arange(ENVS), len(frames) - N_STEP), "obs": starts,
+        "action": np.zeros(len(starts), np.int64), "return": np.zeros(len(starts), np.float32),
+        "discount": np.ones(len(starts), np.float32), "next_obs": starts + N_STEP,
+    }
+
+
 def filled_storage(seed: int = 0) -> FrameStorage:
     """A Pong-shaped storage filled once over with random frames and transitions n-step apart."""
     storage = FrameStorage(ENVS * SLOTS, ENVS, FRAME, STACK, n_step=N_STEP)
     rng = np.random.default_rng(seed)
     chunk = 100
     for first in range(0, storage.slots + chunk, chunk):
-        numbers = np.arange(first, first + chunk)
-        starts = np.tile(numbers[:-N_STEP], ENVS)
-        storage.add({
-            "frames": rng.integers(0, 256, (chunk, ENVS, *FRAME), dtype=np.uint8),
-            "frame_step": np.repeat((numbers % EPISODE)[:, None], ENVS, axis=1).astype(np.int32),
-            "first_index": first, "env": np.repeat(np.arange(ENVS), chunk - N_STEP), "obs": starts,
-            "action": np.zeros(len(starts), np.int64), "return": np.zeros(len(starts), np.float32),
-            "discount": np.ones(len(starts), np.float32), "next_obs": starts + N_STEP,
-        })
+        storage.add(frame_chunk(first, rng.integers(0, 256, (chunk, ENVS, *FRAME), dtype=np.uint8)))
     return storage
 
 
