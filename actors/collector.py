@@ -1,4 +1,5 @@
-"""The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network.
+"""The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network (in bf16
+where this CPU acts faster so, actors/acting.py).
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
@@ -16,13 +17,13 @@ import time
 import numpy as np
 import torch
 
+from actors.acting import ActingPolicy
 from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
 from actors.settings import CollectorSettings
-from learner.networks import build_q_network, greedy_actions
-from learner.weights import load_arrays
+from learner.networks import build_q_network
 from replay.contracts import PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
@@ -41,7 +42,8 @@ class Collector:
         torch.manual_seed(seed)
         self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
-        self.network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype).eval()
+        network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
+        self.policy = ActingPolicy(network, s.act_precision, self.obs)
         self.adder = make_adder(s, self.obs, info)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self.version = -1  # no published weights yet: acting with this collector's own random init
@@ -64,7 +66,7 @@ class Collector:
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Epsilon-greedy actions for every env, one batched forward pass."""
-        greedy = greedy_actions(self.network, obs)
+        greedy = self.policy.greedy(obs)
         explore = self.rng.random(self.s.num_envs) < self.epsilon
         return np.where(explore, self.rng.integers(0, self.s.num_actions, self.s.num_envs), greedy)
 
@@ -76,7 +78,7 @@ class Collector:
             t0 = clock()
             weights = self.poll_weights()
             if weights is not None and weights.version > self.version:
-                load_arrays(self.network, weights.arrays)
+                self.policy.load(weights.arrays)
                 self.version = weights.version
                 self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
                 self.max_weight_load_s = max(self.max_weight_load_s, clock() - t0)
@@ -130,6 +132,7 @@ class Collector:
             "version_loaded_at": self.version_loaded_at,
             "max_weight_load_s": self.max_weight_load_s,
             "phase_s": dict(self.phase_s),
+            "act_precision": self.policy.precision,
         }
 
 

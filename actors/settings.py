@@ -33,3 +33,4 @@ class CollectorSettings:
     frame_stack: int = 0  # > 0: pixel observations, sent to replay frame-once
     clip_rewards: bool = False
     terminal_on_life_loss: bool = False
+    act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)

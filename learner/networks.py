@@ -10,6 +10,8 @@ float images are used as they are.
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -35,7 +37,7 @@ class MLPQNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # F.linear on the layers' own parameters instead of calling each nn.Module: for a network
         # this small the per-module call overhead is a large share of the learner's update time.
-        features = obs.float()
+        features = obs.to(self.advantage.weight.dtype)  # float32, or an acting copy's bf16
         for layer in self._hidden_layers:
             features = F.relu(F.linear(features, layer.weight, layer.bias))
         advantage = F.linear(features, self.advantage.weight, self.advantage.bias)
@@ -75,7 +77,7 @@ class NatureCNNQNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             obs = obs.contiguous(memory_format=torch.channels_last)
-        return self.head(self.convs(obs.float() * self.input_scale))
+        return self.head(self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale)))
 
 
 class SmallCNNQNetwork(nn.Module):
@@ -92,7 +94,14 @@ class SmallCNNQNetwork(nn.Module):
         self.head = MLPQNetwork(16 * (height - 2) * (width - 2), num_actions, hidden, dueling)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.convs(obs.float() * self.input_scale))
+        return self.head(self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale)))
+
+
+def scaled_input(obs: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """Observations in the convolutions' dtype, times the input scale unless an acting copy has
+    folded it into its first convolution's weights already (scale 1)."""
+    x = obs.to(dtype)
+    return x if scale == 1.0 else x * scale
 
 
 NATURE_CNN_MIN_SIDE = 36  # its 8x8/4, 4x4/2 and 3x3/1 convolutions leave at least 1x1
@@ -114,6 +123,26 @@ def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[i
         raise ValueError(f"no CNN for images of {obs_shape[1]}x{obs_shape[2]}: at least "
                          f"{SMALL_CNN_MIN_SIDE}x{SMALL_CNN_MIN_SIDE}")
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
+
+
+def acting_copy(network: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """An inference-only copy of `network` with its parameters in `dtype` (bf16 acting on CPUs
+    with native bf16 matrix units) and a CNN's input scale folded into its first convolution's
+    weights, which saves one pass over the frames per forward. Refresh it with `refresh_acting_copy`."""
+    copy = deepcopy(network).requires_grad_(False).to(dtype).eval()
+    refresh_acting_copy(copy, network)
+    return copy
+
+
+def refresh_acting_copy(copy: nn.Module, network: nn.Module) -> None:
+    """Copy `network`'s current parameters into an `acting_copy` of it (converted, scale folded)."""
+    with torch.no_grad():
+        for target, source in zip(copy.parameters(), network.parameters(), strict=True):
+            target.copy_(source)
+        scale = getattr(network, "input_scale", 1.0)
+        if scale != 1.0:
+            copy.convs[0].weight.copy_(network.convs[0].weight * scale)
+            copy.input_scale = 1.0
 
 
 def greedy_actions(network: nn.Module, obs: np.ndarray) -> np.ndarray:

@@ -74,3 +74,20 @@ def test_pong_smoke_run_trains_on_real_ale_frames(tmp_path, capsys):
     assert -21 <= summary["final_eval_return"] <= 21
     assert (run / "policy.pt2").is_file() and list((run / "checkpoints").glob("ckpt-*.pt"))
     assert np.isfinite(tags["losses/td_loss"]).all()
+
+
+def test_bench_collect_stage_reports_collectors_against_the_env_alone(tmp_path, monkeypatch):
+    """`raypex bench --stage collect` on a pixel env: env_raw, env_policy, collect through Ray and
+    collect against the env alone, then broadcast; nothing of the learner; each collector's dtype."""
+    with_tests_on_pythonpath(monkeypatch)
+    out = tmp_path / "collect.json"
+    assert main(["bench", "--stage", "collect", "--quick", "--json", str(out), *PIXEL_CATCH]) == 0
+    data = json.loads(out.read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    assert set(rows) == {"env_raw", "env_policy", "collect", "collect_vs_env_raw", "broadcast",
+                         "broadcast_env_loop_pause"}
+    raw = rows["env_raw"]["value"]
+    assert rows["collect_vs_env_raw"]["reference"] == raw * min(2, os.cpu_count())
+    assert rows["env_policy"]["reference"] == raw and rows["collect"]["value"] > 0
+    precisions = data["machine"]["details"]["act_precision"]
+    assert len(precisions) == 2 and set(precisions) <= {"fp32", "bf16"}

@@ -114,6 +114,7 @@ class ClusterBench:
         self.spec = spec
         self.progress = progress
         self.device = device  # the learner's, as `raypex train` would choose it
+        self.act_precisions: list[str] = []  # each collector's acting dtype in the collect stage
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
@@ -170,7 +171,9 @@ class ClusterBench:
                                  "the collectors' first chunk")
         start = time.perf_counter()
         time.sleep(seconds)  # the measurement window itself, not synchronization
-        return (self._env_steps(actors) - first) / (time.perf_counter() - start)
+        stats = self._collector_stats(actors)
+        self.act_precisions = [s["act_precision"] for s in stats]
+        return (sum(s["env_steps"] for s in stats) - first) / (time.perf_counter() - start)
 
     def _broadcast(self, actors: RunActors, repeats: int) -> tuple[float, float, float]:
         latencies = []

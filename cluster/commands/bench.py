@@ -13,7 +13,8 @@ cluster, so ratios hold even when the machine's absolute speed drifts:
   linearity      the run at 5T env steps vs at T
   memory         actors' resident memory at the end vs when replay was full
 
-`--stage learner` measures only the learner on its device (the GPU when the cluster has one), per
+`--stage collect` stops after broadcast (the collectors' rows, with the acting precision each
+collector chose). `--stage learner` measures only the learner on its device (the GPU when the cluster has one), per
 precision x CUDA-graph capture: fed by the shards with collectors running and the replay-ratio
 limiter off (`learner_<precision>_<capture>` vs the same loop fed from memory), and the GPU's
 busy fraction while fed.
@@ -136,6 +137,7 @@ def run_bench(args: argparse.Namespace) -> int:
     policy, policy_phases = env_policy_steps_per_s(collector_settings(config, spec, 0), plan.local_s)
     rows.append(BenchRow.against("env_policy", policy, "env steps/s", raw, None))
     details["env_policy_phases"] = policy_phases
+    progress.message(f"bench: env_policy acted in {policy_phases.pop('act_precision')}")
 
     bench = _bench_on_a_local_cluster(config, spec, progress)
     try:
@@ -147,6 +149,9 @@ def run_bench(args: argparse.Namespace) -> int:
             rows.append(BenchRow.against("collect_vs_env_raw", collect, "env steps/s", raw * concurrent, ">= 0.8"))
         rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
         rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
+        details["act_precision"] = bench.act_precisions
+        if args.stage == "collect":
+            return _report(rows, details, args, progress)
         progress.message(f"bench: learner_feed ({plan.feed_s:g}s each way)")
         feed = bench.learner_feed(plan.feed_s)
         fed, from_memory = feed["fed"], feed["memory"]

@@ -82,6 +82,10 @@ class CollectorsConfig(_Section):
     epsilon_anneal_steps: int = Field(
         0, ge=0, description="Env steps (per collector) to anneal from 1.0 down to eps_i; 0 = none."
     )
+    act_precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Dtype of the acting network: auto = bf16 where this CPU runs it at least 1.1x "
+        "faster than fp32 (timed when each collector starts), else fp32."
+    )
 
 
 class ReplayConfig(_Section):
