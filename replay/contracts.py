@@ -101,6 +101,18 @@ class ShardCounters(TypedDict, total=False):
     incarnation: str
 
 
+class FleetView(TypedDict):
+    """The learner's view of the whole replay fleet, sent to one shard with each sample request
+    and counter poll, so the insert side follows the global replay ratio rather than one shard's
+    share of it: `room` is this shard's share of the fleet's insert room when the learner looked,
+    `inserted_seen` this shard's inserts it had counted then, `incarnation` the shard process they
+    came from (a view of a process that was since replaced is ignored)."""
+
+    room: float
+    inserted_seen: int
+    incarnation: str
+
+
 @dataclass(frozen=True)
 class Weights:
     """One published version of the Q-network's parameters, as float32 numpy arrays: Ray's object

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.contracts import ShardCounters
+from replay.contracts import FleetView, ShardCounters
 from replay.rate_limit import SamplesPerInsertLimiter
 
 
@@ -79,6 +79,18 @@ class ShardMixer:
         self.requested += self.micro_batch
         total = self.sizes.sum()
         return int(self.rng.choice(len(self.sizes), p=self.sizes / total))
+
+    def fleet_view(self, shard: int) -> FleetView | None:
+        """What shard `shard` needs to limit its inserts by the global ratio (None while the
+        limiter is off or the shard has not answered yet): an equal share of the fleet's insert
+        room, so that the shards together never insert more than the whole room between views."""
+        incarnation = self.incarnations[shard]
+        if not self.limiter.enabled or incarnation is None:
+            return None
+        sampled = max(self.requested, int(self.sampled_reported.sum()))
+        room = self.limiter.insert_room(int(self.inserted.sum() + self.inserted_before.sum()), sampled)
+        return {"room": room / len(self.sizes), "inserted_seen": int(self.inserted[shard]),
+                "incarnation": incarnation}
 
     def lost(self, micro_batches: int) -> None:
         """Requested micro-batches that never came (their shard died): they were not sampled."""

@@ -2,8 +2,12 @@
 
 A plain class (no Ray import): cluster/ hosts it in a Ray actor placed on its collector's node, and
 tests and the in-process mode call it directly. It owns its storage (a `RingStorage`, or a
-`FrameStorage` for pixels), counts inserts and samples, and applies its share of the
-samples-per-insert limiter to inserts (the learner applies the global share to samples).
+`FrameStorage` for pixels), counts inserts and samples, and limits inserts by the samples-per-insert ratio (the learner
+limits samples). The insert limit follows the whole fleet: each sample request and counter poll
+from the learner brings a `FleetView`, this shard's share of the global insert room, so a
+collector that stops inserting does not hold the others back. Until the first view arrives (and
+in the lockstep replica, which sends none) the shard applies its own share of the limiter to its
+own counters.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.contracts import Batch, Chunk, FrameChunk, ShardCounters
+from replay.contracts import Batch, Chunk, FleetView, FrameChunk, ShardCounters
 from replay.frames import FrameStorage
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
@@ -57,6 +61,7 @@ class ReplayShard:
         self.incarnation = uuid.uuid4().hex[:12]  # new in every process that hosts this shard
         self.writer_env_steps = 0  # its collector's env steps up to the newest chunk stored here
         self.writer_attachments = 0  # collector processes that started writing (2+: one was restarted)
+        self.fleet_view: FleetView | None = None
 
     def attach_writer(self) -> int:
         """A collector process starts writing here. Returns the env steps its predecessors' stored
@@ -71,9 +76,14 @@ class ReplayShard:
         self.storage.add(chunk)
         if writer_env_steps is not None:
             self.writer_env_steps = max(self.writer_env_steps, writer_env_steps)
-        return self.counters()
+        return self._counters()
 
-    def sample(self, count: int, num_batches: int = 1) -> tuple[Batch, ShardCounters]:
+    def observe_fleet(self, view: FleetView | None) -> None:
+        """Take the learner's newest view of the fleet (None, or one of a replaced process: kept out)."""
+        if view is not None and view["incarnation"] == self.incarnation:
+            self.fleet_view = view
+
+    def sample(self, count: int, num_batches: int = 1, view: FleetView | None = None) -> tuple[Batch, ShardCounters]:
         """`num_batches` micro-batches of `count` uniform draws each, in one gather.
 
         Every field has the leading dimension num_batches ([num_batches, count, ...], or the
@@ -81,22 +91,31 @@ class ReplayShard:
         several micro-batches per call divides the per-call cost of Ray on both sides by
         `num_batches`.
         """
+        self.observe_fleet(view)
         if self.storage.size == 0:
             raise ShardEmpty(f"shard {self.shard_id} holds no transitions yet")
         rows = self.storage.sample_rows(count * num_batches, self.rng).reshape(num_batches, count)
         batch = self.storage.sample_batches(rows)
         self.sampled += count * num_batches
-        return batch, self.counters()
+        return batch, self._counters()
 
-    def counters(self) -> ShardCounters:
-        """Size, inserts, samples and the insert room the limiter allows now."""
+    def counters(self, view: FleetView | None = None) -> ShardCounters:
+        """Size, inserts, samples and the insert room the limiter allows now (after taking `view`)."""
+        self.observe_fleet(view)
+        return self._counters()
+
+    def _counters(self) -> ShardCounters:
         inserted = self.storage.total_added
+        if self.fleet_view is None:
+            room = self.limiter.insert_room(inserted, self.sampled)
+        else:  # the share the learner gave, less what this shard took since it looked
+            room = self.fleet_view["room"] - (inserted - self.fleet_view["inserted_seen"])
         return {
             "shard_id": self.shard_id,
             "size": self.storage.size,
             "inserted": inserted,
             "sampled": self.sampled,
-            "insert_room": self.limiter.insert_room(inserted, self.sampled),
+            "insert_room": room,
             "incarnation": self.incarnation,
         }
 

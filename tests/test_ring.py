@@ -163,3 +163,52 @@ def test_mixer_ignores_counters_older_than_ones_it_has_seen():
     mixer.observe(newer)
     mixer.observe(stale)
     assert mixer.sizes[0] == 500 and mixer.inserted[0] == 800
+
+
+def _run_fleet(steps: int, stalled: set[int], with_views: bool, spi: float = 2.0, chunk_size: int = 4):
+    """Three shards and the learner's mixer stepped in turns, as the Ray wiring runs them: each
+    live collector adds a chunk while its shard has room, the learner samples micro-batches while
+    the mixer allows, polling every shard's counters (with the fleet view, or without it)."""
+    limiter = SamplesPerInsertLimiter(spi, min_size=60, error_buffer=30)
+    share = SamplesPerInsertLimiter(spi, min_size=20, error_buffer=10)  # each shard's third
+    shards = [ReplayShard(i, StorageSpec(1000, (2,), "float32"), share, seed=i) for i in range(3)]
+    mixer = ShardMixer(3, micro_batch=8, limiter=limiter, seed=0)
+    sampled = 0
+    for step in range(steps):
+        for i, shard in enumerate(shards):
+            if (i not in stalled or step < 10) and shard.counters()["insert_room"] > 0:
+                shard.add(chunk(0, chunk_size))
+        for i, shard in enumerate(shards):
+            mixer.observe(shard.counters(mixer.fleet_view(i) if with_views else None))
+        while (index := mixer.next_shard()) is not None:
+            _, counters = shards[index].sample(8, 1, mixer.fleet_view(index) if with_views else None)
+            mixer.observe(counters)
+            sampled += 8
+    inserted = sum(s.storage.total_added for s in shards)
+    return inserted, sampled, limiter
+
+
+def test_a_stalled_collector_does_not_stop_the_others_or_the_learner():
+    """Collector 2 stops inserting after 10 steps. With the per-shard share of the limiter alone
+    the other two soon run out of room while the learner waits for inserts: the whole run stalls.
+    With the learner's fleet view the other two keep inserting at the global ratio."""
+    stalled_ins, stalled_samples, _ = _run_fleet(400, stalled={2}, with_views=False)
+    inserted, sampled, limiter = _run_fleet(400, stalled={2}, with_views=True)
+    healthy_ins, _, _ = _run_fleet(400, stalled=set(), with_views=True)
+    assert _run_fleet(800, stalled={2}, with_views=False)[:2] == (stalled_ins, stalled_samples)  # for good
+    assert inserted > 0.6 * healthy_ins  # two of three collectors: about two thirds of the inserts
+    assert sampled > 5 * stalled_samples
+    # the global ratio still holds: samples within the limiter's band of inserts x spi
+    diff = inserted * limiter.samples_per_insert - sampled
+    low = (limiter.min_size - limiter.error_buffer) * limiter.samples_per_insert
+    high = (limiter.min_size + limiter.error_buffer) * limiter.samples_per_insert
+    assert low - 8 <= diff <= high + 4 * limiter.samples_per_insert
+
+
+def test_a_fleet_view_of_a_replaced_shard_process_is_ignored():
+    shard = ReplayShard(0, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
+    shard.add(chunk(0, 3))
+    own = shard.counters()["insert_room"]
+    assert shard.counters({"room": 100.0, "inserted_seen": 0, "incarnation": "gone"})["insert_room"] == own
+    view = {"room": 100.0, "inserted_seen": 1, "incarnation": shard.incarnation}
+    assert shard.counters(view)["insert_room"] == 100.0 - 2  # its share, less the 2 added since

@@ -221,7 +221,11 @@ class BatchSource:
             self._observe(done)
         elif self.groups_since_refresh >= self.REFRESH_GROUPS:
             self.groups_since_refresh = 0
-            self.counter_refs = [shard.counters.remote() for shard in self.shards]
+            self.counter_refs = self._poll_counters()
+
+    def _poll_counters(self) -> list:
+        """Ask every shard for its counters, telling each its share of the fleet's insert room."""
+        return [shard.counters.remote(self.mixer.fleet_view(i)) for i, shard in enumerate(self.shards)]
 
     def _top_up(self) -> None:
         while len(self.ready) + self.in_flight_batches <= self.depth - self.group:
@@ -234,7 +238,8 @@ class BatchSource:
                 order.append(shard)
             if not order:
                 return
-            refs = {shard: self.shards[shard].sample.remote(self.mixer.micro_batch, order.count(shard))
+            refs = {shard: self.shards[shard].sample.remote(self.mixer.micro_batch, order.count(shard),
+                                                            self.mixer.fleet_view(shard))
                     for shard in dict.fromkeys(order)}
             self.in_flight.append((order, refs))
             self.in_flight_batches += len(order)
@@ -246,7 +251,7 @@ class BatchSource:
         while not self.in_flight:
             if self.should_stop():
                 raise TrainingStopped("the run is stopping")
-            self._observe([shard.counters.remote() for shard in self.shards])
+            self._observe(self._poll_counters())
             self._top_up()
             if not self.in_flight:
                 time.sleep(_MIN_PAUSE_S)

@@ -20,14 +20,14 @@ class ShardActor(ReplayShard):
         return ReplayShard.add(self, chunk, writer_env_steps)
 
     @QUIET
-    def sample(self, count: int, num_batches: int = 1):
+    def sample(self, count: int, num_batches: int = 1, view=None):
         """ReplayShard.sample."""
-        return ReplayShard.sample(self, count, num_batches)
+        return ReplayShard.sample(self, count, num_batches, view)
 
     @QUIET
-    def counters(self):
+    def counters(self, view=None):
         """ReplayShard.counters."""
-        return ReplayShard.counters(self)
+        return ReplayShard.counters(self, view)
 
     @QUIET
     def stats(self) -> dict:
