@@ -103,9 +103,8 @@ def run_bench(args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr)
     plan = BenchPlan.choose(args.quick)
 
-    import ray
-
     from cluster.config.settings import collector_settings
+    from cluster.driver.wiring import shutdown
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}
@@ -117,7 +116,7 @@ def run_bench(args: argparse.Namespace) -> int:
             with tempfile.TemporaryDirectory(prefix="raypex-soak-") as scratch:
                 rows, soak_details = soak(bench, Path(scratch) / "soak", args.soak)
         finally:
-            ray.shutdown()
+            shutdown()
         details.update(soak_details)
         return _report(rows, details, args, progress)
     if args.stage == "learner":
@@ -126,7 +125,7 @@ def run_bench(args: argparse.Namespace) -> int:
             variants = learner_variants(bench.device, wanted_variants)
             results = bench.learner_variants(variants, plan.learner_s)
         finally:
-            ray.shutdown()
+            shutdown()
         rows = learner_rows(results)
         details["device"], details["learner_variants"] = bench.device, results
         return _report(rows, details, args, progress)
@@ -178,7 +177,7 @@ def run_bench(args: argparse.Namespace) -> int:
             rows += profile_rows
             details["bound_by"] = bound
     finally:
-        ray.shutdown()
+        shutdown()
     return _report(rows, details, args, progress)
 
 
@@ -199,18 +198,16 @@ def parse_variants(text: str) -> list[tuple[str, str]]:
 def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
     """A fresh local Ray cluster and a ClusterBench for the device `raypex train` would choose
     (UsageError, with Ray shut down again, when the config asks for a device it does not have)."""
-    import ray
-
     from cluster.bench.ray_stages import ClusterBench
     from cluster.commands.train import choose_device
     from cluster.driver.placement import PlacementError
-    from cluster.driver.wiring import cluster_gpus, connect
+    from cluster.driver.wiring import cluster_gpus, connect, shutdown
 
     connect(None)
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
     except PlacementError as err:
-        ray.shutdown()
+        shutdown()
         raise UsageError(str(err)) from None
     return ClusterBench(config, spec, progress, device)
 

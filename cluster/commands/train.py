@@ -89,11 +89,9 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
-    import ray
-
     from cluster.driver.run import TrainingRun
     from cluster.driver.supervisor import RunFailed
-    from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources
+    from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources, shutdown
 
     try:
         started_local = connect(args.address)
@@ -118,7 +116,7 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
         return 1
     finally:
         if started_local:
-            ray.shutdown()
+            shutdown()
 
 
 def _summary_line(summary: dict, run_dir: Path) -> str:
