@@ -117,3 +117,16 @@ def test_the_checks_see_a_cycle_and_a_forbidden_import(tmp_path):
     assert not allowed("learner.learner", "actors.envs") and allowed("learner.learner", CONTRACTS)
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) is None
+
+
+def test_pyproject_installs_every_package_and_ships_the_configs():
+    """pyproject lists packages by name (configs/ is mapped to raypex_configs): a new sub-package
+    left out of the list would be missing from every non-editable install."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {str(init.parent.relative_to(ROOT)).replace("/", ".")
+               for room in ("actors", "learner", "replay", "cluster") for init in (ROOT / room).rglob("__init__.py")}
+    assert set(setuptools["packages"]) == on_disk | {"raypex_configs"}
+    assert setuptools["package-dir"] == {"raypex_configs": "configs"}
+    assert setuptools["package-data"]["raypex_configs"] == ["*.yaml"]

@@ -51,7 +51,7 @@ BAD_TRAIN_ARGS = [
     (["env.id=CartPole-v9"], "env.id 'CartPole-v9' is not a registered Gymnasium environment"),
     (["env.id=Pendulum-v1"], "has a Box action space; raypex (DQN family) needs Discrete actions"),
     (["collectors.num=0"], "collectors.num: Input should be greater than or equal to 1"),
-    (["learner.lr"], "'learner.lr' is neither a config file (.yaml) nor a key=value override"),
+    (["learner.lr"], "'learner.lr' is neither a config file, a shipped config"),
     (["=3"], "override '=3' must look like section.key=value"),
     (["network.hidden=[64, 0]"], "hidden: every layer size must be >= 1"),
     (["configs/does-not-exist.yaml"], "config file not found: configs/does-not-exist.yaml"),
@@ -177,3 +177,39 @@ def test_cuda_graphs_takes_on_and_off_that_yaml_reads_as_booleans(override, expe
     from cluster.config.loading import load_config
 
     assert load_config(None, [override]).learner.cuda_graphs == expected
+
+
+def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
+    from cluster.commands.usage import UsageError, split_positional
+
+    monkeypatch.chdir(tmp_path)  # no configs/ here
+    for item in ("pong", "pong.yaml", "configs/pong.yaml"):
+        path, overrides = split_positional([item, "collectors.num=2"])
+        assert path.read_text() == (ROOT / "configs" / "pong.yaml").read_text() and overrides == ["collectors.num=2"]
+    with pytest.raises(UsageError, match="did you mean 'pong'"):
+        split_positional(["pongg"])
+    assert main(["train", "configs/nope.yaml"]) == 2
+    assert "shipped configs, by name from any directory: breakout, cartpole, minatar, pong" in capsys.readouterr().err
+
+
+def test_raypex_configs_lists_each_shipped_config_on_one_line(capsys):
+    assert main(["configs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line.split()[1] for line in lines[:4]}
+    assert listed == {"breakout": "ALE/Breakout-v5", "cartpole": "CartPole-v1", "minatar": "MinAtar/Breakout-v1",
+                      "pong": "ALE/Pong-v5"}
+    assert {p.stem for p in (ROOT / "configs").glob("*.yaml")} == set(listed)
+
+
+def test_config_show_prints_every_key_marking_the_ones_that_differ(capsys):
+    from cluster.config.reference import markdown_reference
+
+    assert main(["config", "show", "pong", "collectors.num=4"]) == 0
+    out = capsys.readouterr().out.splitlines()[1:]
+    keys = [line[2:].split()[0] for line in out]
+    assert keys == [row.split("`")[1] for row in markdown_reference().splitlines()[2:]]  # every key, in order
+    shown = {line[2:].split()[0]: line for line in out}
+    assert shown["collectors.num"].startswith("* ") and "(default 2)" in shown["collectors.num"]
+    assert shown["algo.gamma"].startswith("  ") and "(default" not in shown["algo.gamma"]
+    assert main(["config", "show", "pong", "lerner.lr=1"]) == 2
+    assert "did you mean 'learner'" in capsys.readouterr().err

@@ -54,10 +54,12 @@ def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, caps
     assert mean >= 4.0
 
 
-def test_pong_smoke_run_trains_on_real_ale_frames(tmp_path, capsys):
-    """A few thousand steps of real Pong through configs/pong.yaml, scaled down for 2 cores."""
+def test_pong_smoke_run_trains_on_real_ale_frames(tmp_path, capsys, monkeypatch):
+    """A few thousand steps of real Pong through the shipped pong config, named from a directory
+    without configs/ (`raypex train pong`), scaled down for 2 cores."""
+    monkeypatch.chdir(tmp_path)
     run = tmp_path / "pong"
-    code = main(["train", str(ROOT / "configs" / "pong.yaml"), "--run-dir", str(run), "collectors.num=2",
+    code = main(["train", "pong", "--run-dir", str(run), "collectors.num=2",
                  "env.num_envs=2", "stop.env_steps=8000", "replay.capacity=4000", "replay.min_size=2000",
                  "learner.micro_batch=32", "learner.accumulation_steps=2", "learner.updates_per_epoch=10",
                  "eval.episodes=1", "eval.every_epochs=1000", "checkpoint.every_epochs=1000"])

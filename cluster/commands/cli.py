@@ -1,4 +1,5 @@
-"""The `raypex` command: its parser and entry point for `raypex train`, `raypex eval` and `raypex bench`.
+"""The `raypex` command: its parser and entry point for `raypex train`, `eval`, `bench`, `configs` and
+`config show`.
 
 Every user mistake (arguments, config, env, run directory, cluster address, resources) ends in
 one line on stderr and exit code 2, before anything is written or started. Only the entry point
@@ -55,15 +56,16 @@ def _process_start_time() -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for the three subcommands."""
+    """The argument parser for every subcommand."""
     parser = _Parser(prog="raypex", description="Distributed Ape-X style DQN on Ray.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser(
         "train", help="train a Q-network (starts a local Ray cluster unless --address)",
-        epilog="Every config key, its default and meaning: README.md, 'Config reference' (python -m "
-        "cluster.config.reference prints it). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
+        epilog="CONFIG is a YAML file or a shipped config's name (`raypex configs` lists them: raypex train pong). "
+        "Every key with its value, default and meaning: `raypex config show [CONFIG]` (and README.md, "
+        "'Config reference'). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
     train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
-                       help="YAML config (default configs/cartpole.yaml) and dotted overrides")
+                       help="YAML file or shipped config name (default: the CartPole config) and dotted overrides")
     train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379)")
     train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet)")
     train.add_argument("--seed", type=int, help="seed (same as seed=N)")
@@ -81,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one training run of MINUTES; every process's memory growth once replay is full")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
+    sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)")
+    config = sub.add_parser("config", help="show a config: every key, its value, default and meaning")
+    config.add_argument("action", choices=["show"], help="show: print the resolved config key by key")
+    config.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
+                        help="a YAML file or shipped config name (default: the CartPole defaults) and overrides")
     ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding policy.pt2 and config.yaml")
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
         # overrides over. Take them back; anything else left over is a real mistake.
-        takes_overrides = args.command in ("train", "bench")
+        takes_overrides = args.command in ("train", "bench", "config")
         unknown = [item for item in extra if not takes_overrides or item.startswith("-")]
         if unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -110,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             from cluster.commands.train import run_train
 
             return run_train(args, clock_start)
+        if args.command in ("configs", "config"):
+            from cluster.commands.configs import run_config_show, run_configs
+
+            if args.command == "config":
+                args.args += extra
+                return run_config_show(args)
+            return run_configs(args)
         if args.command == "bench":
             args.args += extra
             from cluster.commands.bench import run_bench

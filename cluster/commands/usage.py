@@ -1,12 +1,15 @@
 """What every `raypex` subcommand shares: the one-line usage error and the reading of CONFIG
-and key=value arguments. Imports nothing of ours, so the subcommands and the CLI that dispatches
-to them do not import each other."""
+and key=value arguments. Imports nothing of ours but the shipped-config lookup, so the
+subcommands and the CLI that dispatches to them do not import each other."""
 
 from __future__ import annotations
 
+import difflib
 import re
 import time
 from pathlib import Path
+
+from cluster.config.shipped import find_shipped, shipped_configs
 
 
 class UsageError(Exception):
@@ -14,15 +17,25 @@ class UsageError(Exception):
 
 
 def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:
-    """Separate the optional CONFIG path from `key=value` overrides."""
+    """Separate the optional CONFIG (a path, or the name of a shipped config) from `key=value`
+    overrides."""
     config, overrides = None, []
     for i, item in enumerate(args):
         if "=" in item:
             overrides.append(item)
-        elif i == 0 and (item.endswith((".yaml", ".yml")) or Path(item).is_file()):
+        elif i == 0 and Path(item).is_file():
             config = Path(item)
+        elif i == 0 and (shipped := find_shipped(item)) is not None:
+            config = shipped
+        elif i == 0 and item.endswith((".yaml", ".yml")):
+            config = Path(item)  # loading says it is not found, and names the shipped configs
         elif i == 0:
-            raise UsageError(f"'{item}' is neither a config file (.yaml) nor a key=value override")
+            names = ", ".join(shipped_configs()) or "none installed"
+            close = difflib.get_close_matches(item, list(shipped_configs()), n=1)
+            if close:
+                raise UsageError(f"'{item}' is not a config file or a shipped config; did you mean '{close[0]}'?")
+            raise UsageError(f"'{item}' is neither a config file, a shipped config ({names}; `raypex configs` "
+                             "lists them) nor a key=value override")
         else:
             raise UsageError(f"'{item}' is neither the config file (it must come first) nor a key=value override")
     return config, overrides

@@ -25,7 +25,11 @@ class ConfigError(Exception):
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping from `path`; missing files and syntax errors become ConfigError."""
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        from cluster.config.shipped import shipped_configs
+
+        names = ", ".join(shipped_configs())
+        hint = f" (shipped configs, by name from any directory: {names})" if names else ""
+        raise ConfigError(f"config file not found: {path}{hint}")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
