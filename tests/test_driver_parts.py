@@ -177,9 +177,12 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     progress = ProgressLine(stream, log_every_s=0.0)
     progress.update(3.0, 11_800, 4_000.0, None, None, None, None, goal_steps=500_000, filling=(11_800, 50_000))
     progress.update(60.0, 250_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000)
-    first, second = stream.getvalue().splitlines()
+    # after Ctrl-C the speed falls towards nothing: no "hours left" estimate from it
+    progress.update(62.0, 251_000, 10.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, stopping=True)
+    first, second, third = stream.getvalue().splitlines()
     assert "env steps   11.8k (  2%, 2m02s left)" in first and "filling replay 11.8k/50.0k" in first
     assert "env steps  250.0k ( 50%, 50s left)" in second and "loss 0.5000" in second
+    assert "env steps  251.0k (stopping) |" in third and "left" not in third
 
 
 CPU = {"CPU": 1.0}

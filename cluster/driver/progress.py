@@ -47,12 +47,17 @@ class ProgressLine:
 
     def update(self, elapsed_s: float, env_steps: int, sps: float, episode_return: float | None,
                eval_return: float | None, loss: float | None, lag: float | None,
-               goal_steps: int | None = None, filling: tuple[int, int] | None = None) -> None:
+               goal_steps: int | None = None, filling: tuple[int, int] | None = None,
+               stopping: bool = False) -> None:
         """Draw the line (in place on a TTY; every `log_every_s` otherwise). With `goal_steps`
-        (stop.env_steps) it shows the share done and the time left at the current speed; with
-        `filling` (replay size, replay.min_size) it says replay is filling instead of the loss."""
+        (stop.env_steps) it shows the share done and the time left at the current speed, or
+        "stopping" once the run is ending (the speed then falls to nothing and the time left
+        would be absurd); with `filling` (replay size, replay.min_size) it says replay is filling
+        instead of the loss."""
         done = ""
-        if goal_steps:
+        if stopping:
+            done = " (stopping)"
+        elif goal_steps:
             left = (goal_steps - env_steps) / sps if sps > 0 else None
             done = f" ({min(env_steps / goal_steps, 1.0):4.0%}, {_fmt_duration(left)} left)"
         learning = (f"filling replay {_fmt_count(filling[0])}/{_fmt_count(filling[1])}" if filling

@@ -233,7 +233,8 @@ class TrainingRun:
         replay, min_size = sum(m.shard_sizes), self.config.replay.min_size
         self.progress.update(time.time() - self.clock_start, m.env_steps, m.sps, m.last_return, m.last_eval,
                              m.last_loss, scalars.get("perf/policy_lag_mean"), self.config.stop.env_steps,
-                             (replay, min_size) if m.last_loss is None and replay < min_size else None)
+                             (replay, min_size) if m.last_loss is None and replay < min_size else None,
+                             stopping=self.collect_end is not None)
         for observer in self.observers:
             observer.after_poll(self)
         return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
