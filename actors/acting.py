@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from learner.networks import acting_copy, refresh_acting_copy
+from learner.networks import acting_copy, greedy_actions, refresh_acting_copy
 from learner.weights import load_arrays
 
 ACT_PRECISIONS = ("auto", "fp32", "bf16")
@@ -55,8 +55,7 @@ class ActingPolicy:
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         """argmax_a Q(obs, a) for a numpy batch, without autograd."""
-        with torch.inference_mode():
-            return (self.fast or self.network)(torch.from_numpy(obs)).argmax(dim=1).numpy()
+        return greedy_actions(self.fast or self.network, obs)
 
 
 def _median_forward_ms(network: nn.Module, obs: torch.Tensor) -> float:

@@ -9,8 +9,9 @@ Three kinds of observation are supported: flat float vectors (CartPole); 2-D uin
 network sees the last `frame_stack` frames; and images that already carry channels (rank 3, in
 either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv`
 (actors/images.py) hands on channels-first, bool as uint8 0/255, other dtypes as uint8 or float32.
-`ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame skip 4 with max-pooling, 84x84 grayscale, noop starts);
-raypex stacks its frames and clips rewards itself, so the raw game score is what gets reported.
+`ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame
+skip 4 with max-pooling, 84x84 grayscale, noop starts); raypex stacks its frames and clips rewards
+itself, so the raw game score is what gets reported.
 An id of the form `module:EnvId` imports `module` first (how a custom env registers itself);
 `MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra).
 """

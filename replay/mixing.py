@@ -65,12 +65,14 @@ class ShardMixer:
         self.sizes[shard] = max(self.sizes[shard], counters["size"])
         self.inserted[shard] = max(self.inserted[shard], counters["inserted"])
 
+    def _inserted_and_sampled(self) -> tuple[int, int]:
+        """The fleet's inserts (replaced shard processes' included) and samples, as the limiter counts them."""
+        return (int(self.inserted.sum() + self.inserted_before.sum()),
+                max(self.requested, int(self.sampled_reported.sum())))
+
     def may_sample(self) -> bool:
         """Whether one more micro-batch may be requested under the limiter."""
-        sampled = max(self.requested, int(self.sampled_reported.sum()))
-        return self.limiter.can_sample(
-            int(self.sizes.sum()), int(self.inserted.sum() + self.inserted_before.sum()), sampled, self.micro_batch
-        )
+        return self.limiter.can_sample(int(self.sizes.sum()), *self._inserted_and_sampled(), self.micro_batch)
 
     def next_shard(self) -> int | None:
         """The shard to request the next micro-batch from, or None when the limiter says wait."""
@@ -87,8 +89,7 @@ class ShardMixer:
         incarnation = self.incarnations[shard]
         if not self.limiter.enabled or incarnation is None:
             return None
-        sampled = max(self.requested, int(self.sampled_reported.sum()))
-        room = self.limiter.insert_room(int(self.inserted.sum() + self.inserted_before.sum()), sampled)
+        room = self.limiter.insert_room(*self._inserted_and_sampled())
         return {"room": room / len(self.sizes), "inserted_seen": int(self.inserted[shard]),
                 "incarnation": incarnation}
 

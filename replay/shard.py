@@ -2,12 +2,12 @@
 
 A plain class (no Ray import): cluster/ hosts it in a Ray actor placed on its collector's node, and
 tests and the in-process mode call it directly. It owns its storage (a `RingStorage`, or a
-`FrameStorage` for pixels), counts inserts and samples, and limits inserts by the samples-per-insert ratio (the learner
-limits samples). The insert limit follows the whole fleet: each sample request and counter poll
-from the learner brings a `FleetView`, this shard's share of the global insert room, so a
-collector that stops inserting does not hold the others back. Until the first view arrives (and
-in the lockstep replica, which sends none) the shard applies its own share of the limiter to its
-own counters.
+`FrameStorage` for pixels), counts inserts and samples, and limits inserts by the
+samples-per-insert ratio (the learner limits samples). The insert limit follows the whole fleet:
+each sample request and counter poll from the learner brings a `FleetView`, this shard's share of
+the global insert room, so a collector that stops inserting does not hold the others back. Until
+the first view arrives (and in the lockstep replica, which sends none) the shard applies its own
+share of the limiter to its own counters.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ cluster, so ratios hold even when the machine's absolute speed drifts:
   memory         actors' resident memory at the end vs when replay was full
 
 `--stage collect` stops after broadcast (the collectors' rows, with the acting precision each
-collector chose). `--stage learner` measures only the learner on its device (the GPU when the cluster has one), per
-precision x CUDA-graph capture: fed by the shards with collectors running and the replay-ratio
+collector chose). `--stage learner` measures only the learner on its device (the GPU when the
+cluster has one), per precision x CUDA-graph capture: fed by the shards with collectors running and the replay-ratio
 limiter off (`learner_<precision>_<capture>` vs the same loop fed from memory), and the GPU's
 busy fraction while fed.
 

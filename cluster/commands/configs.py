@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cluster.commands.usage import UsageError, split_positional
-from cluster.config.loading import ConfigError, load_config, read_yaml
+from cluster.config.loading import ConfigError, load_config
 from cluster.config.shipped import shipped_configs, summary_line
 
 
@@ -18,7 +18,7 @@ def run_configs(args: argparse.Namespace) -> int:
     width = max(map(len, configs))
     for name, path in configs.items():
         try:
-            env_id = read_yaml(path).get("env", {}).get("id", "CartPole-v1")
+            env_id = load_config(path, []).env.id
         except ConfigError as err:
             raise UsageError(str(err)) from None
         print(f"{name:<{width}}  {env_id:<20}  {summary_line(path)}")

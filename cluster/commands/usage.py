@@ -30,8 +30,9 @@ def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:
         elif i == 0 and item.endswith((".yaml", ".yml")):
             config = Path(item)  # loading says it is not found, and names the shipped configs
         elif i == 0:
-            names = ", ".join(shipped_configs()) or "none installed"
-            close = difflib.get_close_matches(item, list(shipped_configs()), n=1)
+            shipped_names = list(shipped_configs())
+            names = ", ".join(shipped_names) or "none installed"
+            close = difflib.get_close_matches(item, shipped_names, n=1)
             if close:
                 raise UsageError(f"'{item}' is not a config file or a shipped config; did you mean '{close[0]}'?")
             raise UsageError(f"'{item}' is neither a config file, a shipped config ({names}; `raypex configs` "

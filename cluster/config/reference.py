@@ -10,19 +10,6 @@ from pydantic import BaseModel
 from cluster.config.schema import RunConfig
 
 
-def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
-    rows = []
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows += _rows(annotation, f"{prefix}{name}.")
-            continue
-        default = field.get_default(call_default_factory=True)
-        shown = "null" if default is None else str(default).replace("|", "\\|")
-        rows.append(f"| `{prefix}{name}` | `{shown}` | {field.description or ''} |")
-    return rows
-
-
 def _fields(model: type[BaseModel], prefix: str = ""):
     """(dotted key, field) for every leaf of the schema, in schema order."""
     for name, field in model.model_fields.items():
@@ -55,7 +42,12 @@ def config_listing(config: RunConfig) -> list[str]:
 
 def markdown_reference() -> str:
     """One table row per config key: dotted name, default, meaning."""
-    return "\n".join(["| key | default | meaning |", "| --- | --- | --- |", *_rows(RunConfig)])
+    rows = []
+    for key, field in _fields(RunConfig):
+        default = field.get_default(call_default_factory=True)
+        shown = "null" if default is None else str(default).replace("|", "\\|")
+        rows.append(f"| `{key}` | `{shown}` | {field.description or ''} |")
+    return "\n".join(["| key | default | meaning |", "| --- | --- | --- |", *rows])
 
 
 if __name__ == "__main__":
