@@ -36,9 +36,9 @@ def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: f
         env.close()
 
 
-def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict]:
-    """Env steps per second of one Collector whose chunks are dropped, and its phase fractions
-    (plus "act_precision": the dtype it chose to act in)."""
+def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict[str, float], str]:
+    """Env steps per second of one Collector whose chunks are dropped, its phase fractions and
+    the dtype it chose to act in."""
     from actors.collector import PHASES, Collector
 
     collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: None)
@@ -51,6 +51,5 @@ def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple
     elapsed = time.perf_counter() - start
     spent = {p: collector.phase_s[p] - first_phase[p] for p in PHASES}
     total = sum(spent.values()) or 1.0
-    phases: dict = {p: t / total for p, t in spent.items()}
-    phases["act_precision"] = collector.policy.precision
-    return (collector.env_steps - first_steps) / elapsed, phases
+    phases = {p: t / total for p, t in spent.items()}
+    return (collector.env_steps - first_steps) / elapsed, phases, collector.policy.precision

@@ -133,10 +133,11 @@ def run_bench(args: argparse.Namespace) -> int:
     progress.message("bench: env_raw, env_policy (one process, no Ray)")
     raw = env_raw_steps_per_s(config.env.id, config.env.kwargs, config.env.num_envs, plan.local_s, config.seed)
     rows.append(BenchRow("env_raw", raw, "env steps/s"))
-    policy, policy_phases = env_policy_steps_per_s(collector_settings(config, spec, 0), plan.local_s)
+    policy, policy_phases, policy_precision = env_policy_steps_per_s(collector_settings(config, spec, 0),
+                                                                     plan.local_s)
     rows.append(BenchRow.against("env_policy", policy, "env steps/s", raw, None))
     details["env_policy_phases"] = policy_phases
-    progress.message(f"bench: env_policy acted in {policy_phases.pop('act_precision')}")
+    progress.message(f"bench: env_policy acted in {policy_precision}")
 
     bench = _bench_on_a_local_cluster(config, spec, progress)
     try:
