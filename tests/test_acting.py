@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from actors.acting import ActingPolicy
+from actors.acting import AUTO_MIN_GAIN, ActingPolicy
 from learner.networks import acting_copy, build_q_network
 from learner.weights import export_arrays
 
@@ -59,7 +59,7 @@ def test_auto_times_both_precisions_and_fp32_builds_no_copy():
     network = build_q_network((4, 84, 84), 6, [64], True, "uint8")
     auto = ActingPolicy(network, "auto", _obs((4, 84, 84), "uint8", 8))
     assert set(auto.timings_ms) == {"fp32", "bf16"} and all(t > 0 for t in auto.timings_ms.values())
-    faster = auto.timings_ms["fp32"] >= 1.1 * auto.timings_ms["bf16"]
+    faster = auto.timings_ms["fp32"] >= AUTO_MIN_GAIN * auto.timings_ms["bf16"]
     assert auto.precision == ("bf16" if faster else "fp32")
     assert (auto.fast is not None) == faster
     plain = ActingPolicy(network, "fp32", _obs((4, 84, 84), "uint8", 8))
