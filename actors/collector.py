@@ -94,10 +94,13 @@ class Collector:
             phase["act"] += t1 - t0
             phase["env"] += t2 - t1
             phase["fold"] += t3 - t2
-        self.env_steps += self.s.chunk_steps * self.s.num_envs
         t3 = clock()
         chunk = self.adder.pop()
         if chunk is not None:
+            # Env steps count the transitions that reach replay: an autoreset step (the reset
+            # after an episode ends) is no env step, and steps still in an n-step window count
+            # when their transition leaves, so env_steps always equals what replay inserted.
+            self.env_steps += len(chunk["action"])
             self.push(chunk)
             self.chunks_pushed += 1
             self.transitions_pushed += len(chunk["action"])

@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.driver.checkpoints import list_checkpoints, load_latest, read_replay, save_checkpoint
 from cluster.driver.metrics import RunMetrics
+from cluster.driver.outcome import RunOutcome
 from cluster.driver.placement import (
     PlacementError,
     ResourceRequest,
@@ -278,3 +279,31 @@ def test_the_reaper_finds_and_kills_descendants_that_lost_the_variable():
         assert still_running(found) == []
     finally:
         parent.kill()
+
+
+def _evaluated(outcome: RunOutcome, *means: float) -> None:
+    for version, mean in enumerate(means):
+        outcome.record_evaluation({"mean": mean, "version": version}, f"ref{version}", 100 * version)
+
+
+def test_the_export_is_the_solving_version_else_the_best_evaluated_else_the_kept_policy():
+    solved = RunOutcome(target=200.0, clock_start=time.time())
+    _evaluated(solved, 50.0, 210.0)
+    assert solved.to_export() == ("ref1", 1, 210.0) and solved.ended == "solved"
+
+    # trained on past its peak: the peak is exported, not the collapse
+    collapsed = RunOutcome(target=None, clock_start=time.time())
+    _evaluated(collapsed, 120.0, 500.0, 40.1)
+    assert collapsed.to_export() == ("ref1", 1, 500.0) and collapsed.final_eval == 40.1
+
+    # a resumed run whose found policy.pt2 scored better (or as well) keeps it
+    resumed = RunOutcome(target=None, clock_start=time.time(), kept_policy=(500.0, 7))
+    _evaluated(resumed, 480.0, 500.0)
+    assert resumed.to_export() is None and resumed.fields()["policy_eval_return"] == 500.0
+    better = RunOutcome(target=None, clock_start=time.time(), kept_policy=(300.0, 7))
+    _evaluated(better, 280.0, 310.0)
+    assert better.to_export() == ("ref1", 1, 310.0)
+
+    # a learner that died takes its weights with it: nothing of it is exported
+    collapsed.forget_weights()
+    assert collapsed.to_export() is None

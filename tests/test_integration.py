@@ -65,6 +65,9 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     assert "learner:" in acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
+    # policy.pt2 is the best-evaluated version, not whatever the last epoch left
+    assert first["policy_eval_return"] == pytest.approx(max(e.value for e in tags["eval/return_mean"]))
+    first_policy = (run / "policy.pt2").read_bytes()
 
     # Resume from a damaged newest checkpoint (cut short): it falls back to the one before, and
     # counters continue from there; the run goes on to the new stop.
@@ -84,6 +87,11 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     resumed_steps = [e.step for e in scalars(run)["losses/td_loss"]]
     assert max(resumed_steps) >= 8000 and min(s for s in resumed_steps if s > 4000) >= last["env_steps"]
     assert "stop:\n  env_steps: 8000" in (run / "config.yaml").read_text()
+    # The resumed run exports its best evaluation only when it beats the policy.pt2 it found.
+    best = max(e.value for e in scalars(run)["eval/return_mean"])
+    assert second["policy_eval_return"] == pytest.approx(max(best, first["policy_eval_return"]))
+    if second["policy_eval_return"] == first["policy_eval_return"]:
+        assert "policy.pt2 kept" in err and (run / "policy.pt2").read_bytes() == first_policy, err
 
     capsys.readouterr()
     assert main(["eval", str(run), "--episodes", "5"]) == 0
@@ -218,6 +226,8 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
     assert first["ended"] == ended
     final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
     assert first["epochs"] == final["epochs"]
+    # the final checkpoint and the summary agree, and env steps are exactly what replay took in
+    assert final["env_steps"] == first["env_steps"] == sum(first["replay_inserted_per_shard"]), (final, first)
     if signum == signal.SIGTERM:  # a resume continues the counters of the final checkpoint
         assert main(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"]) == 0
         second = summary(run)

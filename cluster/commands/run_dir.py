@@ -89,3 +89,16 @@ def _refuse_finished(run_dir: Path, saved: RunConfig, resumed: RunConfig, where:
         raise UsageError(f"{where}: the run is finished ({env_steps} env steps, stop.env_steps="
                          f"{saved.stop.env_steps}); to train on, give a larger one, e.g. "
                          f"stop.env_steps={2 * saved.stop.env_steps}")
+
+
+def kept_policy(run_dir: Path) -> tuple | None:
+    """(eval return, version) of the policy.pt2 a resumed run finds in its directory, from the
+    last summary.json (older summaries: its final eval return); None when there is none."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not (run_dir / "policy.pt2").is_file() or not isinstance(summary, dict):
+        return None
+    score = summary.get("policy_eval_return", summary.get("final_eval_return"))
+    return (float(score) if isinstance(score, (int, float)) else None), summary.get("policy_version")

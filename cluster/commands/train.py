@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.envs import UnsupportedEnv, inspect_env
-from cluster.commands.run_dir import check_resume, check_writable
+from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
 from cluster.config.schema import RunConfig, config_warnings
@@ -105,7 +105,8 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
-        run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume)
+        run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume,
+                          kept_policy=kept_policy(run_dir) if resume else None)
         code = run.execute(config_text)
         progress.message(_summary_line(run.summary(), run_dir))
         return code

@@ -1,6 +1,6 @@
 """How a run ends: collectors stopped, the final checkpoint, policy.pt2 and summary.json.
 
-After a signal or a failure nothing new starts (no final evaluation: the last evaluated version
+After a signal or a failure nothing new starts (no final evaluation: the best evaluated version
 is exported); parts that need a learner that died are skipped with a line saying so, and
 summary.json is written whatever happened, saying how the run ended.
 """
@@ -19,7 +19,7 @@ def finish_run(run, new_work: bool) -> None:
     """Stop collecting, write the final checkpoint, policy.pt2 and summary.json.
 
     `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
-    the exported policy is the last evaluated version (the newest weights if none was). Parts
+    the exported policy is the best evaluated version (the newest weights if none was). Parts
     that need a dead learner are skipped, and the summary still says how the run ended.
     """
     if run.actors is None:
@@ -32,6 +32,9 @@ def finish_run(run, new_work: bool) -> None:
     run.actors.learner.request_stop.remote()
     run.supervisor.stop()
     run.collect_end = time.time()
+    run.supervisor.wait_stopped()
+    with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
+        run.poll()
     try:
         run.outputs.write_pending_checkpoint()  # the learner is stopping: its epochs end now
         run.request_checkpoint()
@@ -48,17 +51,28 @@ def finish_run(run, new_work: bool) -> None:
 
 
 def _export(run, new_work: bool) -> None:
-    """policy.pt2: the solving version, else a final evaluation's (or, with no new work, the
-    last evaluated version)."""
-    export = run.outcome.solved_weights
-    if export is None and not new_work and run.outcome.last_evaluated is not None:
-        export, version = run.outcome.last_evaluated
-        run.progress.message(f"exporting weights version {version}, the last evaluated")
-    if export is None:
-        export = run.actors.learner.published_weights.remote()
-        if new_work:  # the run ended on env steps: evaluate and export the final weights
-            result = run.evaluations.evaluate_now(export)
-            if result is not None:
-                run.outcome.final_eval = result["mean"]
-                run.tb.scalars(run.metrics.evaluation(result), run.metrics.env_steps)
-    run.outputs.policy(run.actors.learner, export)
+    """policy.pt2: the solving version, else the best-evaluated one (a final evaluation of the
+    newest weights counts when the run ended on env steps; after a signal or a failure nothing
+    new is evaluated). A resumed run keeps the policy.pt2 it found when that scored at least as
+    well; with no evaluation at all, the newest weights are exported."""
+    outcome = run.outcome
+    if outcome.solved is None and new_work:  # the run ended on env steps: evaluate the final weights
+        final = run.actors.learner.published_weights.remote()
+        result = run.evaluations.evaluate_now(final)
+        if result is not None:
+            outcome.note_evaluation(result, final)
+            run.tb.scalars(run.metrics.evaluation(result), run.metrics.env_steps)
+    choice = outcome.to_export()
+    if choice is None and outcome.policy is not None and outcome.policy[0] is not None:
+        best = "none" if outcome.best is None else f"{outcome.best[0]:.1f}"
+        run.progress.message(f"policy.pt2 kept: it scored {outcome.policy[0]:.1f}; this run's best evaluation: {best}")
+        return
+    if choice is None:  # nothing evaluated: the newest weights, unevaluated
+        outcome.policy = (None, None)
+        run.outputs.policy(run.actors.learner, run.actors.learner.published_weights.remote())
+        return
+    weights, version, score = choice
+    if not new_work or score != outcome.final_eval:
+        run.progress.message(f"exporting weights version {version}, the best evaluated ({score:.1f})")
+    outcome.policy = (score, version)
+    run.outputs.policy(run.actors.learner, weights)

@@ -1,8 +1,9 @@
 """RunOutcome: what a run's evaluations found and how the run ended.
 
 It decides when an evaluation solves the run (the first complete one reaching stop.eval_return),
-remembers which weights to export, and carries the end reason that summary.json reports: solved,
-env_steps, interrupted, terminated, or "failed: <what died>".
+remembers which weights to export (the solving version, else the best-evaluated one, so a run
+that trains on past its peak does not export a collapsed policy), and carries the end reason that
+summary.json reports: solved, env_steps, interrupted, terminated, or "failed: <what died>".
 """
 
 from __future__ import annotations
@@ -13,33 +14,54 @@ import time
 class RunOutcome:
     """Evaluation results, the solve, and the end reason of one run."""
 
-    def __init__(self, target: float | None, clock_start: float):
+    def __init__(self, target: float | None, clock_start: float, kept_policy: tuple | None = None):
         self.target = target  # stop.eval_return, or None: never solved
         self.clock_start = clock_start  # time_to_solve_s counts from here (the command's start)
         self.time_to_solve_s: float | None = None
         self.env_steps_at_solve: int | None = None
         self.final_eval: float | None = None  # the newest complete evaluation's mean return
-        self.solved_weights = None  # the weights ref whose evaluation reached the target
+        self.solved: tuple | None = None  # (weights ref, version, mean) of the evaluation that reached the target
         self.last_evaluated: tuple | None = None  # (weights ref, version) of the newest complete evaluation
+        self.best: tuple | None = None  # (mean return, weights ref, version) of the best evaluation
+        # (eval return, version) of the policy.pt2 a resumed run found in its directory
+        self.policy: tuple | None = kept_policy
         self.ended: str | None = None  # None while the run goes on
 
-    def record_evaluation(self, result: dict, weights_ref, env_steps: int) -> bool:
-        """Note a complete evaluation; True when it is the one that solves the run."""
+    def note_evaluation(self, result: dict, weights_ref) -> None:
+        """Note a complete evaluation (the final one too) as the newest and, if it is, the best."""
         self.final_eval = result["mean"]
         self.last_evaluated = (weights_ref, result["version"])
+        if self.best is None or result["mean"] > self.best[0]:
+            self.best = (result["mean"], weights_ref, result["version"])
+
+    def record_evaluation(self, result: dict, weights_ref, env_steps: int) -> bool:
+        """Note a complete evaluation during the run; True when it is the one that solves it."""
+        self.note_evaluation(result, weights_ref)
         if self.target is None or result["mean"] < self.target or self.time_to_solve_s is not None:
             return False
         self.time_to_solve_s = time.time() - self.clock_start
         self.env_steps_at_solve = env_steps
-        self.solved_weights = weights_ref
+        self.solved = (weights_ref, result["version"], result["mean"])
         self.ended = "solved"
         return True
 
     def forget_weights(self) -> None:
         """Drop weights refs whose learner died (its objects went with it); the export then
         falls back to the newest weights of the learner that replaced it."""
-        self.solved_weights = None
+        self.solved = None
         self.last_evaluated = None
+        self.best = None
+
+    def to_export(self) -> tuple | None:
+        """(weights ref, version, eval return) for policy.pt2: the solving version, else the best
+        evaluated one; None when policy.pt2 should stay as it is (a resumed run whose kept policy
+        scored at least as well) or when nothing was evaluated."""
+        if self.solved is not None:
+            return self.solved
+        if self.best is None or (self.policy is not None and self.policy[0] is not None
+                                 and self.best[0] <= self.policy[0]):
+            return None
+        return self.best[1], self.best[2], self.best[0]
 
     def fields(self) -> dict:
         """Its part of summary.json."""
@@ -48,4 +70,6 @@ class RunOutcome:
             "env_steps_at_solve": self.env_steps_at_solve,
             "final_eval_return": self.final_eval,
             "ended": self.ended,
+            "policy_eval_return": None if self.policy is None else self.policy[0],
+            "policy_version": None if self.policy is None else self.policy[1],
         }

@@ -62,7 +62,8 @@ class TrainingRun:
 
     def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
-                 observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor):
+                 observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
+                 kept_policy: tuple | None = None):
         self.config = config
         self.spec = spec
         self.group = group
@@ -76,7 +77,7 @@ class TrainingRun:
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep, progress.message)
         self.epochs_done = resume.epochs if resume else 0
-        self.outcome = RunOutcome(config.stop.eval_return, clock_start)
+        self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
         self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
         self.collect_start: float | None = None
         self.collect_end: float | None = None  # when the collectors were told to stop

@@ -92,3 +92,9 @@ class CollectorSupervisor:
         """Ask every collector to end its loop after the chunk in progress."""
         for collector in self.collectors:
             collector.stop.remote()
+
+    def wait_stopped(self, timeout_s: float = 5.0) -> None:
+        """Wait (at most `timeout_s`) for every loop to return, so that counters read afterwards,
+        and the final checkpoint that records them, include each collector's last chunk."""
+        if self.loops:
+            ray.wait(self.loops, num_returns=len(self.loops), timeout=timeout_s)
