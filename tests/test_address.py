@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from cluster.commands.cli import main
-from cluster.driver.address import ConnectError, check_gcs_port, host_port
+from cluster.driver.address import JOB_VARIABLE, ConnectError, check_gcs_port, host_port, ray_job_address
 
 
 def test_addresses_ray_resolves_itself_pass_and_malformed_ones_are_named():
@@ -91,3 +91,10 @@ def test_train_with_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_
             "start the head with `ray start --head --port PORT` and pass its HOST:PORT")
     assert err == [said]
     assert not run.exists()
+
+
+def test_inside_a_ray_job_the_jobs_cluster_is_joined_outside_none_is_chosen():
+    assert ray_job_address({}) is None  # no --address outside a job: a fresh local cluster
+    assert ray_job_address({"RAY_ADDRESS": "10.0.0.5:6379"}) is None  # RAY_ADDRESS alone does not capture a run
+    assert ray_job_address({JOB_VARIABLE: "{}", "RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.5:6379"
+    assert ray_job_address({JOB_VARIABLE: "{}"}) == "auto"

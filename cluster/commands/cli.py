@@ -105,15 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (sys.argv[1:] if argv is None else argv):
             parser.print_help(sys.stderr)  # bare `raypex`: what it can do
             return EXIT_USAGE
-        args, extra = parser.parse_known_args(argv)
-        # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
-        # overrides over. Take them back; anything else left over is a real mistake.
-        takes_overrides = args.command in ("train", "bench", "config")
-        unknown = [item for item in extra if not takes_overrides or item.startswith("-")]
-        if unknown:
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args = parse_command_line(parser, argv)
         if args.command == "train":
-            args.args += extra
             from cluster.commands.train import run_train
 
             return run_train(args, clock_start)
@@ -121,11 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             from cluster.commands.configs import run_config_show, run_configs
 
             if args.command == "config":
-                args.args += extra
                 return run_config_show(args)
             return run_configs(args)
         if args.command == "bench":
-            args.args += extra
             from cluster.commands.bench import run_bench
 
             return run_bench(args)
@@ -138,6 +129,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         print(f"raypex: stopped by {signal_name(interrupt)}", file=sys.stderr)
         return exit_code(interrupt)
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The parsed arguments, `key=value` overrides given after options included (UsageError for
+    anything else argparse leaves over)."""
+    args, extra = parser.parse_known_args(argv)
+    # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
+    # overrides over. Take them back; anything else left over is a real mistake.
+    takes_overrides = args.command in ("train", "bench", "config")
+    unknown = [item for item in extra if not takes_overrides or item.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if takes_overrides:
+        args.args += extra
+    return args
 
 
 def console() -> None:

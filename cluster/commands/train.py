@@ -17,6 +17,7 @@ from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
 from cluster.config.schema import RunConfig, config_warnings
+from cluster.driver.address import ray_job_address
 from cluster.driver.checkpoints import ResumePoint, atomic_write
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
@@ -93,8 +94,11 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     from cluster.driver.supervisor import RunFailed
     from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources, shutdown
 
+    address = args.address
+    if address is None and (address := ray_job_address()) is not None:
+        progress.message(f"inside a Ray job: joining its cluster at {address}")
     try:
-        started_local = connect(args.address)
+        started_local = connect(address)
     except ConnectError as err:
         raise UsageError(str(err)) from None
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit

@@ -11,9 +11,13 @@ kept: against a cluster started without it, the run's workers died at once.
 
 from __future__ import annotations
 
+import os
 import socket
 
 CONNECT_TIMEOUT_S = 3.0
+# Set by Ray's job supervisor in the environment of a job's entrypoint (with RAY_ADDRESS, the
+# cluster's GCS address): `ray job submit -- raypex train ...` runs raypex inside a job.
+JOB_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 # An HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server answers with its own
 # SETTINGS frame (frame type 4 in the 4th byte of the 9-byte frame header).
 _HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
@@ -22,6 +26,14 @@ _SETTINGS_FRAME = 4
 
 class ConnectError(Exception):
     """The Ray cluster at --address cannot be reached (one-line message)."""
+
+
+def ray_job_address(environ=os.environ) -> str | None:
+    """The address of the cluster when this process is a Ray job's entrypoint, else None: a job
+    joins the cluster it was submitted to, where outside one no --address means a local cluster."""
+    if JOB_VARIABLE not in environ:
+        return None
+    return environ.get("RAY_ADDRESS") or "auto"
 
 
 def host_port(address: str) -> tuple[str, int] | None:

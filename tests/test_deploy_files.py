@@ -1,0 +1,106 @@
+"""The deployment files in cluster/deploy/ (Ray cluster launcher, KubeRay, Dockerfile) cannot run
+here (no cloud, no Kubernetes, no Docker), so what can be checked is: they parse, the raypex
+commands they run are real commands with real config keys, and the nodes they ask for hold what
+those commands' configs ask Ray for (placement's own fit check, with the nodes the files declare).
+"""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from cluster.commands.cli import build_parser, parse_command_line
+from cluster.commands.usage import split_positional
+from cluster.config.loading import load_config
+from cluster.config.schema import RunConfig
+from cluster.driver.placement import PlacementError, ResourceRequest, check_fits
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "cluster" / "deploy"
+# CPUs and GPUs of the instance types the launcher file names (AWS's published shapes)
+INSTANCE_SHAPES = {"g5.4xlarge": {"CPU": 16.0, "GPU": 1.0}, "c7i.4xlarge": {"CPU": 16.0}}
+
+
+def train_config(command: str) -> RunConfig:
+    """The resolved config of a `raypex train ...` command line (env assignments before it allowed);
+    raises on an unknown subcommand, option or config key."""
+    words = shlex.split(command)
+    argv = words[words.index("raypex") + 1:]
+    args = parse_command_line(build_parser(), argv)
+    assert args.command == "train", command
+    config_path, overrides = split_positional(args.args)
+    return load_config(config_path, overrides)
+
+
+def request_of(config: RunConfig, gpus: int) -> ResourceRequest:
+    return ResourceRequest(config.collectors.num, config.collectors.num_cpus, config.replay.num_cpus,
+                           config.learner.num_cpus, gpus)
+
+
+def pod_nodes(cluster_spec: dict) -> list[dict[str, float]]:
+    """The Ray nodes a KubeRay cluster spec makes: the head (its num-cpus) and every worker replica."""
+    def shape(group: dict) -> dict[str, float]:
+        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        node = {"CPU": float(group.get("rayStartParams", {}).get("num-cpus", limits["cpu"]))}
+        if "nvidia.com/gpu" in limits:
+            node["GPU"] = float(limits["nvidia.com/gpu"])
+        return node
+
+    nodes = [shape(cluster_spec["headGroupSpec"])]
+    for group in cluster_spec["workerGroupSpecs"]:
+        nodes += [shape(group)] * group["replicas"]
+    return nodes
+
+
+def test_the_kuberay_job_runs_a_real_command_that_its_pods_can_hold():
+    job = yaml.safe_load((DEPLOY / "kuberay-rayjob.yaml").read_text())
+    assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
+    config = train_config(job["spec"]["entrypoint"])
+    nodes = pod_nodes(job["spec"]["rayClusterSpec"])
+    assert any(n.get("GPU") for n in nodes)  # the learner's group
+    check_fits(request_of(config, gpus=1), nodes)  # raises, naming what is missing, when it does not fit
+    # the same command on one collector pod fewer no longer fits: the file is sized, not padded
+    spec = job["spec"]["rayClusterSpec"]
+    spec["workerGroupSpecs"][-1]["replicas"] -= 1
+    with pytest.raises(PlacementError, match="do not fit|needs"):
+        check_fits(request_of(config, gpus=1), pod_nodes(spec))
+
+
+def test_the_kuberay_cluster_holds_the_command_its_header_gives():
+    text = (DEPLOY / "kuberay-raycluster.yaml").read_text()
+    cluster = yaml.safe_load(text)
+    assert cluster["kind"] == "RayCluster"
+    command = re.search(r"-- (raypex train .*)", text).group(1)
+    check_fits(request_of(train_config(command), gpus=1), pod_nodes(cluster["spec"]))
+
+
+def test_the_launcher_file_starts_nodes_that_hold_its_command():
+    text = (DEPLOY / "ray-cluster-aws.yaml").read_text()
+    launcher = yaml.safe_load(text)
+    types = launcher["available_node_types"]
+    head = INSTANCE_SHAPES[types[launcher["head_node_type"]]["node_config"]["InstanceType"]]
+    nodes = [head]
+    for name, node_type in types.items():
+        if name != launcher["head_node_type"]:
+            nodes += [INSTANCE_SHAPES[node_type["node_config"]["InstanceType"]]] * node_type["min_workers"]
+    command = re.search(r'"[^"]*?(RAY_AUTH_MODE=token raypex train [^"]*)"', text).group(1)
+    check_fits(request_of(train_config(command), gpus=1), nodes)
+    # raypex is installed on every node, with the extras that exist
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    installs = [c for c in launcher["setup_commands"] if "pip install -e" in c]
+    assert installs and set(re.search(r"\[([\w,]+)\]", installs[0]).group(1).split(",")) <= set(extras)
+    assert "RAY_AUTH_MODE=token" in " ".join(launcher["worker_start_ray_commands"])
+
+
+def test_the_dockerfile_copies_every_package_and_installs_real_extras():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    rooms = {p.split(".")[0] for p in setuptools["packages"]} - {"raypex_configs"} | {"configs"}
+    copied = set(re.findall(r"^COPY (\w+) ", dockerfile, re.MULTILINE))
+    assert rooms <= copied, rooms - copied
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = re.search(r'pip install --no-cache-dir "\.\[([\w,]+)\]"', dockerfile).group(1).split(",")
+    assert set(wanted) <= set(extras)

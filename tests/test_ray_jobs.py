@@ -1,0 +1,93 @@
+"""`ray job submit -- raypex train ...` against a head started the way a user starts one
+(`ray start --head`, token authentication on, as Ray 2.60 makes it): the job trains on that
+cluster (not on a local one nested inside the job), streams its progress, and `ray job stop`
+takes the clean stop path (final checkpoint, summary)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_address import free_port
+
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
+         "checkpoint.every_epochs=5"]
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def _until(condition, timeout_s: float, what: str):
+    """Poll `condition` (a question put to the cluster) until it returns something true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        answer = condition()
+        if answer:
+            return answer
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} within {timeout_s:g}s")
+
+
+@pytest.fixture
+def head(monkeypatch):
+    """A Ray head with its job server, started by `ray start --head`; yields its dashboard URL."""
+    port, dashboard = free_port(), free_port()
+    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    address_file_existed = address_file.exists()
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # what a user sets to reach a token cluster
+    # the job's entrypoint finds `raypex` on the PATH the head was started with
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen([*RAY, "start", "--head", f"--port={port}", f"--dashboard-port={dashboard}",
+                             "--dashboard-host=127.0.0.1", "--num-cpus=2", "--disable-usage-stats", "--block"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{dashboard}"
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        def client():
+            try:
+                return JobSubmissionClient(url)
+            except (ConnectionError, RuntimeError):
+                return None
+
+        yield url, _until(client, 60, "job server")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
+            address_file.unlink(missing_ok=True)
+
+
+def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints(tmp_path, head):
+    url, client = head
+    from ray.job_submission import JobStatus
+    from ray.util.state import list_nodes
+
+    done = subprocess.run([*RAY, "job", "submit", "--address", url, "--", "raypex", "train", "cartpole",
+                           "--run-dir", str(tmp_path / "job"), "stop.env_steps=6000", *SHORT],
+                          check=False, capture_output=True, text=True, timeout=300)
+    logs = done.stdout + done.stderr
+    assert done.returncode == 0 and "succeeded" in logs, logs
+    assert "inside a Ray job: joining its cluster" in logs and "env steps" in logs, logs  # progress streamed
+    head_nodes = {node.node_id for node in list_nodes(address=url)}
+    placement = json.loads((tmp_path / "job" / "placement.json").read_text())
+    assert len(head_nodes) == 1 and placement["learner_node"] in head_nodes  # not a nested local cluster
+    assert json.loads((tmp_path / "job" / "summary.json").read_text())["env_steps"] >= 6000
+
+    # `ray job stop` sends SIGTERM (then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S, 3 s by default)
+    run = tmp_path / "stopped"
+    job = client.submit_job(entrypoint=f"raypex train cartpole --run-dir {run} stop.env_steps=100000000 "
+                            + " ".join(SHORT))
+    _until(lambda: "env steps" in client.get_job_logs(job), 120, "progress line in the job's logs")
+    client.stop_job(job)
+    _until(lambda: client.get_job_status(job) in (JobStatus.STOPPED, JobStatus.FAILED), 60, "stopped job")
+    logs = client.get_job_logs(job)
+    assert "SIGTERM: writing a final checkpoint" in logs and "done:" in logs, logs
+    result = json.loads((run / "summary.json").read_text())
+    final = json.loads(max((run / "checkpoints").glob("ckpt-*.json")).read_text())
+    assert result["ended"] == "terminated" and final["env_steps"] == result["env_steps"], (result, final)
+    assert os.path.isfile(run / "policy.pt2")
