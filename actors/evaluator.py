@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from actors.envs import make_vector_env
+from actors.episode_video import MAX_FRAMES, frame_of
 
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B]
 
@@ -20,8 +21,11 @@ class Evaluator:
     """Owns an evaluation vector env with one env per episode."""
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4,
-                 epsilon: float = 0.0):
+                 epsilon: float = 0.0, stacked: bool = False):
         self.env = make_vector_env(env_id, episodes, None, env_kwargs, frame_stack)
+        self.env_id = env_id
+        self.stacked = stacked  # observations are frame stacks (pixels), for the video's frames
+        self.frames: np.ndarray | None = None  # the first episode's pictures of the last recorded evaluation
         self.episodes = episodes
         self.seed = seed
         # A small random-action rate keeps a greedy policy from stalling a game forever (Breakout
@@ -31,13 +35,15 @@ class Evaluator:
         self.num_actions = int(self.env.single_action_space.n)
         self.runs = 0
 
-    def evaluate(self, policy: Policy, give_up: tuple[float, float] | None = None) -> np.ndarray | None:
+    def evaluate(self, policy: Policy, give_up: tuple[float, float] | None = None,
+                 record: bool = False) -> np.ndarray | None:
         """Undiscounted returns of one episode per env under `policy` (a fresh seed per call).
 
         With `give_up=(target_mean, max_return)` the evaluation stops, returning None, as soon as
         the mean could no longer reach `target_mean` even if every unfinished episode scored
         `max_return`: a policy far from the target then costs a few dozen env steps instead of
-        its longest episode. Without it every episode runs to its end.
+        its longest episode. Without it every episode runs to its end. With `record`, the first
+        episode's pictures (actors/episode_video.py) are kept in `frames` (None: no picture).
         """
         obs, _ = self.env.reset(seed=self.seed + 10_007 * self.runs)
         self.runs += 1
@@ -45,7 +51,14 @@ class Evaluator:
         running = np.ones(self.episodes, bool)
         # Total shortfall from max_return the finished episodes may have before the target is lost.
         allowed_shortfall = self.episodes * (give_up[1] - give_up[0]) if give_up else None
+        pictures: list[np.ndarray] | None = [] if record else None
         while running.any():
+            if pictures is not None and running[0] and len(pictures) < MAX_FRAMES:
+                picture = frame_of(obs[0], self.env_id, self.stacked)
+                if picture is None:
+                    pictures = None  # this env has no picture
+                else:
+                    pictures.append(picture)
             actions = policy(obs)
             if self.epsilon:
                 explore = self.rng.random(self.episodes) < self.epsilon
@@ -55,6 +68,8 @@ class Evaluator:
             running &= ~(terminated | truncated)
             if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:
                 return None
+        if record:
+            self.frames = np.stack(pictures) if pictures else None
         return returns
 
     def close(self) -> None:

@@ -72,3 +72,15 @@ def test_fetch_path_bench_measures_every_group_through_a_real_local_cluster():
     assert [row[0] for row in rows] == ["2", "8"]
     for row in rows:
         assert float(row[1].replace(",", "")) > 0 and float(row[3]) > 0  # micro-batches/s, CPU ms each
+
+
+def test_scaling_fits_a_line_and_extrapolates_each_measure():
+    from cluster.bench.scaling import fit, table
+
+    assert fit([(2, 5.0), (4, 9.0), (8, 17.0)]) == pytest.approx((1.0, 2.0))
+    rows = [{"pairs": n, "poll_ms": 1.0 + 0.5 * n, "gcs_server_mb": 50.0 + n} for n in (2, 8)]
+    text = table(rows)
+    assert "| poll_ms | 2.00 | 5.00 | +0.500 | 51.0 | 501.0 |" in text
+    assert "| gcs_server_mb | 52.00 | 58.00 | +1.000 | 150.0 | 1050.0 |" in text
+    assert "broadcast_ms" not in text  # not measured: no row
+

@@ -1,5 +1,6 @@
 """Config loading and the CLI's handling of user mistakes: one line, exit code 2, nothing written."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +214,16 @@ def test_config_show_prints_every_key_marking_the_ones_that_differ(capsys):
     assert shown["algo.gamma"].startswith("  ") and "(default" not in shown["algo.gamma"]
     assert main(["config", "show", "pong", "lerner.lr=1"]) == 2
     assert "did you mean 'learner'" in capsys.readouterr().err
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`raypex config show | head -1`: the reader leaves early; no BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run([sys.executable, "-c", "from cluster.commands.cli import console; console()", "config",
+                               "show", "pong"], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+                              check=False)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == "", done.stderr

@@ -307,3 +307,38 @@ def test_the_export_is_the_solving_version_else_the_best_evaluated_else_the_kept
     # a learner that died takes its weights with it: nothing of it is exported
     collapsed.forget_weights()
     assert collapsed.to_export() is None
+
+
+def test_a_node_with_other_software_is_named_with_what_differs():
+    from cluster.driver.versions import differences, software_versions
+
+    driver = software_versions()
+    assert set(driver) == {"raypex", "ray", "torch", "python"} and "+" not in driver["torch"]
+    assert differences(driver, {"10.0.0.5": dict(driver), "10.0.0.6": dict(driver)}) == []
+    other = {**driver, "torch": "2.12.0", "raypex": "0.0.9"}
+    assert differences(driver, {"10.0.0.5": dict(driver), "10.0.0.7": other}) == [
+        f"node 10.0.0.7 has raypex 0.0.9 (the driver has {driver['raypex']})",
+        f"node 10.0.0.7 has torch 2.12.0 (the driver has {driver['torch']})"]
+
+
+def test_the_hparams_entry_reads_real_config_keys_and_results_left_out_when_missing():
+    from cluster.config.loading import load_config
+    from cluster.driver.tensorboard_layout import HPARAM_KEYS, hparam_values, hparams_summaries, result_scalars
+
+    config = load_config(None, ["learner.lr=0.002"])
+    values = hparam_values(config)
+    assert set(values) == set(HPARAM_KEYS) and values["learner.lr"] == 0.002 and values["env.id"] == "CartPole-v1"
+    assert [s.value[0].tag for s in hparams_summaries(config, "run-a")] == ["_hparams_/experiment",
+                                                                             "_hparams_/session_start_info"]
+    assert result_scalars(480.0, None) == {"hparams/final_eval_return": 480.0}
+
+
+def test_the_custom_layout_is_a_custom_scalars_summary_tensorboard_can_read():
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    from cluster.driver.tensorboard_layout import LAYOUT, custom_layout
+
+    value = custom_layout().value[0]
+    assert value.tag == "custom_scalars__config__" and value.metadata.plugin_data.plugin_name == "custom_scalars"
+    layout = layout_pb2.Layout.FromString(value.tensor.string_val[0])
+    assert [c.title for c in layout.category] == list(LAYOUT)

@@ -48,7 +48,8 @@ def summary(run_dir: Path) -> dict:
 
 def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "--run-dir", str(run), "--seed", "3", "stop.env_steps=4000", *SHORT]) == 0
+    assert main(["train", "--run-dir", str(run), "--seed", "3", "stop.env_steps=4000", *SHORT,
+                 "eval.video_every=3"]) == 0
     first = summary(run)
     assert first["env_steps"] >= 4000 and first["seed"] == 3 and first["time_to_solve_s"] is None
     assert min(first["replay_size_per_shard"]) > 0  # every collector's shard is filled
@@ -65,6 +66,15 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     assert "learner:" in acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
+    # the HPARAMS tab's entry, the custom-scalars layout, one curve per collector
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(acc.PluginTagToContent("hparams"))
+    assert "custom_scalars__config__" in acc.PluginTagToContent("custom_scalars")
+    assert {"collector/0/epsilon", "collector/1/epsilon", "collector/0/episodic_return"} <= set(tags)
+    assert tags["hparams/final_eval_return"][-1].value == pytest.approx(first["final_eval_return"])
+    # every 3rd evaluation's first episode as an animated PNG, in the run directory and TensorBoard
+    videos = sorted((run / "videos").glob("eval-v*.png"))
+    assert videos and videos[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"acTL" in videos[0].read_bytes()
+    assert "eval/video" in acc.Tags()["images"]
     # policy.pt2 is the best-evaluated version, not whatever the last epoch left
     assert first["policy_eval_return"] == pytest.approx(max(e.value for e in tags["eval/return_mean"]))
     first_policy = (run / "policy.pt2").read_bytes()

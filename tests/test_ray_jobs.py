@@ -34,7 +34,8 @@ def _until(condition, timeout_s: float, what: str):
 
 @pytest.fixture
 def head(monkeypatch):
-    """A Ray head with its job server, started by `ray start --head`; yields its dashboard URL."""
+    """A Ray head with its job server, started by `ray start --head`; yields its dashboard URL, a
+    job client and its GCS address."""
     port, dashboard = free_port(), free_port()
     address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     address_file_existed = address_file.exists()
@@ -54,7 +55,7 @@ def head(monkeypatch):
             except (ConnectionError, RuntimeError):
                 return None
 
-        yield url, _until(client, 60, "job server")
+        yield url, _until(client, 60, "job server"), f"127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -63,7 +64,7 @@ def head(monkeypatch):
 
 
 def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints(tmp_path, head):
-    url, client = head
+    url, client, _ = head
     from ray.job_submission import JobStatus
     from ray.util.state import list_nodes
 
@@ -91,3 +92,22 @@ def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkp
     final = json.loads(max((run / "checkpoints").glob("ckpt-*.json")).read_text())
     assert result["ended"] == "terminated" and final["env_steps"] == result["env_steps"], (result, final)
     assert os.path.isfile(run / "policy.pt2")
+
+
+def test_a_token_cluster_without_the_token_is_one_line_at_once_and_with_it_the_run_works(tmp_path, head):
+    _, _, address = head
+    command = [sys.executable, "-m", "cluster", "train", "--address", address]
+    started = time.monotonic()
+    refused = subprocess.run([*command, "--run-dir", str(tmp_path / "refused")], check=False, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    took = time.monotonic() - started
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert "uses token authentication" in lines[0] and "RAY_AUTH_MODE=token" in lines[0], lines
+    assert took < 10, took
+    assert not (tmp_path / "refused").exists()
+
+    joined = subprocess.run([*command, "--run-dir", str(tmp_path / "joined"), "stop.env_steps=3000", *SHORT],
+                            check=False, capture_output=True, text=True, timeout=300)  # RAY_AUTH_MODE=token (fixture)
+    assert joined.returncode == 0, joined.stderr
+    assert json.loads((tmp_path / "joined" / "summary.json").read_text())["env_steps"] >= 3000

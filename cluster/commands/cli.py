@@ -147,5 +147,13 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) 
 
 
 def console() -> None:
-    """The console-script wrapper: exit with main's code."""
-    sys.exit(main())
+    """The console-script wrapper: exit with main's code. Output piped into a reader that stops
+    early (`raypex configs | head`) ends quietly, as other command-line tools do."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the failed flush of stdout at exit: point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141  # what a shell reports for a command killed by SIGPIPE
+    sys.exit(code)

@@ -92,6 +92,7 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
 
     from cluster.driver.run import TrainingRun
     from cluster.driver.supervisor import RunFailed
+    from cluster.driver.versions import VersionMismatch, check_node_versions
     from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources, shutdown
 
     address = args.address
@@ -105,6 +106,8 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
         group = reserve_resources(config, 1 if device == "cuda" else 0)
+        if not started_local:  # a cluster others set up: its nodes may run other versions
+            check_node_versions(group)
         run_dir.mkdir(parents=True, exist_ok=True)
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
@@ -114,7 +117,7 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
         code = run.execute(config_text)
         progress.message(_summary_line(run.summary(), run_dir))
         return code
-    except PlacementError as err:
+    except (PlacementError, VersionMismatch) as err:
         raise UsageError(str(err)) from None
     except RunFailed as err:
         print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)

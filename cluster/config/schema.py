@@ -163,6 +163,11 @@ class EvalConfig(_Section):
     every_epochs: int = Field(
         2, ge=1, description="Epochs between evaluations of the newest weights (one runs at a time)."
     )
+    video_every: int = Field(
+        20, ge=0, description="Every this many evaluations, the first episode of one that runs to the end is "
+        "saved as a video (RUN_DIR/videos/eval-vVERSION.png, an animated PNG, and TensorBoard's eval/video "
+        "image); 0 = never. Pixel games, MinAtar and CartPole have pictures.",
+    )
     max_return: float | Literal["auto"] | None = Field(
         "auto",
         description="The most one episode can score. When known, an evaluation stops once "

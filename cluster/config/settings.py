@@ -71,7 +71,7 @@ def evaluator_args(config: RunConfig, spec: EnvSpec) -> tuple:
     """EvaluatorActor's constructor arguments (its env, episodes, seed and network)."""
     return (config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
             spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
-            config.eval.epsilon, spec.obs_dtype)
+            config.eval.epsilon, spec.obs_dtype, spec.frame_stack > 0)
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

@@ -4,7 +4,10 @@ the wrong thing answers there.
 
 - nothing listens at HOST:PORT (refused), or nobody answers (timeout): said at once;
 - something answers that does not speak HTTP/2, as a Ray GCS (gRPC) does (a dashboard or job
-  server port, say): said at once, with where the GCS port comes from.
+  server port, say): said at once, with where the GCS port comes from;
+- the GCS wants a token (what `ray start` turns on since Ray 2.60) and this process is not set up
+  to send one: said after one refused call, with the variables to set (Ray's own join retries
+  for about 20 s first).
 Turning token authentication on whenever a token file exists on this machine was tried and not
 kept: against a cluster started without it, the run's workers died at once.
 """
@@ -68,3 +71,28 @@ def check_gcs_port(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     if len(reply) < 4 or reply[3] != _SETTINGS_FRAME:
         raise ConnectError(f"--address {address}: something answers there, but not a Ray GCS; use the port "
                            "`ray start --head` printed (6379 unless --port was given), not the dashboard's")
+
+
+TOKEN_HINT = ("set RAY_AUTH_MODE=token with the head's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or "
+              "RAY_AUTH_TOKEN_PATH")
+
+
+def check_gcs_auth(address: str, timeout_s: float = CONNECT_TIMEOUT_S, environ=os.environ) -> None:
+    """Raise ConnectError when the GCS at `address` refuses a call without a token and this
+    process has not been told to send one (RAY_AUTH_MODE=token: Ray's join then says whether
+    the token is right)."""
+    target = host_port(address)
+    if target is None or environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return
+    import grpc  # Ray's own dependency
+
+    with grpc.insecure_channel(f"{target[0]}:{target[1]}") as channel:
+        # an empty request is a valid message of every type: the call needs no Ray protobufs
+        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId",
+                                   request_serializer=lambda raw: raw, response_deserializer=lambda raw: raw)
+        try:
+            call(b"", timeout=timeout_s)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise ConnectError(f"--address {address}: the cluster uses token authentication (what `ray start` "
+                                   f"turns on since Ray 2.60); {TOKEN_HINT}") from None

@@ -13,6 +13,7 @@ import time
 import ray
 
 from cluster.driver.supervisor import describe_failure
+from cluster.driver.tensorboard_layout import result_scalars
 
 
 def finish_run(run, new_work: bool) -> None:
@@ -46,7 +47,9 @@ def finish_run(run, new_work: bool) -> None:
         run.progress.message(f"no final checkpoint or policy: {describe_failure(err, run.role_of)}")
     with contextlib.suppress(ray.exceptions.RayError):  # else the last successful poll stands
         run.poll()
-    run.outputs.summary(run.summary())
+    summary = run.summary()
+    run.outputs.summary(summary)
+    run.tb.scalars(result_scalars(summary["final_eval_return"], summary["time_to_solve_s"]), run.metrics.env_steps)
     run.tb.flush()
 
 

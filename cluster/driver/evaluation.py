@@ -5,7 +5,8 @@ starts as soon as none is running (one at a time, while the learner keeps traini
 Weights the learner returns by value when asked: that ref is the driver's own, it outlives the
 learner, and no ref travels inside a reply. With a give-up bound (eval.max_return known), an
 evaluation may stop once stop.eval_return is out of reach, except every FULL_EVAL_EVERY-th, which
-runs to the end so eval/return_mean keeps a curve.
+runs to the end so eval/return_mean keeps a curve, and every `eval.video_every`-th, which runs to
+the end and records its first episode's pictures for the run's video.
 
 Evaluation is optional to training: when the evaluator dies, Ray restarts it (wiring.py) and the
 evaluation it was running is lost, counted in `lost`; the next one goes to the new process.
@@ -27,11 +28,12 @@ class EvaluationScheduler:
     """Starts evaluations on the evaluator actor and hands back their results with their weights."""
 
     def __init__(self, evaluator, every_epochs: int, give_up: tuple[float, float] | None,
-                 newest_weights: Callable[[], ray.ObjectRef]):
+                 newest_weights: Callable[[], ray.ObjectRef], video_every: int = 0):
         self.evaluator = evaluator
         self.every_epochs = every_epochs
         self.give_up = give_up  # None: every evaluation runs to the end
         self.newest_weights = newest_weights  # asks the learner for its newest Weights
+        self.video_every = video_every  # every this many evaluations one is recorded (0: none)
         self.published = False  # whether the learner now running has published weights
         self.started = 0
         self.lost = 0  # evaluations lost to the evaluator's death
@@ -53,9 +55,10 @@ class EvaluationScheduler:
         """Start the due evaluation on the newest weights, if none is running."""
         if self._due and self._in_flight is None and self.published:
             weights_ref = self.newest_weights()
-            give_up = self.give_up if self.started % FULL_EVAL_EVERY else None
+            record = self.video_every > 0 and self.started % self.video_every == 0
+            give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None
             self.started += 1
-            self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up), weights_ref)
+            self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up, record), weights_ref)
             self._due = False
 
     def take(self) -> tuple[dict | None, object]:

@@ -66,6 +66,10 @@ class RunMetrics:
             scalars["replay/insert_rate"] = (inserted - self._prev[2]) / dt
             scalars["replay/sample_rate"] = (sampled - self._prev[3]) / dt
         self._prev = (now, self.env_steps, inserted, sampled)
+        for i, c in enumerate(collectors):  # each collector's own curve (Ape-X: each acts with its own epsilon)
+            scalars[f"collector/{i}/epsilon"] = c["epsilon"]
+            if c["episode_returns"]:
+                scalars[f"collector/{i}/episodic_return"] = float(np.mean(c["episode_returns"]))
         returns = [r for c in collectors for r in c["episode_returns"]]
         lengths = [n for c in collectors for n in c["episode_lengths"]]
         if returns:

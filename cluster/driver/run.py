@@ -34,7 +34,9 @@ from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay, restore_shard_replay
 from cluster.driver.signals import exit_code, signal_name
 from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
+from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
+from cluster.driver.video import video_summary, write_video
 from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 from cluster.hosts.learner_actor import LearnerActor
 
@@ -90,6 +92,9 @@ class TrainingRun:
         """Run to the end; returns the exit code (0, or 130/143 after SIGINT/SIGTERM). Raises
         RunFailed, after the final files, when an actor died in a way the run cannot recover."""
         self.tb.text("config", config_text)
+        self.tb.summary(custom_layout())
+        for summary in hparams_summaries(self.config, self.outputs.run_dir.name):
+            self.tb.summary(summary)
         interrupt: KeyboardInterrupt | None = None
         failure: RunFailed | None = None
         try:
@@ -126,7 +131,8 @@ class TrainingRun:
                                               self.progress, lambda i: restore_shard_replay(self, i))
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),
-                                               lambda: self.actors.learner.published_weights.remote())
+                                               lambda: self.actors.learner.published_weights.remote(),
+                                               self.config.eval.video_every)
         state = self.resume.learner_state if self.resume else None
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
@@ -208,12 +214,19 @@ class TrainingRun:
         if not result["complete"]:
             return False  # gave up: the target was out of reach
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+        if "frames" in result:
+            self._video(result)
         if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps):
             return False
         self.progress.message(
             f"solved: eval return {result['mean']:.1f} >= {self.outcome.target:g} (weights version "
             f"{result['version']}) after {self.outcome.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
         return True
+
+    def _video(self, result: dict) -> None:
+        path, encoded = write_video(self.outputs.run_dir, result["version"], result["frames"])
+        self.tb.summary(video_summary("eval/video", result["frames"], encoded), self.metrics.env_steps)
+        self.progress.message(f"video of weights version {result['version']}: {path}")
 
     def poll(self) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done."""

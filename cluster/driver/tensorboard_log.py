@@ -1,7 +1,8 @@
 """A small TensorBoard writer built on the tensorboard package alone (no torch, no TensorFlow).
 
 Only the driver writes metrics, and the driver must start fast: torch's SummaryWriter would cost it
-a second of importing torch. Scalars and one text entry are all raypex writes.
+a second of importing torch. Scalars, one text entry and the plugin summaries of
+cluster/driver/tensorboard_layout.py are all raypex writes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class TensorBoardLog:
             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
         )
         summary = Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
+        self._writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+
+    def summary(self, summary: Summary, step: int = 0) -> None:
+        """Write a ready-made summary (a plugin's layout or hparams entry)."""
         self._writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
 
     def flush(self) -> None:

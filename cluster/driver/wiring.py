@@ -21,7 +21,7 @@ import ray
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
-from cluster.driver.address import ConnectError, check_gcs_port
+from cluster.driver.address import TOKEN_HINT, ConnectError, check_gcs_auth, check_gcs_port
 from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, reserve
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
 from cluster.hosts.collector_actor import CollectorActor
@@ -57,15 +57,14 @@ def connect(address: str | None) -> bool:
             ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
         return True
     check_gcs_port(address)
+    check_gcs_auth(address)
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
         reason = str(err).splitlines()[0]
         hint = ""
         if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
-            hint = ("; if the cluster uses token authentication (what `ray start` turns on since Ray 2.60), set "
-                    "RAY_AUTH_MODE=token with the head's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or "
-                    "RAY_AUTH_TOKEN_PATH")
+            hint = f"; if the cluster uses token authentication (what `ray start` turns on since Ray 2.60), {TOKEN_HINT}"
         raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason}){hint}") from None
     return False
 
@@ -183,6 +182,7 @@ class RunActors:
             "learner_node": ray.get(self.learner.node_id.remote()),
             "pairs": [{"collector": i, "collector_node": c, "shard_node": s}
                       for i, (c, s) in enumerate(zip(collector_nodes, shard_nodes))],
+            "node_ips": {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()},
         }
 
 

@@ -23,7 +23,7 @@ class EvaluatorActor:
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
                  obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8"):
+                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8", stacked: bool = False):
         from actors.evaluator import Evaluator
 
         self.torch_network = None
@@ -34,7 +34,7 @@ class EvaluatorActor:
 
             torch.set_num_threads(1)
             self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling, obs_dtype).eval()
-        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon)
+        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon, stacked)
 
     def _policy(self, arrays: dict[str, np.ndarray]):
         if self.torch_network is None:
@@ -48,17 +48,21 @@ class EvaluatorActor:
         return functools.partial(greedy_actions, self.torch_network)
 
     @QUIET  # several a second on small envs
-    def evaluate(self, weights, give_up: tuple[float, float] | None = None) -> dict:
+    def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict:
         """Mean and min greedy return of a published Weights message (Ray resolves its ref).
 
         With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
-        early and reports `complete: False` with no returns.
+        early and reports `complete: False` with no returns. With `record` the result carries
+        the first episode's pictures as `frames` (uint8 [T, H, W(, 3)]) when the env has any.
         """
-        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up)
+        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record)
         version = weights.version
         if returns is None:
             return {"version": version, "complete": False, "mean": None, "min": None}
-        return {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}
+        result = {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}
+        if record and self.evaluator.frames is not None:
+            result["frames"] = self.evaluator.frames
+        return result
 
     def pid(self) -> int:
         """This actor's process id (bench reads its resident memory)."""

@@ -1,0 +1,151 @@
+"""Three Ray nodes as three hosts: each in its own Linux network namespace with its own IP on a
+private bridge (iproute2, as root), started with `ray start` the way a user starts them (token
+authentication on), and `raypex train --address` run from the head's host. The collectors spread
+over the three IPs, each shard on its collector's IP, and CartPole learns.
+
+Everything the test makes (namespaces, veth pairs, the bridge, the Ray processes) is removed
+whatever happens. A machine that cannot make namespaces fails this test with the reason: the
+suite runs as root, where it can."""
+
+import ipaddress
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
+         "checkpoint.every_epochs=5"]
+GCS_PORT = 6379
+
+
+def ip(*args: str) -> None:
+    """Run `ip ARGS`; AssertionError with iproute2's message when it fails."""
+    done = subprocess.run(["ip", *args], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, f"`ip {' '.join(args)}` failed: {done.stderr.strip()}"
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.254.0.0/16 that no interface of this machine uses."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], check=True, capture_output=True, text=True).stdout
+    for third in random.Random(os.getpid()).sample(range(1, 255), 254):
+        subnet = ipaddress.ip_network(f"10.254.{third}.0/24")
+        if f"10.254.{third}." not in used:
+            return subnet
+    raise AssertionError("no free /24 in 10.254.0.0/16")
+
+
+class Hosts:
+    """`count` network namespaces joined by a bridge: host i has address `addresses[i]`."""
+
+    def __init__(self, count: int, stack: ExitStack):
+        tag = f"rpx{os.getpid() % 10000}"
+        self.names = [f"{tag}n{i}" for i in range(count)]
+        subnet = free_subnet()
+        self.addresses = [str(subnet.network_address + i + 1) for i in range(count)]
+        bridge = f"{tag}br"
+        stack.callback(subprocess.run, ["ip", "link", "del", bridge], check=False, capture_output=True)
+        ip("link", "add", bridge, "type", "bridge")
+        ip("link", "set", bridge, "up")
+        for i, name in enumerate(self.names):
+            stack.callback(subprocess.run, ["ip", "netns", "del", name], check=False, capture_output=True)
+            ip("netns", "add", name)
+            outside, inside = f"{tag}v{i}", f"{tag}p{i}"
+            ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            ip("link", "set", outside, "master", bridge, "up")
+            ip("link", "set", inside, "netns", name)
+            ip("-n", name, "addr", "add", f"{self.addresses[i]}/{subnet.prefixlen}", "dev", inside)
+            ip("-n", name, "link", "set", inside, "up")
+            ip("-n", name, "link", "set", "lo", "up")
+
+    def command(self, i: int, *argv: str) -> list[str]:
+        """`argv` run on host i."""
+        return ["ip", "netns", "exec", self.names[i], *argv]
+
+    def kill_everything_on(self, i: int) -> None:
+        """SIGKILL every process left in host i's namespace."""
+        pids = subprocess.run(["ip", "netns", "pids", self.names[i]], check=False, capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def ray_start(hosts: Hosts, i: int, stack: ExitStack) -> None:
+    """`ray start` on host i (the head on host 0), 2 CPUs each, stopped and killed at the end."""
+    role = (["--head", f"--port={GCS_PORT}", "--include-dashboard=false"] if i == 0
+            else [f"--address={hosts.addresses[0]}:{GCS_PORT}"])
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", *role, f"--node-ip-address={hosts.addresses[i]}",
+            "--num-cpus=2", "--disable-usage-stats", "--block"]
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    node = subprocess.Popen(hosts.command(i, *argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    stack.callback(hosts.kill_everything_on, i)
+    stack.callback(node.wait, timeout=30)
+    stack.callback(node.send_signal, signal.SIGTERM)
+
+
+def test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn(tmp_path, capsys):
+    if os.geteuid() != 0:
+        pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
+    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    address_file_existed = address_file.exists()
+    run = tmp_path / "hosts"
+    with ExitStack() as stack:
+        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
+            stack.callback(address_file.unlink, missing_ok=True)
+        hosts = Hosts(3, stack)
+        # one host after another: raylets that start at the same moment on one machine (one /tmp,
+        # one session directory) can pick the same socket names
+        for i in range(3):
+            ray_start(hosts, i, stack)
+            if i == 0:
+                wait_for_port(hosts, 0, GCS_PORT)
+            else:
+                wait_for_nodes(hosts, i + 1)
+        train = hosts.command(0, sys.executable, "-m", "cluster", "train", "--address",
+                              f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=3",
+                              "stop.env_steps=80000", *SHORT, "eval.episodes=16", "stop.eval_return=200")
+        done = subprocess.run(train, check=False, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "RAY_AUTH_MODE": "token"})
+        assert done.returncode == 0, done.stderr[-3000:]
+    placement = json.loads((run / "placement.json").read_text())
+    node_ips = placement["node_ips"]
+    collector_ips = [node_ips[p["collector_node"]] for p in placement["pairs"]]
+    shard_ips = [node_ips[p["shard_node"]] for p in placement["pairs"]]
+    with capsys.disabled():  # into the suite's log (.ci/run's included), not only on failure
+        print(f"\nseparate hosts {hosts.addresses}: learner on {node_ips[placement['learner_node']]}, "
+              f"collectors on {collector_ips}, shards on {shard_ips}")
+    assert sorted(collector_ips) == sorted(hosts.addresses)  # one collector on each host
+    assert shard_ips == collector_ips  # each shard on its collector's host
+    result = json.loads((run / "summary.json").read_text())
+    assert result["time_to_solve_s"] is not None and result["final_eval_return"] >= 200, result
+
+
+def wait_for_nodes(hosts: Hosts, count: int, timeout_s: float = 60) -> None:
+    """Until the head's cluster has `count` alive nodes (the worker hosts joined)."""
+    script = (f"import ray, time\nray.init(address='{hosts.addresses[0]}:{GCS_PORT}', logging_level='ERROR')\n"
+              f"deadline = time.monotonic() + {timeout_s}\n"
+              f"while sum(n['Alive'] for n in ray.nodes()) < {count}:\n"
+              "    assert time.monotonic() < deadline, ray.nodes()\n    time.sleep(0.5)\n")
+    done = subprocess.run(hosts.command(0, sys.executable, "-c", script), check=False, capture_output=True,
+                          text=True, timeout=timeout_s + 60, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    assert done.returncode == 0, f"the hosts did not all join: {done.stderr[-2000:]}"
+
+
+def wait_for_port(hosts: Hosts, i: int, port: int, timeout_s: float = 60) -> None:
+    """Until something listens on `port` of host i (the head's GCS)."""
+    deadline = time.monotonic() + timeout_s
+    probe = hosts.command(i, sys.executable, "-c",
+                          f"import socket; socket.create_connection(('{hosts.addresses[i]}', {port}), 1)")
+    while subprocess.run(probe, check=False, capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, f"nothing listens on {hosts.addresses[i]}:{port}"
+        time.sleep(0.5)
