@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.commands.cli import main
 from replay.ring import transition_layout
+from tests.test_address import free_port
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1",
@@ -155,16 +155,10 @@ def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
     assert summary(run)["env_steps"] >= 4000
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monkeypatch):
     """`ray start` on this machine (1 CPU, and RAY_ADDRESS pointing at it) must not be joined:
     the default run needs about 2 CPUs and would fail placement there."""
-    port = _free_port()
+    port = free_port()
     address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     address_file_existed = address_file.exists()
     head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_address import free_port
+from tests.test_integration import SHORT
 
-SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
-         "checkpoint.every_epochs=5"]
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
-         "checkpoint.every_epochs=5"]
+from tests.test_integration import SHORT
+
 GCS_PORT = 6379
 
 

@@ -69,10 +69,10 @@ def check_resume(run_dir: Path, saved: RunConfig, resumed: RunConfig,
 def _refuse_finished(run_dir: Path, saved: RunConfig, resumed: RunConfig, where: str) -> None:
     """A finished run is resumed only with overrides that let it train on; otherwise its
     results (policy.pt2, summary.json, checkpoints) would be overwritten by one more epoch."""
+    summary = _last_summary(run_dir)
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
         env_steps = int(summary["env_steps"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return  # no summary (killed, say): nothing finished to protect
     ended = summary.get("ended")
     if ended is None:  # written before runs said how they ended
@@ -94,11 +94,17 @@ def _refuse_finished(run_dir: Path, saved: RunConfig, resumed: RunConfig, where:
 def kept_policy(run_dir: Path) -> tuple | None:
     """(eval return, version) of the policy.pt2 a resumed run finds in its directory, from the
     last summary.json (older summaries: its final eval return); None when there is none."""
+    summary = _last_summary(run_dir)
+    if summary is None or not (run_dir / "policy.pt2").is_file():
+        return None
+    score = summary.get("policy_eval_return", summary.get("final_eval_return"))
+    return (float(score) if isinstance(score, (int, float)) else None), summary.get("policy_version")
+
+
+def _last_summary(run_dir: Path) -> dict | None:
+    """The run directory's summary.json, or None when there is none or it is not a JSON object."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    if not (run_dir / "policy.pt2").is_file() or not isinstance(summary, dict):
-        return None
-    score = summary.get("policy_eval_return", summary.get("final_eval_return"))
-    return (float(score) if isinstance(score, (int, float)) else None), summary.get("policy_version")
+    return summary if isinstance(summary, dict) else None

@@ -45,8 +45,6 @@ def finish_run(run, new_work: bool) -> None:
         if new_work:
             raise
         run.progress.message(f"no final checkpoint or policy: {describe_failure(err, run.role_of)}")
-    with contextlib.suppress(ray.exceptions.RayError):  # else the last successful poll stands
-        run.poll()
     summary = run.summary()
     run.outputs.summary(summary)
     run.tb.scalars(result_scalars(summary["final_eval_return"], summary["time_to_solve_s"]), run.metrics.env_steps)
@@ -67,7 +65,7 @@ def _export(run, new_work: bool) -> None:
             run.tb.scalars(run.metrics.evaluation(result), run.metrics.env_steps)
     choice = outcome.to_export()
     if choice is None and outcome.policy is not None and outcome.policy[0] is not None:
-        best = "none" if outcome.best is None else f"{outcome.best[0]:.1f}"
+        best = "none" if outcome.best is None else f"{outcome.best[2]:.1f}"
         run.progress.message(f"policy.pt2 kept: it scored {outcome.policy[0]:.1f}; this run's best evaluation: {best}")
         return
     if choice is None:  # nothing evaluated: the newest weights, unevaluated

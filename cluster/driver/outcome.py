@@ -21,8 +21,7 @@ class RunOutcome:
         self.env_steps_at_solve: int | None = None
         self.final_eval: float | None = None  # the newest complete evaluation's mean return
         self.solved: tuple | None = None  # (weights ref, version, mean) of the evaluation that reached the target
-        self.last_evaluated: tuple | None = None  # (weights ref, version) of the newest complete evaluation
-        self.best: tuple | None = None  # (mean return, weights ref, version) of the best evaluation
+        self.best: tuple | None = None  # (weights ref, version, mean) of the best evaluation
         # (eval return, version) of the policy.pt2 a resumed run found in its directory
         self.policy: tuple | None = kept_policy
         self.ended: str | None = None  # None while the run goes on
@@ -30,9 +29,8 @@ class RunOutcome:
     def note_evaluation(self, result: dict, weights_ref) -> None:
         """Note a complete evaluation (the final one too) as the newest and, if it is, the best."""
         self.final_eval = result["mean"]
-        self.last_evaluated = (weights_ref, result["version"])
-        if self.best is None or result["mean"] > self.best[0]:
-            self.best = (result["mean"], weights_ref, result["version"])
+        if self.best is None or result["mean"] > self.best[2]:
+            self.best = (weights_ref, result["version"], result["mean"])
 
     def record_evaluation(self, result: dict, weights_ref, env_steps: int) -> bool:
         """Note a complete evaluation during the run; True when it is the one that solves it."""
@@ -49,7 +47,6 @@ class RunOutcome:
         """Drop weights refs whose learner died (its objects went with it); the export then
         falls back to the newest weights of the learner that replaced it."""
         self.solved = None
-        self.last_evaluated = None
         self.best = None
 
     def to_export(self) -> tuple | None:
@@ -59,9 +56,9 @@ class RunOutcome:
         if self.solved is not None:
             return self.solved
         if self.best is None or (self.policy is not None and self.policy[0] is not None
-                                 and self.best[0] <= self.policy[0]):
+                                 and self.best[2] <= self.policy[0]):
             return None
-        return self.best[1], self.best[2], self.best[0]
+        return self.best
 
     def fields(self) -> dict:
         """Its part of summary.json."""

@@ -127,6 +127,11 @@ def alive_nodes() -> list[tuple[str, dict[str, float]]]:
     return [(n["NodeID"], n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
+def node_addresses() -> dict[str, str]:
+    """node id -> IP address of every node the connected cluster knows."""
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+
 def pair_strategy(request: ResourceRequest, cpus: list[float]) -> str:
     """How to lay out the pairs on nodes with `cpus` free beside the learner: STRICT_SPREAD when
     every pair can have a node of its own, SPREAD when at least two nodes have room, else PACK."""

@@ -37,8 +37,7 @@ class TensorBoardLog:
             string_val=["\n".join("    " + line for line in text.splitlines()).encode()],
             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
         )
-        summary = Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
-        self._writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+        self.summary(Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)]), step)
 
     def summary(self, summary: Summary, step: int = 0) -> None:
         """Write a ready-made summary (a plugin's layout or hparams entry)."""

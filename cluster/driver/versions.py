@@ -17,6 +17,8 @@ import ray
 from ray.util.placement_group import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster.driver.placement import node_addresses
+
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -56,7 +58,7 @@ def check_node_versions(reservation) -> None:
     node_ids: set[str] = set()
     for group in (reservation.learner, reservation.pairs):
         node_ids |= set(placement_group_table(group)["bundles_to_node_id"].values())
-    addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+    addresses = node_addresses()
     probe = ray.remote(num_cpus=0, max_retries=0)(software_versions)
     refs = {node_id: probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
             for node_id in node_ids}

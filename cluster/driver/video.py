@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from tensorboard.compat.proto.summary_pb2 import Summary
 
+from cluster.driver.checkpoints import atomic_write
+
 FPS = 25
 
 
@@ -56,8 +58,6 @@ def video_summary(tag: str, frames: np.ndarray, encoded: bytes) -> Summary:
 
 def write_video(run_dir: Path, version: int, frames: np.ndarray) -> tuple[Path, bytes]:
     """videos/eval-v<version>.png in the run directory; (its path, its bytes)."""
-    from cluster.driver.checkpoints import atomic_write
-
     encoded = apng(frames)
     path = run_dir / "videos" / f"eval-v{version:06d}.png"
     path.parent.mkdir(exist_ok=True)

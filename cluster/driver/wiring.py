@@ -22,7 +22,7 @@ from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
 from cluster.driver.address import TOKEN_HINT, ConnectError, check_gcs_auth, check_gcs_port
-from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, reserve
+from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, node_addresses, reserve
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
@@ -182,7 +182,7 @@ class RunActors:
             "learner_node": ray.get(self.learner.node_id.remote()),
             "pairs": [{"collector": i, "collector_node": c, "shard_node": s}
                       for i, (c, s) in enumerate(zip(collector_nodes, shard_nodes))],
-            "node_ips": {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()},
+            "node_ips": node_addresses(),
         }
 
 
