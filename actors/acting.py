@@ -53,6 +53,11 @@ class ActingPolicy:
         if self.fast is not None:
             refresh_acting_copy(self.fast, self.network)
 
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q(obs, .) as float32 numpy [N, A], from the network actions are chosen with."""
+        with torch.inference_mode():
+            return (self.fast or self.network)(torch.from_numpy(obs)).float().numpy()
+
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         """argmax_a Q(obs, a) for a numpy batch, without autograd."""
         return greedy_actions(self.fast or self.network, obs)

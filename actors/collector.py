@@ -22,6 +22,7 @@ from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
+from actors.priorities import td_priorities
 from actors.settings import CollectorSettings
 from learner.networks import build_q_network
 from replay.contracts import PollWeights, PushChunk
@@ -96,6 +97,10 @@ class Collector:
             phase["fold"] += t3 - t2
         t3 = clock()
         chunk = self.adder.pop()
+        if chunk is not None and self.s.td_priorities:
+            obs, next_obs = self.adder.observations(chunk)
+            chunk["priority"] = td_priorities(self.policy.q_values, obs, chunk["action"], chunk["return"],
+                                              chunk["discount"], next_obs)
         if chunk is not None:
             # Env steps count the transitions that reach replay: an autoreset step (the reset
             # after an episode ends) is no env step, and steps still in an n-step window count
@@ -144,6 +149,7 @@ def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) ->
     lives = np.asarray(reset_info["lives"]) if s.terminal_on_life_loss else None
     options = {"clip_rewards": s.clip_rewards, "life_loss": s.terminal_on_life_loss, "lives": lives}
     if s.frame_stack:
-        return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs, **options)
+        return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs,
+                          keep_stacks=s.td_priorities, **options)
     folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
     return TransitionAdder(folder, **options)

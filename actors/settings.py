@@ -33,4 +33,5 @@ class CollectorSettings:
     frame_stack: int = 0  # > 0: pixel observations, sent to replay frame-once
     clip_rewards: bool = False
     terminal_on_life_loss: bool = False
+    td_priorities: bool = False  # send each transition's |n-step TD error| with the chunk (prioritized replay)
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)

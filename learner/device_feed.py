@@ -17,6 +17,9 @@ Unthreaded (`threads` = 0, the CPU default), `next_update` calls `next_batch` it
 without a copy when G is 1. A threaded feed on the CPU fetches on its thread and wraps the same way
 (no pinned memory, no streams).
 
+Batches from prioritized replay carry `keys` (which shard and slots): they stay on the host, and
+`taken_keys` gives those of the update last handed out, for its priority update.
+
 An error raised by `next_batch` (TrainingStopped at the end of a run, a dead shard) is raised by
 `next_update`, then and on every later call.
 """
@@ -32,7 +35,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from replay.contracts import Batch, NextBatch, batch_fields
+from replay.contracts import Batch, NextBatch, SampledKeys, batch_fields
 
 SLOTS = 4  # two being read by queued updates, two being filled
 
@@ -61,10 +64,12 @@ class _Slot:
         self.device: dict[str, torch.Tensor] = {}
         self.filled: torch.cuda.Event | None = None  # recorded after the host-to-device copy
         self.read: torch.cuda.Event | None = None  # recorded after the update that read it
+        self.keys: list[SampledKeys | None] = []
 
     def fill(self, batches: list[Batch], device: torch.device, stream: torch.cuda.Stream | None) -> None:
         """Copy G micro-batches into the pinned buffers, then to the device on `stream` (on the
         CPU, with no stream, only wrap them)."""
+        self.keys = [batch.get("keys") for batch in batches]
         if stream is None:
             self.device = stack_micro_batches(batches)
             return
@@ -104,6 +109,7 @@ class DeviceFeed:
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._fetching = threading.Lock()  # one caller of next_batch at a time (see take_batches)
+        self._last_keys: list[SampledKeys | None] = []
 
     def next_update(self) -> dict[str, torch.Tensor]:
         """The next update's fields, [G, B, ...], ready to be read on the current stream."""
@@ -111,10 +117,12 @@ class DeviceFeed:
             raise self._error
         if not self.threaded:
             try:
-                batch = stack_micro_batches([self.next_batch() for _ in range(self.micro_batches)])
+                batches = [self.next_batch() for _ in range(self.micro_batches)]
             except BaseException as err:
                 self._error = err
                 raise
+            self._last_keys = [b.get("keys") for b in batches]
+            batch = stack_micro_batches(batches)
             if self.device.type == "cpu":
                 return batch
             return {name: tensor.to(self.device) for name, tensor in batch.items()}
@@ -130,6 +138,11 @@ class DeviceFeed:
             torch.cuda.current_stream(self.device).wait_event(item.filled)
         self._taken.append(item)
         return item.device
+
+    def taken_keys(self) -> list[SampledKeys | None]:
+        """The SampledKeys of each micro-batch of the update `next_update` returned last (None
+        for a batch without them)."""
+        return self._taken[-1].keys if self._taken else self._last_keys
 
     def release(self, read: torch.cuda.Event | None) -> None:
         """Hand back the oldest slot taken, reusable once `read` (recorded after the update that

@@ -25,10 +25,12 @@ from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from learner.device_feed import DeviceFeed
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.precision import make_precision, resolve_precision
+from learner.priority_feedback import PriorityFeedback
 from learner.settings import LearnerSettings
+from learner.synthetic import synthetic_batch
 from learner.update_step import StepSettings, UpdateStep, copy_target
 from learner.weights import export_arrays, load_arrays
-from replay.contracts import NextBatch, PublishWeights, TrainingStopped, Weights
+from replay.contracts import NextBatch, PublishWeights, SendPriorities, TrainingStopped, Weights
 
 # feed: waiting for data; update: host time to run (CPU) or enqueue (CUDA) an update; gpu: waiting
 # for the GPU to finish the update before last (CUDA only; GPU-bound time shows up here).
@@ -55,7 +57,10 @@ class Learner:
         device: torch.device,
         next_batch: NextBatch,
         publish: PublishWeights,
+        send_priorities: SendPriorities | None = None,
     ):
+        """`send_priorities` is where prioritized replay's |TD errors| go (required when
+        `settings.prioritized`)."""
         self.s = settings
         self.device = device
         cuda = device.type == "cuda"
@@ -87,9 +92,12 @@ class Learner:
         self.step = UpdateStep(
             self.online, self.target, online_fn, target_fn, self.optimizer, self.precision,
             StepSettings(settings.huber_delta, settings.double_dqn, settings.max_grad_norm, polyak,
-                         share_online_pass=not pixels),
+                         share_online_pass=not pixels, prioritized=settings.prioritized),
             device,
         )
+        if settings.prioritized and send_priorities is None:
+            raise ValueError("a prioritized learner needs somewhere to send its priorities")
+        self.feedback = PriorityFeedback(send_priorities, device) if settings.prioritized else None
         self._captured: CapturedUpdate | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()
         threads = settings.feed_threads if settings.feed_threads is not None else int(cuda)
@@ -148,6 +156,8 @@ class Learner:
                 batch = self.feed.next_update()
                 t1 = clock()
                 self.update(batch)
+                if self.feedback is not None:
+                    self.feedback.after_update(self.feed.taken_keys(), self.step.td_abs)
                 t2 = clock()
                 self.feed.release(self._after_update())
                 phase["feed"] += t1 - t0
@@ -270,27 +280,3 @@ class Learner:
         buffer = io.BytesIO()
         torch.export.save(program, buffer)
         return buffer.getvalue()
-
-
-def synthetic_batch(settings: LearnerSettings, device: torch.device,
-                    rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    """A random [G, B, ...] batch with the shapes and dtypes replay serves (uint8 pixels, frames
-    once when `frames_per_sample` is set), for warm-up and capture (random, not zeros: zeros can
-    take faster paths than real data)."""
-    shape = (settings.accumulation_steps, settings.micro_batch)
-    arrays = {
-        "action": rng.integers(0, settings.num_actions, shape),
-        "return": rng.normal(size=shape).astype(np.float32),
-        "discount": np.full(shape, 0.97, np.float32),
-    }
-    if settings.frames_per_sample:
-        stack, *frame_shape = settings.obs_shape
-        width = settings.micro_batch * settings.frames_per_sample
-        arrays["frames"] = rng.integers(0, 256, (shape[0], width, *frame_shape), dtype=np.uint8)
-        arrays["obs_index"] = rng.integers(0, width, (*shape, stack))
-        arrays["next_index"] = rng.integers(0, width, (*shape, stack))
-    elif settings.obs_dtype == "uint8":
-        arrays["obs"], arrays["next_obs"] = rng.integers(0, 256, (2, *shape, *settings.obs_shape), dtype=np.uint8)
-    else:
-        arrays["obs"], arrays["next_obs"] = rng.normal(size=(2, *shape, *settings.obs_shape)).astype(np.float32)
-    return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from learner.device_feed import DeviceFeed
-from learner.learner import Learner, synthetic_batch
+from learner.learner import Learner
+from learner.synthetic import synthetic_batch
 from replay.contracts import Batch
 
 _BUSY_SAMPLE_S = 0.1

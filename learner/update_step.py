@@ -40,6 +40,7 @@ class StepSettings:
     max_grad_norm: float
     polyak_tau: float | None  # None: the target is copied by the caller (hard updates)
     share_online_pass: bool  # one online pass over s and s' (see double_dqn_loss)
+    prioritized: bool = False  # weigh each transition by batch["weight"] and keep its |TD error|
 
 
 class UpdateStep:
@@ -58,6 +59,9 @@ class UpdateStep:
         # Sums over micro-batches since the last `take_sums`: read once per epoch, not per update.
         self.loss_sum = torch.zeros((), device=device)
         self.q_sum = torch.zeros((), device=device)
+        # Prioritized replay: the last update's |TD error| per transition, [G, B], written in place
+        # (one buffer, so a captured graph writes the same memory on every replay).
+        self.td_abs: torch.Tensor | None = None
         if precision.scaler is not None:
             optimizer.found_inf = precision.scaler.found_inf  # fused Adam skips the step when it is 1
 
@@ -65,15 +69,19 @@ class UpdateStep:
         """One update: accumulate G micro-batches, unscale, clip, step, move the target."""
         micro_batches = batch["action"].shape[0]
         scaler = self.precision.scaler
+        if self.s.prioritized and self.td_abs is None:
+            self.td_abs = torch.zeros(batch["action"].shape, device=batch["action"].device)
         for g in range(micro_batches):
             obs, next_obs = observation_pair(batch, g)
             with self.precision.autocast():
                 out = double_dqn_loss(
                     self.online_fn, self.target_fn, obs, batch["action"][g], batch["return"][g],
                     # Uniform replay: no importance weights, so the loss skips the multiply.
-                    batch["discount"][g], next_obs, None, self.s.huber_delta, self.s.double_dqn,
-                    self.s.share_online_pass,
+                    batch["discount"][g], next_obs, batch["weight"][g] if self.s.prioritized else None,
+                    self.s.huber_delta, self.s.double_dqn, self.s.share_online_pass,
                 )
+            if self.td_abs is not None:
+                self.td_abs[g].copy_(out.td_error.detach().abs())
             loss = out.loss / micro_batches  # the gradient of one batch G times larger
             (scaler.scale_loss(loss) if scaler is not None else loss).backward()
             self.loss_sum += out.loss.detach()

@@ -5,10 +5,13 @@ the replay shard, the learner and the Ray wiring agree on one definition of what
 them. The messages:
 1. Chunk (collector -> its shard): T steps x E envs already n-step folded, one call per chunk;
    FrameChunk is its pixel form, where each frame travels once and transitions name frames by number.
-2. Batch (shard -> learner): one micro-batch of uniformly sampled transitions; FrameBatch is its
-   pixel form, each sampled frame once plus the indices that build obs and next_obs stacks.
+2. Batch (shard -> learner): one micro-batch of sampled transitions; FrameBatch is its pixel
+   form, each sampled frame once plus the indices that build obs and next_obs stacks. With
+   prioritized replay both carry `weight` (importance weights), and the source that fetched them
+   adds `keys` (SampledKeys: where they came from, for the priority update).
 3. Weights (learner -> collectors): a version and the network's parameters.
 ShardCounters come back with every add and sample, so both sides rate-limit without polling.
+Priority updates (learner -> the shards that served a batch) are PriorityUpdate messages.
 
 Field names follow time: `obs` is the state the action was taken in, `next_obs` the state
 bootstrapped from n steps later; `return` is the folded sum_k gamma^k r_{t+k} and `discount` is
@@ -85,13 +88,53 @@ FRAME_BATCH_FIELDS = ("frames", "obs_index", "action", "return", "discount", "ne
 
 
 def batch_fields(batch: Batch | FrameBatch) -> tuple[str, ...]:
-    """The training fields of a Batch or a FrameBatch, in a fixed order."""
-    return FRAME_BATCH_FIELDS if "frames" in batch else BATCH_FIELDS
+    """The training fields of a Batch or a FrameBatch (with `weight` under prioritized replay),
+    in a fixed order."""
+    fields = FRAME_BATCH_FIELDS if "frames" in batch else BATCH_FIELDS
+    return (*fields, "weight") if "weight" in batch else fields
+
+
+@dataclass(frozen=True)
+class SampledKeys:
+    """Which shard process served a micro-batch, and the slots and stamps (replay/priorities.py)
+    of its transitions: what a priority update for them must name."""
+
+    shard: int
+    incarnation: str
+    index: np.ndarray  # [B] int64 slots
+    stamp: np.ndarray  # [B] int64
+
+
+@dataclass(frozen=True)
+class PriorityUpdate:
+    """New |TD errors| for transitions one shard process served (one message per shard per
+    update at most)."""
+
+    shard: int
+    incarnation: str
+    index: np.ndarray
+    stamp: np.ndarray
+    td_abs: np.ndarray  # float32
+
+
+class PriorityView(TypedDict):
+    """The learner's view of the whole prioritized replay, sent with a sample request so the
+    shard weighs its draws as one buffer of all shards would: the probability the learner drew
+    this shard with (`share`), the total mass, the smallest mass and the transitions of all
+    shards, and the importance exponent now."""
+
+    share: float
+    total: float
+    min: float
+    size: int
+    beta: float
 
 
 class ShardCounters(TypedDict, total=False):
     """A shard's bookkeeping at the moment it answered. `incarnation` names the shard's process
-    (a shard restarted after a crash starts again from zero under a new one)."""
+    (a shard restarted after a crash starts again from zero under a new one). Prioritized shards
+    add their total and smallest mass, and a `revision` that grows with every change of them (so
+    the newest of replies that arrive out of order is known)."""
 
     shard_id: int
     size: int
@@ -99,6 +142,9 @@ class ShardCounters(TypedDict, total=False):
     sampled: int
     insert_room: float
     incarnation: str
+    priority_mass: float
+    priority_min: float
+    revision: int
 
 
 class FleetView(TypedDict):
@@ -143,6 +189,12 @@ class NextBatch(Protocol):
     """Shards -> learner: the next micro-batch (blocks until one is there; TrainingStopped ends it)."""
 
     def __call__(self) -> Batch: ...
+
+
+class SendPriorities(Protocol):
+    """Learner -> shards: priority updates after one update; never blocks (may drop under load)."""
+
+    def __call__(self, updates: list[PriorityUpdate]) -> None: ...
 
 
 class PublishWeights(Protocol):

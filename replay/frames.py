@@ -26,6 +26,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from replay.priorities import Placement
+
 # The per-slot arrays besides the frame: name -> dtype. One table sizes, allocates, measures and
 # checkpoints them, so the byte count cannot drift from what is allocated.
 _SLOT_SCALARS = {
@@ -94,8 +96,9 @@ class FrameStorage:
             self._valid_rows = np.flatnonzero(self.valid)
         return self._valid_rows
 
-    def add(self, chunk: Mapping) -> None:
-        """Write a FrameChunk's frames, then its transitions.
+    def add(self, chunk: Mapping) -> Placement:
+        """Write a FrameChunk's frames, then its transitions; returns where its transitions went
+        and which slots lost theirs (prioritized replay moves their mass).
 
         A collector that Ray restarted numbers its stream from 0 again; its numbers are shifted to
         continue after the stored frames (its first frame starts an episode, so no stack reaches
@@ -106,11 +109,13 @@ class FrameStorage:
         if first != self.written:
             self.renumber += self.written - first
             first = self.written
-        self._write_frames(first, frames, np.asarray(chunk["frame_step"]))
-        self._write_transitions(chunk)
+        cleared = self._write_frames(first, frames, np.asarray(chunk["frame_step"]))
+        rows, kept = self._write_transitions(chunk)
         self._valid_rows = None
+        return Placement(rows, kept, cleared)
 
-    def _write_frames(self, first: int, frames: np.ndarray, steps: np.ndarray) -> None:
+    def _write_frames(self, first: int, frames: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Write the frames; returns the flat slots whose transition is gone."""
         count = len(frames)
         skip = max(0, count - self.slots)  # a chunk longer than the ring keeps its newest frames
         numbers = first + np.arange(skip, count)
@@ -118,6 +123,8 @@ class FrameStorage:
         self.frames[:, slots] = frames[skip:].swapaxes(0, 1)
         self.frame_step[:, slots] = steps[skip:].T
         self.stream[:, slots] = numbers
+        envs = np.arange(self.num_envs)[:, None]
+        cleared = [(envs * self.slots + slots[None, :]).ravel()]
         self.valid[:, slots] = False  # whatever transition the slot held is gone with its frame
         self.written = first + count
         # The oldest surviving frames may have lost the older frames their stacks need.
@@ -125,13 +132,18 @@ class FrameStorage:
         for number in range(max(oldest, 0), min(oldest + self.stack - 1, self.written)):
             slot = number % self.slots
             reach = number - np.minimum(self.stack - 1, self.frame_step[:, slot])
-            self.valid[:, slot] &= reach >= oldest
+            lost = self.valid[:, slot] & (reach < oldest)
+            self.valid[:, slot] &= ~lost
+            cleared.append(np.flatnonzero(lost) * self.slots + slot)
+        return np.concatenate(cleared)
 
-    def _write_transitions(self, chunk: Mapping) -> None:
+    def _write_transitions(self, chunk: Mapping) -> tuple[np.ndarray, np.ndarray]:
+        """Store the chunk's transitions whose frames are held; returns (flat slots, which chunk
+        transitions they are)."""
         env = np.asarray(chunk["env"], np.int64)
         self.total_added += len(env)
         if len(env) == 0:
-            return
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         start = np.asarray(chunk["obs"], np.int64) + self.renumber
         slot = start % self.slots
         oldest = self.written - self.slots
@@ -143,6 +155,11 @@ class FrameStorage:
         self.discount[env, slot] = np.asarray(chunk["discount"])[stored]
         self.next_offset[env, slot] = np.asarray(chunk["next_obs"], np.int64)[stored] + self.renumber - start
         self.valid[env, slot] = True
+        return env * self.slots + slot, np.flatnonzero(stored)
+
+    def sampleable_rows(self) -> np.ndarray:
+        """The flat slots holding a transition that can be sampled now."""
+        return self._rows()
 
     def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """`count` flat slot indices (env * slots + slot) drawn uniformly from the valid ones."""

@@ -73,6 +73,10 @@ class RingStorage:
         self.size = min(self.capacity, self.size + count)
         return rows
 
+    def sampleable_rows(self) -> np.ndarray:
+        """The rows holding a transition."""
+        return np.arange(self.size)
+
     def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """`count` row indices drawn uniformly (with replacement) from the stored rows."""
         if self.size == 0:

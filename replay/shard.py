@@ -8,6 +8,11 @@ each sample request and counter poll from the learner brings a `FleetView`, this
 the global insert room, so a collector that stops inserting does not hold the others back. Until
 the first view arrives (and in the lockstep replica, which sends none) the shard applies its own
 share of the limiter to its own counters.
+
+With prioritized replay (`priorities` set) the shard also keeps a PriorityIndex over its slots:
+chunks bring their transitions' initial |TD errors|, samples are drawn in proportion to mass and
+carry importance weights and their keys, and `update_priorities` takes the learner's new |TD
+errors| (replay/priorities.py).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.contracts import Batch, Chunk, FleetView, FrameChunk, ShardCounters
+from replay.contracts import Batch, Chunk, FleetView, FrameChunk, PriorityView, ShardCounters
 from replay.frames import FrameStorage
+from replay.priorities import Placement, PriorityIndex, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
 
@@ -52,9 +58,13 @@ class ShardEmpty(Exception):
 class ReplayShard:
     """Ring storage plus counters and an insert-side rate limit for one collector."""
 
-    def __init__(self, shard_id: int, spec: StorageSpec, limiter: SamplesPerInsertLimiter, seed: int):
+    def __init__(self, shard_id: int, spec: StorageSpec, limiter: SamplesPerInsertLimiter, seed: int,
+                 priorities: PrioritySettings | None = None):
         self.shard_id = shard_id
         self.storage = build_storage(spec)
+        self.priorities = PriorityIndex(self.storage.capacity, priorities) if priorities is not None else None
+        self.revision = 0  # counts every change of the masses: the learner keeps the newest it saw
+        self._weight_min = float("inf")  # the smallest importance weight served since stats() last read it
         self.limiter = limiter
         self.rng = np.random.default_rng(seed)
         self.sampled = 0
@@ -73,7 +83,14 @@ class ReplayShard:
     def add(self, chunk: Chunk | FrameChunk, writer_env_steps: int | None = None) -> ShardCounters:
         """Store a whole chunk (which brings its collector's env steps up to `writer_env_steps`);
         the reply tells the collector how much more it may insert."""
-        self.storage.add(chunk)
+        first_stamp = self.storage.total_added
+        placed = self.storage.add(chunk)
+        if self.priorities is not None:
+            if not isinstance(placed, Placement):  # ring storage: the newest len(rows) transitions were kept
+                count = len(chunk["action"])
+                placed = Placement(placed, np.arange(count - len(placed), count), np.zeros(0, np.int64))
+            self.priorities.place(placed, first_stamp, chunk.get("priority"))
+            self.revision += 1
         if writer_env_steps is not None:
             self.writer_env_steps = max(self.writer_env_steps, writer_env_steps)
         return self._counters()
@@ -83,21 +100,46 @@ class ReplayShard:
         if view is not None and view["incarnation"] == self.incarnation:
             self.fleet_view = view
 
-    def sample(self, count: int, num_batches: int = 1, view: FleetView | None = None) -> tuple[Batch, ShardCounters]:
-        """`num_batches` micro-batches of `count` uniform draws each, in one gather.
+    def sample(self, count: int, num_batches: int = 1, view: FleetView | None = None,
+               priority_view: PriorityView | None = None) -> tuple[Batch, ShardCounters]:
+        """`num_batches` micro-batches of `count` draws each (uniform, or by priority), in one gather.
 
         Every field has the leading dimension num_batches ([num_batches, count, ...], or the
         frame-once form of pixel storage); the learner slices one micro-batch per index. Serving
         several micro-batches per call divides the per-call cost of Ray on both sides by
-        `num_batches`.
+        `num_batches`. Prioritized, the batch also has `weight` (importance weights, global under
+        the learner's `priority_view`), `index` and `stamp` (what a priority update names).
         """
         self.observe_fleet(view)
-        if self.storage.size == 0:
+        size = self.storage.size
+        if size == 0:
             raise ShardEmpty(f"shard {self.shard_id} holds no transitions yet")
-        rows = self.storage.sample_rows(count * num_batches, self.rng).reshape(num_batches, count)
-        batch = self.storage.sample_batches(rows)
-        self.sampled += count * num_batches
+        draws = count * num_batches
+        if self.priorities is None:
+            rows = self.storage.sample_rows(draws, self.rng)
+        else:
+            rows = self.priorities.sample(draws, self.rng)
+        batch = self.storage.sample_batches(rows.reshape(num_batches, count))
+        if self.priorities is not None:
+            weights = self.priorities.weights(rows, priority_view, size).astype(np.float32)
+            self._weight_min = min(self._weight_min, float(weights.min()))
+            batch["weight"] = weights.reshape(num_batches, count)
+            batch["index"] = rows.reshape(num_batches, count)
+            batch["stamp"] = self.priorities.stamps[rows].reshape(num_batches, count)
+        self.sampled += draws
         return batch, self._counters()
+
+    def update_priorities(self, incarnation: str, index: np.ndarray, stamp: np.ndarray, td_abs: np.ndarray) -> int:
+        """The learner's new |TD errors| for transitions this process served; an update meant for
+        another process (this shard was restarted since) or for a slot overwritten since it was
+        sampled is dropped. Returns how many were applied."""
+        if self.priorities is None:
+            raise ValueError(f"shard {self.shard_id} was built without prioritized replay")
+        if incarnation != self.incarnation:
+            self.priorities.updates_dropped += len(index)
+            return 0
+        self.revision += 1
+        return self.priorities.update(index, stamp, td_abs)
 
     def counters(self, view: FleetView | None = None) -> ShardCounters:
         """Size, inserts, samples and the insert room the limiter allows now (after taking `view`)."""
@@ -110,7 +152,7 @@ class ReplayShard:
             room = self.limiter.insert_room(inserted, self.sampled)
         else:  # the share the learner gave, less what this shard took since it looked
             room = self.fleet_view["room"] - (inserted - self.fleet_view["inserted_seen"])
-        return {
+        counters: ShardCounters = {
             "shard_id": self.shard_id,
             "size": self.storage.size,
             "inserted": inserted,
@@ -118,24 +160,43 @@ class ReplayShard:
             "insert_room": room,
             "incarnation": self.incarnation,
         }
+        if self.priorities is not None:
+            counters.update(priority_mass=self.priorities.total, priority_min=self.priorities.min_mass,
+                            revision=self.revision)
+        return counters
 
     def stats(self) -> dict:
         """Counters plus memory figures, for the driver's metrics."""
         storage = self.storage
-        return {**self.counters(), "capacity": storage.capacity, "nbytes": storage.nbytes,
-                "bytes_per_transition": storage.nbytes / storage.capacity,
-                "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments}
+        stats = {**self.counters(), "capacity": storage.capacity, "nbytes": storage.nbytes,
+                 "bytes_per_transition": storage.nbytes / storage.capacity,
+                 "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments}
+        if self.priorities is not None:
+            index = self.priorities
+            stats.update(priority_max=index.max_mass, priority_updates_applied=index.updates_applied,
+                         priority_updates_dropped=index.updates_dropped, is_weight_min=self._weight_min)
+            self._weight_min = float("inf")  # a minimum since the last read
+        return stats
 
     def get_state(self) -> dict:
         """Storage, counters and RNG state, for a replay checkpoint; `pause_s` is how long this
         took (the shard serves its collector nothing meanwhile)."""
         start = time.perf_counter()
         state = {"storage": self.storage.get_state(), "sampled": self.sampled, "rng": self.rng.bit_generator.state}
+        if self.priorities is not None:
+            state["priorities"] = self.priorities.get_state()
         state["pause_s"] = time.perf_counter() - start
         return state
 
     def set_state(self, state: dict) -> None:
-        """Restore from `get_state` output (what was stored since is replaced)."""
+        """Restore from `get_state` output (what was stored since is replaced). Replay saved
+        without priorities comes back with every transition at the largest mass."""
         self.storage.set_state(state["storage"])
         self.sampled = state["sampled"]
         self.rng.bit_generator.state = state["rng"]
+        if self.priorities is not None:
+            if "priorities" in state:
+                self.priorities.set_state(state["priorities"])
+            else:
+                self.priorities.reset_to_max(self.storage.sampleable_rows(), self.storage.total_added)
+            self.revision += 1

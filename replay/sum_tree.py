@@ -53,13 +53,16 @@ class SumTree:
         nodes = self.leaves + slots
         self.sums[nodes] = priorities
         self.mins[nodes] = np.where(priorities > 0, priorities, np.inf)
-        nodes = np.unique(nodes // 2)
-        while nodes[0] >= 1:
+        # Parents of sorted nodes stay sorted, so one sort serves every level and each level drops
+        # its repeats with one comparison (np.unique would sort again at every level).
+        nodes = np.sort(nodes) // 2
+        while True:
+            nodes = nodes[np.concatenate(([True], nodes[1:] != nodes[:-1]))]
             self.sums[nodes] = self.sums[2 * nodes] + self.sums[2 * nodes + 1]
             self.mins[nodes] = np.minimum(self.mins[2 * nodes], self.mins[2 * nodes + 1])
             if nodes[0] == 1:
                 break
-            nodes = np.unique(nodes // 2)
+            nodes //= 2
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
         """For each value v in [0, total), the slot i whose priority interval holds it:
@@ -75,23 +78,3 @@ class SumTree:
             values -= np.where(go_right, left_mass, 0.0)
             nodes = left + go_right
         return nodes - self.leaves
-
-    def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """`count` slots drawn in proportion to their priorities, stratified: one from each of
-        `count` equal parts of the total (lower variance than independent draws, same law)."""
-        total = self.total
-        if total <= 0:
-            raise ValueError("no slot has a positive priority")
-        values = (np.arange(count) + rng.random(count)) * (total / count)
-        return self.find(np.minimum(values, np.nextafter(total, 0.0)))
-
-
-def importance_weights(priorities: np.ndarray, total_mass: float, min_priority: float, size: int,
-                       beta: float) -> np.ndarray:
-    """Prioritized replay's importance weights (N * P(i))^-beta / max_j (N * P(j))^-beta, with
-    P(i) = priority / total_mass over the whole replay (every shard), N its size, and the
-    largest weight the one of the smallest priority: the batch a sharded replay mixes then gets
-    exactly the weights one buffer holding all of it would give."""
-    probabilities = np.asarray(priorities, np.float64) / total_mass
-    largest = (size * min_priority / total_mass) ** -beta
-    return (size * probabilities) ** -beta / largest

@@ -14,6 +14,7 @@ from actors.adders import EnvStep, FrameAdder
 from actors.frames import FrameStacker
 from actors.nstep import NStepFolder
 from replay.frames import FrameStorage, frame_bytes_per_slot, frames_per_sample
+from replay.priorities import PriorityIndex, PrioritySettings
 from replay.ring import RingStorage, transition_layout
 
 FRAME = (3, 4)
@@ -41,17 +42,21 @@ class RandomFrameEnv:
 
 
 def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed: int, chunk_steps: int = 5,
-             p_end: float = 0.08):
-    """Feed the same random episodes through both paths; returns (frame storage, reference by key)."""
+             p_end: float = 0.08, prioritized: bool = False):
+    """Feed the same random episodes through both paths; returns (frame storage, reference by key).
+    Along the way the adder's kept stacks must be the reference's obs and next_obs, and
+    `prioritized`, every slot has mass exactly when it holds a transition that can be sampled (the
+    storage's PriorityIndex is then `storage.priorities`)."""
     env = RandomFrameEnv(num_envs, seed, p_end)
     rng = np.random.default_rng(seed + 1)
     stacker = FrameStacker(num_envs, stack, FRAME)
     reference = NStepFolder(n, 0.9, num_envs, (stack, *FRAME), np.uint8, chunk_steps, with_env=True)
     storage = FrameStorage(capacity, num_envs, FRAME, stack, n_step=n)
+    priorities = storage.priorities = PriorityIndex(storage.capacity, PrioritySettings()) if prioritized else None
     ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
     keys: list[tuple[int, int]] = []
     obs = stacker.reset(env.frames())
-    adder = FrameAdder(n, 0.9, num_envs, FRAME, chunk_steps, obs)
+    adder = FrameAdder(n, 0.9, num_envs, FRAME, chunk_steps, obs, keep_stacks=True)
     episode_start = np.zeros(num_envs, bool)
     for t in range(steps):
         action = rng.integers(0, 6, num_envs)
@@ -64,9 +69,17 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
         if (t + 1) % chunk_steps == 0:
             expected, chunk = reference.pop(), adder.pop()
             assert np.array_equal(expected["env"], chunk["env"])  # same transitions, same order
+            kept_obs, kept_next = adder.observations(chunk)
+            np.testing.assert_array_equal(kept_obs, expected["obs"])
+            np.testing.assert_array_equal(kept_next, expected["next_obs"])
             ring.add(expected)
             keys += list(zip(chunk["env"].tolist(), chunk["obs"].tolist()))
-            storage.add(chunk)
+            first_stamp = storage.total_added
+            placement = storage.add(chunk)
+            if priorities is not None:
+                priorities.place(placement, first_stamp, rng.random(len(chunk["action"])))
+                has_mass = priorities.tree.get(np.arange(storage.capacity)) > 0
+                np.testing.assert_array_equal(has_mass, storage.valid.reshape(-1))
     index = {key: row for row, key in enumerate(keys)}
     return storage, ring, index
 
@@ -189,3 +202,15 @@ def test_atari_sized_storage_is_within_the_bytes_bar():
             storage.add(adder.pop())
     assert storage.size >= 0.98 * storage.capacity
     assert storage.nbytes / storage.size <= 1.1 * 7056
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_prioritized_frame_storage_never_draws_a_slot_that_cannot_be_sampled(seed):
+    # run_both checks mass == valid after every chunk; here the draws themselves
+    storage, ring, index = run_both(steps=400, num_envs=3, stack=4, n=3, capacity=150, seed=seed, prioritized=True)
+    rows = storage.priorities.sample(20_000, np.random.default_rng(seed))
+    assert storage.valid.reshape(-1)[rows].all()
+    assert len(np.unique(rows)) == storage.size  # and every sampleable one is drawn
+    env, start = storage.keys(rows[:50])
+    np.testing.assert_array_equal(storage.gather(rows[:50])["obs"],
+                                  ring.gather(np.array([index[(e, s)] for e, s in zip(env.tolist(), start.tolist())]))["obs"])

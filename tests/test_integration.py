@@ -239,6 +239,26 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
         assert second["ended"] == "env_steps"
 
 
+def test_prioritized_replay_solves_cartpole_on_a_ray_cluster(tmp_path):
+    """Collector priorities, priority-mass mixing, importance weights and the learner's updates,
+    through Ray: the default config with replay.prioritized=true learns CartPole (the cap is the
+    config's generous stop.env_steps)."""
+    run = tmp_path / "per"
+    assert main(["train", "--run-dir", str(run), "--seed", "0", "replay.prioritized=true"]) == 0
+    result = summary(run)
+    assert result["time_to_solve_s"] is not None, result
+    trained = result["epochs"] * 25 * 256  # cartpole.yaml: 25 updates of 256 per epoch
+    # nearly every trained transition's new priority reached its shard (none of replay wrapped)
+    assert result["priority_updates_applied"] + result["priority_updates_unsent"] >= 0.95 * trained
+    assert result["priority_updates_applied"] > 0.5 * trained, result
+    tags = scalars(run)
+    beta = [e.value for e in tags["replay/beta"]]
+    assert beta[0] >= 0.4 and beta == sorted(beta) and beta[-1] > beta[0]  # annealing toward 1
+    assert all(0 < e.value <= 1 for e in tags["replay/is_weight_min"])
+    assert all(e.value > 0 for e in tags["replay/priority_mean"])
+    assert max(e.value for e in tags["replay/priority_max"]) >= max(e.value for e in tags["replay/priority_mean"])
+
+
 @pytest.mark.parametrize("seed", [0])
 def test_default_config_solves_cartpole(tmp_path, capsys, seed):
     """The learning smoke test: the default config (stop.env_steps is the generous cap)."""

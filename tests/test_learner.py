@@ -8,13 +8,14 @@ import torch
 from torch import nn
 
 from learner.device_feed import stack_micro_batches
-from learner.learner import Learner, synthetic_batch
+from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
 from learner.precision import PrecisionPolicy, make_precision
 from learner.settings import LearnerSettings
+from learner.synthetic import synthetic_batch
 from learner.update_step import StepSettings, UpdateStep
-from replay.contracts import Weights
+from replay.contracts import PriorityUpdate, SampledKeys, Weights
 
 
 class TableQ(nn.Module):
@@ -327,3 +328,50 @@ def test_warmup_puts_back_adam_state_loaded_from_a_checkpoint():
     learner.warmup()
     for name, value in learner.optimizer.state_dict()["state"][0].items():
         assert torch.equal(value, moments[name]), name
+
+
+def keyed_batch(rng: np.random.Generator, shard: int, weight: float) -> dict:
+    """A prioritized micro-batch from `shard`: importance weights and the keys of 16 slots."""
+    batch = random_batch(rng, 16)
+    batch["weight"] = np.full(16, weight, np.float32)
+    slots = rng.permutation(100)[:16]
+    batch["keys"] = SampledKeys(shard, f"process-{shard}", slots, slots + 1000)
+    return batch
+
+
+@pytest.mark.parametrize("threads", [0, 1])
+def test_a_prioritized_update_weighs_its_loss_and_sends_each_shard_its_errors_once(threads):
+    rng = np.random.default_rng(4)
+    queued = [keyed_batch(rng, shard, 1.0) for shard in (0, 1, 0, 2)]  # one update of 4 micro-batches
+    sent: list[list[PriorityUpdate]] = []
+    s = settings(prioritized=True, accumulation_steps=4, updates_per_epoch=1, feed_threads=threads)
+    learner = Learner(s, torch.device("cpu"), lambda: queued.pop(0), lambda w: None, sent.append)
+    expected = []  # |TD error| of every transition under the networks before the update
+    for batch in list(queued):
+        t = {k: torch.from_numpy(v) for k, v in batch.items() if k != "keys"}
+        out = double_dqn_loss(learner.online, learner.target, t["obs"], t["action"], t["return"], t["discount"],
+                              t["next_obs"], None, 1.0)
+        expected.append(out.td_error.abs().detach().numpy())
+    keys = [b["keys"] for b in queued]
+    learner.train_epoch()
+    learner.feed.close()
+    assert len(sent) == 1  # one update: one send, one message per shard process
+    updates = {u.shard: u for u in sent[0]}
+    assert sorted(updates) == [0, 1, 2] and all(u.incarnation == f"process-{u.shard}" for u in sent[0])
+    np.testing.assert_array_equal(updates[0].index, np.concatenate([keys[0].index, keys[2].index]))
+    np.testing.assert_array_equal(updates[0].stamp, np.concatenate([keys[0].stamp, keys[2].stamp]))
+    np.testing.assert_allclose(updates[0].td_abs, np.concatenate([expected[0], expected[2]]), rtol=1e-5)
+    np.testing.assert_allclose(updates[2].td_abs, expected[3], rtol=1e-5)
+
+
+def test_importance_weights_of_zero_leave_the_network_unchanged():
+    rng = np.random.default_rng(5)
+    s = settings(prioritized=True, updates_per_epoch=2)
+    learner = Learner(s, torch.device("cpu"), lambda: keyed_batch(rng, 0, 0.0), lambda w: None, lambda u: None)
+    before = [p.detach().clone() for p in learner.online.parameters()]
+    learner.train_epoch()
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    weighted = Learner(s, torch.device("cpu"), lambda: keyed_batch(rng, 0, 0.5), lambda w: None, lambda u: None)
+    weighted.online.load_state_dict(learner.online.state_dict())
+    weighted.train_epoch()
+    assert any(not torch.equal(a, b) for a, b in zip(before, weighted.online.parameters()))

@@ -56,7 +56,8 @@ def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, caps
 
 def test_pong_smoke_run_trains_on_real_ale_frames(tmp_path, capsys, monkeypatch):
     """A few thousand steps of real Pong through the shipped pong config, named from a directory
-    without configs/ (`raypex train pong`), scaled down for 2 cores."""
+    without configs/ (`raypex train pong`), scaled down for 2 cores: prioritized replay as the
+    config has it, priorities from the collectors' stacks, over frame-once shards."""
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "pong"
     code = main(["train", "pong", "--run-dir", str(run), "collectors.num=2",
@@ -76,6 +77,8 @@ def test_pong_smoke_run_trains_on_real_ale_frames(tmp_path, capsys, monkeypatch)
     assert -21 <= summary["final_eval_return"] <= 21
     assert (run / "policy.pt2").is_file() and list((run / "checkpoints").glob("ckpt-*.pt"))
     assert np.isfinite(tags["losses/td_loss"]).all()
+    assert summary["priority_updates_applied"] > 0 and min(tags["replay/priority_mean"]) > 0
+    assert 0 < min(tags["replay/is_weight_min"]) <= 1
 
 
 def test_bench_collect_stage_reports_collectors_against_the_env_alone(tmp_path, monkeypatch):

@@ -189,10 +189,10 @@ class ClusterBench:
         put_get = ray.get(actors.learner.put_get_ms.remote())
         return float(np.median(latencies)), put_get, pause_ms
 
-    def learner_feed(self, seconds: float, config: RunConfig | None = None) -> dict:
-        """The learner fed by the shards with collectors running, then the same epoch loop fed
-        from memory (collectors stopped), `seconds` each: {"fed": ..., "memory": ...}, each
-        {samples_per_s, gpu_busy, wait_fraction}."""
+    def learner_feed(self, seconds: float, config: RunConfig | None = None, from_memory: bool = True) -> dict:
+        """The learner fed by the shards with collectors running, then (`from_memory`) the same
+        epoch loop fed from memory (collectors stopped), `seconds` each: {"fed": ..., "memory":
+        ...}, each {samples_per_s, gpu_busy, wait_fraction}."""
         group, actors = self._start(config or self.config)
         try:
             for c in actors.collectors:
@@ -200,7 +200,7 @@ class ClusterBench:
             fed = ray.get(actors.learner.measure.remote(seconds, False))
             for c in actors.collectors:
                 c.stop.remote()
-            memory = ray.get(actors.learner.measure.remote(seconds, True))
+            memory = ray.get(actors.learner.measure.remote(seconds, True)) if from_memory else None
         finally:
             self._release(group, actors)
         return {"fed": fed, "memory": memory}

@@ -19,6 +19,11 @@ cluster has one), per precision x CUDA-graph capture: fed by the shards with col
 limiter off (`learner_<precision>_<capture>` vs the same loop fed from memory), and the GPU's
 busy fraction while fed.
 
+`--stage priorities` measures what prioritized replay costs: a shard's add, sample and update
+per transition with and without priorities (one process, real chunks of the config's env), and
+the learner's samples/s fed through Ray with and without (`learner_feed_prioritized`, bar: at
+most 1.3x the uniform path's cost).
+
 `--soak MINUTES` is one training run of that long (no stop on evaluation or env steps):
 `soak_rss_<process>` is each process's resident memory at the end vs when every shard was full
 (Ray's GCS, raylet and agents included), with the object store's peak use and spilling.
@@ -119,6 +124,10 @@ def run_bench(args: argparse.Namespace) -> int:
             shutdown()
         details.update(soak_details)
         return _report(rows, details, args, progress)
+    if args.stage == "priorities":
+        rows, priority_details = _priority_rows(config, spec, plan, progress)
+        details.update(priority_details)
+        return _report(rows, details, args, progress)
     if args.stage == "learner":
         bench = _bench_on_a_local_cluster(config, spec, progress)
         try:
@@ -180,6 +189,32 @@ def run_bench(args: argparse.Namespace) -> int:
     finally:
         shutdown()
     return _report(rows, details, args, progress)
+
+
+def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine) -> tuple[list[BenchRow], dict]:
+    """`--stage priorities`: shard costs in one process, then the learner fed both ways through Ray."""
+    from cluster.bench.priority_costs import shard_costs
+    from cluster.bench.ray_stages import LEARNER_STAGE_RATIO
+    from cluster.config.loading import with_overrides
+    from cluster.driver.wiring import shutdown
+
+    progress.message("bench: shard add, sample and update with and without priorities (one process, no Ray)")
+    costs = shard_costs(config, spec, plan.local_s)
+    rows = [BenchRow.against(f"shard_{what}_prioritized", costs["prioritized"][f"{what}_us"], "us/transition",
+                             costs["uniform"][f"{what}_us"], None) for what in ("add", "sample")]
+    rows.append(BenchRow("shard_update_prioritized", costs["prioritized"]["update_us"], "us/transition"))
+    fed = {}
+    bench = _bench_on_a_local_cluster(config, spec, progress)
+    try:
+        for name, on in (("uniform", "false"), ("prioritized", "true")):
+            progress.message(f"bench: learner fed through Ray, {name} replay ({plan.feed_s:g}s)")
+            both = with_overrides(config, [f"replay.prioritized={on}", f"replay.samples_per_insert={LEARNER_STAGE_RATIO}"])
+            fed[name] = bench.learner_feed(plan.feed_s, both, from_memory=False)["fed"]
+    finally:
+        shutdown()
+    rows.append(BenchRow.against("learner_feed_prioritized", fed["prioritized"]["samples_per_s"], "samples/s",
+                                 fed["uniform"]["samples_per_s"], ">= 0.77"))
+    return rows, {"priority_shard_costs": costs, "priority_learner_fed": fed}
 
 
 def parse_variants(text: str) -> list[tuple[str, str]]:

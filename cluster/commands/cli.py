@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     bench.add_argument("--quick", action="store_true", help="a reduced run (under 2 minutes on 2 cores)")
     bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes")
-    bench.add_argument("--stage", choices=["all", "collect", "learner"], default="all",
+    bench.add_argument("--stage", choices=["all", "collect", "learner", "priorities"], default="all",
                        help="collect: only env_raw, env_policy, collect and broadcast; learner: only the learner "
-                       "on its device, per precision x CUDA-graph capture")
+                       "on its device, per precision x CUDA-graph capture; priorities: shard and learner "
+                       "costs of prioritized replay against uniform")
     bench.add_argument("--soak", type=float, metavar="MINUTES",
                        help="one training run of MINUTES; every process's memory growth once replay is full")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from cluster.config.replay_section import ReplayConfig
+from cluster.config.section import Section
 
 # Bounds for settings under which a run could never make progress in any reasonable time.
 MAX_SAMPLES_PER_RUN = 1e12  # about 12 days at a million samples/s
@@ -18,14 +21,7 @@ MAX_SAMPLES_PER_EPOCH = 1e9  # about 17 minutes at a million samples/s between w
 SLOW_EPOCH_SAMPLES = 1e7  # above this, an epoch lasts a minute or more on a CPU learner: warned
 
 
-class _Section(BaseModel):
-    """Base for every section: unknown keys are errors, values are checked on assignment too, and
-    NaN or infinity is never a value (a NaN target compares false with every return)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-class EnvConfig(_Section):
+class EnvConfig(Section):
     """Which Gymnasium environment the collectors and the evaluator step."""
 
     id: str = Field("CartPole-v1", description="Gymnasium env id (must be registered).")
@@ -48,7 +44,7 @@ class EnvConfig(_Section):
         return self
 
 
-class AlgoConfig(_Section):
+class AlgoConfig(Section):
     """The DQN variant: discounting, n-step returns, Double DQN, Huber loss."""
 
     gamma: float = Field(0.99, gt=0.0, le=1.0, description="Discount factor.")
@@ -57,7 +53,7 @@ class AlgoConfig(_Section):
     huber_delta: float = Field(1.0, gt=0.0, description="Huber loss threshold.")
 
 
-class NetworkConfig(_Section):
+class NetworkConfig(Section):
     """The Q-network shared by learner and collectors."""
 
     hidden: list[int] = Field([64, 64], min_length=1, description="MLP hidden layer sizes.")
@@ -70,7 +66,7 @@ class NetworkConfig(_Section):
         return self
 
 
-class CollectorsConfig(_Section):
+class CollectorsConfig(Section):
     """The collector actors: how many, their exploration and how they push data."""
 
     num: int = Field(2, ge=1, le=1024, description="Collector actors (each with its own shard).")
@@ -88,21 +84,7 @@ class CollectorsConfig(_Section):
     )
 
 
-class ReplayConfig(_Section):
-    """The replay shards: capacity and the samples-per-insert rate limiter."""
-
-    capacity: int = Field(100_000, ge=1, description="Transitions stored per shard (ring).")
-    min_size: int = Field(256, ge=1, description="Transitions in all shards before learning starts.")
-    samples_per_insert: float = Field(
-        16.0, ge=0.0, description="Replay ratio the limiter holds (samples trained per insert); 0 = off."
-    )
-    error_buffer: int = Field(
-        256, ge=1, description="Transitions of slack the limiter allows either way."
-    )
-    num_cpus: float = Field(0.01, gt=0.0, description="CPUs Ray reserves per shard.")
-
-
-class LearnerConfig(_Section):
+class LearnerConfig(Section):
     """The learner actor: device, precision, optimisation and epoch structure."""
 
     device: Literal["auto", "cpu", "cuda"] = Field(
@@ -153,7 +135,7 @@ class LearnerConfig(_Section):
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     """Greedy evaluation on a separate env, run by its own actor while the learner trains."""
 
     episodes: int = Field(100, ge=1, description="Episodes per evaluation (run in parallel).")
@@ -184,7 +166,7 @@ class EvalConfig(_Section):
         raise ValueError("must be a number, auto or null")
 
 
-class StopConfig(_Section):
+class StopConfig(Section):
     """When the run ends: whichever comes first."""
 
     env_steps: int = Field(500_000, ge=1, description="Total env steps across collectors.")
@@ -193,7 +175,7 @@ class StopConfig(_Section):
     )
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     """How often the learner state is written to RUN_DIR/checkpoints."""
 
     every_epochs: int = Field(100, ge=1, description="Epochs between checkpoints (and one at the end).")
@@ -204,7 +186,7 @@ class CheckpointConfig(_Section):
     )
 
 
-class RunConfig(_Section):
+class RunConfig(Section):
     """Everything one `raypex train` run needs."""
 
     seed: int = Field(0, ge=0, description="Seed for networks, envs and sampling.")

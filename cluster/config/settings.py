@@ -11,6 +11,8 @@ from actors.settings import CollectorSettings
 from cluster.config.schema import RunConfig
 from learner.settings import LearnerSettings
 from replay.frames import frames_per_sample
+from replay.mixing import BetaSchedule
+from replay.priorities import PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import StorageSpec
 
@@ -27,6 +29,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed, frame_stack=spec.frame_stack,
         clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
         act_precision=c.act_precision,
+        td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
     )
 
 
@@ -51,7 +54,22 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
         feed_threads=None if lc.feed_threads == "auto" else lc.feed_threads,
         frames_per_sample=frames_per_sample(spec.frame_stack, config.algo.n_step) if spec.frame_stack else 0,
+        prioritized=config.replay.prioritized,
     )
+
+
+def priority_settings(config: RunConfig) -> PrioritySettings | None:
+    """Each shard's prioritized-replay settings (None: uniform replay)."""
+    r = config.replay
+    return PrioritySettings(r.alpha, r.priority_epsilon, r.initial_priority) if r.prioritized else None
+
+
+def beta_schedule(config: RunConfig) -> BetaSchedule | None:
+    """The learner's importance exponent over its updates (None: uniform replay)."""
+    r, lc = config.replay, config.learner
+    if not r.prioritized:
+        return None
+    return BetaSchedule(r.beta, r.beta_anneal_updates, lc.micro_batch * lc.accumulation_steps)
 
 
 def shard_limiter(config: RunConfig) -> SamplesPerInsertLimiter:

@@ -9,8 +9,9 @@ both wirings with the seam of replay/contracts.py it travels through:
 - collector i -> shard i: chunks (PushChunk). A collector and its shard share a node; the shard
   outlives a collector that dies, and the restarted collector writes to it again.
 - every shard -> the learner: micro-batches (NextBatch), each from one shard drawn in proportion
-  to its size, under the learner's share of the samples-per-insert limiter; the shards apply the
-  insert share to their collectors.
+  to its size (or, prioritized, its priority mass), under the learner's share of the
+  samples-per-insert limiter; the shards apply the insert share to their collectors.
+- the learner -> every shard it sampled: priority updates (SendPriorities), prioritized replay only.
 - the learner -> every collector: weights (PublishWeights -> PollWeights), one copy per version.
 - the driver -> the evaluator: which published weights to evaluate, every eval.every_epochs epochs.
 """
@@ -23,14 +24,18 @@ from actors.envs import EnvSpec
 from actors.settings import CollectorSettings
 from cluster.config.schema import RunConfig
 from cluster.config.settings import (
+    beta_schedule,
     collector_settings,
     evaluator_args,
     learner_limiter,
     learner_settings,
+    priority_settings,
     shard_limiter,
     storage_spec,
 )
 from learner.settings import LearnerSettings
+from replay.mixing import BetaSchedule
+from replay.priorities import PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import StorageSpec
 
@@ -43,6 +48,7 @@ class ShardPlan:
     spec: StorageSpec
     limiter: SamplesPerInsertLimiter
     seed: int
+    priorities: PrioritySettings | None = None  # None: uniform replay
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class LearnerPlan:
     limiter: SamplesPerInsertLimiter  # the whole limiter, applied to what it samples
     prefetch: int  # micro-batches requested ahead
     num_threads: int  # torch threads
+    beta: BetaSchedule | None = None  # prioritized replay's importance exponent (None: uniform)
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,11 @@ class Topology:
 def plan_run(config: RunConfig, spec: EnvSpec) -> Topology:
     """The topology of `config` for the env `spec` describes."""
     num = config.collectors.num
-    shards = [ShardPlan(i, storage_spec(config, spec), shard_limiter(config), config.seed + i) for i in range(num)]
+    shards = [ShardPlan(i, storage_spec(config, spec), shard_limiter(config), config.seed + i, priority_settings(config))
+              for i in range(num)]
     collectors = [CollectorPlan(i, collector_settings(config, spec, i), config.collectors.max_pushes_in_flight)
                   for i in range(num)]
     lc = config.learner
     learner = LearnerPlan(learner_settings(config, spec), learner_limiter(config), lc.prefetch,
-                          max(1, int(lc.num_cpus)))
+                          max(1, int(lc.num_cpus)), beta_schedule(config))
     return Topology(shards, collectors, learner, evaluator_args(config, spec))

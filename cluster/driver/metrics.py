@@ -34,6 +34,9 @@ class RunMetrics:
         self.replay_bytes_per_transition: float | None = None
         self.collector_restarts = 0
         self._collector_restarts_by_shard: list[int] = []
+        # prioritized replay: transitions whose new priority was applied, dropped by a shard as stale,
+        # or not sent by the learner (in-flight bound)
+        self.priority_updates: dict[str, int] = {}
 
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
@@ -59,6 +62,14 @@ class RunMetrics:
         }
         if inserted:
             scalars["replay/replay_ratio"] = sampled / inserted
+        scalars.update(priority_scalars(shards))
+        if shards and "priority_updates_applied" in shards[0]:  # counted per shard process: keep the most seen
+            applied = sum(s["priority_updates_applied"] for s in shards)
+            stale = sum(s["priority_updates_dropped"] for s in shards)
+            self.priority_updates["priority_updates_applied"] = max(applied, self.priority_updates.get(
+                "priority_updates_applied", 0))
+            self.priority_updates["priority_updates_stale"] = max(stale, self.priority_updates.get(
+                "priority_updates_stale", 0))
         if self._prev is not None:
             dt = max(now - self._prev[0], 1e-9)
             self.sps = (self.env_steps - self._prev[1]) / dt
@@ -105,6 +116,10 @@ class RunMetrics:
         }
         if "grad_scale" in m:
             scalars["learner/grad_scale"] = m["grad_scale"]
+        if "beta" in m:
+            scalars["replay/beta"] = m["beta"]
+            # sends the learner dropped at the in-flight bound (transitions)
+            self.priority_updates["priority_updates_unsent"] = m["priority_updates_dropped"]
         if "gpu_busy_fraction" in m:
             scalars["learner/gpu_busy_fraction"] = m["gpu_busy_fraction"]
         return scalars
@@ -141,4 +156,20 @@ class RunMetrics:
             "replay_size_per_shard": self.shard_sizes,
             "replay_inserted_per_shard": self.shard_inserted,
             "replay_bytes_per_transition": self.replay_bytes_per_transition,
+            **self.priority_updates,
         }
+
+
+def priority_scalars(shards: list[dict]) -> dict[str, float]:
+    """Prioritized replay's figures over all shards: the mean and the largest priority mass of a
+    stored transition, and the smallest importance weight served since the last poll."""
+    prioritized = [s for s in shards if "priority_mass" in s]
+    size = sum(s["size"] for s in prioritized)
+    if not prioritized or size == 0:
+        return {}
+    scalars = {"replay/priority_mean": sum(s["priority_mass"] for s in prioritized) / size,
+               "replay/priority_max": max(s["priority_max"] for s in prioritized)}
+    weight_min = min(s["is_weight_min"] for s in prioritized)
+    if np.isfinite(weight_min):
+        scalars["replay/is_weight_min"] = weight_min
+    return scalars

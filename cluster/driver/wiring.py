@@ -27,6 +27,7 @@ from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_var
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import LearnerActor
+from cluster.hosts.priority_sender import PrioritySender
 from cluster.hosts.ray_seams import BatchSource, ChunkSink, WeightPublisher
 from cluster.hosts.shard_actor import ShardActor
 from replay.mixing import ShardMixer
@@ -205,7 +206,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         shard = shard_cls.options(
             num_cpus=config.replay.num_cpus, scheduling_strategy=placement, name=shard_name,
             max_restarts=SHARD_MAX_RESTARTS,
-        ).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed)
+        ).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed, shard_plan.priorities)
         # collector i -> shard i (chunks): the sink goes with the constructor's arguments, which Ray
         # passes again to a restarted collector, so the new process writes to the same shard.
         collector = collector_cls.options(
@@ -234,8 +235,10 @@ def start_learner(config: RunConfig, plan, shards: list, collectors: list, group
     lp = plan.learner
     # every shard -> the learner (batches): each micro-batch from one shard drawn in proportion to
     # its size, under the learner's share of the limiter, `prefetch` of them requested ahead
-    source = BatchSource(shards, ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed),
-                         lp.prefetch)
+    source = BatchSource(shards, ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed,
+                                            lp.beta), lp.prefetch)
+    # the learner -> the shards it sampled (prioritized replay): new |TD errors|, bounded in flight
+    priorities = PrioritySender(shards) if lp.settings.prioritized else None
     # the learner -> every collector (weights): one object per version, its ref sent to each
     publisher = WeightPublisher(collectors)
     # The "control" group is a second thread for request_stop only; every other method runs in
@@ -244,4 +247,4 @@ def start_learner(config: RunConfig, plan, shards: list, collectors: list, group
     return ray.remote(concurrency_groups={"control": 1})(learner_host).options(
         num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
         scheduling_strategy=in_bundle(group.learner, 0), name=name,
-    ).remote(lp.settings, device, lp.num_threads, source, publisher)
+    ).remote(lp.settings, device, lp.num_threads, source, publisher, priorities)

@@ -17,6 +17,7 @@ import os
 
 import ray
 
+from cluster.hosts.priority_sender import PrioritySender
 from cluster.hosts.ray_seams import QUIET, BatchSource, WeightPublisher
 from learner.settings import LearnerSettings
 
@@ -44,9 +45,11 @@ class LearnerActor:
         num_threads: int,
         source: BatchSource,
         publisher: WeightPublisher,
+        priorities: PrioritySender | None = None,
     ):
-        """`source` (every shard -> this learner) and `publisher` (this learner -> every collector)
-        are the connections cluster/driver/wiring.py made; the host only runs them."""
+        """`source` (every shard -> this learner), `publisher` (this learner -> every collector)
+        and, for prioritized replay, `priorities` (this learner -> the shards) are the connections
+        cluster/driver/wiring.py made; the host only runs them."""
         import torch  # inside the actor only: the driver names this class without importing torch
 
         from learner.learner import Learner
@@ -55,7 +58,9 @@ class LearnerActor:
         self.source = source
         self.source.should_stop = lambda: self.learner.stop_requested
         self.publisher = publisher
-        self.learner = Learner(settings, torch.device(device), self.source.next_batch, self.publisher.publish)
+        self.priorities = priorities
+        self.learner = Learner(settings, torch.device(device), self.source.next_batch, self.publisher.publish,
+                               priorities)
 
     @ray.method(concurrency_group="control")
     def request_stop(self) -> None:
@@ -94,6 +99,9 @@ class LearnerActor:
         waited = max(0.0, self.waited_s() - wait_before)
         metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
         metrics["fill_wait_s"] = self.source.fill_wait_s
+        if self.priorities is not None:
+            metrics["beta"] = self.source.mixer.beta
+            metrics["priority_updates_dropped"] = self.priorities.dropped
         busy = gpu_busy_fraction(self.learner.device)
         if busy is not None:
             metrics["gpu_busy_fraction"] = busy

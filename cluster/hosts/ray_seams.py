@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import ray
 
-from replay.contracts import Batch, Chunk, ShardCounters, TrainingStopped, Weights
+from replay.contracts import Batch, Chunk, SampledKeys, ShardCounters, TrainingStopped, Weights
 from replay.mixing import ShardMixer
 from replay.shard import ShardEmpty
 
@@ -204,10 +204,10 @@ class BatchSource:
             if replies[shard] is None:  # its shard died (Ray restarts it): these were never sampled
                 self.mixer.lost(1)
                 continue
-            stacked = replies[shard][0]
+            stacked, counters = replies[shard]
             i = position[shard]
             position[shard] += 1
-            self.ready.append({k: v[i] for k, v in stacked.items()})
+            self.ready.append(with_keys({k: v[i] for k, v in stacked.items()}, shard, counters["incarnation"]))
 
     def _observe(self, counter_refs: list) -> None:
         for ref in counter_refs:
@@ -239,7 +239,8 @@ class BatchSource:
             if not order:
                 return
             refs = {shard: self.shards[shard].sample.remote(self.mixer.micro_batch, order.count(shard),
-                                                            self.mixer.fleet_view(shard))
+                                                            self.mixer.fleet_view(shard),
+                                                            self.mixer.priority_view(shard))
                     for shard in dict.fromkeys(order)}
             self.in_flight.append((order, refs))
             self.in_flight_batches += len(order)
@@ -260,6 +261,14 @@ class BatchSource:
             self.fill_wait_s += waited
         else:
             self.wait_s += waited
+
+
+def with_keys(batch: dict, shard: int, incarnation: str) -> Batch:
+    """A micro-batch as the learner takes it: a prioritized one's slots and stamps become its
+    SampledKeys (which shard process served it), kept apart from the training fields."""
+    if "index" in batch:
+        batch["keys"] = SampledKeys(shard, incarnation, batch.pop("index"), batch.pop("stamp"))
+    return batch
 
 
 class WeightPublisher:

@@ -20,9 +20,14 @@ class ShardActor(ReplayShard):
         return ReplayShard.add(self, chunk, writer_env_steps)
 
     @QUIET
-    def sample(self, count: int, num_batches: int = 1, view=None):
+    def sample(self, count: int, num_batches: int = 1, view=None, priority_view=None):
         """ReplayShard.sample."""
-        return ReplayShard.sample(self, count, num_batches, view)
+        return ReplayShard.sample(self, count, num_batches, view, priority_view)
+
+    @QUIET
+    def update_priorities(self, incarnation, index, stamp, td_abs) -> int:
+        """ReplayShard.update_priorities."""
+        return ReplayShard.update_priorities(self, incarnation, index, stamp, td_abs)
 
     @QUIET
     def counters(self, view=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from replay.contracts import Batch, PollWeights, Weights
+from replay.contracts import Batch, PollWeights, PriorityUpdate, SampledKeys, Weights
 from replay.mixing import ShardMixer
 from replay.shard import ReplayShard
 
@@ -57,6 +57,15 @@ class LocalBatchSource:
         while (index := self.mixer.next_shard()) is None:
             self.starved()
             self._observe_all()
-        batch, counters = self.shards[index].sample(self.mixer.micro_batch, 1)
+        batch, counters = self.shards[index].sample(self.mixer.micro_batch, 1, None, self.mixer.priority_view(index))
         self.mixer.observe(counters)
-        return {name: array[0] for name, array in batch.items()}
+        micro_batch = {name: array[0] for name, array in batch.items()}
+        if "index" in micro_batch:
+            micro_batch["keys"] = SampledKeys(index, counters["incarnation"], micro_batch.pop("index"),
+                                              micro_batch.pop("stamp"))
+        return micro_batch
+
+    def send_priorities(self, updates: list[PriorityUpdate]) -> None:
+        """SendPriorities in this process: each update straight to its shard."""
+        for update in updates:
+            self.shards[update.shard].update_priorities(update.incarnation, update.index, update.stamp, update.td_abs)

@@ -33,7 +33,7 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
     """Build and connect the plan's components in this process."""
     import torch
 
-    shards = [ReplayShard(p.index, p.spec, p.limiter, p.seed) for p in plan.shards]
+    shards = [ReplayShard(p.index, p.spec, p.limiter, p.seed, p.priorities) for p in plan.shards]
     weights = WeightBoard()
     # collector i -> shard i (chunks), the learner -> every collector (weights, through the board)
     collectors = [Collector(c.settings, shards[c.index].add, weights.reader()) for c in plan.collectors]
@@ -44,9 +44,10 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
 
     # every shard -> the learner (batches); a learner waiting on the limiter lets the collectors run
     lp = plan.learner
-    mixer = ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed)
+    mixer = ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed, lp.beta)
     source = LocalBatchSource(shards, mixer, starved=every_collector_collects)
-    learner = Learner(lp.settings, torch.device(device), source.next_batch, weights.publish)
+    learner = Learner(lp.settings, torch.device(device), source.next_batch, weights.publish,
+                      source.send_priorities)
     # the driver -> the evaluator: the caller hands it weights to evaluate
     evaluator = EvaluatorActor(*plan.evaluator_args)
     return LocalRun(shards, collectors, learner, evaluator, weights)

@@ -1,0 +1,37 @@
+"""The replay section of the run config: shard capacity, the rate limiter, prioritized replay."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cluster.config.section import Section
+
+
+class ReplayConfig(Section):
+    """The replay shards: capacity, the samples-per-insert rate limiter and prioritized replay."""
+
+    capacity: int = Field(100_000, ge=1, description="Transitions stored per shard (ring).")
+    min_size: int = Field(256, ge=1, description="Transitions in all shards before learning starts.")
+    samples_per_insert: float = Field(
+        16.0, ge=0.0, description="Replay ratio the limiter holds (samples trained per insert); 0 = off."
+    )
+    error_buffer: int = Field(
+        256, ge=1, description="Transitions of slack the limiter allows either way."
+    )
+    num_cpus: float = Field(0.01, gt=0.0, description="CPUs Ray reserves per shard.")
+    prioritized: bool = Field(
+        False, description="Prioritized replay (Ape-X): draw transitions in proportion to (abs(TD error) + "
+        "priority_epsilon)^alpha across all shards, with importance weights; off = uniform."
+    )
+    alpha: float = Field(0.6, ge=0.0, le=1.0, description="Priority exponent: 0 = uniform, 1 = fully proportional.")
+    beta: float = Field(0.4, ge=0.0, le=1.0, description="Importance-weight exponent at the first update, "
+                        "annealed linearly to 1 over beta_anneal_updates.")
+    beta_anneal_updates: int = Field(100_000, ge=1, description="Updates over which beta reaches 1.")
+    priority_epsilon: float = Field(1e-6, gt=0.0, le=1.0, description="Added to abs(TD error), so every stored "
+                                    "transition can be drawn.")
+    initial_priority: Literal["td", "max"] = Field(
+        "td", description="A new transition's priority: td = its n-step abs(TD error) under the collector's network "
+        "(Ape-X), max = the largest priority seen so far."
+    )
