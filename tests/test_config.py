@@ -78,6 +78,13 @@ BAD_TRAIN_ARGS = [
     (["replay.samples_per_insert=1e30"], "replay.samples_per_insert (1e+30) x stop.env_steps (500000) = 5e+35"),
     (["collectors.chunk_steps=100000"], "(100000 x 16 = 1600000 transitions per chunk) must not exceed replay.capacity"),
     (["learner.updates_per_epoch=1000000000"], "= 2.56e+11 samples per epoch; at most 1e+09 are accepted"),
+    # prioritized replay
+    (["replay.alpha=1.5"], "replay.alpha: Input should be less than or equal to 1"),
+    (["replay.beta=-0.1"], "replay.beta: Input should be greater than or equal to 0"),
+    (["replay.priority_epsilon=0"], "replay.priority_epsilon: Input should be greater than 0"),
+    (["replay.beta_anneal_updates=0"], "replay.beta_anneal_updates: Input should be greater than or equal to 1"),
+    (["replay.initial_priority=mean"], "replay.initial_priority: Input should be 'td' or 'max'"),
+    (["replay.prioritized=maybe"], "replay.prioritized: Input should be a valid boolean"),
 ]
 
 
