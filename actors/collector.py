@@ -97,11 +97,11 @@ class Collector:
             phase["fold"] += t3 - t2
         t3 = clock()
         chunk = self.adder.pop()
-        if chunk is not None and self.s.td_priorities:
-            obs, next_obs = self.adder.observations(chunk)
-            chunk["priority"] = td_priorities(self.policy.q_values, obs, chunk["action"], chunk["return"],
-                                              chunk["discount"], next_obs)
         if chunk is not None:
+            if self.s.td_priorities:
+                obs, next_obs = self.adder.observations(chunk)
+                chunk["priority"] = td_priorities(self.policy.q_values, obs, chunk["action"], chunk["return"],
+                                                  chunk["discount"], next_obs)
             # Env steps count the transitions that reach replay: an autoreset step (the reset
             # after an episode ends) is no env step, and steps still in an n-step window count
             # when their transition leaves, so env_steps always equals what replay inserted.

@@ -18,23 +18,15 @@ from collections import deque
 import numpy as np
 import torch
 
-from replay.contracts import PriorityUpdate, SampledKeys, SendPriorities
+from replay.contracts import PriorityUpdate, SampledKeys, SendPriorities, merged_by_process
 
 PENDING = 4  # CUDA updates whose errors may be on their way to the host at once
 
 
 def group_by_shard(keys: list[SampledKeys], td_abs: np.ndarray) -> list[PriorityUpdate]:
     """One PriorityUpdate per shard process among `keys` (micro-batch g's errors are td_abs[g])."""
-    grouped: dict[tuple[int, str], list[int]] = {}
-    for g, key in enumerate(keys):
-        grouped.setdefault((key.shard, key.incarnation), []).append(g)
-    updates = []
-    for (shard, incarnation), rows in grouped.items():
-        updates.append(PriorityUpdate(
-            shard, incarnation,
-            np.concatenate([keys[g].index for g in rows]), np.concatenate([keys[g].stamp for g in rows]),
-            np.concatenate([td_abs[g] for g in rows]).astype(np.float32)))
-    return updates
+    return merged_by_process([PriorityUpdate(key.shard, key.incarnation, key.index, key.stamp,
+                                             td_abs[g].astype(np.float32)) for g, key in enumerate(keys)])
 
 
 class PriorityFeedback:
@@ -45,19 +37,19 @@ class PriorityFeedback:
         self.device = device
         self._pending: deque[tuple[torch.cuda.Event, torch.Tensor, list[SampledKeys]]] = deque()
         self._free_buffers: list[torch.Tensor] = []
-        self.skipped = 0  # updates whose errors were not sent (keys missing, or CUDA copies backed up)
+        self.unsent = 0  # transitions whose errors were not sent (keys missing, or CUDA copies backed up)
 
     def after_update(self, keys: list[SampledKeys | None], td_abs: torch.Tensor) -> None:
         """Send (or, on CUDA, start copying) the errors of the update just run or enqueued."""
         if any(key is None for key in keys):  # batches not from replay (the bench's from-memory feed)
-            self.skipped += 1
+            self.unsent += td_abs.numel()
             return
         if self.device.type != "cuda":
             self.send(group_by_shard(keys, td_abs.numpy()))
             return
         self._send_copied()
         if len(self._pending) >= PENDING:
-            self.skipped += 1
+            self.unsent += td_abs.numel()
             return
         host = self._free_buffers.pop() if self._free_buffers else torch.empty(
             td_abs.shape, dtype=td_abs.dtype, pin_memory=True)

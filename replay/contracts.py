@@ -117,6 +117,24 @@ class PriorityUpdate:
     td_abs: np.ndarray  # float32
 
 
+def merged_by_process(updates: list[PriorityUpdate]) -> list[PriorityUpdate]:
+    """`updates` as one PriorityUpdate per shard process, in the order each first appears."""
+    grouped: dict[tuple[int, str], list[PriorityUpdate]] = {}
+    for update in updates:
+        grouped.setdefault((update.shard, update.incarnation), []).append(update)
+    return [PriorityUpdate(shard, incarnation, np.concatenate([u.index for u in group]),
+                           np.concatenate([u.stamp for u in group]), np.concatenate([u.td_abs for u in group]))
+            for (shard, incarnation), group in grouped.items()]
+
+
+def with_keys(micro_batch: dict, shard: int, incarnation: str) -> Batch:
+    """A micro-batch as the learner takes it from the shard process that served it: a
+    prioritized one's `index` and `stamp` become its SampledKeys, apart from the training fields."""
+    if "index" in micro_batch:
+        micro_batch["keys"] = SampledKeys(shard, incarnation, micro_batch.pop("index"), micro_batch.pop("stamp"))
+    return micro_batch
+
+
 class PriorityView(TypedDict):
     """The learner's view of the whole prioritized replay, sent with a sample request so the
     shard weighs its draws as one buffer of all shards would: the probability the learner drew

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from replay.priorities import Placement
+
 # The fields one stored transition has, in the names of the Chunk message (collector -> shard).
 TRANSITION_FIELDS = ("obs", "action", "return", "discount", "next_obs")
 
@@ -48,10 +50,11 @@ class RingStorage:
         """Bytes held by the preallocated columns."""
         return sum(column.nbytes for column in self.columns.values())
 
-    def add(self, chunk: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Append a chunk (same fields, equal leading length); returns the rows written.
+    def add(self, chunk: Mapping[str, np.ndarray]) -> Placement:
+        """Append a chunk (same fields, equal leading length); returns where its transitions went.
 
         A chunk longer than the capacity keeps only its newest `capacity` rows, as if added in turn.
+        A ring slot only ever loses its transition to a new one, so nothing is cleared.
         """
         lengths = {len(chunk[name]) for name in self.columns}
         if len(lengths) != 1:
@@ -71,7 +74,7 @@ class RingStorage:
                 column[: count - first] = values[first:]
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.capacity, self.size + count)
-        return rows
+        return Placement(rows, np.arange(skip, skip + count), np.zeros(0, np.int64))
 
     def sampleable_rows(self) -> np.ndarray:
         """The rows holding a transition."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from replay.contracts import Batch, Chunk, FleetView, FrameChunk, PriorityView, ShardCounters
 from replay.frames import FrameStorage
-from replay.priorities import Placement, PriorityIndex, PrioritySettings
+from replay.priorities import PriorityIndex, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
 
@@ -86,9 +86,6 @@ class ReplayShard:
         first_stamp = self.storage.total_added
         placed = self.storage.add(chunk)
         if self.priorities is not None:
-            if not isinstance(placed, Placement):  # ring storage: the newest len(rows) transitions were kept
-                count = len(chunk["action"])
-                placed = Placement(placed, np.arange(count - len(placed), count), np.zeros(0, np.int64))
             self.priorities.place(placed, first_stamp, chunk.get("priority"))
             self.revision += 1
         if writer_env_steps is not None:

@@ -30,7 +30,7 @@ def test_fills_then_wraps_overwriting_oldest():
     ring = storage(5)
     ring.add(chunk(0, 3))
     assert (ring.size, ring.cursor) == (3, 3)
-    rows = ring.add(chunk(3, 4))  # 3,4 go to rows 3,4; 5,6 wrap to rows 0,1
+    rows = ring.add(chunk(3, 4)).rows  # 3,4 go to rows 3,4; 5,6 wrap to rows 0,1
     assert rows.tolist() == [3, 4, 0, 1]
     assert (ring.size, ring.cursor) == (5, 2)
     assert ring.columns["action"].tolist() == [5, 6, 2, 3, 4]

@@ -64,12 +64,9 @@ class RunMetrics:
             scalars["replay/replay_ratio"] = sampled / inserted
         scalars.update(priority_scalars(shards))
         if shards and "priority_updates_applied" in shards[0]:  # counted per shard process: keep the most seen
-            applied = sum(s["priority_updates_applied"] for s in shards)
-            stale = sum(s["priority_updates_dropped"] for s in shards)
-            self.priority_updates["priority_updates_applied"] = max(applied, self.priority_updates.get(
-                "priority_updates_applied", 0))
-            self.priority_updates["priority_updates_stale"] = max(stale, self.priority_updates.get(
-                "priority_updates_stale", 0))
+            for field, key in (("priority_updates_applied", "priority_updates_applied"),
+                               ("priority_updates_stale", "priority_updates_dropped")):
+                self.priority_updates[field] = max(self.priority_updates.get(field, 0), sum(s[key] for s in shards))
         if self._prev is not None:
             dt = max(now - self._prev[0], 1e-9)
             self.sps = (self.env_steps - self._prev[1]) / dt
@@ -118,8 +115,8 @@ class RunMetrics:
             scalars["learner/grad_scale"] = m["grad_scale"]
         if "beta" in m:
             scalars["replay/beta"] = m["beta"]
-            # sends the learner dropped at the in-flight bound (transitions)
-            self.priority_updates["priority_updates_unsent"] = m["priority_updates_dropped"]
+            # transitions whose errors the learner did not send (in-flight bound, CUDA copies backed up)
+            self.priority_updates["priority_updates_unsent"] = m["priority_updates_unsent"]
         if "gpu_busy_fraction" in m:
             scalars["learner/gpu_busy_fraction"] = m["gpu_busy_fraction"]
         return scalars

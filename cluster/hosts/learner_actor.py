@@ -101,7 +101,7 @@ class LearnerActor:
         metrics["fill_wait_s"] = self.source.fill_wait_s
         if self.priorities is not None:
             metrics["beta"] = self.source.mixer.beta
-            metrics["priority_updates_dropped"] = self.priorities.dropped
+            metrics["priority_updates_unsent"] = self.priorities.dropped + self.learner.feedback.unsent
         busy = gpu_busy_fraction(self.learner.device)
         if busy is not None:
             metrics["gpu_busy_fraction"] = busy

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
 import ray
 
-from replay.contracts import PriorityUpdate
+from replay.contracts import PriorityUpdate, merged_by_process
 
 
 class PrioritySender:
@@ -28,8 +27,6 @@ class PrioritySender:
         self.send_every = send_every
         self.in_flight: list[deque] = [deque() for _ in shards]
         self.gathered: list[list[PriorityUpdate]] = [[] for _ in shards]
-        self.calls = 0
-        self.sent = 0  # transitions whose update went out
         self.dropped = 0  # transitions whose update was dropped at the in-flight bound
 
     def __call__(self, updates: list[PriorityUpdate]) -> None:
@@ -39,7 +36,7 @@ class PrioritySender:
             gathered.append(update)
             if len(gathered) >= self.send_every:
                 self.gathered[update.shard] = []
-                for merged in _merged(gathered):
+                for merged in merged_by_process(gathered):
                     self._send(merged)
 
     def _send(self, update: PriorityUpdate) -> None:
@@ -53,15 +50,3 @@ class PrioritySender:
             return
         pending.append(self.shards[update.shard].update_priorities.remote(
             update.incarnation, update.index, update.stamp, update.td_abs))
-        self.sent += len(update.index)
-        self.calls += 1
-
-
-def _merged(updates: list[PriorityUpdate]) -> list[PriorityUpdate]:
-    """Updates for one shard as one per shard process (a restart between them makes two)."""
-    by_process: dict[str, list[PriorityUpdate]] = {}
-    for update in updates:
-        by_process.setdefault(update.incarnation, []).append(update)
-    return [PriorityUpdate(group[0].shard, incarnation, np.concatenate([u.index for u in group]),
-                           np.concatenate([u.stamp for u in group]), np.concatenate([u.td_abs for u in group]))
-            for incarnation, group in by_process.items()]

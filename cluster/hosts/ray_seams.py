@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import ray
 
-from replay.contracts import Batch, Chunk, SampledKeys, ShardCounters, TrainingStopped, Weights
+from replay.contracts import Batch, Chunk, ShardCounters, TrainingStopped, Weights, with_keys
 from replay.mixing import ShardMixer
 from replay.shard import ShardEmpty
 
@@ -261,14 +261,6 @@ class BatchSource:
             self.fill_wait_s += waited
         else:
             self.wait_s += waited
-
-
-def with_keys(batch: dict, shard: int, incarnation: str) -> Batch:
-    """A micro-batch as the learner takes it: a prioritized one's slots and stamps become its
-    SampledKeys (which shard process served it), kept apart from the training fields."""
-    if "index" in batch:
-        batch["keys"] = SampledKeys(shard, incarnation, batch.pop("index"), batch.pop("stamp"))
-    return batch
 
 
 class WeightPublisher:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from replay.contracts import Batch, PollWeights, PriorityUpdate, SampledKeys, Weights
+from replay.contracts import Batch, PollWeights, PriorityUpdate, Weights, with_keys
 from replay.mixing import ShardMixer
 from replay.shard import ReplayShard
 
@@ -59,11 +59,7 @@ class LocalBatchSource:
             self._observe_all()
         batch, counters = self.shards[index].sample(self.mixer.micro_batch, 1, None, self.mixer.priority_view(index))
         self.mixer.observe(counters)
-        micro_batch = {name: array[0] for name, array in batch.items()}
-        if "index" in micro_batch:
-            micro_batch["keys"] = SampledKeys(index, counters["incarnation"], micro_batch.pop("index"),
-                                              micro_batch.pop("stamp"))
-        return micro_batch
+        return with_keys({name: array[0] for name, array in batch.items()}, index, counters["incarnation"])
 
     def send_priorities(self, updates: list[PriorityUpdate]) -> None:
         """SendPriorities in this process: each update straight to its shard."""
