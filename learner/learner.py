@@ -24,6 +24,7 @@ from torch import nn
 from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from learner.device_feed import DeviceFeed
 from learner.networks import NatureCNNQNetwork, build_q_network
+from learner.policy_file import export_policy_archive
 from learner.precision import make_precision, resolve_precision
 from learner.priority_feedback import PriorityFeedback
 from learner.settings import LearnerSettings
@@ -264,7 +265,7 @@ class Learner:
         self.set_state(torch.load(io.BytesIO(data), map_location=self.device, weights_only=False))
 
     def export_policy(self, arrays: dict[str, np.ndarray] | None = None) -> bytes:
-        """The greedy Q-network as a torch.export program (float32 obs [B, ...] -> Q [B, A]).
+        """policy.pt2's bytes: the greedy Q-network for one observation or a batch (learner/policy_file).
 
         With `arrays` (a published Weights' arrays) it exports those weights instead of the
         current ones: the version an evaluation passed, not whatever was trained after it.
@@ -274,9 +275,4 @@ class Learner:
             module.use_channels_last(False)
         if arrays is not None:
             load_arrays(module, arrays)
-        example = torch.zeros((2, *self.s.obs_shape), dtype=torch.float32)
-        batch = torch.export.Dim("batch", min=1)
-        program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
-        buffer = io.BytesIO()
-        torch.export.save(program, buffer)
-        return buffer.getvalue()
+        return export_policy_archive(module, tuple(self.s.obs_shape))

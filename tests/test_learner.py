@@ -11,6 +11,7 @@ from learner.device_feed import stack_micro_batches
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
+from learner.policy_file import load_policy
 from learner.precision import PrecisionPolicy, make_precision
 from learner.settings import LearnerSettings
 from learner.synthetic import synthetic_batch
@@ -162,12 +163,24 @@ def test_state_roundtrip_resumes_counters_and_weights():
         assert torch.equal(a, b)
 
 
-def test_exported_policy_maps_observations_to_q_values():
+def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
+    """policy.pt2: torch.export.load's program takes a float32 batch; load_policy takes one
+    observation or a batch, numpy or torch, and says which shapes it takes when neither fits."""
     learner, _ = make_learner()
-    program = torch.export.load(io.BytesIO(learner.export_policy()))
+    path = tmp_path / "policy.pt2"
+    path.write_bytes(learner.export_policy())
     obs = torch.randn(7, 4)
     with torch.inference_mode():
-        torch.testing.assert_close(program.module()(obs), learner.online(obs))
+        expected = learner.online(obs)
+        torch.testing.assert_close(torch.export.load(str(path)).module()(obs), expected)
+    policy = load_policy(path)
+    assert policy.obs_shape == (4,)
+    torch.testing.assert_close(policy.q_values(obs.numpy()), expected)
+    torch.testing.assert_close(policy.q_values(obs[3]), expected[3])
+    assert policy.act(obs[3].numpy().astype(np.float64)).shape == () and policy.act(obs).shape == (7,)
+    assert policy.act(obs[3]) == expected[3].argmax()
+    with pytest.raises(ValueError, match=r"one observation of shape \[4\] or a batch \[B, 4\], got \[2, 5\]"):
+        policy.q_values(torch.zeros(2, 5))
 
 
 @pytest.mark.parametrize("hidden", [[64, 64], [32], []])
@@ -252,7 +265,7 @@ def test_cnn_accumulation_equals_one_large_batch():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
-def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports():
+def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports(tmp_path):
     learner, published = pixel_learner(precision="bf16", accumulation_steps=2, updates_per_epoch=2)
     learner.warmup()
     before = [p.detach().clone() for p in learner.online.parameters()]
@@ -260,9 +273,14 @@ def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports():
     assert np.isfinite(metrics["td_loss"]) and published[-1].version == 1
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
     program = torch.export.load(io.BytesIO(learner.export_policy())).module()
-    frames = torch.randint(0, 256, (5, *PIXELS)).float()  # policy.pt2 takes float32 observations
+    frames = torch.randint(0, 256, (5, *PIXELS))
     with torch.inference_mode():
-        torch.testing.assert_close(program(frames), learner.online(frames))
+        expected = learner.online(frames.float())
+        torch.testing.assert_close(program(frames.float()), expected)  # torch.export.load's: float32
+    path = tmp_path / "policy.pt2"
+    path.write_bytes(learner.export_policy())
+    single = load_policy(path).q_values(frames[2].to(torch.uint8).numpy())  # one uint8 stack, as the env gives
+    torch.testing.assert_close(single, expected[2])
 
 
 def scaled_step(learner: Learner) -> tuple[UpdateStep, DeviceLossScale]:

@@ -24,13 +24,13 @@ def run_eval(args: argparse.Namespace) -> int:
     import torch
 
     from actors.evaluator import Evaluator
-    from learner.networks import greedy_actions
+    from learner.policy_file import load_policy
 
     torch.set_num_threads(1)
-    module = torch.export.load(str(policy_path)).module()
+    policy = load_policy(policy_path)
 
-    def greedy(obs: np.ndarray) -> np.ndarray:  # policy.pt2 takes float32 observations
-        return greedy_actions(module, obs.astype(np.float32, copy=False))
+    def greedy(obs: np.ndarray) -> np.ndarray:  # a batch: one observation per evaluation env
+        return policy.act(obs)
 
     evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed, config.env.frame_stack,
                           config.eval.epsilon)

@@ -1,0 +1,88 @@
+"""policy.pt2: the greedy Q-network as a torch.export archive that takes one observation or a batch.
+
+torch.export fixes the rank of an input, so one program cannot take both `[B, *obs_shape]` and
+`obs_shape`. The archive holds two programs of the same weights:
+
+- "model", what `torch.export.load("policy.pt2")` returns: float32 `[B, *obs_shape]` -> Q `[B, A]`;
+- "one_observation": float32 `obs_shape` -> Q `[A]`.
+
+`load_policy` reads both and chooses by the observation's rank, taking numpy or torch input of
+any real dtype (what the env wrappers give: float32 vectors, uint8 frames and images). Plain torch
+reads the second program with `torch.export.pt2_archive._package.load_pt2` (a private module of
+torch; `obs[None]` through "model" is the public way).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+BATCH_PROGRAM = "model"  # the name torch.export.load reads
+ONE_OBSERVATION_PROGRAM = "one_observation"
+
+
+class _OneObservation(nn.Module):
+    """Q-values of a single observation: the batched network on a batch of one."""
+
+    def __init__(self, network: nn.Module):
+        super().__init__()
+        self.network = network
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.network(obs.unsqueeze(0)).squeeze(0)
+
+
+def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...]) -> bytes:
+    """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode)."""
+    from torch.export.pt2_archive._package import package_pt2
+
+    batch = torch.export.Dim("batch", min=1)
+    batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
+    single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
+    buffer = io.BytesIO()
+    package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single})
+    return buffer.getvalue()
+
+
+class ExportedPolicy:
+    """A loaded policy.pt2: Q-values and greedy actions of one observation or a batch.
+
+    Observations are in the network's layout (`obs_shape`, or a batch of them) and of any real
+    dtype; they are converted to float32 as the collectors' networks see them.
+    """
+
+    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...]):
+        self._batched, self._single, self.obs_shape = batched, single, obs_shape
+
+    def q_values(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Q `[A]` for one observation, `[B, A]` for a batch."""
+        tensor = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs)
+        if tensor.dtype == torch.bool or tensor.is_complex():
+            raise ValueError(f"policy.pt2 takes real-valued observations, got {tensor.dtype} (bool images go in "
+                             "channels-first as 0/255, as raypex's image conversion gives them)")
+        tensor = tensor.to(torch.float32)
+        with torch.inference_mode():
+            if tuple(tensor.shape) == self.obs_shape:
+                return self._single(tensor)
+            if tensor.dim() == len(self.obs_shape) + 1 and tuple(tensor.shape[1:]) == self.obs_shape:
+                return self._batched(tensor)
+        raise ValueError(f"policy.pt2 takes one observation of shape {list(self.obs_shape)} or a batch "
+                         f"[B, {', '.join(map(str, self.obs_shape))}], got {list(tensor.shape)}")
+
+    def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Greedy actions: an int64 scalar array for one observation, `[B]` for a batch."""
+        return self.q_values(obs).argmax(dim=-1).numpy()
+
+
+def load_policy(path: str | Path) -> ExportedPolicy:
+    """Read policy.pt2 written by `export_policy_archive`."""
+    from torch.export.pt2_archive._package import load_pt2
+
+    programs = load_pt2(str(path)).exported_programs
+    single = programs[ONE_OBSERVATION_PROGRAM]
+    obs_shape = tuple(int(size) for size in single.example_inputs[0][0].shape)
+    return ExportedPolicy(programs[BATCH_PROGRAM].module(), single.module(), obs_shape)
