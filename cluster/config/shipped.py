@@ -32,6 +32,15 @@ def find_shipped(item: str) -> Path | None:
     return None
 
 
+def config_path(item: str | Path) -> Path:
+    """The file a CONFIG argument means: an existing file as given, else the shipped config it
+    names, else the path as given (for loading to say it is not found). For the `python -m`
+    tools, which take CONFIG first and need no `key=value` handling."""
+    if Path(item).is_file():
+        return Path(item)
+    return find_shipped(str(item)) or Path(item)
+
+
 def summary_line(path: Path) -> str:
     """The config's first comment line, up to its first colon: what the config is for."""
     for line in path.read_text().splitlines():

@@ -19,12 +19,12 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from actors.envs import EnvSpec, UnsupportedEnv, inspect_env
 from cluster.config.loading import ConfigError, load_config
 from cluster.config.schema import RunConfig
 from cluster.config.settings import eval_give_up
+from cluster.config.shipped import config_path
 from cluster.config.topology import plan_run
 from cluster.local.wiring import build_local
 from replay.contracts import Weights
@@ -70,7 +70,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Run seeds seed..seed+N-1 one after another; one JSON line each, then the median."""
     parser = argparse.ArgumentParser(prog="python -m cluster.local.lockstep", description=__doc__.splitlines()[0])
-    parser.add_argument("config", type=Path)
+    parser.add_argument("config", type=config_path, help="a YAML file or a shipped config's name")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--seeds", type=int, default=10, help="how many seeds, from the config's seed on")
     parser.add_argument("--max-updates", type=int, default=15_000, help="give up on a seed after this many")
