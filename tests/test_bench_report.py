@@ -83,18 +83,3 @@ def test_scaling_fits_a_line_and_extrapolates_each_measure():
     assert "| poll_ms | 2.00 | 5.00 | +0.500 | 51.0 | 501.0 |" in text
     assert "| gcs_server_mb | 52.00 | 58.00 | +1.000 | 150.0 | 1050.0 |" in text
     assert "broadcast_ms" not in text  # not measured: no row
-
-
-
-def test_the_scaling_bench_measures_each_pair_count_on_a_real_cluster(tmp_path, capsys):
-    from cluster.bench.scaling import MEASURES
-    from cluster.bench.scaling import main as scaling
-
-    out = tmp_path / "scaling.json"
-    assert scaling(["--pairs", "1,2", "--seconds", "2", "--json", str(out)]) == 0
-    results = json.loads(out.read_text())
-    assert [r["pairs"] for r in results] == [1, 2]
-    for result in results:
-        assert result["poll_ms"] > 0 and result["broadcast_ms"] > 0 and result["gcs_server_mb"] > 10, result
-        assert set(MEASURES) <= set(result)
-    assert "| poll_ms |" in capsys.readouterr().out

@@ -1,8 +1,7 @@
 """Images that carry channels (MinAtar's 10x10xC booleans, any rank-3 Box): the layout raypex stores
-and trains on, the network chosen by frame size, and MinAtar through a real local Ray cluster."""
+and trains on, and the network chosen by frame size (MinAtar through a real local Ray cluster runs
+through the README's lines, tests/test_readme_lines.py)."""
 
-import io
-import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -12,7 +11,6 @@ import torch
 
 from actors.envs import UnsupportedEnv, inspect_env, make_vector_env
 from actors.images import image_layout
-from cluster.commands.cli import main
 from learner.networks import MLPQNetwork, NatureCNNQNetwork, SmallCNNQNetwork, build_q_network
 
 ROOT = Path(__file__).parent.parent
@@ -100,19 +98,3 @@ def test_uint8_images_are_scaled_by_1_over_255_and_float_images_are_not():
     bits = torch.randint(0, 2, (5, 4, 10, 10))
     with torch.no_grad():
         torch.testing.assert_close(as_bytes((bits * 255).to(torch.uint8)), as_floats(bits.float()))
-
-
-def test_minatar_runs_end_to_end_on_a_real_local_ray_cluster(tmp_path):
-    """`raypex train configs/minatar.yaml` as written, shortened: it trains, evaluates, and saves a
-    policy.pt2 that takes the converted observations."""
-    run = tmp_path / "minatar"
-    code = main(["train", str(ROOT / "configs" / "minatar.yaml"), "--run-dir", str(run), "stop.env_steps=20000",
-                 "eval.every_epochs=5", "eval.episodes=4", "replay.min_size=2000"])
-    assert code == 0
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["env_id"] == "MinAtar/Breakout-v1" and summary["ended"] == "env_steps"
-    assert summary["env_steps"] >= 20000 and summary["final_eval_return"] is not None
-    assert summary["replay_bytes_per_transition"] < 1000  # two 4x10x10 byte images, not floats
-    policy = torch.export.load(io.BytesIO((run / "policy.pt2").read_bytes())).module()
-    q = policy(torch.randint(0, 2, (2, 4, 10, 10)).float() * 255)
-    assert q.shape == (2, 3) and torch.isfinite(q).all()

@@ -1,0 +1,455 @@
+"""Every command line of README.md and of the configs' headers, typed as a user types it.
+
+PLAN names, for each documented line, how CI proves it (tests/readme_lines.py has the kinds): run
+here in a shell, in README order, from one empty working directory that all lines share like a
+user's session (a line reads the `runs/cp-s1` an earlier line wrote), with text appended only
+where the line is meant for a bigger machine or a longer run, then checked; or proven by another
+test or by .ci/run where it needs several machines; or not run, where it needs what CI cannot
+reach. A documented line that PLAN does not name fails, and so does a PLAN entry that is no longer
+documented. README.md's table of all this is `markdown_table(PLAN)`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from replay.frames import frame_bytes_per_slot
+from replay.ring import transition_layout
+from tests.readme_lines import ROOT, Elsewhere, NotRun, Ran, Run, documented_commands, markdown_table
+
+
+def summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+def scalars(run: Path) -> dict[str, list[float]]:
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def the_run(ran: Ran) -> Path:
+    assert len(ran.new_runs) == 1, ran.new_runs
+    return ran.new_runs[0]
+
+
+def rows(path: Path) -> dict[str, dict]:
+    return {r["name"]: r for r in json.loads(path.read_text())["rows"]}
+
+
+def with_ratio(row: dict) -> None:
+    assert row["value"] > 0 and row["reference"] > 0 and row["ratio"] == pytest.approx(row["value"] / row["reference"])
+
+
+# ---- checks: what each line's sentence says it does
+
+def activated(ran: Ran) -> None:
+    assert ran.out.strip().endswith(".venv"), ran.out
+
+
+def solved(ran: Ran) -> dict:
+    """CartPole solved within the config's generous stop.env_steps, both shards filled alike and
+    every collector kept taking new weights (a shard the learner never sampled once left its
+    collector throttled, acting with stale weights)."""
+    result = summary(the_run(ran))
+    assert result["ended"] == "solved" and result["time_to_solve_s"] is not None, result
+    sizes = result["replay_size_per_shard"]
+    assert min(sizes) >= 0.5 * max(sizes), sizes
+    assert result["policy_lag_max"] <= 10 < result["epochs"], result
+    return result
+
+
+def configs_listed(ran: Ran) -> None:
+    for name, env_id in (("breakout", "ALE/Breakout-v5"), ("cartpole", "CartPole-v1"),
+                         ("minatar", "MinAtar/Breakout-v1"), ("pong", "ALE/Pong-v5")):
+        assert re.search(rf"^\s*{name}\s+{re.escape(env_id)}", ran.out, re.MULTILINE), ran.out
+
+
+def config_shown(ran: Ran) -> None:
+    assert re.search(r"^\*?\s*collectors\.num\s+4\s", ran.out, re.MULTILINE), ran.out
+    assert re.search(r"^\*?\s*learner\.lr\s+\S+\s+\(default \S+\) Adam", ran.out, re.MULTILINE), ran.out
+
+
+def overrides_took(ran: Ran) -> None:
+    result = solved(ran)
+    assert "lr: 0.01" in (the_run(ran) / "config.yaml").read_text()
+    assert len(result["replay_size_per_shard"]) == 3
+
+
+def seed_1_solved(ran: Ran) -> None:
+    assert the_run(ran) == ran.workdir / "runs" / "cp-s1" and solved(ran)["seed"] == 1
+
+
+def more_steps_for_cp_s1(workdir: Path) -> str:
+    return f"stop.env_steps={summary(workdir / 'runs' / 'cp-s1')['env_steps'] + 2000}"
+
+
+def trained_past_the_solve(ran: Ran) -> None:
+    result = summary(ran.workdir / "runs" / "cp-s1")
+    assert result["ended"] == "env_steps" and result["env_steps"] >= int(ran.extra.split("=")[1]), result
+    assert result["policy_eval_return"] >= 490, result  # the solved policy is never lost
+
+
+def evaluated(ran: Ran) -> None:
+    # The run stopped at a 100-episode mean of 490; over 100 fresh episodes the saved policies of
+    # seeds 0-6 scored 500 here. 450 catches a saved policy that is not the solved one, without
+    # failing on the sampling noise of a policy whose true mean sits near 480.
+    assert float(re.match(r"mean return (\S+) over 100 episodes", ran.out).group(1)) >= 450, ran.out
+
+
+POLICY_BLOCK = """import torch
+from learner.policy_file import load_policy
+
+q = torch.export.load("runs/cp-s1/policy.pt2").module()(torch.zeros(8, 4))  # plain torch: a float32 batch
+assert q.shape == (8, 2)
+policy = load_policy("runs/cp-s1/policy.pt2")
+print(policy.act([0.01, -0.02, 0.03, 0.0]), policy.act(torch.zeros(8, 4)))  # one observation, then a batch"""
+
+
+def one_action_then_eight(ran: Ran) -> None:
+    assert re.fullmatch(r"[01] \[[01]( [01]){7}\]", ran.out.strip()), ran.out
+
+
+def tensorboard_serves_the_runs(ran: Ran) -> None:
+    with urllib.request.urlopen(ran.url + "data/runs", timeout=30) as response:
+        listed = json.loads(response.read())
+    assert "cp-s1/tensorboard" in listed, listed
+
+
+def prioritized_solved(ran: Ran) -> None:
+    """Collector priorities, priority-mass mixing, importance weights and the learner's updates
+    through Ray learn CartPole."""
+    result = solved(ran)
+    trained = result["epochs"] * 25 * 256  # cartpole.yaml: 25 updates of 256 per epoch
+    # nearly every trained transition's new priority reached its shard (none of replay wrapped)
+    assert result["priority_updates_applied"] + result["priority_updates_unsent"] >= 0.95 * trained
+    assert result["priority_updates_applied"] > 0.5 * trained, result
+    tags = scalars(the_run(ran))
+    beta = tags["replay/beta"]
+    assert beta[0] >= 0.4 and beta == sorted(beta) and beta[-1] > beta[0]  # annealing toward 1
+    assert all(0 < w <= 1 for w in tags["replay/is_weight_min"]) and min(tags["replay/priority_mean"]) > 0
+    assert max(tags["replay/priority_max"]) >= max(tags["replay/priority_mean"])
+
+
+def refused_in_one_line(ran: Ran) -> None:
+    """A line sized for a bigger machine: one line naming the CPUs missing, nothing written."""
+    errors = [line for line in ran.err.splitlines() if line.startswith("raypex: error:")]
+    assert len(errors) == 1 and "CPUs" in errors[0] and "the Ray cluster has" in errors[0], ran.err
+    assert "Traceback" not in ran.err and not ran.new_runs
+
+
+def pong_trained_on_a_small_box(ran: Ran) -> None:
+    """Real Pong at 2-core size: frame-once shards, prioritized replay as the config has it."""
+    run = the_run(ran)
+    result = summary(run)
+    assert 20000 <= result["env_steps"] < 24000 and result["ended"] == "env_steps"  # stopped near the cap
+    assert result["epochs"] > 0 and result["learner_samples_per_s"] > 0
+    assert result["replay_bytes_per_transition"] == frame_bytes_per_slot((84, 84)) <= 1.1 * 7056
+    tags = scalars(run)
+    returns = tags["charts/episodic_return"]
+    # 2,500 steps per env: every env finishes a game (a random policy loses 0-21 in about 800)
+    assert returns and all(-21 <= r <= 21 for r in returns) and min(returns) < -1  # raw Pong scores
+    assert -21 <= result["final_eval_return"] <= 21 and np.isfinite(tags["losses/td_loss"]).all()
+    assert (run / "policy.pt2").is_file() and list((run / "checkpoints").glob("ckpt-*.pt"))
+    assert result["priority_updates_applied"] > 0 and min(tags["replay/priority_mean"]) > 0
+    assert 0 < min(tags["replay/is_weight_min"]) <= 1
+
+
+def minatar_trained(ran: Ran) -> None:
+    """MinAtar's boolean images stored as bytes, and a policy.pt2 that takes the converted
+    observations one at a time or as a batch."""
+    from learner.policy_file import load_policy
+
+    run = the_run(ran)
+    result = summary(run)
+    assert result["env_id"] == "MinAtar/Breakout-v1" and result["ended"] == "env_steps" and result["epochs"] > 0
+    assert result["replay_bytes_per_transition"] < 1000  # two 4x10x10 byte images, not floats
+    policy = load_policy(run / "policy.pt2")
+    frames = np.random.default_rng(0).integers(0, 2, (2, 4, 10, 10), dtype=np.uint8) * 255
+    batch = policy.q_values(frames)
+    assert batch.shape == (2, 3) and np.isfinite(batch.numpy()).all()
+    np.testing.assert_allclose(policy.q_values(frames[1]).numpy(), batch[1].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def trained_until_stopped(env_id: str):
+    def check(ran: Ran) -> None:
+        result = summary(the_run(ran))
+        assert result["env_id"] == env_id and result["ended"] == "env_steps" and result["epochs"] > 0, result
+    return check
+
+
+def learner_matrix_measured(ran: Ran) -> None:
+    measured = json.loads((ran.workdir / "matrix.json").read_text())["rows"]
+    assert {(r["precision"], r["micro"], r["steps"]) for r in measured} == {("fp32", 32, 1), ("bf16", 32, 1)}
+    assert all("error" not in r and r["device_samples_per_s"] > 0 for r in measured), measured
+    assert "copy GB/s" in ran.out
+
+
+def bench_wrote_every_row(ran: Ran) -> None:
+    """Every row, with a ratio wherever it has a reference (no speed is asserted), and the
+    profile's bound."""
+    found = rows(ran.workdir / "bench.json")
+    for name in ("env_raw", "env_policy", "collect", "learner_feed", "broadcast", "e2e_env_steps_per_s",
+                 "e2e_learner_samples_per_s", "e2e_replay_ratio", "e2e_policy_lag_mean", "e2e_policy_lag_max",
+                 "warmup", "linearity", "memory", "replay_bytes_per_transition", "learner_wait_fraction",
+                 "learner_samples"):
+        assert name in found, name
+    for name in ("collect", "learner_feed", "broadcast", "warmup", "linearity", "memory"):
+        assert found[name]["bar"], name
+        with_ratio(found[name])
+    layout = transition_layout((4,), "float32")  # CartPole: obs, action, return, discount, next_obs
+    per_row = sum(np.dtype(dtype).itemsize * int(np.prod(shape)) for shape, dtype in layout.values())
+    assert found["replay_bytes_per_transition"]["value"] == per_row
+    assert any(name.startswith("profile_learner_") for name in found)
+    details = json.loads((ran.workdir / "bench.json").read_text())["machine"]["details"]
+    assert "bound_by" in details and "throughput is bound by" in ran.err
+
+
+def learner_stage_measured(ran: Ran) -> None:
+    """Per variant the CPU runs, the learner fed by the shards against the same loop fed from memory."""
+    found = rows(ran.workdir / "learner.json")
+    for name in ("learner_fp32_eager", "learner_bf16_eager"):
+        assert found[name]["unit"] == "samples/s" and found[name]["bar"] == ">= 0.8"
+        with_ratio(found[name])
+        assert 0 <= found[f"{name}_wait_fraction"]["value"] <= 1
+    assert json.loads((ran.workdir / "learner.json").read_text())["machine"]["details"]["device"] == "cpu"
+
+
+def collect_stage_measured(ran: Ran) -> None:
+    """env_raw, env_policy, collect through Ray and against the env alone, then broadcast; nothing
+    of the learner; each collector's acting precision."""
+    found = rows(ran.workdir / "collect.json")
+    assert set(found) == {"env_raw", "env_policy", "collect", "collect_vs_env_raw", "broadcast",
+                          "broadcast_env_loop_pause"}
+    raw = found["env_raw"]["value"]
+    assert found["collect_vs_env_raw"]["reference"] == raw * min(2, os.cpu_count())
+    assert found["env_policy"]["reference"] == raw and found["collect"]["value"] > 0
+    precisions = json.loads((ran.workdir / "collect.json").read_text())["machine"]["details"]["act_precision"]
+    assert len(precisions) == 2 and set(precisions) <= {"fp32", "bf16"}
+
+
+def priority_costs_measured(ran: Ran) -> None:
+    found = rows(ran.workdir / "priorities.json")
+    for name in ("shard_add_prioritized", "shard_sample_prioritized", "learner_feed_prioritized"):
+        with_ratio(found[name])
+    assert found["shard_update_prioritized"]["value"] > 0 and found["learner_feed_prioritized"]["bar"] == ">= 0.77"
+
+
+def soak_measured(ran: Ran) -> None:
+    """A row per process of the run's Ray cluster (workers, GCS, raylet, the driver), end against
+    replay-full, and the object store's spilling (no growth asserted)."""
+    found = rows(ran.workdir / "soak.json")
+    for name in ("soak_rss_driver-0", "soak_rss_gcs_server-0", "soak_rss_raylet-0", "soak_rss_LearnerActor-0",
+                 "soak_rss_CollectorActor-0", "soak_rss_CollectorActor-1", "soak_rss_ShardActor-0",
+                 "soak_rss_ShardActor-1", "soak_rss_EvaluatorActor-0"):
+        assert found[name]["bar"] == "<= 1.05"
+        with_ratio(found[name])
+    assert found["soak_object_store_spilled"]["unit"] == "MiB"
+    details = json.loads((ran.workdir / "soak.json").read_text())["machine"]["details"]
+    assert details["full_at_s"] is not None and len(details["samples"]) >= 10
+
+
+def lockstep_solved(ran: Ran) -> None:
+    assert "solved 1/1" in ran.out, ran.out
+
+
+def scaling_measured(ran: Ran) -> None:
+    from cluster.bench.scaling import MEASURES
+
+    results = json.loads((ran.workdir / "scaling.json").read_text())
+    assert [r["pairs"] for r in results] == [1, 2]
+    for result in results:
+        assert result["poll_ms"] > 0 and result["broadcast_ms"] > 0 and result["gcs_server_mb"] > 10, result
+        assert set(MEASURES) <= set(result)
+    assert "| poll_ms |" in ran.out
+
+
+# ---- the plan: every documented line, in README order, then the config headers' lines
+
+SEPARATE_HOSTS = "tests/test_separate_hosts.py::test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn"
+RAY_JOB = "tests/test_ray_jobs.py::test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints"
+LAUNCHER = "tests/test_deploy_files.py::test_the_launcher_file_starts_nodes_that_hold_its_command"
+HOURS = "the line trains for hours here"
+SHORTER = "stop.env_steps=2000 replay.min_size=1000"
+
+PLAN: dict[str, Run | Elsewhere | NotRun] = {
+    "python3 -m venv .venv && source .venv/bin/activate": Run(
+        "&& python -c 'import sys; print(sys.prefix)'", "prints the environment it activated", check=activated),
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu": NotRun(
+        "CI reaches PyPI only; .ci/run pins this machine's CPU torch with .ci/constraints.txt instead"),
+    'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"', "installs this, with .ci/constraints.txt"),
+    "raypex train configs/cartpole.yaml": Run(check=solved),
+    "raypex configs": Run(check=configs_listed),
+    "raypex config show pong collectors.num=4": Run(check=config_shown),
+    "raypex train configs/cartpole.yaml learner.lr=0.01 collectors.num=3 collectors.num_cpus=0.3": Run(
+        check=overrides_took),
+    "raypex train --seed 1 --run-dir runs/cp-s1": Run(check=seed_1_solved),
+    "raypex train --resume runs/cp-s1 stop.env_steps=1000000 stop.eval_return=null": Run(
+        extra_from=more_steps_for_cp_s1, why="`stop.env_steps=` 2,000 past the run's own, not a million",
+        check=trained_past_the_solve),
+    "raypex eval runs/cp-s1 --episodes 100": Run(check=evaluated),
+    POLICY_BLOCK: Run(check=one_action_then_eight),
+    "tensorboard --logdir runs/": Run("--port 0", "any free port; stopped once it lists the runs", serves=True,
+                                      check=tensorboard_serves_the_runs),
+    "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces"),
+    "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
+        SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces, token authentication on"),
+    "RAY_AUTH_MODE=token raypex train configs/cartpole.yaml --address HEAD:6379 collectors.num=16": Elsewhere(
+        SEPARATE_HOSTS, '"--address"', "from the head's host, with collectors.num=3 (2 CPUs per host)"),
+    "RAY_AUTH_MODE=token ray job submit --address http://HEAD:8265 --working-dir . -- raypex train pong "
+    "--run-dir /data/runs/pong collectors.num_cpus=1": Elsewhere(
+        RAY_JOB, '"submit"', "a head started with `ray start --head`, raypex train cartpole as the job"),
+    "RAY_AUTH_MODE=token ray job stop --address http://HEAD:8265 JOB_ID": Elsewhere(
+        RAY_JOB, "stop_job", "through Ray's job SDK, which sends the same SIGTERM"),
+    "ray get-auth-token --generate && ray up cluster/deploy/ray-cluster-aws.yaml": Elsewhere(
+        LAUNCHER, "setup_commands", "needs an AWS account; the launcher file's nodes and setup are checked"),
+    'ray exec cluster/deploy/ray-cluster-aws.yaml --tmux "RAY_AUTH_MODE=token raypex train pong --address auto '
+    'collectors.num_cpus=1 learner.num_cpus=4"': Elsewhere(
+        LAUNCHER, "check_fits", "needs an AWS account; that its nodes hold this command is checked"),
+    "raypex train configs/cartpole.yaml replay.prioritized=true": Run(check=prioritized_solved),
+    "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
+                                          check=refused_in_one_line),
+    "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32 replay.min_size=5000 "
+    "stop.env_steps=20000": Run(check=pong_trained_on_a_small_box),
+    "raypex train configs/breakout.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
+                                              check=refused_in_one_line),
+    "raypex train configs/minatar.yaml": Run("stop.env_steps=6000 replay.min_size=2000 eval.episodes=4", HOURS,
+                                             check=minatar_trained),
+    "raypex train configs/minatar.yaml env.id=MinAtar/Asterix-v1": Run(
+        SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
+    "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
+        exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
+    "python -m cluster.bench.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --copy": Run(
+        "--shapes 32x1 --seconds 1 --json matrix.json", "the GPU box's shapes take minutes on 2 cores",
+        check=learner_matrix_measured),
+    "raypex bench configs/cartpole.yaml --profile --json bench.json": Run(
+        "--quick", "a minute instead of two", check=bench_wrote_every_row),
+    "raypex bench configs/cartpole.yaml --stage learner --quick": Run(
+        "--json learner.json", "to read its rows back", check=learner_stage_measured),
+    "raypex bench configs/pong.yaml --stage collect collectors.num=2": Run(
+        "--quick --json collect.json", "shorter windows; rows read back", check=collect_stage_measured),
+    "raypex bench configs/cartpole.yaml --stage priorities": Run(
+        "--quick --json priorities.json", "shorter windows; rows read back", check=priority_costs_measured),
+    "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(
+        "--soak 0.5 replay.capacity=300 --json soak.json", "half a minute, replay full after seconds",
+        check=soak_measured),
+    "python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
+        "--seeds 1", "one seed of ten", check=lockstep_solved),
+    "python -m cluster.bench.scaling --pairs 2,8,16,32 --seconds 40": Run(
+        "--pairs 1,2 --seconds 2 --json scaling.json", "32 pairs need more than 2 cores", check=scaling_measured),
+    "python -m pytest -q": Elsewhere(".ci/run", "python -m pytest -q", "CI's own command; this test is one of its"),
+    "raypex train configs/breakout.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32": Run(
+        SHORTER, HOURS, check=trained_until_stopped("ALE/Breakout-v5")),
+    "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32": Run(
+        SHORTER, HOURS, check=trained_until_stopped("ALE/Pong-v5")),
+}
+
+DOCUMENTED = documented_commands()
+RUN_HERE = [(command, places) for command, places in DOCUMENTED if isinstance(PLAN.get(command), Run)]
+
+
+def test_every_documented_line_has_a_plan_and_every_plan_a_line():
+    documented = [command for command, _ in DOCUMENTED]
+    missing = [f"{places[0]}: {command}" for command, places in DOCUMENTED if command not in PLAN]
+    assert not missing, "documented lines that tests/test_readme_lines.py does not run or name:\n" + "\n".join(missing)
+    assert not set(PLAN) - set(documented), f"planned but no longer documented: {set(PLAN) - set(documented)}"
+
+
+@pytest.mark.parametrize("command", [c for c, how in PLAN.items() if isinstance(how, Elsewhere)])
+def test_a_line_proven_elsewhere_names_a_real_test_that_runs_it(command):
+    how = PLAN[command]
+    path, _, name = how.where.partition("::")
+    text = (ROOT / path).read_text()
+    if name:
+        functions = {f.name: f for f in ast.walk(ast.parse(text)) if isinstance(f, ast.FunctionDef)}
+        assert name in functions, f"{how.where} does not exist"
+        text = ast.get_source_segment(text, functions[name])
+    assert how.holds in text, f"{how.where} does not hold {how.holds!r}"
+
+
+def test_the_readme_says_how_ci_runs_each_line():
+    assert markdown_table(PLAN) in (ROOT / "README.md").read_text(), (
+        "README.md's table is out of date; paste in:\n" + markdown_table(PLAN))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """The user's working directory: empty (the configs are found by path in the package)."""
+    return tmp_path_factory.mktemp("user")
+
+
+def user_environment() -> dict[str, str]:
+    """This interpreter's environment first on PATH (where pip put `raypex`), no Ray address."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def run_dirs(workdir: Path) -> set[Path]:
+    return {p for p in (workdir / "runs").glob("*") if p.is_dir()}
+
+
+def serve(line: str, workdir: Path, how: Run) -> tuple[str, str, subprocess.Popen]:
+    """Start a serving line; (its output so far, its URL, the process) once it prints the URL."""
+    proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=workdir, env=user_environment(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(text) for text in proc.stdout], daemon=True).start()
+    seen, deadline = [], time.monotonic() + how.timeout_s
+    try:
+        while time.monotonic() < deadline:
+            try:
+                text = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            seen.append(text)
+            url = re.search(r"(http://\S+?/) ", text)
+            if url:
+                return "".join(seen), url.group(1), proc
+        raise AssertionError(f"{line}: no URL in {how.timeout_s}s:\n{''.join(seen)}")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
+@pytest.mark.parametrize("command", [c for c, _ in RUN_HERE], ids=[str(places[0]) for _, places in RUN_HERE])
+def test_a_documented_line_runs_and_does_what_it_says(command, workdir):
+    how = PLAN[command]
+    extra = how.extra_from(workdir) if how.extra_from else how.extra
+    line = f"{command} {extra}".strip()
+    before = run_dirs(workdir)
+    if how.serves:
+        out, url, proc = serve(line, workdir, how)
+        try:
+            how.check(Ran(workdir, extra, out, "", [], url))
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        return
+    argv = ["python", "-c", command] if "\n" in command else ["bash", "-c", line]  # a python block, or a line
+    proc = subprocess.Popen(argv, cwd=workdir, env=user_environment(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=how.timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{line}: still running after {how.timeout_s}s\n{err[-3000:]}") from None
+    assert proc.returncode == how.exit_code, f"{line}: exit {proc.returncode}\n{out[-2000:]}\n{err[-3000:]}"
+    if how.check:
+        how.check(Ran(workdir, extra, out, err, sorted(run_dirs(workdir) - before)))
