@@ -234,3 +234,19 @@ def test_output_into_a_closed_pipe_ends_quietly():
     finally:
         os.close(write_end)
     assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
+def test_every_option_of_every_subcommand_says_what_it_does_and_its_default():
+    import argparse
+
+    from cluster.commands.cli import build_parser
+
+    subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in subcommands.choices.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or not action.option_strings:
+                continue
+            text = action.help or ""
+            shows_default = isinstance(parser.formatter_class, type) and issubclass(
+                parser.formatter_class, argparse.ArgumentDefaultsHelpFormatter)
+            assert text and ("default" in text or shows_default), f"raypex {name} {action.option_strings[0]}: {text!r}"

@@ -66,25 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
         "'Config reference'). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
     train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                        help="YAML file or shipped config name (default: the CartPole config) and dotted overrides")
-    train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379)")
-    train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet)")
-    train.add_argument("--seed", type=int, help="seed (same as seed=N)")
-    train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379; default: start a local one, "
+                       "or join the job's cluster inside `ray job submit`)")
+    train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet; default: runs/ENV-DATE-TIME-sSEED)")
+    train.add_argument("--seed", type=int, help="seed (same as seed=N; default: the config's, 0 in the shipped ones)")
+    train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint, with its config and these "
+                       "overrides (default: a new run)")
     bench = sub.add_parser("bench", help="measure every stage against its own reference")
     bench.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                        help="YAML config (default configs/cartpole.yaml) and dotted overrides")
-    bench.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    bench.add_argument("--quick", action="store_true", help="a reduced run (under 2 minutes on 2 cores)")
-    bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes")
+    bench.add_argument("--json", type=Path, help="also write the rows to this JSON file (default: only the table on stderr)")
+    bench.add_argument("--quick", action="store_true", help="shorter windows: about 1 minute on 2 cores instead of 2 (default: off)")
+    bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes, and what bounds throughput (default: off)")
     bench.add_argument("--stage", choices=["all", "collect", "learner", "priorities"], default="all",
                        help="collect: only env_raw, env_policy, collect and broadcast; learner: only the learner "
                        "on its device, per precision x CUDA-graph capture; priorities: shard and learner "
-                       "costs of prioritized replay against uniform")
+                       "costs of prioritized replay against uniform; all (the default): every stage")
     bench.add_argument("--soak", type=float, metavar="MINUTES",
-                       help="one training run of MINUTES; every process's memory growth once replay is full")
+                       help="one training run of MINUTES; every process's memory growth once replay is full "
+                       "(default: no soak)")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
-    sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)")
+    sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)",
+                   description="The configs that ship with raypex: name, env id and purpose. `raypex train NAME` "
+                   "runs one from any directory; `raypex config show NAME` prints its every key.")
     config = sub.add_parser("config", help="show a config: every key, its value, default and meaning")
     config.add_argument("action", choices=["show"], help="show: print the resolved config key by key")
     config.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
