@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from cluster.commands.cli import main
-from cluster.driver.address import JOB_VARIABLE, ConnectError, check_gcs_port, host_port, ray_job_address
+from cluster.driver.address import JOB_VARIABLE, ConnectError, check_gcs_port, host_port, join_failed, ray_job_address
 
 
 def test_addresses_ray_resolves_itself_pass_and_malformed_ones_are_named():
@@ -98,3 +98,14 @@ def test_inside_a_ray_job_the_jobs_cluster_is_joined_outside_none_is_chosen():
     assert ray_job_address({"RAY_ADDRESS": "10.0.0.5:6379"}) is None  # RAY_ADDRESS alone does not capture a run
     assert ray_job_address({JOB_VARIABLE: "{}", "RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.5:6379"
     assert ray_job_address({JOB_VARIABLE: "{}"}) == "auto"
+
+
+def test_a_ray_version_mismatch_is_one_line_with_both_versions():
+    """Ray puts the versions on the lines after "Version mismatch: ..."; all of it is kept, on one line."""
+    ray_says = RuntimeError("Version mismatch: The cluster was started with:\n    Ray: 2.51.0\n    Python: 3.11.2\n"
+                            "This process on node 10.0.0.7 was started with:\n    Ray: 2.52.1\n    Python: 3.11.2\n")
+    line = str(join_failed("10.0.0.5:6379", ray_says, token_mode=True))
+    assert "\n" not in line and "Ray: 2.51.0" in line and "Ray: 2.52.1" in line, line
+    assert line.endswith("install the cluster's Ray and Python versions on this machine")
+    other = str(join_failed("10.0.0.5:6379", ConnectionError("refused\nmore"), token_mode=False))
+    assert "(refused more)" in other and "RAY_AUTH_MODE=token" in other

@@ -90,10 +90,11 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
+    from cluster.driver.address import ConnectError
     from cluster.driver.run import TrainingRun
     from cluster.driver.supervisor import RunFailed
     from cluster.driver.versions import VersionMismatch, check_node_versions
-    from cluster.driver.wiring import ConnectError, cluster_gpus, connect, reserve_resources, shutdown
+    from cluster.driver.wiring import cluster_gpus, connect, reserve_resources, shutdown
 
     address = args.address
     if address is None and (address := ray_job_address()) is not None:

@@ -96,3 +96,16 @@ def check_gcs_auth(address: str, timeout_s: float = CONNECT_TIMEOUT_S, environ=o
             if err.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise ConnectError(f"--address {address}: the cluster uses token authentication (what `ray start` "
                                    f"turns on since Ray 2.60); {TOKEN_HINT}") from None
+
+
+def join_failed(address: str, err: Exception, token_mode: bool) -> ConnectError:
+    """One line for Ray's refusal to join `address`: Ray's whole message on one line (a version
+    mismatch puts the versions on the lines after its first), and what to do about it."""
+    reason = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    if reason.startswith("Version mismatch"):
+        hint = "; install the cluster's Ray and Python versions on this machine"
+    elif not token_mode:
+        hint = f"; if the cluster uses token authentication (what `ray start` turns on since Ray 2.60), {TOKEN_HINT}"
+    else:
+        hint = ""
+    return ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason}){hint}")

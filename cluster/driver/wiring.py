@@ -21,7 +21,7 @@ import ray
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
-from cluster.driver.address import TOKEN_HINT, ConnectError, check_gcs_auth, check_gcs_port
+from cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
 from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, node_addresses, reserve
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
 from cluster.hosts.collector_actor import CollectorActor
@@ -62,11 +62,7 @@ def connect(address: str | None) -> bool:
     try:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
-        reason = str(err).splitlines()[0]
-        hint = ""
-        if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
-            hint = f"; if the cluster uses token authentication (what `ray start` turns on since Ray 2.60), {TOKEN_HINT}"
-        raise ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason}){hint}") from None
+        raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
     return False
 
 
