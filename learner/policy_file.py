@@ -37,13 +37,18 @@ class _OneObservation(nn.Module):
 
 
 def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...]) -> bytes:
-    """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode)."""
-    from torch.export.pt2_archive._package import package_pt2
-
+    """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode). With a torch
+    older than the multi-program archive, the batch program alone (`load_policy` still takes one
+    observation)."""
     batch = torch.export.Dim("batch", min=1)
     batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
-    single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
     buffer = io.BytesIO()
+    try:
+        from torch.export.pt2_archive._package import package_pt2
+    except ImportError:
+        torch.export.save(batched, buffer)
+        return buffer.getvalue()
+    single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
     package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single})
     return buffer.getvalue()
 
@@ -79,10 +84,18 @@ class ExportedPolicy:
 
 
 def load_policy(path: str | Path) -> ExportedPolicy:
-    """Read policy.pt2 written by `export_policy_archive`."""
-    from torch.export.pt2_archive._package import load_pt2
+    """Read policy.pt2 written by `export_policy_archive` (or by raypex before it held two
+    programs: one observation then goes through the batch program as a batch of one)."""
+    try:
+        from torch.export.pt2_archive._package import load_pt2
 
-    programs = load_pt2(str(path)).exported_programs
-    single = programs[ONE_OBSERVATION_PROGRAM]
-    obs_shape = tuple(int(size) for size in single.example_inputs[0][0].shape)
-    return ExportedPolicy(programs[BATCH_PROGRAM].module(), single.module(), obs_shape)
+        programs = load_pt2(str(path)).exported_programs
+    except ImportError:
+        programs = {BATCH_PROGRAM: torch.export.load(str(path))}
+    batched = programs[BATCH_PROGRAM]
+    obs_shape = tuple(int(size) for size in batched.example_inputs[0][0].shape[1:])
+    if ONE_OBSERVATION_PROGRAM in programs:
+        single = programs[ONE_OBSERVATION_PROGRAM].module()
+    else:
+        single = _OneObservation(batched.module())
+    return ExportedPolicy(batched.module(), single, obs_shape)

@@ -181,6 +181,10 @@ def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
     assert policy.act(obs[3]) == expected[3].argmax()
     with pytest.raises(ValueError, match=r"one observation of shape \[4\] or a batch \[B, 4\], got \[2, 5\]"):
         policy.q_values(torch.zeros(2, 5))
+    # a policy.pt2 of the batch program alone (raypex before the archive held two) still takes one
+    old = tmp_path / "old.pt2"
+    torch.export.save(torch.export.load(str(path)), str(old))
+    torch.testing.assert_close(load_policy(old).q_values(obs[3]), expected[3])
 
 
 @pytest.mark.parametrize("hidden", [[64, 64], [32], []])
