@@ -65,7 +65,7 @@ class ExportedPolicy:
 
     def q_values(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Q `[A]` for one observation, `[B, A]` for a batch."""
-        tensor = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs)
+        tensor = torch.as_tensor(obs)
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise ValueError(f"policy.pt2 takes real-valued observations, got {tensor.dtype} (bool images go in "
                              "channels-first as 0/255, as raypex's image conversion gives them)")
@@ -92,10 +92,11 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         programs = load_pt2(str(path)).exported_programs
     except ImportError:
         programs = {BATCH_PROGRAM: torch.export.load(str(path))}
-    batched = programs[BATCH_PROGRAM]
-    obs_shape = tuple(int(size) for size in batched.example_inputs[0][0].shape[1:])
+    program = programs[BATCH_PROGRAM]
+    obs_shape = tuple(int(size) for size in program.example_inputs[0][0].shape[1:])
+    batched = program.module()
     if ONE_OBSERVATION_PROGRAM in programs:
         single = programs[ONE_OBSERVATION_PROGRAM].module()
     else:
-        single = _OneObservation(batched.module())
-    return ExportedPolicy(batched.module(), single, obs_shape)
+        single = _OneObservation(batched)
+    return ExportedPolicy(batched, single, obs_shape)

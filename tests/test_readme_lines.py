@@ -360,7 +360,13 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
 }
 
 DOCUMENTED = documented_commands()
-RUN_HERE = [(command, places) for command, places in DOCUMENTED if isinstance(PLAN.get(command), Run)]
+
+
+def planned(kind: type) -> dict:
+    """parametrize's arguments for the documented lines PLAN proves as `kind`, each named by
+    where it first appears."""
+    chosen = [(command, places) for command, places in DOCUMENTED if isinstance(PLAN.get(command), kind)]
+    return {"argvalues": [c for c, _ in chosen], "ids": [str(places[0]) for _, places in chosen]}
 
 
 def test_every_documented_line_has_a_plan_and_every_plan_a_line():
@@ -370,10 +376,7 @@ def test_every_documented_line_has_a_plan_and_every_plan_a_line():
     assert not set(PLAN) - set(documented), f"planned but no longer documented: {set(PLAN) - set(documented)}"
 
 
-ELSEWHERE = [(command, places) for command, places in DOCUMENTED if isinstance(PLAN.get(command), Elsewhere)]
-
-
-@pytest.mark.parametrize("command", [c for c, _ in ELSEWHERE], ids=[str(places[0]) for _, places in ELSEWHERE])
+@pytest.mark.parametrize("command", **planned(Elsewhere))
 def test_a_line_proven_elsewhere_names_a_real_test_that_runs_it(command):
     how = PLAN[command]
     path, _, name = how.where.partition("::")
@@ -430,7 +433,7 @@ def serve(line: str, workdir: Path, how: Run) -> tuple[str, str, subprocess.Pope
         raise
 
 
-@pytest.mark.parametrize("command", [c for c, _ in RUN_HERE], ids=[str(places[0]) for _, places in RUN_HERE])
+@pytest.mark.parametrize("command", **planned(Run))
 def test_a_documented_line_runs_and_does_what_it_says(command, workdir):
     how = PLAN[command]
     extra = how.extra_from(workdir) if how.extra_from else how.extra

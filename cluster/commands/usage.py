@@ -9,7 +9,7 @@ import re
 import time
 from pathlib import Path
 
-from cluster.config.shipped import find_shipped, shipped_configs
+from cluster.config.shipped import config_path, shipped_configs
 
 
 class UsageError(Exception):
@@ -23,12 +23,8 @@ def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:
     for i, item in enumerate(args):
         if "=" in item:
             overrides.append(item)
-        elif i == 0 and Path(item).is_file():
-            config = Path(item)
-        elif i == 0 and (shipped := find_shipped(item)) is not None:
-            config = shipped
-        elif i == 0 and item.endswith((".yaml", ".yml")):
-            config = Path(item)  # loading says it is not found, and names the shipped configs
+        elif i == 0 and ((path := config_path(item)).is_file() or item.endswith((".yaml", ".yml"))):
+            config = path  # a YAML path that is not found: loading says so, and names the shipped configs
         elif i == 0:
             shipped_names = list(shipped_configs())
             names = ", ".join(shipped_names) or "none installed"

@@ -34,8 +34,8 @@ def find_shipped(item: str) -> Path | None:
 
 def config_path(item: str | Path) -> Path:
     """The file a CONFIG argument means: an existing file as given, else the shipped config it
-    names, else the path as given (for loading to say it is not found). For the `python -m`
-    tools, which take CONFIG first and need no `key=value` handling."""
+    names, else the path as given (for loading to say it is not found). `raypex`'s argument
+    reading and the `python -m` tools' CONFIG argument both resolve through it."""
     if Path(item).is_file():
         return Path(item)
     return find_shipped(str(item)) or Path(item)
