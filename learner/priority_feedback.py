@@ -58,6 +58,13 @@ class PriorityFeedback:
         copied.record()
         self._pending.append((copied, host, keys))
 
+    def flush(self) -> None:
+        """Send every update's errors still on their way to the host, waiting for their copies
+        (the end of a run: the update loop has stopped, so waiting costs it nothing)."""
+        for copied, _, _ in self._pending:
+            copied.synchronize()
+        self._send_copied()
+
     def _send_copied(self) -> None:
         while self._pending and self._pending[0][0].query():
             _, host, keys = self._pending.popleft()

@@ -147,6 +147,10 @@ def test_a_captured_prioritized_update_weighs_its_loss_and_sends_the_eager_error
         torch.cuda.synchronize()
         learner.feed.close()
     assert pair[0].captured and not pair[1].captured
+    for graphs, learner in zip(("on", "off"), pair):
+        learner.feedback.flush()  # the end of a run: every copy still pending goes out
+        transitions = sum(len(u.index) for u in sent[graphs])
+        assert transitions + learner.feedback.unsent == 2 * 8 * 16, (graphs, transitions, learner.feedback.unsent)
     on = {(u.shard, int(u.index[0])): u.td_abs for u in sent["on"]}
     off = {(u.shard, int(u.index[0])): u.td_abs for u in sent["off"]}
     both = set(on) & set(off)

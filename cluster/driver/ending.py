@@ -15,6 +15,8 @@ import ray
 from cluster.driver.supervisor import describe_failure
 from cluster.driver.tensorboard_layout import result_scalars
 
+PRIORITY_FLUSH_S = 60  # the learner's last epoch ends first, then the shards answer in milliseconds
+
 
 def finish_run(run, new_work: bool) -> None:
     """Stop collecting, write the final checkpoint, policy.pt2 and summary.json.
@@ -34,6 +36,10 @@ def finish_run(run, new_work: bool) -> None:
     run.supervisor.stop()
     run.collect_end = time.time()
     run.supervisor.wait_stopped()
+    if run.config.replay.prioritized:  # the last updates' priorities reach the shards before they are read
+        with contextlib.suppress(ray.exceptions.RayError):
+            unsent = ray.get(run.actors.learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
+            run.metrics.priority_updates["priority_updates_unsent"] = unsent
     with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
         run.poll()
     try:

@@ -146,6 +146,7 @@ class RunMetrics:
         return {
             "env_steps": self.env_steps,
             "env_steps_per_s": (self.env_steps - self.env_steps_offset) / collect_s if collect_s else None,
+            "learner_samples": self.learner_samples,
             "learner_samples_per_s": self.samples_per_s,
             "learner_wait_fraction": self.wait_fraction,
             "policy_lag_mean": self.policy_lag_mean,

@@ -107,6 +107,15 @@ class LearnerActor:
             metrics["gpu_busy_fraction"] = busy
         return metrics
 
+    def flush_priorities(self) -> int:
+        """At the end of a run, after the last epoch: send every priority update still held here and
+        wait for the shards to take them. Returns the transitions whose errors never went out."""
+        if self.priorities is None:
+            return 0
+        self.learner.feedback.flush()
+        self.priorities.flush()
+        return self.priorities.dropped + self.learner.feedback.unsent
+
     @QUIET  # asked for every evaluation: several a second on small envs
     def published_weights(self):
         """The newest published weights (a Weights message, by value: see the module docstring)."""

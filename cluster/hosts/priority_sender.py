@@ -6,7 +6,8 @@ together every `send_every` updates (one call then carries several updates' prio
 milliseconds late). At most `max_in_flight` calls per shard are unanswered. The learner's update
 loop never waits here: finished calls are reaped without blocking, and a send to a shard that
 already has `max_in_flight` unanswered is dropped and counted (its transitions keep their old
-priorities until sampled again).
+priorities until sampled again). At the end of a run `flush` sends what is gathered and waits
+for the answers, so the shards' counts and the checkpointed priorities include every update.
 """
 
 from __future__ import annotations
@@ -39,13 +40,29 @@ class PrioritySender:
                 for merged in merged_by_process(gathered):
                     self._send(merged)
 
-    def _send(self, update: PriorityUpdate) -> None:
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Send every gathered update past the in-flight bound (the update loop has stopped, so
+        nothing waits on it now) and wait up to `timeout_s` for the shards to answer; returns how
+        many calls were still unanswered then."""
+        for shard, gathered in enumerate(self.gathered):
+            self.gathered[shard] = []
+            for merged in merged_by_process(gathered):
+                self._send(merged, bounded=False)
+        pending = [ref for refs in self.in_flight for ref in refs]
+        if not pending:
+            return 0
+        _, unanswered = ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
+        waiting = set(unanswered)
+        self.in_flight = [deque(ref for ref in refs if ref in waiting) for refs in self.in_flight]
+        return len(unanswered)
+
+    def _send(self, update: PriorityUpdate, bounded: bool = True) -> None:
         pending = self.in_flight[update.shard]
-        if len(pending) >= self.max_in_flight:
+        if bounded and len(pending) >= self.max_in_flight:
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             for ref in done:
                 pending.remove(ref)  # a shard that died answers with an error: nothing to apply
-        if len(pending) >= self.max_in_flight:
+        if bounded and len(pending) >= self.max_in_flight:
             self.dropped += len(update.index)
             return
         pending.append(self.shards[update.shard].update_priorities.remote(
