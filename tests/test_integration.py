@@ -197,10 +197,13 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
     """Ctrl-C and SIGTERM (kill, timeout, SLURM, Kubernetes, `ray job stop`) take the same clean
     path: final checkpoint, TensorBoard flushed, summary.json and policy.pt2, no new evaluation.
     A terminal's Ctrl-C, `timeout`, SLURM and systemd signal every process of the run, Ray's
-    raylet and GCS included (`to_group`): the run still ends cleanly, its replay saved."""
+    raylet and GCS included (`to_group`): the run still ends cleanly, its replay saved. Ctrl-C's
+    run is prioritized: the epochs cut short and their priorities still count at the end."""
     run = tmp_path / "interrupted"
+    prioritized = signum == signal.SIGINT
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT],
+        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT,
+         f"replay.prioritized={str(prioritized).lower()}"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=to_group)
     seen = []
     for line in proc.stderr:  # wait for the first progress line (training has started), then signal
@@ -231,6 +234,9 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
     assert first["epochs"] == final["epochs"]
     # the final checkpoint and the summary agree, and env steps are exactly what replay took in
     assert final["env_steps"] == first["env_steps"] == sum(first["replay_inserted_per_shard"]), (final, first)
+    if prioritized:  # every transition the learner trained on has its new priority accounted for
+        accounted = sum(first[f"priority_updates_{kind}"] for kind in ("applied", "stale", "unsent"))
+        assert accounted == first["learner_samples"] > 0, first
     if signum == signal.SIGTERM:  # a resume continues the counters of the final checkpoint
         assert main(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"]) == 0
         second = summary(run)

@@ -86,6 +86,7 @@ class TrainingRun:
         self.actors: RunActors | None = None
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
+        self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
@@ -150,7 +151,7 @@ class TrainingRun:
     def _loop(self) -> None:
         learner = self.actors.learner
         evaluations = self.evaluations
-        queued: deque = deque()
+        queued = self.queued_epochs
         next_epoch = self.epochs_done + 1
         stopping = False
         next_poll = time.perf_counter()
@@ -191,6 +192,13 @@ class TrainingRun:
     def end_soon(self, reason: str) -> None:
         """End the run at the next poll, as stop.env_steps does (the bench's soak ends on time)."""
         self.outcome.ended = reason
+
+    def drain_epochs(self, timeout_s: float) -> None:
+        """Record the epochs still queued when the loop was left by a signal (the learner, told to
+        stop, ends them at once): their updates were made, so the counts and the curves keep them."""
+        while self.queued_epochs:
+            epoch, ref = self.queued_epochs.popleft()
+            self._on_epoch(epoch, ray.get(ref, timeout=timeout_s))
 
     def _stop_learning(self) -> bool:  # cut the learner's current and queued epochs short
         self.actors.learner.request_stop.remote()
