@@ -194,8 +194,8 @@ class TrainingRun:
         self.outcome.ended = reason
 
     def drain_epochs(self, timeout_s: float) -> None:
-        """Record the epochs still queued when the loop was left by a signal (the learner, told to
-        stop, ends them at once): their updates were made, so the counts and the curves keep them."""
+        """Record the epochs still queued when a signal or a failure left the loop (the learner, told
+        to stop, ends them at once): their updates were made, so the counts and the curves keep them."""
         while self.queued_epochs:
             epoch, ref = self.queued_epochs.popleft()
             self._on_epoch(epoch, ray.get(ref, timeout=timeout_s))

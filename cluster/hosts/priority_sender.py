@@ -58,12 +58,16 @@ class PrioritySender:
 
     def _send(self, update: PriorityUpdate, bounded: bool = True) -> None:
         pending = self.in_flight[update.shard]
-        if bounded and len(pending) >= self.max_in_flight:
-            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-            for ref in done:
-                pending.remove(ref)  # a shard that died answers with an error: nothing to apply
-        if bounded and len(pending) >= self.max_in_flight:
+        if bounded and not self._room(pending):
             self.dropped += len(update.index)
             return
         pending.append(self.shards[update.shard].update_priorities.remote(
             update.incarnation, update.index, update.stamp, update.td_abs))
+
+    def _room(self, pending: deque) -> bool:
+        """Whether a shard has a call to spare, after reaping its answered ones without waiting."""
+        if len(pending) >= self.max_in_flight:
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in done:
+                pending.remove(ref)  # a shard that died answers with an error: nothing to apply
+        return len(pending) < self.max_in_flight
