@@ -34,6 +34,7 @@ class EnvStep:
     truncated: np.ndarray
     next_obs: np.ndarray
     lives: np.ndarray | None = None  # ALE's lives after the step (terminal-on-life-loss only)
+    q_taken: np.ndarray | None = None  # Q(obs, action) as acted (prioritized replay's initial priorities)
 
 
 class Adder(Protocol):
@@ -45,8 +46,8 @@ class Adder(Protocol):
     def pop(self) -> Chunk | FrameChunk | None:
         """What to push now, or None when there is nothing."""
 
-    def observations(self, chunk: Chunk | FrameChunk) -> tuple[np.ndarray, np.ndarray]:
-        """The whole obs and next_obs of a chunk `pop` just returned (for initial priorities)."""
+    def set_next_value(self, value: np.ndarray) -> None:
+        """max_a Q(next_obs, a) of the newest step, per env (NStepFolder's with_priorities)."""
 
 
 class _Learning:
@@ -83,16 +84,17 @@ class TransitionAdder:
         """Fold one step (see Adder)."""
         real = ~self.folder.next_is_reset
         return self.folder.add_step(step.obs, step.action, self.learning.reward(step), self.learning.terminal(step, real),
-                                    step.truncated, step.next_obs, episode_end=step.terminated | step.truncated)
+                                    step.truncated, step.next_obs, episode_end=step.terminated | step.truncated,
+                                    q_taken=step.q_taken)
 
     def pop(self) -> Chunk | None:
         """The transitions completed since the last pop, or None when there are none."""
         chunk = self.folder.pop()
         return chunk if len(chunk["action"]) else None
 
-    def observations(self, chunk: Chunk) -> tuple[np.ndarray, np.ndarray]:
-        """The chunk's own obs and next_obs (see Adder)."""
-        return chunk["obs"], chunk["next_obs"]
+    def set_next_value(self, value: np.ndarray) -> None:
+        """See Adder."""
+        self.folder.set_next_value(value)
 
 
 class FrameAdder:
@@ -101,18 +103,14 @@ class FrameAdder:
     `first_stacks` are the stacks the env reset with; its newest frames are the streams' first.
     All envs of a vector env step together, so one counter numbers every env's stream: the
     transition of a step goes from frame `index` to `index + 1` of every env.
-
-    With `keep_stacks` it also keeps the whole stacks of the last chunk_steps + n + 1 numbers, so
-    `observations` can hand a collector the obs and next_obs of the transitions it pops.
     """
 
     def __init__(self, n: int, gamma: float, num_envs: int, frame_shape: tuple[int, ...], chunk_steps: int,
                  first_stacks: np.ndarray, clip_rewards: bool = False, life_loss: bool = False,
-                 lives: np.ndarray | None = None, keep_stacks: bool = False):
+                 lives: np.ndarray | None = None, with_priorities: bool = False):
         self.num_envs = num_envs
-        # stacks by stream number modulo its length (None: not kept)
-        self._stacks = np.zeros((chunk_steps + n + 1, *first_stacks.shape), np.uint8) if keep_stacks else None
-        self.folder = NStepFolder(n, gamma, num_envs, (), np.int64, chunk_steps, with_env=True)
+        self.folder = NStepFolder(n, gamma, num_envs, (), np.int64, chunk_steps, with_env=True,
+                                  with_priorities=with_priorities)
         self.learning = _Learning(clip_rewards, life_loss, lives)
         self.frames = np.zeros((chunk_steps + 1, num_envs, *frame_shape), np.uint8)
         self.frame_step = np.zeros((chunk_steps + 1, num_envs), np.int32)
@@ -121,11 +119,6 @@ class FrameAdder:
         self.index = 0  # stream number of the frames the env shows now
         self.step = np.zeros(num_envs, np.int32)  # frames since episode start, of the current frames
         self._buffer(first_stacks[:, -1], self.step)
-        self._keep(first_stacks)
-
-    def _keep(self, stacks: np.ndarray) -> None:
-        if self._stacks is not None:
-            self._stacks[self.index % len(self._stacks)] = stacks
 
     def _buffer(self, frames: np.ndarray, steps: np.ndarray) -> None:
         if self.buffered == len(self.frames):  # more steps than chunk_steps between pops: grow
@@ -140,13 +133,17 @@ class FrameAdder:
         real = ~self.folder.next_is_reset
         numbers = np.full(self.num_envs, self.index, np.int64)
         self.folder.add_step(numbers, step.action, self.learning.reward(step), self.learning.terminal(step, real),
-                             step.truncated, numbers + 1, episode_end=step.terminated | step.truncated)
+                             step.truncated, numbers + 1, episode_end=step.terminated | step.truncated,
+                             q_taken=step.q_taken)
         # A reset step's frame is the new episode's first: it starts the count again.
         self.step = np.where(real, self.step + 1, 0).astype(np.int32)
         self.index += 1
         self._buffer(step.next_obs[:, -1], self.step)
-        self._keep(step.next_obs)
         return real
+
+    def set_next_value(self, value: np.ndarray) -> None:
+        """See Adder."""
+        self.folder.set_next_value(value)
 
     def pop(self) -> FrameChunk:
         """The buffered frames and the transitions complete now, as one FrameChunk (frames must
@@ -162,14 +159,3 @@ class FrameAdder:
         self.first_index += count
         self.buffered = 0
         return chunk
-
-    def observations(self, chunk: FrameChunk) -> tuple[np.ndarray, np.ndarray]:
-        """The stacks the chunk's transitions start from and bootstrap from (see Adder); needs
-        `keep_stacks`, and a pop at least every chunk_steps steps."""
-        if self._stacks is None:
-            raise ValueError("this FrameAdder keeps no stacks (built without keep_stacks)")
-        kept = len(self._stacks)
-        if len(chunk["obs"]) and chunk["obs"].min() <= self.index - kept:
-            raise ValueError(f"stack {int(chunk['obs'].min())} is older than the {kept} kept")
-        env = np.asarray(chunk["env"])
-        return self._stacks[chunk["obs"] % kept, env], self._stacks[chunk["next_obs"] % kept, env]

@@ -22,7 +22,6 @@ from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
-from actors.priorities import td_priorities
 from actors.settings import CollectorSettings
 from learner.networks import build_q_network
 from replay.contracts import PollWeights, PushChunk
@@ -47,6 +46,7 @@ class Collector:
         self.policy = ActingPolicy(network, s.act_precision, self.obs)
         self.adder = make_adder(s, self.obs, info)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
+        self._values_ahead: np.ndarray | None = None  # Q of self.obs, run at a chunk's end for the next act
         self.version = -1  # no published weights yet: acting with this collector's own random init
         self.version_loaded_at: float | None = None
         self.max_weight_load_s = 0.0  # the longest the env loop paused to take new weights
@@ -65,9 +65,20 @@ class Collector:
         """The epsilon this collector acts with now."""
         return annealed_epsilon(self.final_epsilon, self.env_steps, self.s.epsilon_anneal_steps)
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Epsilon-greedy actions for every env, one batched forward pass."""
-        greedy = self.policy.greedy(obs)
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Epsilon-greedy actions for every env from one batched forward pass, and, for initial
+        priorities, Q(obs, action) of the actions taken: the same forward gives the adder the
+        previous step's bootstrap values (obs is that step's next_obs), so priorities cost no pass
+        of their own."""
+        if not self.s.td_priorities:
+            return self._explore(self.policy.greedy(obs)), None
+        q = self.policy.q_values(obs) if self._values_ahead is None else self._values_ahead
+        self._values_ahead = None
+        self.adder.set_next_value(q.max(axis=1))
+        actions = self._explore(q.argmax(axis=1))
+        return actions, q[np.arange(len(actions)), actions]
+
+    def _explore(self, greedy: np.ndarray) -> np.ndarray:
         explore = self.rng.random(self.s.num_envs) < self.epsilon
         return np.where(explore, self.rng.integers(0, self.s.num_actions, self.s.num_envs), greedy)
 
@@ -83,12 +94,12 @@ class Collector:
                 self.version = weights.version
                 self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
                 self.max_weight_load_s = max(self.max_weight_load_s, clock() - t0)
-            actions = self.act(self.obs)
+            actions, q_taken = self.act(self.obs)
             t1 = clock()
             next_obs, reward, terminated, truncated, info = self.env.step(actions)
             t2 = clock()
             real = self.adder.add(EnvStep(self.obs, actions, reward, terminated, truncated, next_obs,
-                                          info.get("lives") if self.s.terminal_on_life_loss else None))
+                                          info.get("lives") if self.s.terminal_on_life_loss else None, q_taken))
             self._count_episodes(reward, terminated | truncated, real)
             self.obs = next_obs
             t3 = clock()
@@ -96,12 +107,13 @@ class Collector:
             phase["env"] += t2 - t1
             phase["fold"] += t3 - t2
         t3 = clock()
+        if self.s.td_priorities:  # the next step's forward, run now: the last step's bootstrap values
+            self._values_ahead = self.policy.q_values(self.obs)
+            self.adder.set_next_value(self._values_ahead.max(axis=1))
+            phase["act"] += clock() - t3
+            t3 = clock()
         chunk = self.adder.pop()
         if chunk is not None:
-            if self.s.td_priorities:
-                obs, next_obs = self.adder.observations(chunk)
-                chunk["priority"] = td_priorities(self.policy.q_values, obs, chunk["action"], chunk["return"],
-                                                  chunk["discount"], next_obs)
             # Env steps count the transitions that reach replay: an autoreset step (the reset
             # after an episode ends) is no env step, and steps still in an n-step window count
             # when their transition leaves, so env_steps always equals what replay inserted.
@@ -150,6 +162,7 @@ def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) ->
     options = {"clip_rewards": s.clip_rewards, "life_loss": s.terminal_on_life_loss, "lives": lives}
     if s.frame_stack:
         return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs,
-                          keep_stacks=s.td_priorities, **options)
-    folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps)
+                          with_priorities=s.td_priorities, **options)
+    folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps,
+                         with_priorities=s.td_priorities)
     return TransitionAdder(folder, **options)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 _BUFFERS = ("obs", "action", "reward", "terminated", "truncated", "next_obs", "valid")
+_VALUES = ("q_taken", "next_value")  # with_priorities: the acting Q-values the TD error is made of
 
 
 class NStepFolder:
@@ -46,15 +47,26 @@ class NStepFolder:
 
     With `with_env`, `pop` adds an "env" field: the env index of every transition (frame-once
     replay needs it to find the frames of obs and next_obs).
+
+    With `with_priorities`, `pop` adds "priority", each transition's |n-step TD error| under the
+    Q-values the collector acted with (Ape-X's initial priority, at no extra forward pass):
+
+        priority = |return + discount * next_value[s+m-1] - q_taken[s]|
+
+    `add_step` takes q_taken = Q(obs, action) for the action actually taken, and `set_next_value`
+    gives the newest step max_a Q(next_obs, a) once the collector has that step's next_obs' values
+    (with NEXT_STEP autoreset, the next act's obs is this step's next_obs, the final observation
+    included), so every buffered step must have it before `pop`.
     """
 
     def __init__(self, n: int, gamma: float, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: Any,
-                 chunk_steps: int, with_env: bool = False):
+                 chunk_steps: int, with_env: bool = False, with_priorities: bool = False):
         if n < 1 or num_envs < 1 or chunk_steps < 1:
             raise ValueError(f"need n, num_envs, chunk_steps >= 1, got {n}, {num_envs}, {chunk_steps}")
         self.n, self.gamma, self.num_envs = int(n), float(gamma), int(num_envs)
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
         self.with_env = with_env  # pop also says which env each transition came from
+        self._names = _BUFFERS + (_VALUES if with_priorities else ())
         self._powers = self.gamma ** np.arange(self.n + 1)
         self._bufs = self._allocate(chunk_steps + self.n)
         self._t = 0  # steps buffered: rows 0 .. _t-1
@@ -63,8 +75,9 @@ class NStepFolder:
     def _allocate(self, capacity: int) -> dict[str, np.ndarray]:
         E, shape = self.num_envs, self.obs_shape
         dtypes = {"obs": self.obs_dtype, "action": np.int64, "reward": np.float64, "terminated": bool,
-                  "truncated": bool, "next_obs": self.obs_dtype, "valid": bool}
-        return {k: np.zeros((capacity, E, *(shape if k.endswith("obs") else ())), dtypes[k]) for k in _BUFFERS}
+                  "truncated": bool, "next_obs": self.obs_dtype, "valid": bool,
+                  "q_taken": np.float32, "next_value": np.float32}
+        return {k: np.zeros((capacity, E, *(shape if k.endswith("obs") else ())), dtypes[k]) for k in self._names}
 
     def _reserve(self, steps: int) -> None:
         capacity = len(self._bufs["valid"])
@@ -80,7 +93,8 @@ class NStepFolder:
         return self._prev_done
 
     def add_step(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
-                 truncated: np.ndarray, next_obs: np.ndarray, episode_end: np.ndarray | None = None) -> np.ndarray:
+                 truncated: np.ndarray, next_obs: np.ndarray, episode_end: np.ndarray | None = None,
+                 q_taken: np.ndarray | None = None) -> np.ndarray:
         """Record one vector-env step (all arrays have leading dim num_envs; obs arrays are copied);
         returns which envs took a real step (the others took an autoreset step, dropped).
 
@@ -98,11 +112,18 @@ class NStepFolder:
         b["truncated"][t] = truncated
         b["next_obs"][t] = next_obs
         b["valid"][t] = valid
+        if "q_taken" in b:
+            b["q_taken"][t] = q_taken
         ended = b["terminated"][t] | b["truncated"][t] if episode_end is None else np.asarray(episode_end)
         # A reset step's flags are meaningless (gymnasium reports False); never let it mark a done.
         self._prev_done = ended & valid
         self._t = t + 1
         return valid
+
+    def set_next_value(self, value: np.ndarray) -> None:
+        """max_a Q(next_obs, a) of the newest buffered step, per env (with_priorities)."""
+        if self._t:
+            self._bufs["next_value"][self._t - 1] = value
 
     def _fold(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For every buffered start step [T, E]: (complete, return, window length m, terminated)."""
@@ -139,6 +160,9 @@ class NStepFolder:
         }
         if self.with_env:
             out["env"] = e.astype(np.int64)
+        if "q_taken" in b:
+            target = out["return"] + out["discount"] * b["next_value"][s + m[s, e] - 1, e]
+            out["priority"] = np.abs(target - b["q_taken"][s, e]).astype(np.float32)
         valid = b["valid"][: self._t]
         valid &= ~complete
         rows = np.flatnonzero(valid.any(axis=1))

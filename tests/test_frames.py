@@ -41,12 +41,19 @@ class RandomFrameEnv:
         return self.frames(), reward, terminated, truncated
 
 
+def acted_values(stacks: np.ndarray) -> np.ndarray:
+    """Q-values [E, 6] a fixed fake network gives stacks: different stacks, different values."""
+    flat = stacks.reshape(len(stacks), -1).astype(np.float32) / 255
+    return flat @ np.random.default_rng(0).normal(size=(flat.shape[1], 6)).astype(np.float32)
+
+
 def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed: int, chunk_steps: int = 5,
              p_end: float = 0.08, prioritized: bool = False):
     """Feed the same random episodes through both paths; returns (frame storage, reference by key).
-    Along the way the adder's kept stacks must be the reference's obs and next_obs, and
-    `prioritized`, every slot has mass exactly when it holds a transition that can be sampled (the
-    storage's PriorityIndex is then `storage.priorities`)."""
+    Along the way each transition's initial priority, made of the values a fake network gave the
+    stacks as the collector acted, must be its |n-step TD error| over the reference's obs and
+    next_obs; and `prioritized`, every slot has mass exactly when it holds a transition that can be
+    sampled (the storage's PriorityIndex is then `storage.priorities`)."""
     env = RandomFrameEnv(num_envs, seed, p_end)
     rng = np.random.default_rng(seed + 1)
     stacker = FrameStacker(num_envs, stack, FRAME)
@@ -56,22 +63,25 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
     ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
     keys: list[tuple[int, int]] = []
     obs = stacker.reset(env.frames())
-    adder = FrameAdder(n, 0.9, num_envs, FRAME, chunk_steps, obs, keep_stacks=True)
+    adder = FrameAdder(n, 0.9, num_envs, FRAME, chunk_steps, obs, with_priorities=True)
     episode_start = np.zeros(num_envs, bool)
     for t in range(steps):
+        q = acted_values(obs)  # as a collector acts: this forward also bootstraps the last step
+        adder.set_next_value(q.max(axis=1))
         action = rng.integers(0, 6, num_envs)
         frames, reward, terminated, truncated = env.step()
         next_obs = stacker.push(frames, episode_start)
         episode_start = terminated | truncated
         reference.add_step(obs, action, reward, terminated, truncated, next_obs)
-        adder.add(EnvStep(obs, action, reward, terminated, truncated, next_obs))
+        adder.add(EnvStep(obs, action, reward, terminated, truncated, next_obs, q_taken=q[np.arange(num_envs), action]))
         obs = next_obs
         if (t + 1) % chunk_steps == 0:
+            adder.set_next_value(acted_values(obs).max(axis=1))  # the next act's forward, run before the pop
             expected, chunk = reference.pop(), adder.pop()
             assert np.array_equal(expected["env"], chunk["env"])  # same transitions, same order
-            kept_obs, kept_next = adder.observations(chunk)
-            np.testing.assert_array_equal(kept_obs, expected["obs"])
-            np.testing.assert_array_equal(kept_next, expected["next_obs"])
+            taken = acted_values(expected["obs"])[np.arange(len(expected["action"])), expected["action"]]
+            target = expected["return"] + expected["discount"] * acted_values(expected["next_obs"]).max(axis=1)
+            np.testing.assert_allclose(chunk["priority"], np.abs(target - taken), rtol=1e-5, atol=1e-5)
             ring.add(expected)
             keys += list(zip(chunk["env"].tolist(), chunk["obs"].tolist()))
             first_stamp = storage.total_added
