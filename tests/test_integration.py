@@ -206,9 +206,12 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
          f"replay.prioritized={str(prioritized).lower()}"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=to_group)
     seen = []
-    for line in proc.stderr:  # wait for the first progress line (training has started), then signal
+    # Wait for the first progress line (collecting has started), or, prioritized, for the first
+    # one that shows a loss (the learner has trained, so there are priorities to account for).
+    started = re.compile(r"loss -?\d" if prioritized else "env steps")
+    for line in proc.stderr:
         seen.append(line)
-        if line.startswith("[") and "env steps" in line:
+        if line.startswith("[") and started.search(line):
             break
     if to_group:
         # what keeps the raylet (and with it every actor) alive through a signal to all: it was
