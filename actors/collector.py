@@ -72,6 +72,8 @@ class Collector:
         of their own."""
         if not self.s.td_priorities:
             return self._explore(self.policy.greedy(obs)), None
+        # values run ahead at a chunk's end are used even if newer weights arrived since: one step
+        # on the previous version, where a second forward would cost a step's acting again
         q = self.policy.q_values(obs) if self._values_ahead is None else self._values_ahead
         self._values_ahead = None
         self.adder.set_next_value(q.max(axis=1))
