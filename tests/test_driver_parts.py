@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import uuid
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.driver.checkpoints import list_checkpoints, load_latest, read_replay, save_checkpoint
+from cluster.driver.checkpoints import OutputNotWritten, list_checkpoints, load_latest, read_replay, save_checkpoint
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.outcome import RunOutcome
 from cluster.driver.placement import (
@@ -92,6 +93,27 @@ def test_a_checkpoint_set_holds_every_shards_replay_and_a_damaged_part_voids_it(
     skipped: list[str] = []
     assert load_latest(tmp_path, skipped.append).epochs == 3
     assert skipped and "ckpt-00000004 is damaged" in skipped[0]
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_nothing_of_itself(tmp_path):
+    """A set whose write fails part-way (here at this process's file-size limit, as at a full disk)
+    takes its written parts and temporary files with it, names the newest whole set in one line,
+    and that set still loads."""
+    counters = {"epochs": 1, "env_steps": 1, "wall_s": 1.0}
+    save_checkpoint(tmp_path, 1, b"learner", counters, keep=3, replay_states=[{"frames": b"a" * 1000}])
+    replay = [{"frames": b"b" * 1000}, {"frames": b"c" * 300_000}]  # the second shard's is too big
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, limit[1]))
+    try:
+        with pytest.raises(OutputNotWritten) as failed:
+            save_checkpoint(tmp_path, 2, b"learner", {**counters, "epochs": 2}, keep=3, replay_states=replay)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert str(failed.value) == (f"checkpoint ckpt-00000002 could not be written in {tmp_path} (File too large); "
+                                 "the newest whole one is ckpt-00000001")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-00000001-shard-0.replay", "ckpt-00000001.json", "ckpt-00000001.pt"]
+    assert load_latest(tmp_path).epochs == 1
 
 
 def test_sigterm_is_told_apart_when_ray_hands_back_a_plain_keyboard_interrupt():

@@ -18,7 +18,7 @@ from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
 from cluster.config.schema import RunConfig, config_warnings
 from cluster.driver.address import ray_job_address
-from cluster.driver.checkpoints import ResumePoint, atomic_write
+from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_write
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
 from cluster.driver.signals import install_stop_signals
@@ -122,6 +122,9 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
         raise UsageError(str(err)) from None
     except RunFailed as err:
         print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)
+        return 1
+    except OutputNotWritten as err:  # before the run began (config.yaml on a full disk)
+        print(f"raypex: error: {err}", file=sys.stderr)
         return 1
     finally:
         if started_local:

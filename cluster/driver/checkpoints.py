@@ -32,14 +32,24 @@ class ResumePoint:
     replay_files: list[Path] = field(default_factory=list)
 
 
+class OutputNotWritten(OSError):
+    """A run-directory file could not be written (a full disk, a lost mount, no permission):
+    nothing half-written was left behind, and the message says what and why in one line."""
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and a rename (never a half-written file)."""
+    """Write `data` to `path` via a temporary file and a rename (never a half-written file);
+    a write that fails removes its temporary file and raises OutputNotWritten."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OutputNotWritten(f"{path} was not written ({err.strerror or err})") from err
 
 
 def _part(path: Path, data: bytes) -> dict:
@@ -50,14 +60,23 @@ def _part(path: Path, data: bytes) -> dict:
 def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,
                     replay_states: list[dict] | None = None) -> Path:
     """Write one checkpoint set and delete all but the newest `keep`; returns the .pt path."""
-    directory.mkdir(parents=True, exist_ok=True)
     stem = f"ckpt-{epoch:08d}"
-    learner = _part(directory / f"{stem}.pt", learner_state)
-    manifest = {**counters, "learner_bytes": learner["bytes"], "learner_sha256": learner["sha256"]}
-    if replay_states is not None:
-        manifest["replay"] = [_part(directory / f"{stem}-shard-{i}.replay", pickle.dumps(state, protocol=5))
-                              for i, state in enumerate(replay_states)]
-    atomic_write(directory / f"{stem}.json", json.dumps(manifest, indent=2).encode())
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        learner = _part(directory / f"{stem}.pt", learner_state)
+        manifest = {**counters, "learner_bytes": learner["bytes"], "learner_sha256": learner["sha256"]}
+        if replay_states is not None:
+            manifest["replay"] = [_part(directory / f"{stem}-shard-{i}.replay", pickle.dumps(state, protocol=5))
+                                  for i, state in enumerate(replay_states)]
+        atomic_write(directory / f"{stem}.json", json.dumps(manifest, indent=2).encode())
+    except OSError as err:  # the parts already written would only take space: a set is whole or gone
+        for part in [directory / f"{stem}.pt", *directory.glob(f"{stem}-shard-*.replay")]:
+            part.unlink(missing_ok=True)
+        newest = list_checkpoints(directory)
+        cause = err.__cause__ if isinstance(err, OutputNotWritten) else err
+        raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} "
+                               f"({getattr(cause, 'strerror', None) or cause}); the newest whole one is "
+                               f"{newest[-1].stem if newest else 'none'}") from err
     for old in list_checkpoints(directory)[:-keep]:
         for replay in directory.glob(f"{old.stem}-shard-*.replay"):
             replay.unlink(missing_ok=True)

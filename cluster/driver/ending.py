@@ -12,6 +12,7 @@ import time
 
 import ray
 
+from cluster.driver.checkpoints import OutputNotWritten
 from cluster.driver.supervisor import describe_failure
 from cluster.driver.tensorboard_layout import result_scalars
 
@@ -27,7 +28,7 @@ def finish_run(run, new_work: bool) -> None:
     that need a dead learner are skipped, and the summary still says how the run ended.
     """
     if run.actors is None:
-        run.outputs.summary(run.summary())
+        _write_summary(run, run.summary())
         return
     for observer in run.observers:
         observer.before_finish(run)
@@ -46,18 +47,42 @@ def finish_run(run, new_work: bool) -> None:
     with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
         run.poll()
     try:
-        run.outputs.write_pending_checkpoint()  # the learner is stopping: its epochs end now
-        run.request_checkpoint()
-        run.outputs.write_pending_checkpoint()
+        _final_checkpoint(run)
         _export(run, new_work)
+    except OutputNotWritten as err:
+        _not_written(run, "no policy.pt2", err)
     except ray.exceptions.RayError as err:
         if new_work:
             raise
         run.progress.message(f"no final checkpoint or policy: {describe_failure(err, run.role_of)}")
     summary = run.summary()
-    run.outputs.summary(summary)
+    _write_summary(run, summary)
     run.tb.scalars(result_scalars(summary["final_eval_return"], summary["time_to_solve_s"]), run.metrics.env_steps)
     run.tb.flush()
+
+
+def _final_checkpoint(run) -> None:
+    """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that
+    cannot be written (a full disk) is said and counted, and the run still exports its policy."""
+    try:
+        run.outputs.write_pending_checkpoint()
+        run.request_checkpoint()
+        run.outputs.write_pending_checkpoint()
+    except OutputNotWritten as err:
+        _not_written(run, "no final checkpoint", err)
+
+
+def _write_summary(run, summary: dict) -> None:
+    try:
+        run.outputs.summary(summary)
+    except OutputNotWritten as err:
+        _not_written(run, "no summary.json", err)
+
+
+def _not_written(run, what: str, err: OutputNotWritten) -> None:
+    """Say what the run's end could not write; the first such makes the run exit as failed."""
+    run.progress.message(f"{what}: {err}")
+    run.outputs.unwritten = run.outputs.unwritten or str(err)
 
 
 def _export(run, new_work: bool) -> None:

@@ -29,6 +29,7 @@ class RunOutputs:
         # restarted), so the driver must keep polling and restarting collectors meanwhile.
         self.pending_checkpoint: tuple | None = None
         self.replay_pause_s_max = 0.0  # the longest a shard paused to hand over its replay
+        self.unwritten: str | None = None  # the first final file the run's end could not write
 
     def request_checkpoint(self, learner, epoch: int, counters: dict, shards: list | None = None) -> None:
         """Ask the learner for its state (LearnerActor.state_bytes) and, given `shards`, each

@@ -24,7 +24,7 @@ import ray
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.settings import eval_give_up
-from cluster.driver.checkpoints import ResumePoint
+from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.metrics import RunMetrics
@@ -106,7 +106,7 @@ class TrainingRun:
             self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
             self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
                                   "(send it again to abort at once)")
-        except (RunFailed, ray.exceptions.RayError) as err:
+        except (RunFailed, ray.exceptions.RayError, OutputNotWritten) as err:  # not written: a full disk, say
             failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self.role_of))
             self.outcome.ended = f"failed: {failure}"
         finally:
@@ -121,6 +121,8 @@ class TrainingRun:
             if self.actors is not None:
                 self.actors.kill_all()
             self.tb.close()
+        if failure is None and self.outputs.unwritten:  # ended well, but its final files are not all there
+            failure = RunFailed(self.outputs.unwritten)
         if failure is not None:
             raise failure
         return exit_code(interrupt) if interrupt is not None else 0
