@@ -83,16 +83,21 @@ class ExportedPolicy:
         return self.q_values(obs).argmax(dim=-1).numpy()
 
 
+class PolicyFileError(ValueError):
+    """A file that is not a readable policy.pt2 (cut short in a copy, damaged, or not raypex's)."""
+
+
 def load_policy(path: str | Path) -> ExportedPolicy:
     """Read policy.pt2 written by `export_policy_archive` (or by raypex before it held two
-    programs: one observation then goes through the batch program as a batch of one)."""
+    programs: one observation then goes through the batch program as a batch of one). Raises
+    PolicyFileError, in one line, for a file that cannot be read as one."""
     try:
-        from torch.export.pt2_archive._package import load_pt2
-
-        programs = load_pt2(str(path)).exported_programs
-    except ImportError:
-        programs = {BATCH_PROGRAM: torch.export.load(str(path))}
-    program = programs[BATCH_PROGRAM]
+        programs = _read_programs(path)
+        program = programs[BATCH_PROGRAM]
+    except Exception as err:  # torch reports a damaged archive in several types; to the user it is one thing
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0]
+        raise PolicyFileError(f"{path}: not a readable policy.pt2 (cut short, damaged, or not written by "
+                              f"raypex): {first}") from err
     obs_shape = tuple(int(size) for size in program.example_inputs[0][0].shape[1:])
     batched = program.module()
     if ONE_OBSERVATION_PROGRAM in programs:
@@ -100,3 +105,11 @@ def load_policy(path: str | Path) -> ExportedPolicy:
     else:
         single = _OneObservation(batched)
     return ExportedPolicy(batched, single, obs_shape)
+
+
+def _read_programs(path: str | Path) -> dict:
+    try:
+        from torch.export.pt2_archive._package import load_pt2
+    except ImportError:  # a torch without the multi-program archive
+        return {BATCH_PROGRAM: torch.export.load(str(path))}
+    return load_pt2(str(path)).exported_programs

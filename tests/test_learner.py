@@ -1,6 +1,7 @@
 """The loss on a hand example, gradient accumulation, precision and the learner's state (no Ray)."""
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from learner.device_feed import stack_micro_batches
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
-from learner.policy_file import load_policy
+from learner.policy_file import PolicyFileError, load_policy
 from learner.precision import PrecisionPolicy, make_precision
 from learner.settings import LearnerSettings
 from learner.synthetic import synthetic_batch
@@ -185,6 +186,15 @@ def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
     old = tmp_path / "old.pt2"
     torch.export.save(torch.export.load(str(path)), str(old))
     torch.testing.assert_close(load_policy(old).q_values(obs[3]), expected[3])
+    # cut short in a copy, or a checkpoint under the policy's name: one line saying so
+    cut = tmp_path / "cut.pt2"
+    cut.write_bytes(path.read_bytes()[:5000])
+    checkpoint = tmp_path / "checkpoint.pt2"
+    checkpoint.write_bytes(learner.state_bytes())
+    for damaged in (cut, checkpoint):
+        with pytest.raises(PolicyFileError, match=rf"^{re.escape(str(damaged))}: not a readable policy.pt2 .*: \S") as e:
+            load_policy(damaged)
+        assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("hidden", [[64, 64], [32], []])

@@ -94,6 +94,17 @@ def test_no_intact_checkpoint_is_one_line_after_the_warnings(tmp_path, capsys):
     assert snapshot(run) == before
 
 
+def test_eval_of_a_damaged_policy_is_one_line(tmp_path, capsys):
+    """`raypex eval` on a policy.pt2 cut short in a copy: exit 2, one line naming the file."""
+    run = tmp_path / "run"
+    make_run(run, epochs=(5,))
+    (run / "policy.pt2").write_bytes(b"PK\x03\x04 cut short")
+    code = main(["eval", str(run), "--episodes", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"raypex: error: {run / 'policy.pt2'}: not a readable policy.pt2"), err
+
+
 def test_a_file_in_the_way_or_an_unwritable_place_is_refused_before_anything_starts(tmp_path, capsys):
     blocker = tmp_path / "blocker"
     blocker.write_text("mine")

@@ -24,10 +24,13 @@ def run_eval(args: argparse.Namespace) -> int:
     import torch
 
     from actors.evaluator import Evaluator
-    from learner.policy_file import load_policy
+    from learner.policy_file import PolicyFileError, load_policy
 
     torch.set_num_threads(1)
-    policy = load_policy(policy_path)
+    try:
+        policy = load_policy(policy_path)
+    except PolicyFileError as err:
+        raise UsageError(str(err)) from None
 
     def greedy(obs: np.ndarray) -> np.ndarray:  # a batch: one observation per evaluation env
         return policy.act(obs)
