@@ -49,7 +49,14 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise OutputNotWritten(f"{path} was not written ({err.strerror or err})") from err
+        raise OutputNotWritten(f"{path} was not written ({_reason(err)})") from err
+
+
+def _reason(err: OSError) -> str:
+    """Why a write failed, as the system says it ("No space left on device"), also when
+    atomic_write has already wrapped the error."""
+    inner = err.__cause__ if isinstance(err, OutputNotWritten) and err.__cause__ is not None else err
+    return getattr(inner, "strerror", None) or str(inner)
 
 
 def _part(path: Path, data: bytes) -> dict:
@@ -73,10 +80,8 @@ def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters:
         for part in [directory / f"{stem}.pt", *directory.glob(f"{stem}-shard-*.replay")]:
             part.unlink(missing_ok=True)
         newest = list_checkpoints(directory)
-        cause = err.__cause__ if isinstance(err, OutputNotWritten) else err
-        raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} "
-                               f"({getattr(cause, 'strerror', None) or cause}); the newest whole one is "
-                               f"{newest[-1].stem if newest else 'none'}") from err
+        raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} ({_reason(err)}); "
+                               f"the newest whole one is {newest[-1].stem if newest else 'none'}") from err
     for old in list_checkpoints(directory)[:-keep]:
         for replay in directory.glob(f"{old.stem}-shard-*.replay"):
             replay.unlink(missing_ok=True)

@@ -101,7 +101,7 @@ class LearnerActor:
         metrics["fill_wait_s"] = self.source.fill_wait_s
         if self.priorities is not None:
             metrics["beta"] = self.source.mixer.beta
-            metrics["priority_updates_unsent"] = self.priorities.dropped + self.learner.feedback.unsent
+            metrics["priority_updates_unsent"] = self._priorities_unsent()
         busy = gpu_busy_fraction(self.learner.device)
         if busy is not None:
             metrics["gpu_busy_fraction"] = busy
@@ -114,6 +114,11 @@ class LearnerActor:
             return 0
         self.learner.feedback.flush()
         self.priorities.flush()
+        return self._priorities_unsent()
+
+    def _priorities_unsent(self) -> int:
+        """Transitions whose new |TD errors| never went out: dropped at the in-flight bound, or
+        never copied off the GPU in time."""
         return self.priorities.dropped + self.learner.feedback.unsent
 
     @QUIET  # asked for every evaluation: several a second on small envs

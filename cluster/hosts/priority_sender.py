@@ -40,21 +40,18 @@ class PrioritySender:
                 for merged in merged_by_process(gathered):
                     self._send(merged)
 
-    def flush(self, timeout_s: float = 30.0) -> int:
+    def flush(self, timeout_s: float = 30.0) -> None:
         """Send every gathered update past the in-flight bound (the update loop has stopped, so
-        nothing waits on it now) and wait up to `timeout_s` for the shards to answer; returns how
-        many calls were still unanswered then."""
+        nothing waits on it now) and wait up to `timeout_s` for the shards to answer."""
         for shard, gathered in enumerate(self.gathered):
             self.gathered[shard] = []
             for merged in merged_by_process(gathered):
                 self._send(merged, bounded=False)
         pending = [ref for refs in self.in_flight for ref in refs]
-        if not pending:
-            return 0
-        _, unanswered = ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
-        waiting = set(unanswered)
-        self.in_flight = [deque(ref for ref in refs if ref in waiting) for refs in self.in_flight]
-        return len(unanswered)
+        if pending:
+            _, unanswered = ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
+            waiting = set(unanswered)
+            self.in_flight = [deque(ref for ref in refs if ref in waiting) for refs in self.in_flight]
 
     def _send(self, update: PriorityUpdate, bounded: bool = True) -> None:
         pending = self.in_flight[update.shard]
