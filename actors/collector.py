@@ -43,7 +43,7 @@ class Collector:
         self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
         network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
-        self.policy = ActingPolicy(network, s.act_precision, self.obs)
+        self.policy = ActingPolicy(network, s.act_precision, self.obs, s.act_fusion)
         self.adder = make_adder(s, self.obs, info)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self._values_ahead: np.ndarray | None = None  # Q of self.obs, run at a chunk's end for the next act
@@ -155,6 +155,7 @@ class Collector:
             "max_weight_load_s": self.max_weight_load_s,
             "phase_s": dict(self.phase_s),
             "act_precision": self.policy.precision,
+            "act_form": self.policy.form,
         }
 
 

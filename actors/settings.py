@@ -35,3 +35,4 @@ class CollectorSettings:
     terminal_on_life_loss: bool = False
     td_priorities: bool = False  # send each transition's |n-step TD error| with the chunk (prioritized replay)
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)
+    act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)

@@ -1,11 +1,12 @@
 """The collector's acting network: the bf16 acting copy agrees with float32, follows published
-weights, and `auto` chooses by timing on this CPU."""
+weights, the oneDNN-fused trace gives the eager network's Q-values and follows published weights
+too, and `auto` chooses both by timing on this CPU."""
 
 import numpy as np
 import pytest
 import torch
 
-from actors.acting import AUTO_MIN_GAIN, ActingPolicy
+from actors.acting import AUTO_MIN_GAIN, ActingPolicy, fused_trace
 from learner.networks import acting_copy, build_q_network
 from learner.weights import export_arrays
 
@@ -58,7 +59,7 @@ def test_published_weights_reach_the_acting_copy():
 def test_auto_times_both_precisions_and_fp32_builds_no_copy():
     network = build_q_network((4, 84, 84), 6, [64], True, "uint8")
     auto = ActingPolicy(network, "auto", _obs((4, 84, 84), "uint8", 8))
-    assert set(auto.timings_ms) == {"fp32", "bf16"} and all(t > 0 for t in auto.timings_ms.values())
+    assert set(auto.timings_ms) == {"fp32", "bf16"} and auto.fused is None and all(t > 0 for t in auto.timings_ms.values())
     faster = auto.timings_ms["fp32"] >= AUTO_MIN_GAIN * auto.timings_ms["bf16"]
     assert auto.precision == ("bf16" if faster else "fp32")
     assert (auto.fast is not None) == faster
@@ -66,3 +67,46 @@ def test_auto_times_both_precisions_and_fp32_builds_no_copy():
     assert plain.fast is None and plain.precision == "fp32" and plain.timings_ms == {}
     with pytest.raises(ValueError, match="one of auto, fp32, bf16"):
         ActingPolicy(network, "fp16", _obs((4, 84, 84), "uint8", 8))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_fused_trace_gives_the_eager_q_values_and_follows_published_weights(precision):
+    torch.manual_seed(0)
+    shape = (4, 84, 84)
+    policy = ActingPolicy(build_q_network(shape, 6, [64], True, "uint8"), precision, _obs(shape, "uint8", 8), "on")
+    eager = policy.fast or policy.network
+    obs = _obs(shape, "uint8", 8, seed=1)  # the batch shape the trace was made for, other frames
+    assert policy.fused is not None and policy.form == f"{precision}, fused"
+    q_fused, q_eager = policy.q_values(obs), _q(eager, obs)
+    tolerance = 0.03 * np.abs(q_eager).max() + 1e-3
+    assert np.abs(q_fused - q_eager).max() <= tolerance
+    trained = build_q_network(shape, 6, [64], True, "uint8")
+    policy.load(export_arrays(trained))  # lands in the parameters the trace reads: no retrace
+    q_trained = _q(trained, obs)
+    assert np.abs(q_fused - q_trained).max() > 10 * tolerance
+    assert np.abs(policy.q_values(obs) - q_trained).max() <= tolerance
+    chosen = q_trained[np.arange(len(obs)), policy.greedy(obs)]
+    assert np.all(chosen >= q_trained.max(axis=1) - 2 * tolerance)
+
+
+def test_auto_fusion_times_image_networks_only_and_off_traces_nothing():
+    image = ActingPolicy(build_q_network((4, 84, 84), 6, [64], True, "uint8"), "fp32", _obs((4, 84, 84), "uint8", 8),
+                         "auto")
+    assert set(image.timings_ms) == {"eager", "fused"} and all(t > 0 for t in image.timings_ms.values())
+    faster = image.timings_ms["eager"] >= AUTO_MIN_GAIN * image.timings_ms["fused"]
+    assert (image.fused is not None) == faster and image.form == ("fp32, fused" if faster else "fp32")
+    flat = ActingPolicy(build_q_network((8,), 2, [64], True, "float32"), "fp32", _obs((8,), "float32"), "auto")
+    assert flat.fused is None and flat.timings_ms == {} and flat.form == "fp32"
+    off = ActingPolicy(build_q_network((4, 84, 84), 6, [64], True, "uint8"), "fp32", _obs((4, 84, 84), "uint8", 8),
+                       "off")
+    assert off.fused is None and off.timings_ms == {}
+    with pytest.raises(ValueError, match="one of auto, on, off"):
+        ActingPolicy(build_q_network((8,), 2, [64], True, "float32"), "fp32", _obs((8,), "float32"), "yes")
+
+
+def test_a_fused_trace_of_the_small_cnn_matches_it():
+    torch.manual_seed(0)
+    network = build_q_network((6, 10, 10), 5, [128], False, "uint8").eval()
+    obs = _obs((6, 10, 10), "uint8", 32)
+    traced = fused_trace(network, torch.from_numpy(obs))
+    assert np.allclose(_q(traced, obs), _q(network, obs), atol=1e-5)

@@ -104,6 +104,25 @@ def assert_matches_reference(storage: FrameStorage, ring: RingStorage, index: di
     return len(rows)
 
 
+def test_stacks_handed_out_are_never_written_again():
+    """The collector keeps the last stacks as the obs it acts on next, and the adder reads them:
+    a later push or reset must not change them."""
+    rng = np.random.default_rng(0)
+    stacker = FrameStacker(3, 4, (5, 5))
+    frames = [rng.integers(0, 256, (3, 5, 5), dtype=np.uint8) for _ in range(6)]
+    first = stacker.reset(frames[0])
+    kept = [first.copy()]
+    handed = [first]
+    for i, f in enumerate(frames[1:]):
+        handed.append(stacker.push(f, np.array([i == 2, False, False])))
+        kept.append(handed[-1].copy())
+    stacker.reset(frames[5])
+    for array, copy in zip(handed, kept, strict=True):
+        assert np.array_equal(array, copy)
+    assert np.array_equal(handed[-1][1], np.stack(frames[2:6])[:, 1])  # oldest first
+    assert np.array_equal(handed[3][0], np.repeat(frames[3][None, 0], 4, axis=0))  # episode start fills
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("stack,n", [(4, 3), (2, 1), (4, 5)])
 def test_frame_storage_rebuilds_the_reference_stacks(seed, stack, n):

@@ -38,7 +38,7 @@ def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: f
 
 def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict[str, float], str]:
     """Env steps per second of one Collector whose chunks are dropped, its phase fractions and
-    the dtype it chose to act in."""
+    the form it chose to act in (dtype, fused or not)."""
     from actors.collector import PHASES, Collector
 
     collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: None)
@@ -52,4 +52,4 @@ def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple
     spent = {p: collector.phase_s[p] - first_phase[p] for p in PHASES}
     total = sum(spent.values()) or 1.0
     phases = {p: t / total for p, t in spent.items()}
-    return (collector.env_steps - first_steps) / elapsed, phases, collector.policy.precision
+    return (collector.env_steps - first_steps) / elapsed, phases, collector.policy.form

@@ -115,6 +115,7 @@ class ClusterBench:
         self.progress = progress
         self.device = device  # the learner's, as `raypex train` would choose it
         self.act_precisions: list[str] = []  # each collector's acting dtype in the collect stage
+        self.act_forms: list[str] = []  # ... and its dtype with whether its forward was fused
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
@@ -173,6 +174,7 @@ class ClusterBench:
         time.sleep(seconds)  # the measurement window itself, not synchronization
         stats = self._collector_stats(actors)
         self.act_precisions = [s["act_precision"] for s in stats]
+        self.act_forms = [s["act_form"] for s in stats]
         return (sum(s["env_steps"] for s in stats) - first) / (time.perf_counter() - start)
 
     def _broadcast(self, actors: RunActors, repeats: int) -> tuple[float, float, float]:

@@ -158,7 +158,7 @@ def run_bench(args: argparse.Namespace) -> int:
             rows.append(BenchRow.against("collect_vs_env_raw", collect, "env steps/s", raw * concurrent, ">= 0.8"))
         rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
         rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
-        details["act_precision"] = bench.act_precisions
+        details["act_precision"], details["act_form"] = bench.act_precisions, bench.act_forms
         if args.stage == "collect":
             return _report(rows, details, args, progress)
         progress.message(f"bench: learner_feed ({plan.feed_s:g}s each way)")

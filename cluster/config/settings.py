@@ -28,7 +28,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         epsilon_base=c.epsilon_base, epsilon_alpha=c.epsilon_alpha,
         epsilon_anneal_steps=c.epsilon_anneal_steps, seed=config.seed, frame_stack=spec.frame_stack,
         clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
-        act_precision=c.act_precision,
+        act_precision=c.act_precision, act_fusion=c.act_fusion,
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
     )
 
