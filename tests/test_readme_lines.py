@@ -234,15 +234,17 @@ def learner_stage_measured(ran: Ran) -> None:
 
 def collect_stage_measured(ran: Ran) -> None:
     """env_raw, env_policy, collect through Ray and against the env alone, then broadcast; nothing
-    of the learner; each collector's acting precision."""
+    of the learner; each collector's acting precision and whether its forward was fused."""
     found = rows(ran.workdir / "collect.json")
     assert set(found) == {"env_raw", "env_policy", "collect", "collect_vs_env_raw", "broadcast",
                           "broadcast_env_loop_pause"}
     raw = found["env_raw"]["value"]
     assert found["collect_vs_env_raw"]["reference"] == raw * min(2, os.cpu_count())
     assert found["env_policy"]["reference"] == raw and found["collect"]["value"] > 0
-    precisions = json.loads((ran.workdir / "collect.json").read_text())["machine"]["details"]["act_precision"]
+    details = json.loads((ran.workdir / "collect.json").read_text())["machine"]["details"]
+    precisions, forms = details["act_precision"], details["act_form"]
     assert len(precisions) == 2 and set(precisions) <= {"fp32", "bf16"}
+    assert len(forms) == 2 and all(form in (p, f"{p}, fused") for form, p in zip(forms, precisions, strict=True))
 
 
 def priority_costs_measured(ran: Ran) -> None:
