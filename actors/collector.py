@@ -40,7 +40,7 @@ class Collector:
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.env = make_vector_env(s.env_id, s.num_envs, seed, s.env_kwargs, max(s.frame_stack, 1))
+        self.env = make_vector_env(s.env_id, s.num_envs, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
         network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
         self.policy = ActingPolicy(network, s.act_precision, self.obs, s.act_fusion)

@@ -22,7 +22,7 @@ class Evaluator:
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4,
                  epsilon: float = 0.0, stacked: bool = False):
-        self.env = make_vector_env(env_id, episodes, None, env_kwargs, frame_stack)
+        self.env = make_vector_env(env_id, episodes, env_kwargs, frame_stack)
         self.env_id = env_id
         self.stacked = stacked  # observations are frame stacks (pixels), for the video's frames
         self.frames: np.ndarray | None = None  # the first episode's pictures of the last recorded evaluation

@@ -58,7 +58,7 @@ def test_image_layout_finds_the_channel_axis_and_the_stored_dtype(shape, dtype, 
 def test_minatar_trains_from_its_id_alone_as_channels_first_bytes():
     spec = inspect_env("MinAtar/Breakout-v1", {})
     assert (spec.obs_shape, spec.obs_dtype, spec.num_actions, spec.frame_stack) == ((4, 10, 10), "uint8", 3, 0)
-    env = make_vector_env("MinAtar/Breakout-v1", 3, 0, {}, frame_stack=4)  # frame_stack does not apply
+    env = make_vector_env("MinAtar/Breakout-v1", 3, {}, frame_stack=4)  # frame_stack does not apply
     obs, _ = env.reset(seed=0)
     raw = gym.make("MinAtar/Breakout-v1")
     first, _ = raw.reset(seed=0)
@@ -71,7 +71,7 @@ def test_minatar_trains_from_its_id_alone_as_channels_first_bytes():
 def test_a_channels_first_float_image_env_is_kept_as_float32():
     spec = inspect_env("RaypexTest/ChannelsFirst-v0", {"dtype": "float64"})
     assert (spec.obs_shape, spec.obs_dtype) == ((3, 7, 6), "float32")
-    env = make_vector_env("RaypexTest/ChannelsFirst-v0", 2, 0, {"dtype": "float64"})
+    env = make_vector_env("RaypexTest/ChannelsFirst-v0", 2, {"dtype": "float64"})
     obs, _ = env.reset(seed=0)
     np.testing.assert_array_equal(obs[1], np.indices((3, 7, 6)).sum(axis=0).astype(np.float32))
 
