@@ -83,3 +83,15 @@ def test_scaling_fits_a_line_and_extrapolates_each_measure():
     assert "| poll_ms | 2.00 | 5.00 | +0.500 | 51.0 | 501.0 |" in text
     assert "| gcs_server_mb | 52.00 | 58.00 | +1.000 | 150.0 | 1050.0 |" in text
     assert "broadcast_ms" not in text  # not measured: no row
+
+
+def test_the_ale_async_bench_serves_every_env_in_halves():
+    """The command BENCHMARKS.md quotes for ALE's async halves runs all three loops, and the
+    halves loop steps every env (not one half over and over)."""
+    from cluster.bench.ale_async import main
+
+    result = main(["--envs", "4", "--seconds", "0.3"])
+    assert result["served"] == 4
+    assert all(result[loop] > 0 for loop in ("raw", "sync", "halves"))
+    with pytest.raises(SystemExit):
+        main(["--envs", "3"])
