@@ -30,6 +30,7 @@ ACT_PRECISIONS = ("auto", "fp32", "bf16")
 ACT_FUSIONS = ("auto", "on", "off")
 AUTO_MIN_GAIN = 1.1  # a faster form must win by at least this much to be chosen: a tie keeps the plain one
 TIMING_REPEATS = 7
+_EVICTION_BYTES = 32 << 20  # touched before each timed forward: beyond this box's L2 and its share of L3
 
 
 class ActingPolicy:
@@ -112,23 +113,13 @@ def _median_forward_ms(network: nn.Module, obs: torch.Tensor) -> float:
     made with the CPU caches evicted as an env step between two forwards leaves them: timed hot,
     the fused fp32 Nature CNN looked 1.15x faster and ran slower in a collector (1.07x evicted)."""
     times = []
+    eviction = np.zeros(_EVICTION_BYTES, np.uint8)  # freed on return: collectors do not keep it
     with torch.inference_mode():
         for i in range(TIMING_REPEATS + 2):
-            _evict_caches()
+            eviction[::64] += 1  # one byte per cache line, beyond the caches' size
             start = time.perf_counter()
             network(obs)
             if i >= 2:
                 times.append((time.perf_counter() - start) * 1e3)
     return float(np.median(times))
 
-
-_EVICTION_BYTES = 32 << 20  # beyond this box's L2 and its share of L3
-_eviction_buffer: np.ndarray | None = None
-
-
-def _evict_caches() -> None:
-    """Touch one byte per cache line of a buffer larger than the caches."""
-    global _eviction_buffer
-    if _eviction_buffer is None:
-        _eviction_buffer = np.zeros(_EVICTION_BYTES, np.uint8)
-    _eviction_buffer[::64] += 1

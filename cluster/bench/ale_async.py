@@ -32,20 +32,16 @@ def _env(num_envs: int, batch_size: int = 0):
 
 
 def _acting_forward(batch: int):
-    """Pong's Q-network as a collector acts with it here: bf16, traced with oneDNN fusion."""
+    """Pong's Q-network as a collector acts with it here: bf16, traced with oneDNN fusion (the
+    collectors' own ActingPolicy, both choices forced)."""
     import torch
 
-    from actors.acting import fused_trace
-    from learner.networks import acting_copy, build_q_network
+    from actors.acting import ActingPolicy
+    from learner.networks import build_q_network
 
     torch.set_num_threads(1)
     network = build_q_network((STACK, 84, 84), 6, [512], True, "uint8")
-    traced = fused_trace(acting_copy(network, torch.bfloat16), torch.zeros((batch, STACK, 84, 84), dtype=torch.uint8))
-
-    def greedy(obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return traced(torch.from_numpy(obs)).argmax(1).numpy()
-    return greedy
+    return ActingPolicy(network, "bf16", np.zeros((batch, STACK, 84, 84), np.uint8), "on").greedy
 
 
 def raw_steps_per_s(num_envs: int, seconds: float) -> float:
