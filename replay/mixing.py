@@ -136,7 +136,7 @@ class ShardMixer:
         incarnation = self.incarnations[shard]
         if not self.limiter.enabled or incarnation is None:
             return None
-        room = self.limiter.insert_room(*self._inserted_and_sampled())
+        room = self.limiter.insert_room(*self._inserted_and_sampled(), int(self.sizes.sum()))
         return {"room": room / len(self.sizes), "inserted_seen": int(self.inserted[shard]),
                 "incarnation": incarnation}
 

@@ -5,8 +5,8 @@ per env step the same whether the collectors or the learner happen to be faster.
 tracks `diff = inserts * samples_per_insert - samples` and keeps it inside
 `[min_size * spi - error_buffer * spi, min_size * spi + error_buffer * spi]`: inserts stop when
 collectors run ahead, samples stop when the learner runs ahead, and nothing is sampled before
-`min_size` transitions exist. `samples_per_insert == 0` turns the limiter off (only `min_size`
-still gates sampling).
+`min_size` transitions exist (nor are inserts ever stopped while fewer do).
+`samples_per_insert == 0` turns the limiter off (only `min_size` still gates sampling).
 """
 
 from __future__ import annotations
@@ -30,12 +30,17 @@ class SamplesPerInsertLimiter:
     def _diff(self, inserted: int, sampled: int) -> float:
         return inserted * self.samples_per_insert - sampled
 
-    def insert_room(self, inserted: int, sampled: int) -> float:
-        """How many more transitions may be inserted now (infinite when disabled)."""
+    def insert_room(self, inserted: int, sampled: int, size: int) -> float:
+        """How many more transitions may be inserted now (infinite when disabled), given that
+        replay holds `size`: never less than what it lacks of `min_size`. Below its minimum
+        nothing may be sampled, so a limit on inserts there could only hang the run; and replay
+        can be below it with the room used up, when inserts overwrote a full shard while another
+        was still filling, or when a restarted shard came back empty."""
         if not self.enabled:
             return float("inf")
         max_diff = (self.min_size + self.error_buffer) * self.samples_per_insert
-        return (max_diff - self._diff(inserted, sampled)) / self.samples_per_insert
+        room = (max_diff - self._diff(inserted, sampled)) / self.samples_per_insert
+        return max(room, float(self.min_size - size))
 
     def can_sample(self, size: int, inserted: int, sampled: int, count: int) -> bool:
         """Whether `count` more samples may be drawn now."""

@@ -146,7 +146,7 @@ class ReplayShard:
     def _counters(self) -> ShardCounters:
         inserted = self.storage.total_added
         if self.fleet_view is None:
-            room = self.limiter.insert_room(inserted, self.sampled)
+            room = self.limiter.insert_room(inserted, self.sampled, self.storage.size)
         else:  # the share the learner gave, less what this shard took since it looked
             room = self.fleet_view["room"] - (inserted - self.fleet_view["inserted_seen"])
         counters: ShardCounters = {

@@ -88,16 +88,18 @@ def test_state_roundtrip():
 
 def test_limiter_gates_inserts_and_samples():
     lim = SamplesPerInsertLimiter(samples_per_insert=4.0, min_size=100, error_buffer=10)
-    assert lim.insert_room(inserted=0, sampled=0) == 110
-    assert lim.insert_room(inserted=110, sampled=0) == 0
-    assert lim.insert_room(inserted=110, sampled=40) == 10  # 40 samples buy 10 inserts
+    assert lim.insert_room(inserted=0, sampled=0, size=0) == 110
+    assert lim.insert_room(inserted=110, sampled=0, size=110) == 0
+    assert lim.insert_room(inserted=110, sampled=40, size=110) == 10  # 40 samples buy 10 inserts
+    # below min_size (inserts overwrote, or a shard came back empty) the shortfall may always go in
+    assert lim.insert_room(inserted=110, sampled=0, size=70) == 30
     assert not lim.can_sample(size=99, inserted=99, sampled=0, count=1)
     assert lim.can_sample(size=100, inserted=100, sampled=0, count=40)
     # the learner may run error_buffer * spi samples ahead, no more
     assert lim.can_sample(size=100, inserted=100, sampled=0, count=40)
     assert not lim.can_sample(size=100, inserted=100, sampled=0, count=41)
     off = SamplesPerInsertLimiter(0.0, 100, 10)
-    assert off.insert_room(10**9, 0) == float("inf")
+    assert off.insert_room(10**9, 0, 0) == float("inf")
     assert off.can_sample(100, 100, 10**9, 10) and not off.can_sample(99, 99, 0, 1)
 
 
@@ -212,3 +214,44 @@ def test_a_fleet_view_of_a_replaced_shard_process_is_ignored():
     assert shard.counters({"room": 100.0, "inserted_seen": 0, "incarnation": "gone"})["insert_room"] == own
     view = {"room": 100.0, "inserted_seen": 1, "incarnation": shard.incarnation}
     assert shard.counters(view)["insert_room"] == 100.0 - 2  # its share, less the 2 added since
+
+
+def _fill_and_train(steps: int, capacity: int, every: list[int], restart_at: int | None = None):
+    """Two shards of `capacity` and the learner's mixer stepped in turns (as `_run_fleet`), with
+    replay.min_size equal to the whole replay: collector i adds a chunk every `every[i]` steps while
+    its shard has room. At `restart_at` shard 1's process is replaced by an empty one (Ray
+    restarted it, its data lost). Returns the samples drawn before and after the restart."""
+    limiter = SamplesPerInsertLimiter(4.0, min_size=2 * capacity, error_buffer=10)
+    share = SamplesPerInsertLimiter(4.0, min_size=capacity, error_buffer=5)
+    shards = [ReplayShard(i, StorageSpec(capacity, (2,), "float32"), share, seed=i) for i in range(2)]
+    mixer = ShardMixer(2, micro_batch=4, limiter=limiter, seed=0)
+    sampled = [0, 0]
+    for step in range(steps):
+        if step == restart_at:
+            shards[1] = ReplayShard(1, StorageSpec(capacity, (2,), "float32"), share, seed=9)
+        for i, shard in enumerate(shards):
+            if step % every[i] == 0 and shard.counters()["insert_room"] > 0:
+                shard.add(chunk(0, 4))
+        for i, shard in enumerate(shards):
+            mixer.observe(shard.counters(mixer.fleet_view(i)))
+        while (index := mixer.next_shard()) is not None:
+            _, counters = shards[index].sample(4, 1, mixer.fleet_view(index))
+            mixer.observe(counters)
+            sampled[restart_at is not None and step >= restart_at] += 4
+    return sampled, int(mixer.sizes.sum())
+
+
+def test_replay_below_its_minimum_always_has_insert_room():
+    """Replay that must be full before learning (min_size = all of it), and one collector three
+    times faster than the other: its shard fills, then overwrites, and its inserts use up the
+    limiter's room while replay still lacks some of its minimum. The learner waits for the
+    minimum and the collectors for room: without the fill's own room the run hangs for good."""
+    sampled, size = _fill_and_train(300, capacity=20, every=[1, 3])
+    assert size == 40 and sampled[0] > 0
+
+
+def test_a_shard_restarted_empty_is_refilled_and_learning_resumes():
+    """After learning started, shard 1 comes back empty, replay drops below its minimum and the
+    learner stops sampling; the collectors must be let in to fill it again."""
+    sampled, size = _fill_and_train(600, capacity=20, every=[1, 1], restart_at=300)
+    assert sampled[0] > 0 and sampled[1] > 0 and size == 40
