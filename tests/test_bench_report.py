@@ -50,6 +50,18 @@ def test_table_marks_missed_bars():
     assert lines[1].endswith("MISSED") and lines[2].endswith("pass")
 
 
+def test_a_ratio_just_under_its_bar_is_never_printed_as_the_bar():
+    rows = [BenchRow.against("learner_feed", 167_112.0, "samples/s", 209_001.0, ">= 0.8"),  # 0.79957...
+            BenchRow.against("linearity", 5.5004, "s", 1.0, "<= 5.5"),
+            BenchRow.against("collect", 0.6371, "env steps/s", 1.0, ">= 0.8"),
+            BenchRow.against("broadcast", 30.0, "ms", 0.01, "<= 1.5")]  # a ratio printed with a comma
+    lines = format_table(rows).splitlines()[1:]
+    assert lines[0].split()[-4:] == ["0.7996", ">=", "0.8", "MISSED"]
+    assert "5.5004" in lines[1].split() and lines[1].endswith("MISSED")
+    assert "0.637" in lines[2].split()  # far from the bar: three digits as before
+    assert "3,000" in lines[3].split() and lines[3].endswith("MISSED")
+
+
 def test_bounding_stage_names_the_side_that_waits_less_and_its_largest_phase():
     collectors = {"act": 0.1, "env": 0.2, "fold": 0.0, "push": 0.1, "throttle": 0.6}
     learner = {"feed": 0.2, "forward_backward": 0.6, "optimizer": 0.15, "wait": 0.05}
@@ -95,3 +107,24 @@ def test_the_ale_async_bench_serves_every_env_in_halves():
     assert all(result[loop] > 0 for loop in ("raw", "sync", "halves"))
     with pytest.raises(SystemExit):
         main(["--envs", "3"])
+
+
+def test_a_runs_rate_by_tenth_shows_a_fast_fill_apart_from_a_slowdown():
+    from cluster.bench.ray_stages import RunRecord
+
+    # 2,000 env steps/s while replay fills (5 s), then 1,000/s held by the limiter
+    timeline = [(0.0, 0), (5.0, 10_000), (10.0, 15_000)]
+    run = RunRecord(summary={}, train_wall_s=10.0, timeline=timeline, rss_full=None, rss_end={},
+                    bytes_per_transition=0.0, replay_ratio=1.0, fill_steps=10_000)
+    assert run.tenth_rates == pytest.approx([2000.0] * 5 + [1000.0] * 5)
+    assert run.first_tenth_rate == pytest.approx(2000.0) and run.last_tenth_rate == pytest.approx(1000.0)
+
+
+def test_the_linearity_note_appears_only_where_replay_filling_is_a_fifth_of_T_or_more():
+    from cluster.bench.report import linearity_note
+
+    assert linearity_note(40_000, 512, 16.0) is None  # CartPole: the fill is 1% of T
+    note = linearity_note(12_000, 22_000, 1.0)  # small-box Pong: T lies wholly inside it
+    assert note.startswith("linearity: 12,000 of the T run's 12,000 env steps") and "22,000" in note
+    assert linearity_note(40_000, 8_000, 8.0) is not None
+    assert linearity_note(12_000, 22_000, 0.0) is None  # no limiter: collectors are never held back

@@ -48,6 +48,7 @@ class RunRecord:
     rss_end: dict[str, int]
     bytes_per_transition: float
     replay_ratio: float
+    fill_steps: int  # the run's replay.min_size + replay.error_buffer: env steps collectors may run ahead
     collector_phases: dict[str, float] = field(default_factory=dict)
     learner_phases: dict[str, float] = field(default_factory=dict)
 
@@ -66,6 +67,14 @@ class RunRecord:
     def last_tenth_rate(self) -> float:
         """Env steps/s over the last 10% of the collection time."""
         return self._rate_between(0.9 * self.train_wall_s, self.train_wall_s)
+
+    @property
+    def tenth_rates(self) -> list[float]:
+        """Env steps/s in each tenth of the collection time: a rate that falls tenth after tenth is
+        a pipeline slowing down; one high tenth at the start is replay filling before the limiter
+        holds collectors to the learner."""
+        tenth = 0.1 * self.train_wall_s
+        return [self._rate_between(i * tenth, (i + 1) * tenth) for i in range(10)]
 
     @property
     def rss_full_total(self) -> float:
@@ -259,6 +268,7 @@ class ClusterBench:
         return RunRecord(
             summary=run.summary(), train_wall_s=recorder.train_wall_s, timeline=recorder.timeline,
             rss_full=recorder.rss_full, rss_end=recorder.rss_end, bytes_per_transition=nbytes / max(slots, 1),
-            replay_ratio=sampled / max(inserted, 1), collector_phases=_fractions(recorder.collector_phase_s),
+            replay_ratio=sampled / max(inserted, 1), fill_steps=config.replay.min_size + config.replay.error_buffer,
+            collector_phases=_fractions(recorder.collector_phase_s),
             learner_phases=_fractions(learner_phases),
         )

@@ -61,13 +61,27 @@ def _num(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def _ratio_text(row: BenchRow) -> str:
+    """The ratio to 3 significant digits, or as many more as it takes for the printed figure to
+    agree with the verdict: 0.7996 against '>= 0.8' reads 0.7996, never a MISSED 0.8."""
+    text = _num(row.ratio)
+    if row.ratio is None or row.bar is None:
+        return text
+    symbol, threshold = parse_bar(row.bar)
+    digits = 3
+    while _COMPARE[symbol](float(text.replace(",", "")), threshold) != row.passed and digits < 12:
+        digits += 1
+        text = f"{row.ratio:.{digits}g}"
+    return text
+
+
 def format_table(rows: list[BenchRow]) -> str:
     """The table `raypex bench` prints: one line per row, the verdict last."""
     header = ("row", "value", "unit", "reference", "ratio", "bar", "verdict")
     lines = [header]
     for r in rows:
         verdict = {True: "pass", False: "MISSED", None: ""}[r.passed]
-        lines.append((r.name, _num(r.value), r.unit, _num(r.reference), _num(r.ratio), r.bar or "", verdict))
+        lines.append((r.name, _num(r.value), r.unit, _num(r.reference), _ratio_text(r), r.bar or "", verdict))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -82,6 +96,17 @@ def write_json_payload(payload: dict, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2))
     tmp.replace(path)
+
+
+def linearity_note(t_env_steps: int, slack_env_steps: int, samples_per_insert: float) -> str | None:
+    """A line under the table when the linearity row compares unlike runs: where replay's fill plus
+    the limiter's slack is a fifth of T or more, collectors run ahead of the learner for that much
+    of the T run and far less of the 5T run, so 5T costs more than 5x T with no slowdown at all."""
+    if samples_per_insert <= 0 or 5 * slack_env_steps < t_env_steps:
+        return None
+    return (f"linearity: {min(slack_env_steps, t_env_steps):,} of the T run's {t_env_steps:,} env steps are replay "
+            f"filling (replay.min_size + replay.error_buffer = {slack_env_steps:,}) ahead of the learner's pace; "
+            "--json keeps each run's env steps/s by tenth (details.env_steps_per_s_by_tenth) to tell that from a slowdown")
 
 
 def bounding_stage(collector: dict[str, float], learner: dict[str, float]) -> str:

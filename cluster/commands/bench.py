@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
-from cluster.bench.report import BenchRow, format_table, write_json
+from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
 from cluster.commands.usage import UsageError, split_positional
 from cluster.config.loading import ConfigError, config_to_yaml, load_config
 from cluster.driver.progress import ProgressLine
@@ -182,6 +182,8 @@ def run_bench(args: argparse.Namespace) -> int:
         details["memory_per_actor"] = long.rss_detail
         details["linearity_wall_s"] = {"T": short.train_wall_s, "5T": long.train_wall_s,
                                        "T_env_steps": plan.linearity_steps}
+        details["env_steps_per_s_by_tenth"] = {"T": short.tenth_rates, "5T": long.tenth_rates}
+        details["linearity_note"] = linearity_note(plan.linearity_steps, short.fill_steps, config.replay.samples_per_insert)
         if args.profile:
             profile_rows, bound = long.profile_rows()
             rows += profile_rows
@@ -281,6 +283,8 @@ def learner_rows(results: list[dict]) -> list[BenchRow]:
 
 def _report(rows: list[BenchRow], details: dict, args: argparse.Namespace, progress: ProgressLine) -> int:
     progress.message("\n" + format_table(rows))
+    if details.get("linearity_note"):
+        progress.message(details["linearity_note"])
     if "bound_by" in details:
         progress.message(f"throughput is bound by: {details['bound_by']}")
     if args.json is not None:
