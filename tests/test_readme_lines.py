@@ -70,7 +70,9 @@ def solved(ran: Ran) -> dict:
     assert result["ended"] == "solved" and result["time_to_solve_s"] is not None, result
     sizes = result["replay_size_per_shard"]
     assert min(sizes) >= 0.5 * max(sizes), sizes
-    assert result["policy_lag_max"] <= 10 < result["epochs"], result
+    # A lucky run solves in under 10 epochs (CI saw 9), where a bound of 10 says nothing; runs here
+    # show a lag of at most 2, so half the epochs (never under 2) still catches a stale collector.
+    assert result["policy_lag_max"] <= min(10, max(2, result["epochs"] // 2)), result
     return result
 
 
