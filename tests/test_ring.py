@@ -1,5 +1,7 @@
 """RingStorage, the samples-per-insert limiter, the shard and the shard mixer (no Ray)."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -167,27 +169,42 @@ def test_mixer_ignores_counters_older_than_ones_it_has_seen():
     assert mixer.sizes[0] == 500 and mixer.inserted[0] == 800
 
 
-def _run_fleet(steps: int, stalled: set[int], with_views: bool, spi: float = 2.0, chunk_size: int = 4):
-    """Three shards and the learner's mixer stepped in turns, as the Ray wiring runs them: each
-    live collector adds a chunk while its shard has room, the learner samples micro-batches while
-    the mixer allows, polling every shard's counters (with the fleet view, or without it)."""
-    limiter = SamplesPerInsertLimiter(spi, min_size=60, error_buffer=30)
-    share = SamplesPerInsertLimiter(spi, min_size=20, error_buffer=10)  # each shard's third
-    shards = [ReplayShard(i, StorageSpec(1000, (2,), "float32"), share, seed=i) for i in range(3)]
-    mixer = ShardMixer(3, micro_batch=8, limiter=limiter, seed=0)
-    sampled = 0
+def _step_fleet(steps: int, num_shards: int, capacity: int, limiter: SamplesPerInsertLimiter,
+                share: SamplesPerInsertLimiter, adds: Callable[[int, int], bool], micro_batch: int,
+                chunk_size: int = 4, with_views: bool = True,
+                restart_at: int | None = None) -> tuple[list[ReplayShard], ShardMixer, list[int]]:
+    """`num_shards` shards of `capacity`, each gated by `share`, and the learner's mixer gated by
+    `limiter`, stepped in turns as the Ray wiring runs them: collector i adds a chunk when
+    `adds(i, step)` and its shard has room, the learner samples micro-batches while the mixer
+    allows, polling every shard's counters (with the fleet view, or without it). At `restart_at`
+    shard 1's process is replaced by an empty one (Ray restarted it, its data lost). Returns the
+    shards, the mixer and the samples drawn before and after the restart."""
+    shards = [ReplayShard(i, StorageSpec(capacity, (2,), "float32"), share, seed=i) for i in range(num_shards)]
+    mixer = ShardMixer(num_shards, micro_batch=micro_batch, limiter=limiter, seed=0)
+    sampled = [0, 0]
     for step in range(steps):
+        if step == restart_at:
+            shards[1] = ReplayShard(1, StorageSpec(capacity, (2,), "float32"), share, seed=9)
         for i, shard in enumerate(shards):
-            if (i not in stalled or step < 10) and shard.counters()["insert_room"] > 0:
+            if adds(i, step) and shard.counters()["insert_room"] > 0:
                 shard.add(chunk(0, chunk_size))
         for i, shard in enumerate(shards):
             mixer.observe(shard.counters(mixer.fleet_view(i) if with_views else None))
         while (index := mixer.next_shard()) is not None:
-            _, counters = shards[index].sample(8, 1, mixer.fleet_view(index) if with_views else None)
+            _, counters = shards[index].sample(micro_batch, 1, mixer.fleet_view(index) if with_views else None)
             mixer.observe(counters)
-            sampled += 8
-    inserted = sum(s.storage.total_added for s in shards)
-    return inserted, sampled, limiter
+            sampled[restart_at is not None and step >= restart_at] += micro_batch
+    return shards, mixer, sampled
+
+
+def _run_fleet(steps: int, stalled: set[int], with_views: bool, spi: float = 2.0, chunk_size: int = 4):
+    """Three shards whose `stalled` collectors stop inserting after 10 steps; returns the inserts,
+    the samples and the learner's limiter."""
+    limiter = SamplesPerInsertLimiter(spi, min_size=60, error_buffer=30)
+    share = SamplesPerInsertLimiter(spi, min_size=20, error_buffer=10)  # each shard's third
+    shards, _, sampled = _step_fleet(steps, 3, 1000, limiter, share, lambda i, step: i not in stalled or step < 10,
+                                     micro_batch=8, chunk_size=chunk_size, with_views=with_views)
+    return sum(s.storage.total_added for s in shards), sampled[0], limiter
 
 
 def test_a_stalled_collector_does_not_stop_the_others_or_the_learner():
@@ -217,27 +234,13 @@ def test_a_fleet_view_of_a_replaced_shard_process_is_ignored():
 
 
 def _fill_and_train(steps: int, capacity: int, every: list[int], restart_at: int | None = None):
-    """Two shards of `capacity` and the learner's mixer stepped in turns (as `_run_fleet`), with
-    replay.min_size equal to the whole replay: collector i adds a chunk every `every[i]` steps while
-    its shard has room. At `restart_at` shard 1's process is replaced by an empty one (Ray
-    restarted it, its data lost). Returns the samples drawn before and after the restart."""
+    """Two shards with replay.min_size equal to the whole replay: collector i adds a chunk every
+    `every[i]` steps while its shard has room; shard 1 may come back empty at `restart_at`.
+    Returns the samples drawn before and after the restart, and replay's size as the learner sees it."""
     limiter = SamplesPerInsertLimiter(4.0, min_size=2 * capacity, error_buffer=10)
     share = SamplesPerInsertLimiter(4.0, min_size=capacity, error_buffer=5)
-    shards = [ReplayShard(i, StorageSpec(capacity, (2,), "float32"), share, seed=i) for i in range(2)]
-    mixer = ShardMixer(2, micro_batch=4, limiter=limiter, seed=0)
-    sampled = [0, 0]
-    for step in range(steps):
-        if step == restart_at:
-            shards[1] = ReplayShard(1, StorageSpec(capacity, (2,), "float32"), share, seed=9)
-        for i, shard in enumerate(shards):
-            if step % every[i] == 0 and shard.counters()["insert_room"] > 0:
-                shard.add(chunk(0, 4))
-        for i, shard in enumerate(shards):
-            mixer.observe(shard.counters(mixer.fleet_view(i)))
-        while (index := mixer.next_shard()) is not None:
-            _, counters = shards[index].sample(4, 1, mixer.fleet_view(index))
-            mixer.observe(counters)
-            sampled[restart_at is not None and step >= restart_at] += 4
+    _, mixer, sampled = _step_fleet(steps, 2, capacity, limiter, share, lambda i, step: step % every[i] == 0,
+                                    micro_batch=4, restart_at=restart_at)
     return sampled, int(mixer.sizes.sum())
 
 
