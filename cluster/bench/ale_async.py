@@ -11,7 +11,8 @@ thread), each for a few seconds, in this process:
 It prints env steps/s and each loop's ratio to raw. Measured on the 2-core box (BENCHMARKS.md,
 "Acting through a oneDNN-fused trace"): the halves gain with a whole core to spare (3-6% one day,
 1.4-1.7x on a slower day, still less per core than two synchronous collectors) and never beat
-the synchronous loop on one core, which is what a collector has, so collectors stay synchronous. Run it under `taskset -c 0` for one core.
+the synchronous loop on one core, which is what a collector has, so collectors stay synchronous.
+Run it under `taskset -c 0` for one core.
 """
 
 from __future__ import annotations
