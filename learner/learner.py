@@ -1,12 +1,14 @@
 """The Learner: optimizes the Q-network, one whole update at a time.
 
-A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects where batches come
-from (`next_batch`, which blocks until a Batch is available) and where weights go (`publish`).
+A plain class (no Ray import). cluster/ hosts it in a Ray actor and gives it the run's replay (a
+ShardedReplay in this same process, which collectors insert into) and where weights go
+(`publish`). Each update's batch is drawn from that replay by a ReplayFeed
+(learner/replay_feed.py): gathered on the host, or, when the replay's columns are on the GPU,
+gathered by the update itself from the drawn indices.
 One *update* is `accumulation_steps` micro-batches whose gradients are summed (each loss scaled by
 1/G, so the update equals one batch G times larger) followed by one optimizer step
 (learner/update_step.py). On CUDA the update is captured as one CUDA graph during warm-up
-(learner/cuda_graph.py) and fed by a thread that keeps the next batches on the device
-(learner/device_feed.py). One *epoch* is `updates_per_epoch` updates; every
+(learner/cuda_graph.py), the gather from the replay's columns included. One *epoch* is `updates_per_epoch` updates; every
 `broadcast_every_epochs` epochs the weights are published.
 """
 
@@ -22,22 +24,23 @@ import torch
 from torch import nn
 
 from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
-from learner.device_feed import DeviceFeed
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.policy_file import export_policy_archive
 from learner.precision import make_precision, resolve_precision
 from learner.priority_feedback import PriorityFeedback
+from learner.replay_feed import ReplayFeed, gather_from
 from learner.settings import LearnerSettings
-from learner.synthetic import synthetic_batch
+from learner.synthetic import synthetic_batch, synthetic_index_batch
 from learner.update_step import StepSettings, UpdateStep, copy_target
 from learner.weights import export_arrays, load_arrays
-from replay.contracts import NextBatch, PublishWeights, SendPriorities, TrainingStopped, Weights
+from replay.contracts import PublishWeights, TrainingStopped, Weights
+from replay.sharded import ShardedReplay
 
-# feed: waiting for data; update: host time to run (CPU) or enqueue (CUDA) an update; gpu: waiting
-# for the GPU to finish the update before last (CUDA only; GPU-bound time shows up here).
+# feed: drawing (and on the host, gathering) a batch, waiting for data included; update: host time
+# to run (CPU) or enqueue (CUDA) an update; gpu: waiting for the GPU to finish the update before
+# last (CUDA only; GPU-bound time shows up here).
 LEARNER_PHASES = ("feed", "update", "gpu", "broadcast")
-# Updates the host may enqueue ahead of the GPU: enough to keep it busy, few enough that the
-# feed's slots are not all held by queued updates.
+# Updates the host may enqueue ahead of the GPU: enough to keep it busy while the next draw is made.
 GPU_QUEUE_DEPTH = 2
 
 
@@ -56,12 +59,12 @@ class Learner:
         self,
         settings: LearnerSettings,
         device: torch.device,
-        next_batch: NextBatch,
+        replay: ShardedReplay,
         publish: PublishWeights,
-        send_priorities: SendPriorities | None = None,
+        starved=None,
     ):
-        """`send_priorities` is where prioritized replay's |TD errors| go (required when
-        `settings.prioritized`)."""
+        """`starved` runs while the replay ratio allows no draw, in a process with no other thread
+        to insert (the lockstep replica); None: wait for an insert."""
         self.s = settings
         self.device = device
         cuda = device.type == "cuda"
@@ -90,19 +93,20 @@ class Learner:
         online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
         target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
         polyak = settings.target_tau if settings.target_update == "polyak" else None
+        if settings.prioritized != replay.prioritized:
+            raise ValueError("the learner and its replay disagree on prioritized replay")
+        self.replay = replay
+        self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
+                               should_stop=lambda: self._stop_requested)
         self.step = UpdateStep(
             self.online, self.target, online_fn, target_fn, self.optimizer, self.precision,
             StepSettings(settings.huber_delta, settings.double_dqn, settings.max_grad_norm, polyak,
                          share_online_pass=not pixels, prioritized=settings.prioritized),
-            device,
+            device, gather=gather_from(replay) if self.feed.on_device else None,
         )
-        if settings.prioritized and send_priorities is None:
-            raise ValueError("a prioritized learner needs somewhere to send its priorities")
-        self.feedback = PriorityFeedback(send_priorities, device) if settings.prioritized else None
+        self.feedback = PriorityFeedback(replay, device) if settings.prioritized else None
         self._captured: CapturedUpdate | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()
-        threads = settings.feed_threads if settings.feed_threads is not None else int(cuda)
-        self.feed = DeviceFeed(next_batch, device, settings.accumulation_steps, threads)
         self.publish = publish
         self.updates = 0
         self.epochs = 0
@@ -154,13 +158,13 @@ class Learner:
         try:
             while done < self.s.updates_per_epoch and not self._stop_requested:
                 t0 = clock()
-                batch = self.feed.next_update()
-                t1 = clock()
-                self.update(batch)
+                with self.feed.update_slot() as batch:
+                    t1 = clock()
+                    self.update(batch)
                 if self.feedback is not None:
-                    self.feedback.after_update(self.feed.taken_keys(), self.step.td_abs)
+                    self.feedback.after_update(self.feed.keys, self.step.td_abs)
                 t2 = clock()
-                self.feed.release(self._after_update())
+                self._after_update()
                 phase["feed"] += t1 - t0
                 phase["update"] += t2 - t1
                 phase["gpu"] += clock() - t2
@@ -192,17 +196,16 @@ class Learner:
             metrics["grad_scale"] = self.precision.scaler.get_scale()
         return metrics
 
-    def _after_update(self) -> torch.cuda.Event | None:
-        """On CUDA: an event after the update just enqueued, once the host is no more than
-        GPU_QUEUE_DEPTH updates ahead of the GPU (it waits for the oldest otherwise)."""
+    def _after_update(self) -> None:
+        """On CUDA: keep the host no more than GPU_QUEUE_DEPTH updates ahead of the GPU (wait for
+        the oldest otherwise)."""
         if self.device.type != "cuda":
-            return None
+            return
         done = torch.cuda.Event()
         done.record()
         self._gpu_queue.append(done)
         if len(self._gpu_queue) > GPU_QUEUE_DEPTH:
             self._gpu_queue.popleft().synchronize()
-        return done
 
     def publish_weights(self) -> None:
         """Publish the online network as a new version (one put, one reference to all)."""
@@ -215,7 +218,7 @@ class Learner:
         """Run whole updates on a synthetic batch before the clock starts (cuDNN and the
         allocator settle, torch.compile compiles) and, on CUDA, capture the update as a graph;
         every tensor those updates changed is put back, so the weights do not change."""
-        example = synthetic_batch(self.s, self.device, np.random.default_rng(self.s.seed))
+        example = self.example_batch(np.random.default_rng(self.s.seed))
         if self.cuda_graphs:
             self._captured = CapturedUpdate(self.step, example)
             return
@@ -225,6 +228,13 @@ class Learner:
         snapshot.restore()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+
+    def example_batch(self, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """A random batch in the form `update` takes, on the device: indices into the replay's
+        columns when they are on the device, else training fields."""
+        if self.feed.on_device:
+            return synthetic_index_batch(self.s, self.replay, self.device, rng)
+        return synthetic_batch(self.s, self.device, rng)
 
     # -- state, export -------------------------------------------------------------------------
     def get_state(self) -> dict:
@@ -276,3 +286,4 @@ class Learner:
         if arrays is not None:
             load_arrays(module, arrays)
         return export_policy_archive(module, tuple(self.s.obs_shape))
+

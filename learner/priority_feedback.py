@@ -1,53 +1,46 @@
-"""PriorityFeedback: each update's new |TD errors| back to the shards that served its batches.
+"""PriorityFeedback: each update's new |TD errors| back to the replay it drew from.
 
-Prioritized replay needs the learner to tell the shards what it learned about every transition it
-trained on. After an update, the |TD error| of each of its G x B transitions is grouped by the
-shard process that served its micro-batch (SampledKeys say which, and which slots), so a shard
-gets one PriorityUpdate per update at most, never one per transition. Sending goes through the
-injected `send` seam, which must not block (the Ray one drops what is over its in-flight bound).
+Prioritized replay needs the learner to tell the replay what it learned about every transition it
+trained on. The replay lives in the learner's process (replay/sharded.py), so the errors of an
+update's G x B transitions go to `ShardedReplay.update_priorities` with the keys of its draw: no
+message, no round trip.
 
-On the CPU the errors are host tensors already. On CUDA they are copied to pinned host memory on
-the update's stream without waiting, and the message goes out at a later update, once the copy
-is known to be done (an event query, never a synchronize): the update loop never waits for it.
+On the CPU the errors are host tensors already and are applied at once. On CUDA they are copied
+to pinned host memory on the update's stream without waiting, and applied at a later update,
+once the copy is known to be done (an event query, never a synchronize): the update loop never
+waits for them.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
 import torch
 
-from replay.contracts import PriorityUpdate, SampledKeys, SendPriorities, merged_by_process
+from replay.sharded import SampledKeys, ShardedReplay
 
 PENDING = 4  # CUDA updates whose errors may be on their way to the host at once
 
 
-def group_by_shard(keys: list[SampledKeys], td_abs: np.ndarray) -> list[PriorityUpdate]:
-    """One PriorityUpdate per shard process among `keys` (micro-batch g's errors are td_abs[g])."""
-    return merged_by_process([PriorityUpdate(key.shard, key.incarnation, key.index, key.stamp,
-                                             td_abs[g].astype(np.float32)) for g, key in enumerate(keys)])
-
-
 class PriorityFeedback:
-    """Turns the |TD errors| an update left in a [G, B] tensor into messages to the shards."""
+    """Applies the |TD errors| an update left in a [G, B] tensor to the replay."""
 
-    def __init__(self, send: SendPriorities, device: torch.device):
-        self.send = send
+    def __init__(self, replay: ShardedReplay, device: torch.device):
+        self.replay = replay
         self.device = device
-        self._pending: deque[tuple[torch.cuda.Event, torch.Tensor, list[SampledKeys]]] = deque()
+        self._pending: deque[tuple[torch.cuda.Event, torch.Tensor, SampledKeys]] = deque()
         self._free_buffers: list[torch.Tensor] = []
-        self.unsent = 0  # transitions whose errors were not sent (keys missing, or CUDA copies backed up)
+        self.unsent = 0  # transitions whose errors were not applied (no keys, or CUDA copies backed up)
 
-    def after_update(self, keys: list[SampledKeys | None], td_abs: torch.Tensor) -> None:
-        """Send (or, on CUDA, start copying) the errors of the update just run or enqueued."""
-        if any(key is None for key in keys):  # batches not from replay (the bench's from-memory feed)
+    def after_update(self, keys: SampledKeys | None, td_abs: torch.Tensor) -> None:
+        """Apply (or, on CUDA, start copying) the errors of the update just run or enqueued."""
+        if keys is None:  # batches not drawn from replay (the bench's reference)
             self.unsent += td_abs.numel()
             return
         if self.device.type != "cuda":
-            self.send(group_by_shard(keys, td_abs.numpy()))
+            self.replay.update_priorities(keys, td_abs.numpy())
             return
-        self._send_copied()
+        self._apply_copied()
         if len(self._pending) >= PENDING:
             self.unsent += td_abs.numel()
             return
@@ -59,14 +52,14 @@ class PriorityFeedback:
         self._pending.append((copied, host, keys))
 
     def flush(self) -> None:
-        """Send every update's errors still on their way to the host, waiting for their copies
+        """Apply every update's errors still on their way to the host, waiting for their copies
         (the end of a run: the update loop has stopped, so waiting costs it nothing)."""
         for copied, _, _ in self._pending:
             copied.synchronize()
-        self._send_copied()
+        self._apply_copied()
 
-    def _send_copied(self) -> None:
+    def _apply_copied(self) -> None:
         while self._pending and self._pending[0][0].query():
             _, host, keys = self._pending.popleft()
-            self.send(group_by_shard(keys, host.numpy()))
+            self.replay.update_priorities(keys, host.numpy())
             self._free_buffers.append(host)

@@ -32,8 +32,4 @@ class LearnerSettings:
     seed: int
     cuda_graphs: str = "auto"  # auto | on | off: capture the whole update as a CUDA graph (auto: on CUDA)
     channels_last: bool = True  # NHWC convolutions on CUDA
-    frames_per_sample: int = 0  # > 0: pixel batches carry each frame once, this many per
-    # transition at most (replay/frames.py); 0: whole obs and next_obs stacks
     prioritized: bool = False  # weigh by importance weights, send |TD errors| back (replay/priorities.py)
-    feed_threads: int | None = None  # threads preparing batches ahead of the update loop (0: none;
-    # None: auto, 1 on CUDA, 0 on CPU)

@@ -10,9 +10,9 @@ from learner.settings import LearnerSettings
 
 def synthetic_batch(settings: LearnerSettings, device: torch.device,
                     rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    """A random [G, B, ...] batch with the shapes and dtypes replay serves (uint8 pixels, frames
-    once when `frames_per_sample` is set), for warm-up and capture (random, not zeros: zeros can
-    take faster paths than real data)."""
+    """A random [G, B, ...] batch of training fields with the shapes and dtypes replay serves
+    (uint8 pixels), for warm-up and capture (random, not zeros: zeros can take faster paths than
+    real data)."""
     shape = (settings.accumulation_steps, settings.micro_batch)
     arrays = {
         "action": rng.integers(0, settings.num_actions, shape),
@@ -21,14 +21,18 @@ def synthetic_batch(settings: LearnerSettings, device: torch.device,
     }
     if settings.prioritized:
         arrays["weight"] = rng.uniform(0.1, 1.0, shape).astype(np.float32)
-    if settings.frames_per_sample:
-        stack, *frame_shape = settings.obs_shape
-        width = settings.micro_batch * settings.frames_per_sample
-        arrays["frames"] = rng.integers(0, 256, (shape[0], width, *frame_shape), dtype=np.uint8)
-        arrays["obs_index"] = rng.integers(0, width, (*shape, stack))
-        arrays["next_index"] = rng.integers(0, width, (*shape, stack))
-    elif settings.obs_dtype == "uint8":
+    if settings.obs_dtype == "uint8":
         arrays["obs"], arrays["next_obs"] = rng.integers(0, 256, (2, *shape, *settings.obs_shape), dtype=np.uint8)
     else:
         arrays["obs"], arrays["next_obs"] = rng.normal(size=(2, *shape, *settings.obs_shape)).astype(np.float32)
+    return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}
+
+
+def synthetic_index_batch(settings: LearnerSettings, replay, device: torch.device,
+                          rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """A random [G, B, ...] batch of indices into `replay`'s columns (a ShardedReplay whose
+    columns are on `device`), with importance weights when prioritized."""
+    arrays = replay.random_index(settings.accumulation_steps, settings.micro_batch, rng)
+    if settings.prioritized:
+        arrays["weight"] = rng.uniform(0.1, 1.0, (settings.accumulation_steps, settings.micro_batch)).astype(np.float32)
     return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}

@@ -1,15 +1,15 @@
 """How fast a Learner trains when data costs nothing to get: the references `raypex bench` holds
-the Ray-fed learner against (no Ray here).
+the replay-fed learner against (no Ray here).
 
-- from memory: real or random numpy micro-batches already in this process, through the same
-  DeviceFeed a run uses (the feeder thread, pinned copies, host-to-device copies);
+- from memory: batches already made (real draws kept by ReplayFeed.take, or random ones), cycled
+  through the same epoch loop a run uses, with nothing drawn or gathered on the host;
 - on device: batches already on the device, the update alone.
 The GPU's busy fraction is NVML's utilization sampled while the clock runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import itertools
 import threading
 import time
@@ -19,10 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from learner.device_feed import DeviceFeed
 from learner.learner import Learner
-from learner.synthetic import synthetic_batch
-from replay.contracts import Batch
 
 _BUSY_SAMPLE_S = 0.1
 
@@ -54,12 +51,19 @@ def gpu_busy(device: torch.device) -> Iterator[list[float]]:
             thread.join()
 
 
-def random_micro_batches(learner: Learner, count: int, seed: int = 0) -> list[Batch]:
-    """`count` random numpy micro-batches shaped as replay serves them (uint8 pixels)."""
-    rng = np.random.default_rng(seed)
-    single = dataclasses.replace(learner.s, accumulation_steps=1)
-    cpu = torch.device("cpu")
-    return [{name: t[0].numpy() for name, t in synthetic_batch(single, cpu, rng).items()} for _ in range(count)]
+class CycledFeed:
+    """A feed with ReplayFeed's interface that hands out `batches` in a cycle (no draws, no keys)."""
+
+    def __init__(self, batches: list[dict[str, torch.Tensor]], on_device: bool):
+        self._batches = itertools.cycle(batches)
+        self.on_device = on_device
+        self.keys = None
+        self.wait_s = self.fill_wait_s = 0.0
+
+    @contextlib.contextmanager
+    def update_slot(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The next batch of the cycle."""
+        yield next(self._batches)
 
 
 def timed_epochs(learner: Learner, seconds: float) -> tuple[float, float | None]:
@@ -74,22 +78,20 @@ def timed_epochs(learner: Learner, seconds: float) -> tuple[float, float | None]
     return (learner.updates - first) * per_update / elapsed, (float(np.mean(busy)) if busy else None)
 
 
-def from_memory(learner: Learner, batches: list[Batch], seconds: float) -> tuple[float, float | None]:
+def from_memory(learner: Learner, batches: list[dict[str, torch.Tensor]], seconds: float) -> tuple[float, float | None]:
     """(samples/s, GPU busy) of the learner's epoch loop fed from `batches` in a cycle."""
-    source = itertools.cycle(batches)
     own = learner.feed
-    learner.feed = DeviceFeed(lambda: next(source), learner.device, learner.s.accumulation_steps, own.threads)
+    learner.feed = CycledFeed(batches, own.on_device)
     try:
-        learner.train_epoch()  # the new feed's first batches, off the clock
+        learner.train_epoch()  # off the clock
         return timed_epochs(learner, seconds)
     finally:
-        learner.feed.close()
         learner.feed = own
 
 
 def on_device(learner: Learner, seconds: float) -> tuple[float, float | None]:
-    """(samples/s, GPU busy) of updates alone, from batches already on the device."""
-    on = [synthetic_batch(learner.s, learner.device, np.random.default_rng(seed)) for seed in range(4)]
+    """(samples/s, GPU busy) of updates alone, from random batches already on the device."""
+    on = [learner.example_batch(np.random.default_rng(seed)) for seed in range(4)]
     per_update = learner.s.micro_batch * learner.s.accumulation_steps
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
     for batch in on:

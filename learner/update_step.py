@@ -14,14 +14,15 @@ What makes it capturable:
 A hard target copy is the one part left to the caller: it happens every few thousand updates,
 and a host-side `_foreach_copy_` then costs nothing.
 
-Each micro-batch is `batch[field][g]`: every field has the leading shape [G, ...]. A pixel batch
-carries its frames once (replay/contracts.py: FrameBatch) and its stacks are built here, on the
-device, with one index per micro-batch (an index with a device tensor is capturable).
+Each micro-batch is `batch[field][g]`: every field has the leading shape [G, ...]. When the
+replay's columns are on the update's device, the batch holds only the drawn indices and `gather`
+builds the fields from the columns first (learner/replay_feed.py): inside the captured graph, so
+a pixel batch's stacks are gathered from the frames where they are stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +49,10 @@ class UpdateStep:
 
     def __init__(self, online: nn.Module, target: nn.Module, online_fn: nn.Module, target_fn: nn.Module,
                  optimizer: torch.optim.Optimizer, precision: PrecisionPolicy, settings: StepSettings,
-                 device: torch.device):
+                 device: torch.device,
+                 gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None):
+        """`gather` turns a batch of indices into the training fields (None: the batch has them)."""
+        self.gather = gather
         self.online_fn = online_fn  # the networks as called (compiled or not)
         self.target_fn = target_fn
         self.params = list(online.parameters())
@@ -67,12 +71,14 @@ class UpdateStep:
 
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
         """One update: accumulate G micro-batches, unscale, clip, step, move the target."""
+        if self.gather is not None:
+            batch = self.gather(batch)
         micro_batches = batch["action"].shape[0]
         scaler = self.precision.scaler
         if self.s.prioritized and self.td_abs is None:
             self.td_abs = torch.zeros(batch["action"].shape, device=batch["action"].device)
         for g in range(micro_batches):
-            obs, next_obs = observation_pair(batch, g)
+            obs, next_obs = batch["obs"][g], batch["next_obs"][g]
             with self.precision.autocast():
                 out = double_dqn_loss(
                     self.online_fn, self.target_fn, obs, batch["action"][g], batch["return"][g],
@@ -103,15 +109,6 @@ class UpdateStep:
         self.loss_sum.zero_()
         self.q_sum.zero_()
         return sums
-
-
-def observation_pair(batch: Mapping[str, torch.Tensor], g: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(obs, next_obs) of micro-batch `g`; for a frame-once batch, the stacks [B, stack, H, W]
-    gathered from its frames where they are (the learner's device)."""
-    if "frames" in batch:
-        frames = batch["frames"][g]
-        return frames[batch["obs_index"][g]], frames[batch["next_index"][g]]
-    return batch["obs"][g], batch["next_obs"][g]
 
 
 def copy_target(target_params: list[torch.Tensor], online_params: list[torch.Tensor]) -> None:

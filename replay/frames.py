@@ -7,10 +7,12 @@ Stacks of obs and next_obs are rebuilt at sample time with one gather each, neve
 episode boundary (the episode's first frame is repeated instead) and never across the ring's
 write position (a transition whose oldest frame has been overwritten is no longer valid).
 
-What the learner is sent carries each frame once too (`sample_batches`): a transition's obs stack
-and its next_obs stack (n frames later) share stack - n frames, so it travels as stack + min(n,
-stack) frames plus indices that rebuild both stacks on the learner's device, instead of 2 x stack
-frames.
+The bytes (frames, actions, returns, discounts) are columns of a column backend
+(replay/columns.py): numpy on the host, or tensors on the learner's GPU, flat over env x slot
+(row = env * slots + slot). The bookkeeping that decides what may be sampled and which frames
+make a stack (frame step counters, stream numbers, next_obs offsets, validity) stays in numpy on
+the host. A sample is an index draw (`index`): each transition's row and the rows of the frames of
+its obs and next_obs stacks, which the learner gathers where the frames are (GATHER).
 
 Sampling is uniform over the valid slots without rejection: the valid slot list is rebuilt (one
 `flatnonzero`) after each add and reused by every sample until the next add. Slots are invalid
@@ -23,34 +25,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
+from replay.columns import ColumnBackend, HostColumns
 from replay.priorities import Placement
 
-# The per-slot arrays besides the frame: name -> dtype. One table sizes, allocates, measures and
-# checkpoints them, so the byte count cannot drift from what is allocated.
-_SLOT_SCALARS = {
+# The host bookkeeping per slot: name -> dtype.
+_SLOT_BOOKKEEPING = {
     "frame_step": np.int32,  # frames since its episode's first frame
     "stream": np.int64,  # stream number of the frame in the slot (-1: empty)
-    "action": np.int64,
-    "ret": np.float32,
-    "discount": np.float32,
     "next_offset": np.int16,  # next_obs frame = this frame + offset
     "valid": np.bool_,
 }
-_ARRAYS = ("frames", *_SLOT_SCALARS)
 
 
-def frames_per_sample(stack: int, n_step: int) -> int:
-    """The most distinct frames one transition's obs and next_obs stacks hold between them: the
-    obs stack plus the next_obs frames past it (next_obs is at most n_step frames later)."""
-    return stack + min(max(n_step, 0), stack)
+def frame_layout(frame_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The columns of a frame storage (per row: one slot of one env), in the column backend."""
+    return {"frames": (tuple(frame_shape), np.dtype(np.uint8)), "action": ((), np.dtype(np.int64)),
+            "return": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32))}
+
+
+def frame_slots(capacity: int, num_envs: int, stack: int) -> int:
+    """The rows a frame storage of `capacity` transitions has: `num_envs` rings of equal length,
+    each at least one frame longer than a stack."""
+    return num_envs * max(math.ceil(capacity / num_envs), stack + 1)
 
 
 def frame_bytes_per_slot(frame_shape: tuple[int, ...]) -> int:
-    """Bytes one slot costs: the frame, its step counter, stream number and the transition."""
-    return int(np.prod(frame_shape)) + sum(np.dtype(dtype).itemsize for dtype in _SLOT_SCALARS.values())
+    """Bytes one slot costs: its columns and its bookkeeping."""
+    columns = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in frame_layout(frame_shape).values())
+    return columns + sum(np.dtype(dtype).itemsize for dtype in _SLOT_BOOKKEEPING.values())
 
 
 class FrameStorage:
@@ -58,22 +64,29 @@ class FrameStorage:
 
     `add` takes a FrameChunk (actors/frames.py): frames [F, E, H, W] with their episode step
     counters and the stream number of frames[0], plus transitions (env, obs, action, return,
-    discount, next_obs) whose obs and next_obs are stream numbers. `gather` returns whole stacks
-    like RingStorage does, so the shard and the learner do not care which storage they have.
+    discount, next_obs) whose obs and next_obs are stream numbers. `gather` reads whole stacks
+    like RingStorage does. `columns` are this storage's rows of a larger allocation
+    (replay/sharded.py); without them it allocates its own.
     """
 
+    # training field -> (column, index key of `index`): how the learner gathers a batch
+    GATHER: ClassVar[dict[str, tuple[str, str]]] = {"obs": ("frames", "obs_frames"), "next_obs": ("frames", "next_frames"), "action": ("action", "row"),
+              "return": ("return", "row"), "discount": ("discount", "row")}
+
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int,
-                 n_step: int | None = None):
+                 backend: ColumnBackend | None = None, columns: dict | None = None):
         if capacity < 1 or num_envs < 1 or stack < 1:
             raise ValueError(f"need capacity, num_envs, stack >= 1, got {capacity}, {num_envs}, {stack}")
         E = num_envs
-        K = max(math.ceil(capacity / E), stack + 1)  # slots per env
+        self.capacity = frame_slots(capacity, E, stack)
+        K = self.capacity // E  # slots per env
         self.num_envs, self.slots, self.stack = E, K, stack
-        # Frames per transition in a learner batch; without n_step known, the worst case.
-        self.frames_per_sample = frames_per_sample(stack, stack if n_step is None else n_step)
-        self.capacity = E * K
-        self.frames = np.zeros((E, K, *frame_shape), np.uint8)
-        for name, dtype in _SLOT_SCALARS.items():
+        self.frame_shape = tuple(frame_shape)
+        self.backend = backend or HostColumns()
+        self.columns = columns if columns is not None else {
+            name: self.backend.allocate((self.capacity, *shape), dtype)
+            for name, (shape, dtype) in frame_layout(frame_shape).items()}
+        for name, dtype in _SLOT_BOOKKEEPING.items():
             setattr(self, name, np.zeros((E, K), dtype))
         self.stream.fill(-1)
         self.written = 0  # frames written per env stream (every env of a collector steps together)
@@ -88,8 +101,9 @@ class FrameStorage:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the preallocated arrays."""
-        return sum(getattr(self, name).nbytes for name in _ARRAYS)
+        """Bytes held by the preallocated columns and bookkeeping."""
+        return (sum(self.backend.nbytes(column) for column in self.columns.values())
+                + sum(getattr(self, name).nbytes for name in _SLOT_BOOKKEEPING))
 
     def _rows(self) -> np.ndarray:
         if self._valid_rows is None:
@@ -120,7 +134,9 @@ class FrameStorage:
         skip = max(0, count - self.slots)  # a chunk longer than the ring keeps its newest frames
         numbers = first + np.arange(skip, count)
         slots = numbers % self.slots
-        self.frames[:, slots] = frames[skip:].swapaxes(0, 1)
+        rows = (np.arange(self.num_envs)[:, None] * self.slots + slots[None, :]).ravel()
+        self.backend.write(self.columns["frames"], (rows,),
+                           np.ascontiguousarray(frames[skip:].swapaxes(0, 1)).reshape(len(rows), *self.frame_shape))
         self.frame_step[:, slots] = steps[skip:].T
         self.stream[:, slots] = numbers
         envs = np.arange(self.num_envs)[:, None]
@@ -150,16 +166,20 @@ class FrameStorage:
         stored = (self.stream[env, slot] == start) & (
             start - np.minimum(self.stack - 1, self.frame_step[env, slot]) >= oldest)
         env, slot, start = env[stored], slot[stored], start[stored]
-        self.action[env, slot] = np.asarray(chunk["action"])[stored]
-        self.ret[env, slot] = np.asarray(chunk["return"])[stored]
-        self.discount[env, slot] = np.asarray(chunk["discount"])[stored]
+        rows = env * self.slots + slot
+        for name in ("action", "return", "discount"):
+            self.backend.write(self.columns[name], (rows,), np.asarray(chunk[name])[stored])
         self.next_offset[env, slot] = np.asarray(chunk["next_obs"], np.int64)[stored] + self.renumber - start
         self.valid[env, slot] = True
-        return env * self.slots + slot, np.flatnonzero(stored)
+        return rows, np.flatnonzero(stored)
 
     def sampleable_rows(self) -> np.ndarray:
         """The flat slots holding a transition that can be sampled now."""
         return self._rows()
+
+    def row_at(self, positions: np.ndarray) -> np.ndarray:
+        """The flat slots at `positions` of the valid ones (0 <= position < size)."""
+        return self._rows()[positions]
 
     def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """`count` flat slot indices (env * slots + slot) drawn uniformly from the valid ones."""
@@ -175,50 +195,23 @@ class FrameStorage:
         steps = self.frame_step[env, slot]
         return (slot[:, None] - np.minimum(back[None, :], steps[:, None])) % self.slots
 
-    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The transitions at `rows` with whole stacks: obs and next_obs are [N, stack, H, W] uint8."""
-        env, slot = np.divmod(rows, self.slots)
+    def index(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """What the learner gathers sampled `rows` (flat slots, any shape) by: the rows
+        themselves and, [..., stack] oldest first, the rows of their obs and next_obs frames."""
+        flat = rows.reshape(-1)
+        env, slot = np.divmod(flat, self.slots)
         next_slot = (slot + self.next_offset[env, slot]) % self.slots
-        return {
-            "obs": self.frames[env[:, None], self._stack_slots(env, slot)],
-            "action": self.action[env, slot],
-            "return": self.ret[env, slot],
-            "discount": self.discount[env, slot],
-            "next_obs": self.frames[env[:, None], self._stack_slots(env, next_slot)],
-        }
+        base = (env * self.slots)[:, None]
+        shape = (*rows.shape, self.stack)
+        return {"row": rows, "obs_frames": (base + self._stack_slots(env, slot)).reshape(shape),
+                "next_frames": (base + self._stack_slots(env, next_slot)).reshape(shape)}
 
-    def sample_batches(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """Micro-batches for the learner from `rows` [G, B], frames once (a FrameBatch, see
-        replay/contracts.py): F = frames_per_sample frames per transition, its obs stack and the
-        newest F - stack frames of its next_obs stack, as frames [G, B * F, H, W]; obs_index and
-        next_index [G, B, stack] say which rows make each stack. The older next_obs frames are
-        obs frames: next_obs starts `next_offset` frames later and both stacks repeat the same
-        episode-start frame, so position j of next_obs is position j + offset of obs."""
-        groups, count = rows.shape
-        stack, per_sample = self.stack, self.frames_per_sample
-        tail = per_sample - stack  # next_obs frames sent
-        env, slot = np.divmod(rows.reshape(-1), self.slots)
-        offset = self.next_offset[env, slot].astype(np.int64)
-        if tail < stack and (offset > tail).any():  # (with tail = stack every next_obs frame is sent)
-            raise ValueError(f"a next_obs {int(offset.max())} frames after its obs; this storage sends "
-                             f"{tail} (frames_per_sample {per_sample}): built with too small an n_step")
-        next_slots = self._stack_slots(env, (slot + offset) % self.slots)[:, stack - tail:]
-        slots = np.concatenate([self._stack_slots(env, slot), next_slots], axis=1)  # [G * B, F]
-        frames = self.frames[env[:, None], slots].reshape(groups, count * per_sample, *self.frames.shape[2:])
-        first = (np.arange(count) * per_sample)[:, None]  # each transition's first row
-        position = np.arange(stack)
-        obs_index = np.broadcast_to(first + position, (groups, count, stack))
-        next_index = np.where(position >= stack - tail, first + position + tail,
-                              first + position + offset.reshape(groups, count, 1))
-        env, slot = env.reshape(groups, count), slot.reshape(groups, count)
-        return {
-            "frames": frames,
-            "obs_index": np.ascontiguousarray(obs_index),
-            "action": self.action[env, slot],
-            "return": self.ret[env, slot],
-            "discount": self.discount[env, slot],
-            "next_index": next_index,
-        }
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions at `rows` read to host memory, with whole stacks: obs and next_obs are
+        [N, stack, H, W] uint8 (tests, checks)."""
+        index = self.index(rows)
+        return {field: self.backend.read(self.columns[column], (index[key],))
+                for field, (column, key) in self.GATHER.items()}
 
     def keys(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(env, stream number of the obs frame) of `rows`, in the collector's numbering."""
@@ -226,14 +219,17 @@ class FrameStorage:
         return env, self.stream[env, slot] - self.renumber
 
     def get_state(self) -> dict:
-        """Every array and counter, for a replay checkpoint."""
-        state = {name: getattr(self, name).copy() for name in _ARRAYS}
+        """Every column, bookkeeping array and counter, for a replay checkpoint."""
+        state = {name: self.backend.read(column, (slice(None),)) for name, column in self.columns.items()}
+        state.update({name: getattr(self, name).copy() for name in _SLOT_BOOKKEEPING})
         state.update(written=self.written, renumber=self.renumber, total_added=self.total_added)
         return state
 
     def set_state(self, state: dict) -> None:
         """Restore from `get_state` output (same capacity, envs and frame shape)."""
-        for name in _ARRAYS:
+        for name, column in self.columns.items():
+            self.backend.write(column, (slice(None),), np.asarray(state[name]).reshape(self.capacity, *column.shape[1:]))
+        for name in _SLOT_BOOKKEEPING:
             getattr(self, name)[...] = state[name]
         self.written, self.renumber, self.total_added = state["written"], state["renumber"], state["total_added"]
         self._valid_rows = None

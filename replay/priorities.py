@@ -7,11 +7,10 @@ the ordinal of the transition the slot holds (the shard's insert count when it a
 priority update names the slots and stamps it was sampled with, so one for a slot that has been
 overwritten since (another stamp now) is dropped instead of landing on the new transition.
 
-Across shards the sampling stays exact (replay/mixing.py): the learner draws each micro-batch's
-shard with probability share_s = mass_s / mass_total, the shard draws inside itself with
-p_i / mass_s, and the importance weight uses the global figures the learner sent with the request
-(a `PriorityView`), so the mixed batch has the probabilities and weights of one buffer holding
-every shard's data.
+Across shards the sampling stays exact (replay/sharded.py): each transition's shard is drawn with
+probability mass_s / mass_total and its slot inside the shard with p_i / mass_s, and the
+importance weights use the figures of all shards, so the mixed batch has the probabilities and
+weights of one buffer holding every shard's data.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.contracts import PriorityView
 from replay.sum_tree import SumTree
 
 INITIAL_PRIORITIES = ("td", "max")
@@ -38,6 +36,21 @@ class PrioritySettings:
         if self.alpha < 0 or self.epsilon <= 0 or self.initial not in INITIAL_PRIORITIES:
             raise ValueError(f"priority settings: alpha >= 0, epsilon > 0, initial one of {INITIAL_PRIORITIES}; "
                              f"got {self.alpha}, {self.epsilon}, {self.initial!r}")
+
+
+@dataclass(frozen=True)
+class BetaSchedule:
+    """The importance-sampling exponent: `start` at the first update, linearly to 1 at
+    `anneal_updates` (Schaul et al. anneal it to 1 by the end of training)."""
+
+    start: float
+    anneal_updates: int
+    samples_per_update: int
+
+    def at(self, samples: int) -> float:
+        """Beta after `samples` sampled transitions."""
+        progress = min(1.0, samples / (self.samples_per_update * max(1, self.anneal_updates)))
+        return self.start + (1.0 - self.start) * progress
 
 
 @dataclass(frozen=True)
@@ -60,10 +73,17 @@ def importance_weights(probabilities: np.ndarray, min_probability: float, size: 
 class PriorityIndex:
     """Masses and stamps of a shard's slots: store, clear, update (stale ones dropped), sample."""
 
-    def __init__(self, capacity: int, settings: PrioritySettings):
+    def __init__(self, capacity: int, settings: PrioritySettings, tree: SumTree | None = None, offset: int = 0,
+                 stamps: np.ndarray | None = None):
+        """With `tree`, this shard's slots are leaves offset..offset+capacity-1 of a tree every
+        shard of a replay shares (replay/sharded.py: one find per draw, one update per learner
+        update), and `stamps` its part of the replay's stamps; without, its own."""
         self.settings = settings
-        self.tree = SumTree(capacity)
-        self.stamps = np.full(capacity, -1, np.int64)  # -1: the slot holds no transition
+        self.capacity = capacity
+        self.tree = tree if tree is not None else SumTree(capacity)
+        self.offset = offset
+        self.stamps = stamps if stamps is not None else np.full(capacity, -1, np.int64)  # -1: no transition
+        self.stamps.fill(-1)
         self.max_mass = 1.0  # new transitions' mass under initial="max" (Schaul et al. start at 1)
         self.updates_applied = 0
         self.updates_dropped = 0
@@ -73,19 +93,30 @@ class PriorityIndex:
         return (np.abs(np.asarray(td_abs, np.float64)) + self.settings.epsilon) ** self.settings.alpha
 
     @property
+    def _own_tree(self) -> bool:
+        return self.offset == 0 and self.tree.capacity == self.capacity
+
+    def masses(self) -> np.ndarray:
+        """Every slot's mass."""
+        return self.tree.get(self.offset + np.arange(self.capacity))
+
+    @property
     def total(self) -> float:
         """The shard's total mass."""
-        return self.tree.total
+        return self.tree.total if self._own_tree else float(self.masses().sum())
 
     @property
     def min_mass(self) -> float:
         """The smallest positive mass held (inf when none)."""
-        return self.tree.min_positive
+        if self._own_tree:
+            return self.tree.min_positive
+        masses = self.masses()
+        return float(masses[masses > 0].min()) if (masses > 0).any() else float("inf")
 
     def place(self, placement: Placement, first_stamp: int, td_abs: np.ndarray | None) -> None:
         """Record a stored chunk: its transition k gets stamp first_stamp + k and the mass of its
         |TD error| (`td_abs`, one per chunk transition), or the largest mass seen when None."""
-        self.tree.update(placement.cleared, np.zeros(len(placement.cleared)))
+        self.tree.update(self.offset + placement.cleared, np.zeros(len(placement.cleared)))
         self.stamps[placement.cleared] = -1
         kept = np.asarray(placement.kept, np.int64)
         if td_abs is None or self.settings.initial == "max":
@@ -108,40 +139,31 @@ class PriorityIndex:
 
     def _set(self, slots: np.ndarray, masses: np.ndarray) -> None:
         if len(masses):
-            self.tree.update(slots, masses)
+            self.tree.update(self.offset + slots, masses)
             self.max_mass = max(self.max_mass, float(masses.max()))
 
     def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """`count` independent draws, each slot with probability mass / total (exactly, so a batch
-        mixed across shards has one buffer's law)."""
+        """`count` independent draws, each slot with probability mass / total (a shard with its
+        own tree; a replay's shards are drawn from together, replay/sharded.py)."""
+        if not self._own_tree:
+            raise ValueError("a shard of a shared tree is drawn from by its replay")
         total = self.tree.total
         return self.tree.find(np.minimum(rng.random(count) * total, np.nextafter(total, 0.0)))
-
-    def weights(self, slots: np.ndarray, view: PriorityView | None, size: int) -> np.ndarray:
-        """Importance weights of drawn `slots`. With the learner's `view`, P(i) = share * mass_i /
-        this shard's total and the normalisation is the global one; without (a single shard, or no
-        view yet) this shard is the whole replay."""
-        total = self.tree.total
-        if view is None:
-            view = {"share": 1.0, "total": total, "min": self.min_mass, "size": size, "beta": 1.0}
-        probabilities = view["share"] * self.tree.get(slots) / total
-        return importance_weights(probabilities, view["min"] / view["total"], view["size"], view["beta"])
 
     def reset_to_max(self, slots: np.ndarray, first_stamp: int) -> None:
         """Give `slots` (restored without priorities) the largest mass and unique stamps below
         `first_stamp`, the next new transition's."""
-        self.tree.update(np.arange(self.tree.capacity), np.zeros(self.tree.capacity))
+        self.tree.update(self.offset + np.arange(self.capacity), np.zeros(self.capacity))
         self.stamps.fill(-1)
         self._set(slots, np.full(len(slots), self.max_mass))
         self.stamps[slots] = first_stamp - 1 - np.arange(len(slots))
 
     def get_state(self) -> dict:
         """Masses, stamps and the largest mass, for a replay checkpoint."""
-        return {"masses": self.tree.get(np.arange(self.tree.capacity)).astype(np.float32),
-                "stamps": self.stamps.copy(), "max_mass": self.max_mass}
+        return {"masses": self.masses().astype(np.float32), "stamps": self.stamps.copy(), "max_mass": self.max_mass}
 
     def set_state(self, state: dict) -> None:
         """Restore from `get_state` output (same capacity)."""
-        self.tree.update(np.arange(self.tree.capacity), state["masses"].astype(np.float64))
+        self.tree.update(self.offset + np.arange(self.capacity), state["masses"].astype(np.float64))
         self.stamps[...] = state["stamps"]
         self.max_mass = state["max_mass"]

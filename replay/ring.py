@@ -5,6 +5,10 @@ from the first insert; the oldest rows are overwritten once the ring is full. A 
 written with at most two slice assignments (the second only when the chunk wraps), and a sample
 is one fancy-indexing gather per field: no per-transition Python loop anywhere.
 
+The columns are written and read through a column backend (replay/columns.py): numpy in host
+memory, or tensors on the learner's GPU. A sample is an index draw (`index`): which rows, from
+which the learner gathers each field where the columns live (GATHER says how).
+
 Invariant (see `check_invariants`): 0 <= size <= capacity, 0 <= cursor < capacity, and
 size < capacity implies cursor == size (the ring fills from row 0 before it wraps).
 """
@@ -12,9 +16,11 @@ size < capacity implies cursor == size (the ring fills from row 0 before it wrap
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
+from replay.columns import ColumnBackend, HostColumns
 from replay.priorities import Placement
 
 # The fields one stored transition has, in the names of the Chunk message (collector -> shard).
@@ -34,13 +40,23 @@ def transition_layout(obs_shape: tuple[int, ...], obs_dtype: str) -> dict[str, t
 
 
 class RingStorage:
-    """Fixed-capacity FIFO of transitions stored column-wise in numpy arrays."""
+    """Fixed-capacity FIFO of transitions stored column-wise.
 
-    def __init__(self, capacity: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
+    `columns` are this storage's rows of a larger allocation (replay/sharded.py gives every shard
+    a slice of one column per field); without them the storage allocates its own.
+    """
+
+    # training field -> (column, index key of `index`): how the learner gathers a batch
+    GATHER: ClassVar[dict[str, tuple[str, str]]] = {name: (name, "row") for name in TRANSITION_FIELDS}
+
+    def __init__(self, capacity: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+                 backend: ColumnBackend | None = None, columns: dict | None = None):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self.columns = {name: np.zeros((capacity, *shape), dtype) for name, (shape, dtype) in layout.items()}
+        self.backend = backend or HostColumns()
+        self.columns = columns if columns is not None else {
+            name: self.backend.allocate((capacity, *shape), dtype) for name, (shape, dtype) in layout.items()}
         self.size = 0
         self.cursor = 0  # next row to write
         self.total_added = 0
@@ -48,7 +64,7 @@ class RingStorage:
     @property
     def nbytes(self) -> int:
         """Bytes held by the preallocated columns."""
-        return sum(column.nbytes for column in self.columns.values())
+        return sum(self.backend.nbytes(column) for column in self.columns.values())
 
     def add(self, chunk: Mapping[str, np.ndarray]) -> Placement:
         """Append a chunk (same fields, equal leading length); returns where its transitions went.
@@ -67,11 +83,12 @@ class RingStorage:
             count -= skip
         rows = (self.cursor + np.arange(count)) % self.capacity
         first = min(count, self.capacity - self.cursor)
+        write = self.backend.write
         for name, column in self.columns.items():
-            values = chunk[name][skip:]
-            column[self.cursor : self.cursor + first] = values[:first]
+            values = np.asarray(chunk[name])[skip:]
+            write(column, (slice(self.cursor, self.cursor + first),), values[:first])
             if first < count:
-                column[: count - first] = values[first:]
+                write(column, (slice(0, count - first),), values[first:])
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.capacity, self.size + count)
         return Placement(rows, np.arange(skip, skip + count), np.zeros(0, np.int64))
@@ -80,31 +97,34 @@ class RingStorage:
         """The rows holding a transition."""
         return np.arange(self.size)
 
+    def row_at(self, positions: np.ndarray) -> np.ndarray:
+        """The rows at `positions` of the sampleable rows (0 <= position < size)."""
+        return positions
+
     def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """`count` row indices drawn uniformly (with replacement) from the stored rows."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty storage")
         return rng.integers(0, self.size, size=count)
 
-    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The stored fields at `rows` (fresh arrays, safe to send and to keep)."""
-        return {name: column[rows] for name, column in self.columns.items()}
+    def index(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """What the learner gathers sampled `rows` by (any shape; see GATHER)."""
+        return {"row": rows}
 
-    def sample_batches(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """Micro-batches for the learner from `rows` [G, B]: every field [G, B, ...]."""
-        groups, count = rows.shape
-        return {name: array.reshape(groups, count, *array.shape[1:]) for name, array in self.gather(rows.reshape(-1)).items()}
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The stored fields at `rows`, read to host memory (tests, checks)."""
+        return {name: self.backend.read(column, (rows,)) for name, column in self.columns.items()}
 
     def get_state(self) -> dict:
         """The stored rows and cursors, for a replay checkpoint."""
-        return {"columns": {k: v[: self.size].copy() for k, v in self.columns.items()},
+        return {"columns": {k: self.backend.read(v, (slice(0, self.size),)) for k, v in self.columns.items()},
                 "size": self.size, "cursor": self.cursor, "total_added": self.total_added}
 
     def set_state(self, state: dict) -> None:
         """Restore from `get_state` output (same layout and capacity)."""
         size = state["size"]
         for name, column in self.columns.items():
-            column[:size] = state["columns"][name]
+            self.backend.write(column, (slice(0, size),), np.asarray(state["columns"][name]))
         self.size, self.cursor, self.total_added = size, state["cursor"], state["total_added"]
         self.check_invariants()
 

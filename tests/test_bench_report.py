@@ -70,22 +70,6 @@ def test_bounding_stage_names_the_side_that_waits_less_and_its_largest_phase():
     assert bounding_stage({**collectors, "throttle": 0.0}, hungry) == "collectors (env)"
 
 
-def test_fetch_path_bench_measures_every_group_through_a_real_local_cluster():
-    """The command BENCHMARKS.md quotes for the learner's fetch path runs and reports each group."""
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-m", "cluster.bench.fetch_path", "--shards", "2", "--capacity", "1600",
-         "--micro-batch", "16", "--groups", "2,8", "--seconds", "0.5", "--copy"],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = [line.split() for line in result.stdout.splitlines()[2:]]  # after the title and the header
-    assert [row[0] for row in rows] == ["2", "8"]
-    for row in rows:
-        assert float(row[1].replace(",", "")) > 0 and float(row[3]) > 0  # micro-batches/s, CPU ms each
-
-
 def test_scaling_fits_a_line_and_extrapolates_each_measure():
     from cluster.bench.scaling import fit, table
 

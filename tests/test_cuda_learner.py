@@ -5,51 +5,67 @@ import numpy as np
 import pytest
 import torch
 
+from actors.adders import EnvStep, FrameAdder
+from learner.device_columns import DeviceColumns
 from learner.learner import Learner
+from replay.priorities import BetaSchedule, PrioritySettings
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import StorageSpec
+from replay.sharded import ShardedReplay
 from tests.test_learner import random_batch, settings
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="the captured update needs CUDA")
 CUDA = torch.device("cuda")
 PIXELS = (4, 36, 36)
-FRAMES_PER_SAMPLE = 7  # a stack of 4 and n-step 3 (replay/frames.py)
 
 
-def batches(kind: str, size: int, seed: int = 0) -> list[dict]:
-    """32 micro-batches: flat ("mlp"), whole pixel stacks ("cnn") or frames once ("frames")."""
+def device_replay(kind: str, prioritized: bool, seed: int = 0) -> ShardedReplay:
+    """Two shards on the GPU, filled with the same random data for the same seed: flat
+    transitions ("mlp"), whole pixel stacks ("cnn") or frames stored once ("frames")."""
     rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(32):
-        batch = random_batch(rng, size)
-        if kind == "cnn":
-            batch["obs"] = rng.integers(0, 256, (size, *PIXELS), dtype=np.uint8)
-            batch["next_obs"] = rng.integers(0, 256, (size, *PIXELS), dtype=np.uint8)
-        elif kind == "frames":
-            width = size * FRAMES_PER_SAMPLE
-            del batch["obs"], batch["next_obs"]
-            batch["frames"] = rng.integers(0, 256, (width, *PIXELS[1:]), dtype=np.uint8)
-            batch["obs_index"] = rng.integers(0, width, (size, PIXELS[0]))
-            batch["next_index"] = rng.integers(0, width, (size, PIXELS[0]))
-        out.append(batch)
-    return out
+    frame_stack, num_envs = (4, 4) if kind == "frames" else (0, 1)
+    obs_shape, dtype = ((4,), "float32") if kind == "mlp" else (PIXELS, "uint8")
+    replay = ShardedReplay(2, StorageSpec(512, obs_shape, dtype, frame_stack, num_envs), SamplesPerInsertLimiter(0, 1, 1),
+                           seed, PrioritySettings() if prioritized else None,
+                           BetaSchedule(0.4, 100, 1) if prioritized else None, DeviceColumns(CUDA))
+    for shard in range(2):
+        if kind != "frames":
+            chunk = random_batch(rng, 512)
+            if kind == "cnn":
+                chunk["obs"], chunk["next_obs"] = rng.integers(0, 256, (2, 512, *PIXELS), dtype=np.uint8)
+            chunk["priority"] = rng.random(512).astype(np.float32)
+            replay.add(shard, chunk)
+            continue
+        stacks = rng.integers(0, 256, (num_envs, *PIXELS), dtype=np.uint8)
+        adder = FrameAdder(3, 0.99, num_envs, PIXELS[1:], 32, stacks, with_priorities=prioritized)
+        for t in range(160):
+            following = rng.integers(0, 256, (num_envs, *PIXELS), dtype=np.uint8)
+            done = rng.random(num_envs) < 0.02
+            adder.add(EnvStep(stacks, rng.integers(0, 3, num_envs), rng.normal(size=num_envs), done,
+                              np.zeros(num_envs, bool), following))
+            stacks = following
+            if (t + 1) % 32 == 0:
+                replay.add(shard, adder.pop())
+    return replay
 
 
-def learner_pair(pixels: bool | str, **overrides):
-    """Two learners with the same initial weights, fed the same batches: captured and eager.
-    `pixels`: False (an MLP), True (a CNN on whole stacks) or "frames" (a CNN on frame-once batches)."""
+def learner_pair(pixels: bool | str, prioritized: bool = False, **overrides):
+    """Two learners with the same initial weights over replays of the same data and seed (so the
+    same draws), on the GPU: captured and eager. `pixels`: False (an MLP), True (a CNN on whole
+    stacks) or "frames" (a CNN on frames stored once, stacks gathered inside the update)."""
     kind = "frames" if pixels == "frames" else "cnn" if pixels else "mlp"
     shape = {"obs_shape": PIXELS, "obs_dtype": "uint8", "hidden": [64]} if pixels else {}
-    if kind == "frames":
-        shape["frames_per_sample"] = FRAMES_PER_SAMPLE
-    data = batches(kind, overrides.get("micro_batch", 16))
     pair = []
     for graphs in ("on", "off"):
-        stream = iter(data * 100)
-        s = settings(**{**shape, **overrides, "cuda_graphs": graphs})
-        pair.append(Learner(s, CUDA, lambda stream=stream: next(stream), lambda w: None))
+        s = settings(**{**shape, **overrides, "cuda_graphs": graphs, "prioritized": prioritized})
+        pair.append(Learner(s, CUDA, device_replay(kind, prioritized), lambda w: None))
+    assert all(learner.feed.on_device for learner in pair)
     # Both learners must run the same convolution algorithms: cuDNN's autotuner may pick a
     # different (non-deterministic) one per learner, and that, not capture, would set them apart.
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
+    pair[1].online.load_state_dict(pair[0].online.state_dict())
+    pair[1].target.load_state_dict(pair[0].target.state_dict())
     for learner in pair:
         learner.warmup()
     return pair
@@ -98,7 +114,7 @@ def test_loading_a_checkpoint_after_capture_captures_again():
     first, _ = learner_pair(True, precision="bf16", updates_per_epoch=3)
     first.train_epoch()
     state = first.state_bytes()
-    captured, eager = learner_pair(True, precision="bf16", updates_per_epoch=3, seed=9)
+    captured, eager = learner_pair(True, precision="bf16", updates_per_epoch=3)
     for learner in (captured, eager):
         learner.load_state_bytes(state)
     assert captured.captured and captured.updates == 3
@@ -120,40 +136,18 @@ def test_compiled_networks_inside_the_captured_update_match_eager(pixels):
     assert relative_gap(captured, eager, initial) < 2e-2
 
 
-def test_a_captured_prioritized_update_weighs_its_loss_and_sends_the_eager_errors():
-    """Importance weights enter the captured graph as a static input and the |TD errors| leave it
-    in a static buffer; copied to the host without a synchronize, they reach the sender a few
+def test_a_captured_prioritized_update_gives_the_replay_the_eager_errors():
+    """Importance weights enter the captured graph with the drawn indices and the |TD errors| leave
+    it in a static buffer; copied to the host without a synchronize, they reach the replay a few
     updates later, equal to the eager learner's."""
-    from replay.contracts import SampledKeys
-
-    data = batches("mlp", 16, seed=3)
-    rng = np.random.default_rng(0)
-    for i, batch in enumerate(data):
-        batch["weight"] = rng.uniform(0.1, 1.0, 16).astype(np.float32)
-        batch["keys"] = SampledKeys(i % 2, "p", np.arange(16) + 16 * i, np.arange(16))
-    sent = {"on": [], "off": []}
-    pair = []
-    for graphs in ("on", "off"):
-        stream = iter(data)
-        s = settings(prioritized=True, updates_per_epoch=8, cuda_graphs=graphs)
-        pair.append(Learner(s, CUDA, lambda stream=stream: next(stream), lambda w: None, sent[graphs].extend))
-    torch.backends.cudnn.deterministic = True
-    pair[1].online.load_state_dict(pair[0].online.state_dict())
-    pair[1].target.load_state_dict(pair[0].target.state_dict())
+    pair = learner_pair(False, prioritized=True, updates_per_epoch=8)
     for learner in pair:
-        learner.warmup()
         learner.train_epoch()
-        learner.train_epoch()  # the second epoch's updates let the first epoch's copies be sent
-        torch.cuda.synchronize()
-        learner.feed.close()
+        learner.train_epoch()
+        learner.feedback.flush()  # the end of a run: every copy still pending is applied
     assert pair[0].captured and not pair[1].captured
-    for graphs, learner in zip(("on", "off"), pair):
-        learner.feedback.flush()  # the end of a run: every copy still pending goes out
-        transitions = sum(len(u.index) for u in sent[graphs])
-        assert transitions + learner.feedback.unsent == 2 * 8 * 16, (graphs, transitions, learner.feedback.unsent)
-    on = {(u.shard, int(u.index[0])): u.td_abs for u in sent["on"]}
-    off = {(u.shard, int(u.index[0])): u.td_abs for u in sent["off"]}
-    both = set(on) & set(off)
-    assert len(both) >= 8, (sorted(on), sorted(off))  # nothing lost on the way, at least the first epoch's
-    for key in both:
-        np.testing.assert_allclose(on[key], off[key], rtol=1e-3, atol=1e-4)
+    for learner in pair:
+        applied = sum(s["priority_updates_applied"] + s["priority_updates_dropped"] for s in learner.replay.stats())
+        assert applied + learner.feedback.unsent == 2 * 8 * 16
+    masses = [learner.replay.tree.get(np.arange(2 * 512)) for learner in pair]
+    np.testing.assert_allclose(masses[0], masses[1], rtol=1e-3, atol=1e-4)

@@ -36,8 +36,7 @@ def train_config(command: str) -> RunConfig:
 
 
 def request_of(config: RunConfig, gpus: int) -> ResourceRequest:
-    return ResourceRequest(config.collectors.num, config.collectors.num_cpus, config.replay.num_cpus,
-                           config.learner.num_cpus, gpus)
+    return ResourceRequest(config.collectors.num, config.collectors.num_cpus, config.learner.num_cpus, gpus)
 
 
 def pod_nodes(cluster_spec: dict) -> list[dict[str, float]]:

@@ -67,17 +67,6 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, dama
     assert len(skipped) == 1 and "ckpt-00000002 is damaged" in skipped[0] and "\n" not in skipped[0]
 
 
-def test_a_shard_restore_takes_the_newest_set_that_has_replay(tmp_path):
-    """A set saved while a shard was dying has the learner's part only: a restarted shard's
-    replay comes from the set before it, a resume from the newest."""
-    replay = [{"storage": {"total_added": 7}, "sampled": 1}]
-    save_checkpoint(tmp_path, 1, b"one", {"epochs": 1, "env_steps": 1, "wall_s": 1.0}, keep=3, replay_states=replay)
-    save_checkpoint(tmp_path, 2, b"two", {"epochs": 2, "env_steps": 2, "wall_s": 1.0}, keep=3)
-    assert load_latest(tmp_path).epochs == 2 and load_latest(tmp_path).replay_files == []
-    with_replay = load_latest(tmp_path, with_replay=True)
-    assert with_replay.epochs == 1 and read_replay(with_replay.replay_files[0]) == replay[0]
-
-
 def test_a_checkpoint_set_holds_every_shards_replay_and_a_damaged_part_voids_it(tmp_path):
     replay = [{"storage": {"total_added": 10 * i}, "sampled": i} for i in (1, 2)]
     for epoch in (1, 2, 3, 4):
@@ -172,16 +161,16 @@ def test_metrics_rates_lag_and_episode_means():
 
 def test_placement_check_names_what_is_missing():
     nodes = [{"CPU": 2.0}]
-    request = ResourceRequest(num_collectors=4, collector_cpus=1.0, shard_cpus=0.01, learner_cpus=1.0, learner_gpus=0)
-    with pytest.raises(PlacementError, match=r"needs 5.04 CPUs .* but the Ray cluster has 2"):
+    request = ResourceRequest(num_collectors=4, collector_cpus=1.0, learner_cpus=1.0, learner_gpus=0)
+    with pytest.raises(PlacementError, match=r"needs 5 CPUs .* but the Ray cluster has 2"):
         check_fits(request, nodes)
-    gpu = ResourceRequest(num_collectors=1, collector_cpus=0.1, shard_cpus=0.01, learner_cpus=1.0, learner_gpus=1)
+    gpu = ResourceRequest(num_collectors=1, collector_cpus=0.1, learner_cpus=1.0, learner_gpus=1)
     with pytest.raises(PlacementError, match="asks for 1 GPU but the Ray cluster has 0"):
         check_fits(gpu, nodes)
-    wide = ResourceRequest(num_collectors=1, collector_cpus=3.0, shard_cpus=0.0, learner_cpus=0.5, learner_gpus=0)
+    wide = ResourceRequest(num_collectors=1, collector_cpus=3.0, learner_cpus=0.5, learner_gpus=0)
     with pytest.raises(PlacementError, match="needs 3 CPUs on a single node but the largest node has 2"):
         check_fits(wide, [{"CPU": 2.0}, {"CPU": 2.0}])
-    check_fits(ResourceRequest(2, 0.4, 0.01, 1.0, 0), nodes)  # the default config fits a 2-CPU laptop
+    check_fits(ResourceRequest(2, 0.4, 1.0, 0), nodes)  # the default config fits a 2-CPU laptop
 
 
 def test_progress_logs_lines_when_not_a_terminal():
@@ -224,27 +213,27 @@ PLACEMENT_TABLE = [
 @pytest.mark.parametrize("shape,nodes,asked,learner_node,strategy", PLACEMENT_TABLE, ids=[r[0] for r in PLACEMENT_TABLE])
 def test_placement_finds_the_layout_each_node_shape_allows(shape, nodes, asked, learner_node, strategy):
     collectors, collector_cpus, learner_cpus, learner_gpus = asked
-    request = ResourceRequest(collectors, collector_cpus, 0.01, learner_cpus, learner_gpus)
+    request = ResourceRequest(collectors, collector_cpus, learner_cpus, learner_gpus)
     check_fits(request, nodes)
     assert best_learner_node(request, nodes) == learner_node
     assert pair_strategy(request, cpus_beside_learner(request, nodes, learner_node)) == strategy
 
 
 def test_placement_refuses_shapes_with_no_layout_in_one_line():
-    too_small = ResourceRequest(1, 0.4, 0.01, 1.0, 0)
-    with pytest.raises(PlacementError, match=r"needs 1.41 CPUs .* but the Ray cluster has 1"):
+    too_small = ResourceRequest(1, 0.4, 1.0, 0)
+    with pytest.raises(PlacementError, match=r"needs 1.4 CPUs .* but the Ray cluster has 1"):
         check_fits(too_small, [CPU])
-    # Enough CPUs in all (2.83 of 3), but a 0.61-CPU pair fits beside a 1-CPU learner on no node.
-    fragmented = ResourceRequest(3, 0.6, 0.01, 1.0, 0)
-    with pytest.raises(PlacementError, match="^3 collector\\+shard pairs of 0.61 CPUs do not fit beside the learner "
+    # Enough CPUs in all (2.8 of 3), but a 0.6-CPU collector fits beside a 1-CPU learner on no node.
+    fragmented = ResourceRequest(3, 0.6, 1.0, 0)
+    with pytest.raises(PlacementError, match="^3 collectors of 0.6 CPUs do not fit beside the learner "
                        "on nodes of 3 x 1 CPU: at most 2 do; lower collectors.num"):
         check_fits(fragmented, [CPU] * 3)
     # A CPU learner would fit on the 2-CPU node, leaving the 3 CPUs to the pairs; a GPU learner
     # must take the GPU node, and then only one 1.5-CPU pair has room.
     nodes = [{"CPU": 3.0, "GPU": 1.0}, {"CPU": 2.0}]
-    check_fits(ResourceRequest(2, 1.5, 0.0, 2.0, 0), nodes)
+    check_fits(ResourceRequest(2, 1.5, 2.0, 0), nodes)
     with pytest.raises(PlacementError, match="on nodes of 1 x 3 CPU \\+ 1 GPU, 1 x 2 CPU: at most 1 do"):
-        check_fits(ResourceRequest(2, 1.5, 0.0, 2.0, 1), nodes)
+        check_fits(ResourceRequest(2, 1.5, 2.0, 1), nodes)
 
 
 def test_the_solve_clock_starts_when_the_command_process_started():

@@ -13,9 +13,12 @@ import pytest
 from actors.adders import EnvStep, FrameAdder
 from actors.frames import FrameStacker
 from actors.nstep import NStepFolder
-from replay.frames import FrameStorage, frame_bytes_per_slot, frames_per_sample
+from replay.frames import FrameStorage, frame_bytes_per_slot
 from replay.priorities import PriorityIndex, PrioritySettings
+from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
+from replay.shard import StorageSpec
+from replay.sharded import ShardedReplay
 
 FRAME = (3, 4)
 
@@ -58,7 +61,7 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
     rng = np.random.default_rng(seed + 1)
     stacker = FrameStacker(num_envs, stack, FRAME)
     reference = NStepFolder(n, 0.9, num_envs, (stack, *FRAME), np.uint8, chunk_steps, with_env=True)
-    storage = FrameStorage(capacity, num_envs, FRAME, stack, n_step=n)
+    storage = FrameStorage(capacity, num_envs, FRAME, stack)
     priorities = storage.priorities = PriorityIndex(storage.capacity, PrioritySettings()) if prioritized else None
     ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
     keys: list[tuple[int, int]] = []
@@ -146,33 +149,26 @@ def test_frame_storage_rebuilds_the_reference_stacks(seed, stack, n):
         assert (row_obs[:first + 1] == row_obs[first]).all()
 
 
-@pytest.mark.parametrize("stack,n", [(4, 3), (2, 1), (4, 5), (1, 3)])
-def test_frame_once_batches_build_the_same_stacks_with_fewer_frames(stack, n):
-    storage, _, _ = run_both(steps=300, num_envs=3, stack=stack, n=n, capacity=150, seed=7, p_end=0.05)
-    rows = storage.sample_rows(4 * 32, np.random.default_rng(1)).reshape(4, 32)
-    batch = storage.sample_batches(rows)
-    whole = storage.gather(rows.reshape(-1))
-    width = 32 * frames_per_sample(stack, n)
-    assert width == 32 * (stack + min(n, stack))  # 2 x stack for whole stacks
-    assert batch["frames"].shape == (4, width, *FRAME) and batch["frames"].dtype == np.uint8
-    assert batch["obs_index"].shape == batch["next_index"].shape == (4, 32, stack)
-    for g in range(4):
-        rebuilt_obs = batch["frames"][g][batch["obs_index"][g]]
-        rebuilt_next = batch["frames"][g][batch["next_index"][g]]
-        np.testing.assert_array_equal(rebuilt_obs, whole["obs"][g * 32:(g + 1) * 32])
-        np.testing.assert_array_equal(rebuilt_next, whole["next_obs"][g * 32:(g + 1) * 32])
-        # Each row is sent for one transition and read by its stacks.
-        assert set(np.union1d(batch["obs_index"][g], batch["next_index"][g]).tolist()) == set(range(width))
-    for name in ("action", "return", "discount"):
-        np.testing.assert_array_equal(batch[name], whole[name].reshape(4, 32), err_msg=name)
-
-
-def test_frame_once_batches_refuse_a_next_obs_further_than_the_storage_sends():
-    storage, _, _ = run_both(steps=60, num_envs=2, stack=4, n=3, capacity=200, seed=2, p_end=0.0)
-    storage.frames_per_sample = frames_per_sample(4, 1)  # as if built for n-step 1
-    rows = storage.sample_rows(64, np.random.default_rng(0)).reshape(2, 32)
-    with pytest.raises(ValueError, match="3 frames after its obs"):
-        storage.sample_batches(rows)
+@pytest.mark.parametrize("stack,n", [(4, 3), (2, 1), (1, 3)])
+def test_a_draw_across_pixel_shards_gathers_each_shards_own_stacks(stack, n):
+    """Two frame storages become shards 0 and 1 of one replay: every transition a draw picks,
+    gathered from the replay's whole columns by the draw's indices, is the one its own shard holds."""
+    storages = [run_both(steps=200, num_envs=3, stack=stack, n=n, capacity=150, seed=seed, p_end=0.05)[0]
+                for seed in (7, 8)]
+    rep = ShardedReplay(2, StorageSpec(150, (stack, *FRAME), "uint8", stack, 3), SamplesPerInsertLimiter(0, 1, 1), 0)
+    for i, storage in enumerate(storages):
+        rep.set_state(i, {"storage": storage.get_state(), "sampled": 0})
+    draw = rep.draw(4, 64)
+    assert draw.index["obs_frames"].shape == draw.index["next_frames"].shape == (4, 64, stack)
+    batch = rep.gather(draw)
+    assert batch["obs"].shape == (4, 64, stack, *FRAME) and batch["obs"].dtype == np.uint8
+    rows = draw.index["row"].ravel()
+    shard, local = np.divmod(rows, rep.rows_per_shard)
+    assert set(shard.tolist()) == {0, 1}
+    for field in ("obs", "next_obs", "action", "return", "discount"):
+        expected = np.stack([storages[s].gather(np.array([r]))[field][0] for s, r in zip(shard, local)])
+        np.testing.assert_array_equal(batch[field].reshape(len(rows), *batch[field].shape[2:]), expected,
+                                      err_msg=field)
 
 
 def test_sampling_is_uniform_over_valid_slots_without_rejection():

@@ -123,17 +123,17 @@ def train_on_three_one_cpu_nodes(run: Path, *overrides: str) -> tuple[int, set[s
     return code, node_ids
 
 
-def test_three_nodes_spread_collectors_with_their_shards(tmp_path):
+def test_three_nodes_spread_collectors_around_the_learner_and_its_replay(tmp_path):
     run = tmp_path / "multi"
     code, node_ids = train_on_three_one_cpu_nodes(run, "collectors.num_cpus=0.3", "learner.num_cpus=0.5",
                                                   "stop.env_steps=80000", *SHORT, "eval.episodes=16",
                                                   "stop.eval_return=200")
     assert code == 0
     placement = json.loads((run / "placement.json").read_text())
-    pairs = placement["pairs"]
+    collectors = placement["collectors"]
     assert len(node_ids) == 3
-    assert {p["collector_node"] for p in pairs} == node_ids  # one collector on each node
-    assert all(p["shard_node"] == p["collector_node"] for p in pairs)
+    assert {c["collector_node"] for c in collectors} == node_ids  # one collector on each node
+    assert placement["replay_node"] == placement["learner_node"]  # every shard in the learner's process
     result = summary(run)
     # Learning still works: a random CartPole policy scores about 22, an untrained greedy net about 9.
     # The run must reach a 16-episode mean of 200 within its 80k-step cap (the final weights are no
@@ -149,7 +149,7 @@ def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
     assert code == 0
     placement = json.loads((run / "placement.json").read_text())
     assert placement["pair_strategy"] == "SPREAD"
-    pair_nodes = [p["collector_node"] for p in placement["pairs"]]
+    pair_nodes = [c["collector_node"] for c in placement["collectors"]]
     assert placement["learner_node"] not in pair_nodes and len(set(pair_nodes)) == 2
     assert summary(run)["env_steps"] >= 4000
 

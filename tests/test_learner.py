@@ -8,16 +8,19 @@ import pytest
 import torch
 from torch import nn
 
-from learner.device_feed import stack_micro_batches
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
 from learner.policy_file import PolicyFileError, load_policy
 from learner.precision import PrecisionPolicy, make_precision
 from learner.settings import LearnerSettings
-from learner.synthetic import synthetic_batch
+from learner.throughput import CycledFeed
 from learner.update_step import StepSettings, UpdateStep
-from replay.contracts import PriorityUpdate, SampledKeys, Weights
+from replay.contracts import Weights
+from replay.priorities import BetaSchedule, PrioritySettings
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import StorageSpec
+from replay.sharded import ShardedReplay
 
 
 class TableQ(nn.Module):
@@ -85,10 +88,36 @@ def random_batch(rng: np.random.Generator, size: int) -> dict:
     }
 
 
+def filled_replay(s: LearnerSettings, rng: np.random.Generator, size: int = 256, shards: int = 2) -> ShardedReplay:
+    """A replay of `shards` shards holding `size` random transitions each (pixels as uint8
+    stacks), prioritized as `s` says, with the limiter off."""
+    prioritized = s.prioritized
+    replay = ShardedReplay(shards, StorageSpec(size, s.obs_shape, s.obs_dtype), SamplesPerInsertLimiter(0.0, 1, 1), 0,
+                           PrioritySettings() if prioritized else None, BetaSchedule(0.4, 100, 1) if prioritized else None)
+    for i in range(shards):
+        chunk = random_batch(rng, size)
+        if s.obs_dtype == "uint8":
+            chunk["obs"], chunk["next_obs"] = rng.integers(0, 256, (2, size, *s.obs_shape), dtype=np.uint8)
+        chunk["priority"] = rng.random(size).astype(np.float32)
+        replay.add(i, chunk)
+    return replay
+
+
+def learner_for(s: LearnerSettings, published: list | None = None, seed: int = 1) -> Learner:
+    """A CPU learner of `s` over a filled replay."""
+    rng = np.random.default_rng(seed)
+    return Learner(s, torch.device("cpu"), filled_replay(s, rng), (published if published is not None else []).append)
+
+
+def stacked(batches: list[dict]) -> dict[str, torch.Tensor]:
+    """Micro-batches as one update's [G, B, ...] tensors."""
+    return {name: torch.from_numpy(np.stack([b[name] for b in batches])) for name in batches[0]}
+
+
 def grads_after(learner: Learner, batches: list[dict]) -> list[torch.Tensor]:
     """The (unclipped: max_grad_norm is huge) gradients of one update over `batches`."""
     learner.optimizer.zero_grad(set_to_none=True)
-    learner.step(stack_micro_batches(batches))
+    learner.step(stacked(batches))
     return [p.grad.clone() for p in learner.online.parameters()]
 
 
@@ -96,8 +125,8 @@ def test_k_micro_batches_give_the_gradient_of_one_batch_k_times_larger():
     rng = np.random.default_rng(0)
     micro = [random_batch(rng, 16) for _ in range(4)]
     whole = {k: np.concatenate([b[k] for b in micro]) for k in micro[0]}
-    accumulated = Learner(settings(accumulation_steps=4), torch.device("cpu"), None, lambda w: None)
-    single = Learner(settings(accumulation_steps=1, micro_batch=64), torch.device("cpu"), None, lambda w: None)
+    accumulated = learner_for(settings(accumulation_steps=4))
+    single = learner_for(settings(accumulation_steps=1, micro_batch=64))
     single.online.load_state_dict(accumulated.online.state_dict())
     single.target.load_state_dict(accumulated.target.state_dict())
     for got, want in zip(grads_after(accumulated, micro), grads_after(single, [whole])):
@@ -105,11 +134,8 @@ def test_k_micro_batches_give_the_gradient_of_one_batch_k_times_larger():
 
 
 def make_learner(**overrides):
-    rng = np.random.default_rng(1)
     published: list[Weights] = []
-    s = settings(**overrides)
-    learner = Learner(s, torch.device("cpu"), lambda: random_batch(rng, s.micro_batch), published.append)
-    return learner, published
+    return learner_for(settings(**overrides), published), published
 
 
 def test_epoch_updates_publishes_and_syncs_target():
@@ -230,32 +256,9 @@ def pixel_batch(rng: np.random.Generator, size: int) -> dict:
 
 
 def pixel_learner(**overrides):
-    rng = np.random.default_rng(2)
     s = settings(**{"obs_shape": PIXELS, "obs_dtype": "uint8", "hidden": [64], "micro_batch": 8, **overrides})
     published: list[Weights] = []
-    return Learner(s, torch.device("cpu"), lambda: pixel_batch(rng, s.micro_batch), published.append), published
-
-
-def test_frame_once_batches_train_exactly_as_whole_stacks():
-    rng = np.random.default_rng(5)
-    micro = []
-    for _ in range(2):  # micro-batches of 8 transitions over 8 * 5 frame rows, some shared
-        frames = rng.integers(0, 256, (40, *PIXELS[1:]), dtype=np.uint8)
-        micro.append({"frames": frames, "obs_index": rng.integers(0, 40, (8, 4)),
-                      "next_index": rng.integers(0, 40, (8, 4)), "action": rng.integers(0, 3, 8),
-                      "return": rng.normal(size=8).astype(np.float32),
-                      "discount": np.full(8, 0.9, np.float32)})
-    whole = [{"obs": b["frames"][b["obs_index"]], "next_obs": b["frames"][b["next_index"]],
-              **{k: b[k] for k in ("action", "return", "discount")}} for b in micro]
-    frame_once, _ = pixel_learner(accumulation_steps=2, frames_per_sample=5)
-    stacks, _ = pixel_learner(accumulation_steps=2)
-    stacks.online.load_state_dict(frame_once.online.state_dict())
-    stacks.target.load_state_dict(frame_once.target.state_dict())
-    for got, want in zip(grads_after(frame_once, micro), grads_after(stacks, whole)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    frame_once.warmup()  # its synthetic batches take the frame-once form too
-    assert {"frames", "obs_index", "next_index"} <= set(synthetic_batch(frame_once.s, torch.device("cpu"),
-                                                                         np.random.default_rng(0)))
+    return learner_for(s, published, seed=2), published
 
 
 def test_cnn_is_chosen_for_frame_stacks_and_scales_uint8_inside():
@@ -309,7 +312,7 @@ def scaled_step(learner: Learner) -> tuple[UpdateStep, DeviceLossScale]:
 
 def test_loss_scaling_gives_the_unscaled_update_and_grows_after_clean_steps():
     rng = np.random.default_rng(5)
-    batch = stack_micro_batches([random_batch(rng, 16), random_batch(rng, 16)])
+    batch = stacked([random_batch(rng, 16), random_batch(rng, 16)])
     scaled, _ = make_learner(accumulation_steps=2)
     plain, _ = make_learner(accumulation_steps=2)
     step, scaler = scaled_step(scaled)
@@ -326,7 +329,7 @@ def test_an_overflowing_update_is_skipped_on_the_device_and_the_scale_backs_off(
     rng = np.random.default_rng(6)
     learner, _ = make_learner()
     step, scaler = scaled_step(learner)
-    batch = stack_micro_batches([random_batch(rng, 16)])
+    batch = stacked([random_batch(rng, 16)])
     batch["return"][0, 3] = float("nan")  # what an fp16 overflow leaves: non-finite gradients
     before = [p.detach().clone() for p in learner.online.parameters()]
     step(batch)
@@ -362,48 +365,48 @@ def test_warmup_puts_back_adam_state_loaded_from_a_checkpoint():
         assert torch.equal(value, moments[name]), name
 
 
-def keyed_batch(rng: np.random.Generator, shard: int, weight: float) -> dict:
-    """A prioritized micro-batch from `shard`: importance weights and the keys of 16 slots."""
-    batch = random_batch(rng, 16)
-    batch["weight"] = np.full(16, weight, np.float32)
-    slots = rng.permutation(100)[:16]
-    batch["keys"] = SampledKeys(shard, f"process-{shard}", slots, slots + 1000)
-    return batch
-
-
-@pytest.mark.parametrize("threads", [0, 1])
-def test_a_prioritized_update_weighs_its_loss_and_sends_each_shard_its_errors_once(threads):
-    rng = np.random.default_rng(4)
-    queued = [keyed_batch(rng, shard, 1.0) for shard in (0, 1, 0, 2)]  # one update of 4 micro-batches
-    sent: list[list[PriorityUpdate]] = []
-    s = settings(prioritized=True, accumulation_steps=4, updates_per_epoch=1, feed_threads=threads)
-    learner = Learner(s, torch.device("cpu"), lambda: queued.pop(0), lambda w: None, sent.append)
-    expected = []  # |TD error| of every transition under the networks before the update
-    for batch in list(queued):
-        t = {k: torch.from_numpy(v) for k, v in batch.items() if k != "keys"}
-        out = double_dqn_loss(learner.online, learner.target, t["obs"], t["action"], t["return"], t["discount"],
-                              t["next_obs"], None, 1.0)
-        expected.append(out.td_error.abs().detach().numpy())
-    keys = [b["keys"] for b in queued]
+def test_a_prioritized_update_weighs_its_loss_and_gives_the_replay_each_transitions_error():
+    s = settings(prioritized=True, accumulation_steps=4, updates_per_epoch=1)
+    learner = learner_for(s, seed=4)
+    replay = learner.replay
+    before = learner.online.state_dict(), learner.target.state_dict()
+    online, target = learner_for(s), learner_for(s)
+    online.online.load_state_dict(before[0])
+    target.online.load_state_dict(before[1])
+    applied_before = sum(st["priority_updates_applied"] for st in replay.stats())
     learner.train_epoch()
-    learner.feed.close()
-    assert len(sent) == 1  # one update: one send, one message per shard process
-    updates = {u.shard: u for u in sent[0]}
-    assert sorted(updates) == [0, 1, 2] and all(u.incarnation == f"process-{u.shard}" for u in sent[0])
-    np.testing.assert_array_equal(updates[0].index, np.concatenate([keys[0].index, keys[2].index]))
-    np.testing.assert_array_equal(updates[0].stamp, np.concatenate([keys[0].stamp, keys[2].stamp]))
-    np.testing.assert_allclose(updates[0].td_abs, np.concatenate([expected[0], expected[2]]), rtol=1e-5)
-    np.testing.assert_allclose(updates[2].td_abs, expected[3], rtol=1e-5)
+    keys = learner.feed.keys
+    assert keys.row.shape == (4, 16)
+    # the transitions drawn, read back from their shards, and their |TD error| under the networks before
+    fields = {name: np.stack([replay.shards[shard].storage.gather(np.array([row]))[name][0]
+                              for shard, row in zip(keys.shard.ravel(), keys.row.ravel())])
+              for name in ("obs", "action", "return", "discount", "next_obs")}
+    t = {k: torch.from_numpy(v) for k, v in fields.items()}
+    out = double_dqn_loss(online.online, target.online, t["obs"], t["action"], t["return"], t["discount"],
+                          t["next_obs"], None, 1.0)
+    mass = replay.shards[0].priorities.mass(out.td_error.abs().detach().numpy())
+    stamps_now = np.array([replay.shards[sh].priorities.stamps[r] for sh, r in zip(keys.shard.ravel(), keys.row.ravel())])
+    assert (stamps_now == keys.stamp.ravel()).all()  # nothing overwritten: every error applies
+    got = np.array([replay.shards[sh].priorities.masses()[r] for sh, r in zip(keys.shard.ravel(), keys.row.ravel())])
+    np.testing.assert_allclose(got, mass, rtol=1e-4)
+    assert sum(st["priority_updates_applied"] for st in replay.stats()) - applied_before == 64
+    assert learner.feedback.unsent == 0
 
 
 def test_importance_weights_of_zero_leave_the_network_unchanged():
     rng = np.random.default_rng(5)
     s = settings(prioritized=True, updates_per_epoch=2)
-    learner = Learner(s, torch.device("cpu"), lambda: keyed_batch(rng, 0, 0.0), lambda w: None, lambda u: None)
+
+    def weighted(weight: float) -> dict[str, torch.Tensor]:
+        batch = random_batch(rng, 16)
+        batch["weight"] = np.full(16, weight, np.float32)
+        return stacked([batch])
+
+    learner = learner_for(s)
+    learner.feed = CycledFeed([weighted(0.0)], on_device=False)
     before = [p.detach().clone() for p in learner.online.parameters()]
     learner.train_epoch()
     assert all(torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
-    weighted = Learner(s, torch.device("cpu"), lambda: keyed_batch(rng, 0, 0.5), lambda w: None, lambda u: None)
-    weighted.online.load_state_dict(learner.online.state_dict())
-    weighted.train_epoch()
-    assert any(not torch.equal(a, b) for a, b in zip(before, weighted.online.parameters()))
+    learner.feed = CycledFeed([weighted(0.5)], on_device=False)
+    learner.train_epoch()
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))

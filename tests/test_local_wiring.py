@@ -1,6 +1,6 @@
 """The local wiring builds the planned topology in one process and connects it as the Ray wiring
-does (no Ray): chunks to the collector's own shard, batches from every shard, weights to every
-collector once per version."""
+does (no Ray): chunks to the collector's own shard of the replay, draws from every shard, weights
+to every collector once per version."""
 
 import numpy as np
 import pytest
@@ -22,17 +22,17 @@ def local_run():
     return plan_run(config, spec), build_local(plan_run(config, spec))
 
 
-def test_the_plan_names_one_shard_per_collector_with_its_own_seed():
-    plan, _ = local_run()
-    assert [s.index for s in plan.shards] == [c.index for c in plan.collectors] == [0, 1, 2]
-    assert len({s.seed for s in plan.shards}) == 3
-    assert plan.learner.settings.micro_batch == 32 and plan.learner.limiter.samples_per_insert == 2
+def test_the_plan_names_one_shard_per_collector_in_the_learners_replay():
+    plan, run = local_run()
+    assert [c.index for c in plan.collectors] == [0, 1, 2] and plan.learner.replay.num_shards == 3
+    assert len(run.replay.shards) == 3
+    assert plan.learner.settings.micro_batch == 32 and plan.learner.replay.limiter.samples_per_insert == 2
 
 
 def test_each_collector_writes_to_its_own_shard():
     _, run = local_run()
     run.collectors[1].collect_chunk()
-    inserted = [shard.counters()["inserted"] for shard in run.shards]
+    inserted = [shard.inserted for shard in run.replay.shards]
     assert inserted[0] == inserted[2] == 0 and inserted[1] > 0
 
 
@@ -43,7 +43,7 @@ def test_the_learner_samples_every_shard_and_its_weights_reach_every_collector()
             collector.collect_chunk()
     metrics = run.learner.train_epoch()
     assert metrics["updates_in_epoch"] == 3 and np.isfinite(metrics["td_loss"])
-    assert sum(shard.sampled for shard in run.shards) == 3 * 32
+    assert run.replay.sampled == 3 * 32 and all(shard.sampled > 0 for shard in run.replay.shards)
     assert run.weights.latest.version == 1
     for collector in run.collectors:
         collector.collect_chunk()
@@ -53,7 +53,7 @@ def test_the_learner_samples_every_shard_and_its_weights_reach_every_collector()
 def test_a_starved_learner_lets_the_collectors_run():
     _, run = local_run()  # nothing collected: the first batch needs min_size transitions
     run.learner.train_epoch()
-    assert sum(shard.counters()["inserted"] for shard in run.shards) >= 64
+    assert run.replay.inserted >= 64
 
 
 def test_the_weight_board_hands_each_reader_each_version_once():
@@ -86,10 +86,10 @@ def test_prioritized_replay_flows_collector_to_shard_to_learner_and_back():
                 bootstrap = network(torch.from_numpy(chunk["next_obs"][i : i + 1])).max()
                 target = chunk["return"][i] + chunk["discount"][i] * bootstrap
                 assert np.isclose(chunk["priority"][i], abs(float(target - q)), rtol=1e-5, atol=1e-6)
-    stored = run.shards[0].priorities
+    stored = run.replay.shards[0].priorities
     assert stored.total == pytest.approx(stored.mass(np.concatenate([c["priority"] for c in pushed])).sum())
     for _ in range(3):
         run.learner.train_epoch()
-    applied = sum(shard.priorities.updates_applied for shard in run.shards)
+    applied = sum(shard.priorities.updates_applied for shard in run.replay.shards)
     assert applied == 3 * 3 * 32  # every transition trained on got its new priority (nothing was overwritten)
-    assert all(shard.priorities.total > 0 for shard in run.shards)
+    assert all(shard.priorities.total > 0 for shard in run.replay.shards)

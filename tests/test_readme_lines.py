@@ -134,12 +134,12 @@ def tensorboard_serves_the_runs(ran: Ran) -> None:
 
 
 def prioritized_solved(ran: Ran) -> None:
-    """Collector priorities, priority-mass mixing, importance weights and the learner's updates
-    through Ray learn CartPole."""
+    """Collector priorities, draws by priority mass across shards, importance weights and the
+    learner's updates to the replay beside it learn CartPole."""
     result = solved(ran)
     trained = result["learner_samples"]
     assert (result["epochs"] - 1) * 25 * 256 < trained <= result["epochs"] * 25 * 256  # 25 updates of 256 an epoch
-    # every trained transition's new priority is accounted for at its shard or at the learner
+    # every trained transition's new priority is accounted for: applied, stale (overwritten), or never applied
     assert result["priority_updates_applied"] + result["priority_updates_stale"] + \
         result["priority_updates_unsent"] == trained, result
     assert result["priority_updates_applied"] > 0.5 * trained, result
@@ -225,7 +225,7 @@ def bench_wrote_every_row(ran: Ran) -> None:
 
 
 def learner_stage_measured(ran: Ran) -> None:
-    """Per variant the CPU runs, the learner fed by the shards against the same loop fed from memory."""
+    """Per variant the CPU runs, the learner fed by the replay against the same loop fed from memory."""
     found = rows(ran.workdir / "learner.json")
     for name in ("learner_fp32_eager", "learner_bf16_eager"):
         assert found[name]["unit"] == "samples/s" and found[name]["bar"] == ">= 0.8"
@@ -251,9 +251,9 @@ def collect_stage_measured(ran: Ran) -> None:
 
 def priority_costs_measured(ran: Ran) -> None:
     found = rows(ran.workdir / "priorities.json")
-    for name in ("shard_add_prioritized", "shard_sample_prioritized", "learner_feed_prioritized"):
+    for name in ("replay_add_prioritized", "replay_sample_prioritized", "learner_feed_prioritized"):
         with_ratio(found[name])
-    assert found["shard_update_prioritized"]["value"] > 0 and found["learner_feed_prioritized"]["bar"] == ">= 0.77"
+    assert found["replay_update_prioritized"]["value"] > 0 and found["learner_feed_prioritized"]["bar"] == ">= 0.77"
 
 
 def soak_measured(ran: Ran) -> None:

@@ -1,15 +1,13 @@
-"""RingStorage, the samples-per-insert limiter, the shard and the shard mixer (no Ray)."""
-
-from collections.abc import Callable
+"""RingStorage, the samples-per-insert limiter and the sharded replay's uniform draws (no Ray)."""
 
 import numpy as np
 import pytest
 
 from replay.contracts import BATCH_FIELDS
-from replay.mixing import ShardMixer
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.ring import RingStorage, transition_layout
-from replay.shard import ReplayShard, ShardEmpty, StorageSpec
+from replay.shard import StorageSpec
+from replay.sharded import ShardedReplay
 
 
 def chunk(start: int, count: int) -> dict:
@@ -105,143 +103,79 @@ def test_limiter_gates_inserts_and_samples():
     assert off.can_sample(100, 100, 10**9, 10) and not off.can_sample(99, 99, 0, 1)
 
 
-def test_shard_counts_and_returns_batches():
-    shard = ReplayShard(3, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
-    counters = shard.add(chunk(0, 12))
-    incarnation = counters.pop("incarnation")
-    assert counters == {"shard_id": 3, "size": 12, "inserted": 12, "sampled": 0, "insert_room": 3.0}
-    again = ReplayShard(3, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
-    assert len(incarnation) == 12 and again.incarnation != incarnation  # a new process, a new name
-    batch, counters = shard.sample(4, num_batches=2)
+def replay(num_shards: int, capacity: int, limiter: SamplesPerInsertLimiter, seed: int = 0) -> ShardedReplay:
+    return ShardedReplay(num_shards, StorageSpec(capacity, (2,), "float32"), limiter, seed)
+
+
+def test_a_draw_gathers_whole_transitions_from_every_shard_and_counts_them():
+    rep = replay(3, 50, SamplesPerInsertLimiter(1.0, 10, 5))
+    assert rep.add(0, chunk(0, 12)) == pytest.approx(3.0 / 3)  # room (10+5-12) shared by three collectors
+    rep.add(2, chunk(100, 6))
+    draw = rep.draw(2, 4)
+    assert set(draw.index) == {"row"} and draw.index["row"].shape == (2, 4) and draw.weight is None
+    batch = rep.gather(draw)
     assert set(batch) == set(BATCH_FIELDS)  # nothing the learner does not read
     assert batch["obs"].shape == (2, 4, 2) and batch["obs"].dtype == np.float32
-    # chunk() numbers transitions by their row: every field of a sampled row is that row's
-    assert np.array_equal(batch["obs"][..., 0], batch["action"]) and (batch["action"] < 12).all()
-    assert counters["sampled"] == 8 and counters["insert_room"] == 11.0
+    # chunk() numbers transitions: every field of a drawn row is that transition's
+    assert np.array_equal(batch["obs"][..., 0], batch["action"])
+    assert set(batch["action"].ravel().tolist()) <= set(range(12)) | set(range(100, 106))
+    stats = rep.stats()
+    assert [s["sampled"] for s in stats] == [int((draw.index["row"] < 50).sum()), 0,
+                                             int((draw.index["row"] >= 100).sum())]
+    assert sum(s["sampled"] for s in stats) == 8 and [s["inserted"] for s in stats] == [12, 0, 6]
 
 
-def test_mixer_picks_shards_in_proportion_to_size():
-    mixer = ShardMixer(3, micro_batch=4, limiter=SamplesPerInsertLimiter(0.0, 10, 1), seed=1)
-    assert mixer.next_shard() is None  # nothing stored yet
-    for shard_id, size in enumerate([100, 300, 0]):
-        mixer.observe({"shard_id": shard_id, "size": size, "inserted": size, "sampled": 0, "insert_room": 1.0})
-    picks = np.array([mixer.next_shard() for _ in range(4000)])
-    assert (picks == 2).sum() == 0
-    assert 0.70 < (picks == 1).mean() < 0.80
+def test_each_transition_is_drawn_uniformly_whichever_shard_holds_it():
+    rep = replay(3, 1000, SamplesPerInsertLimiter(0.0, 10, 1), seed=1)
+    rep.add(0, chunk(0, 100))
+    rep.add(1, chunk(1000, 300))
+    batch = rep.gather(rep.draw(8, 1000))
+    actions = batch["action"].ravel()
+    assert ((actions >= 1000).mean()) == pytest.approx(0.75, abs=0.02)  # 300 of 400 stored
+    counts = np.bincount(actions[actions < 1000], minlength=100)
+    assert counts.min() > 0 and counts.max() < 3 * counts.mean()  # every transition of shard 0 drawn
 
 
-def test_mixer_applies_the_global_ratio():
-    mixer = ShardMixer(2, micro_batch=10, limiter=SamplesPerInsertLimiter(1.0, 20, 10), seed=0)
-    for shard_id in range(2):
-        mixer.observe({"shard_id": shard_id, "size": 10, "inserted": 10, "sampled": 0, "insert_room": 1.0})
-    granted = 0
-    while mixer.next_shard() is not None:
-        granted += 1
-    # diff = 20*1 - samples must stay >= (20-10)*1 = 10: one micro-batch of 10 then stop
-    assert granted == 1
-    mixer.observe({"shard_id": 0, "size": 30, "inserted": 30, "sampled": 0, "insert_room": 1.0})
-    assert mixer.next_shard() is not None
+def test_one_limiter_holds_the_ratio_for_the_whole_replay():
+    rep = replay(2, 100, SamplesPerInsertLimiter(1.0, min_size=20, error_buffer=10))
+    rep.add(0, chunk(0, 10))
+    assert not rep.can_sample(10)  # below min_size
+    rep.add(1, chunk(0, 10))
+    assert rep.can_sample(10) and not rep.can_sample(11)  # diff = 20 - samples must stay >= (20-10)*1
+    rep.draw(1, 10)
+    assert not rep.can_sample(1)
+    assert rep.insert_room() == pytest.approx((30 - 20 + 10) / 2)  # ten samples bought ten inserts, in two shares
 
 
-def test_mixer_starts_a_restarted_shard_from_zero_and_ignores_its_predecessor():
-    mixer = ShardMixer(2, micro_batch=4, limiter=SamplesPerInsertLimiter(0.0, 1, 1), seed=0)
-    old = {"shard_id": 0, "size": 500, "inserted": 800, "sampled": 0, "insert_room": 0.0, "incarnation": "a"}
-    new = {"shard_id": 0, "size": 20, "inserted": 20, "sampled": 0, "insert_room": 0.0, "incarnation": "b"}
-    mixer.observe(old)
-    mixer.observe(new)
-    assert mixer.sizes[0] == 20 and mixer.inserted[0] == 20 and mixer.inserted_before[0] == 800
-    mixer.observe(old)  # a late reply of the process that died
-    assert mixer.sizes[0] == 20 and mixer.inserted[0] == 20 and mixer.inserted_before[0] == 800
-
-
-def test_an_empty_shard_says_so_when_sampled():
-    shard = ReplayShard(1, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(0.0, 10, 5), seed=0)
-    with pytest.raises(ShardEmpty, match="shard 1 holds no transitions"):
-        shard.sample(4)
-
-
-def test_mixer_ignores_counters_older_than_ones_it_has_seen():
-    mixer = ShardMixer(2, micro_batch=4, limiter=SamplesPerInsertLimiter(0.0, 1, 1), seed=0)
-    newer = {"shard_id": 0, "size": 500, "inserted": 800, "sampled": 0, "insert_room": 0.0}
-    stale = {"shard_id": 0, "size": 300, "inserted": 300, "sampled": 0, "insert_room": 0.0}
-    mixer.observe(newer)
-    mixer.observe(stale)
-    assert mixer.sizes[0] == 500 and mixer.inserted[0] == 800
-
-
-def _step_fleet(steps: int, num_shards: int, capacity: int, limiter: SamplesPerInsertLimiter,
-                share: SamplesPerInsertLimiter, adds: Callable[[int, int], bool], micro_batch: int,
-                chunk_size: int = 4, with_views: bool = True,
-                restart_at: int | None = None) -> tuple[list[ReplayShard], ShardMixer, list[int]]:
-    """`num_shards` shards of `capacity`, each gated by `share`, and the learner's mixer gated by
-    `limiter`, stepped in turns as the Ray wiring runs them: collector i adds a chunk when
-    `adds(i, step)` and its shard has room, the learner samples micro-batches while the mixer
-    allows, polling every shard's counters (with the fleet view, or without it). At `restart_at`
-    shard 1's process is replaced by an empty one (Ray restarted it, its data lost). Returns the
-    shards, the mixer and the samples drawn before and after the restart."""
-    shards = [ReplayShard(i, StorageSpec(capacity, (2,), "float32"), share, seed=i) for i in range(num_shards)]
-    mixer = ShardMixer(num_shards, micro_batch=micro_batch, limiter=limiter, seed=0)
-    sampled = [0, 0]
+def _step(steps: int, adds, limiter: SamplesPerInsertLimiter, capacity: int = 1000, chunk_size: int = 4,
+          micro_batch: int = 8, shards: int = 3) -> tuple[ShardedReplay, int]:
+    """Collectors and a learner in turns, as the Ray wiring runs them: collector i adds a chunk
+    when `adds(i, step)` and its insert room is positive, the learner draws while the limiter
+    allows. Returns the replay and the transitions drawn."""
+    rep = replay(shards, capacity, limiter)
+    drawn = 0
     for step in range(steps):
-        if step == restart_at:
-            shards[1] = ReplayShard(1, StorageSpec(capacity, (2,), "float32"), share, seed=9)
-        for i, shard in enumerate(shards):
-            if adds(i, step) and shard.counters()["insert_room"] > 0:
-                shard.add(chunk(0, chunk_size))
-        for i, shard in enumerate(shards):
-            mixer.observe(shard.counters(mixer.fleet_view(i) if with_views else None))
-        while (index := mixer.next_shard()) is not None:
-            _, counters = shards[index].sample(micro_batch, 1, mixer.fleet_view(index) if with_views else None)
-            mixer.observe(counters)
-            sampled[restart_at is not None and step >= restart_at] += micro_batch
-    return shards, mixer, sampled
-
-
-def _run_fleet(steps: int, stalled: set[int], with_views: bool, spi: float = 2.0, chunk_size: int = 4):
-    """Three shards whose `stalled` collectors stop inserting after 10 steps; returns the inserts,
-    the samples and the learner's limiter."""
-    limiter = SamplesPerInsertLimiter(spi, min_size=60, error_buffer=30)
-    share = SamplesPerInsertLimiter(spi, min_size=20, error_buffer=10)  # each shard's third
-    shards, _, sampled = _step_fleet(steps, 3, 1000, limiter, share, lambda i, step: i not in stalled or step < 10,
-                                     micro_batch=8, chunk_size=chunk_size, with_views=with_views)
-    return sum(s.storage.total_added for s in shards), sampled[0], limiter
+        for i in range(shards):
+            if adds(i, step) and rep.insert_room() > 0:
+                rep.add(i, chunk(0, chunk_size))
+        while rep.can_sample(micro_batch):
+            rep.draw(1, micro_batch)
+            drawn += micro_batch
+    return rep, drawn
 
 
 def test_a_stalled_collector_does_not_stop_the_others_or_the_learner():
-    """Collector 2 stops inserting after 10 steps. With the per-shard share of the limiter alone
-    the other two soon run out of room while the learner waits for inserts: the whole run stalls.
-    With the learner's fleet view the other two keep inserting at the global ratio."""
-    stalled_ins, stalled_samples, _ = _run_fleet(400, stalled={2}, with_views=False)
-    inserted, sampled, limiter = _run_fleet(400, stalled={2}, with_views=True)
-    healthy_ins, _, _ = _run_fleet(400, stalled=set(), with_views=True)
-    assert _run_fleet(800, stalled={2}, with_views=False)[:2] == (stalled_ins, stalled_samples)  # for good
-    assert inserted > 0.6 * healthy_ins  # two of three collectors: about two thirds of the inserts
-    assert sampled > 5 * stalled_samples
-    # the global ratio still holds: samples within the limiter's band of inserts x spi
-    diff = inserted * limiter.samples_per_insert - sampled
+    """Collector 2 stops inserting after 10 steps: the other two keep inserting at the ratio, and
+    the learner keeps drawing."""
+    limiter = SamplesPerInsertLimiter(2.0, min_size=60, error_buffer=30)
+    healthy, _ = _step(400, lambda i, step: True, limiter)
+    stalled, drawn = _step(400, lambda i, step: i != 2 or step < 10, limiter)
+    assert stalled.inserted > 0.6 * healthy.inserted  # two of three collectors: about two thirds
+    assert drawn > 0.6 * healthy.sampled
+    diff = stalled.inserted * limiter.samples_per_insert - drawn
     low = (limiter.min_size - limiter.error_buffer) * limiter.samples_per_insert
     high = (limiter.min_size + limiter.error_buffer) * limiter.samples_per_insert
-    assert low - 8 <= diff <= high + 4 * limiter.samples_per_insert
-
-
-def test_a_fleet_view_of_a_replaced_shard_process_is_ignored():
-    shard = ReplayShard(0, StorageSpec(50, (2,), "float32"), SamplesPerInsertLimiter(1.0, 10, 5), seed=0)
-    shard.add(chunk(0, 3))
-    own = shard.counters()["insert_room"]
-    assert shard.counters({"room": 100.0, "inserted_seen": 0, "incarnation": "gone"})["insert_room"] == own
-    view = {"room": 100.0, "inserted_seen": 1, "incarnation": shard.incarnation}
-    assert shard.counters(view)["insert_room"] == 100.0 - 2  # its share, less the 2 added since
-
-
-def _fill_and_train(steps: int, capacity: int, every: list[int], restart_at: int | None = None):
-    """Two shards with replay.min_size equal to the whole replay: collector i adds a chunk every
-    `every[i]` steps while its shard has room; shard 1 may come back empty at `restart_at`.
-    Returns the samples drawn before and after the restart, and replay's size as the learner sees it."""
-    limiter = SamplesPerInsertLimiter(4.0, min_size=2 * capacity, error_buffer=10)
-    share = SamplesPerInsertLimiter(4.0, min_size=capacity, error_buffer=5)
-    _, mixer, sampled = _step_fleet(steps, 2, capacity, limiter, share, lambda i, step: step % every[i] == 0,
-                                    micro_batch=4, restart_at=restart_at)
-    return sampled, int(mixer.sizes.sum())
+    assert low - 8 <= diff <= high + 3 * 4 * limiter.samples_per_insert  # within the band, three chunks of slack
 
 
 def test_replay_below_its_minimum_always_has_insert_room():
@@ -249,12 +183,6 @@ def test_replay_below_its_minimum_always_has_insert_room():
     times faster than the other: its shard fills, then overwrites, and its inserts use up the
     limiter's room while replay still lacks some of its minimum. The learner waits for the
     minimum and the collectors for room: without the fill's own room the run hangs for good."""
-    sampled, size = _fill_and_train(300, capacity=20, every=[1, 3])
-    assert size == 40 and sampled[0] > 0
-
-
-def test_a_shard_restarted_empty_is_refilled_and_learning_resumes():
-    """After learning started, shard 1 comes back empty, replay drops below its minimum and the
-    learner stops sampling; the collectors must be let in to fill it again."""
-    sampled, size = _fill_and_train(600, capacity=20, every=[1, 1], restart_at=300)
-    assert sampled[0] > 0 and sampled[1] > 0 and size == 40
+    limiter = SamplesPerInsertLimiter(4.0, min_size=40, error_buffer=10)
+    rep, drawn = _step(300, lambda i, step: step % [1, 3][i] == 0, limiter, capacity=20, micro_batch=4, shards=2)
+    assert rep.size == 40 and drawn > 0

@@ -1,5 +1,6 @@
 """`python -m cluster.bench.learner_matrix CONFIG`: the learner alone on its device, per precision x
-capture x batch shape, fed from host memory and from the device (no Ray, no collectors).
+capture x batch shape, from batches already on the device: the update alone, and the whole epoch
+loop cycling them (no Ray, no collectors, nothing drawn).
 
 It answers "how fast can this learner go on this machine" and "which precision and which capture
 setting win", so the configs can name the fastest and `raypex bench` has a ceiling to hold the
@@ -37,21 +38,39 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
-def measure_variant(settings, device, seconds: float, host_batches: int) -> dict:
+def replay(settings, device, spec):
+    """A one-shard replay of one update's worth of transitions per micro-batch slot, on `device`
+    where a run would keep it (its random contents are never read as data, only gathered)."""
+    from learner.device_columns import choose_columns
+    from replay.priorities import BetaSchedule, PrioritySettings
+    from replay.rate_limit import SamplesPerInsertLimiter
+    from replay.shard import StorageSpec
+    from replay.sharded import ShardedReplay
+
+    storage = StorageSpec(4 * settings.micro_batch * settings.accumulation_steps, spec.obs_shape, spec.obs_dtype,
+                          spec.frame_stack, 8)
+    backend, _ = choose_columns("auto", device, storage.column_bytes)
+    prioritized = settings.prioritized
+    return ShardedReplay(1, storage, SamplesPerInsertLimiter(0.0, 1, 1), 0,
+                         PrioritySettings() if prioritized else None,
+                         BetaSchedule(0.4, 1000, 1) if prioritized else None, backend)
+
+
+def measure_variant(settings, device, seconds: float, host_batches: int, spec) -> dict:
     """One learner built from `settings`: warm-up/capture seconds, then samples/s and GPU busy
     on device-resident batches and from host memory."""
+    import numpy as np
     import torch
 
     from learner.learner import Learner
-    from learner.throughput import from_memory, on_device, random_micro_batches
+    from learner.throughput import from_memory, on_device
 
-    # a prioritized learner computes and hands over its |TD errors| as in a run; here they are dropped
-    learner = Learner(settings, device, lambda: None, lambda weights: None, lambda updates: None)
+    learner = Learner(settings, device, replay(settings, device, spec), lambda weights: None)
     start = time.perf_counter()
     learner.warmup()
     row = {"warmup_s": time.perf_counter() - start, "captured": learner.captured}
     row["device_samples_per_s"], row["device_gpu_busy"] = on_device(learner, seconds)
-    batches = random_micro_batches(learner, host_batches)
+    batches = [learner.example_batch(np.random.default_rng(seed)) for seed in range(host_batches)]
     row["memory_samples_per_s"], row["memory_gpu_busy"] = from_memory(learner, batches, seconds)
     del learner, batches
     gc.collect()
@@ -104,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channels-last", default="on", help="on, off or on,off (CNNs on CUDA)")
     parser.add_argument("--compile", default="off", help="on, off or on,off")
     parser.add_argument("--seconds", type=float, default=3.0, help="clock per measurement")
-    parser.add_argument("--host-batches", type=int, default=16, help="distinct micro-batches cycled from memory")
+    parser.add_argument("--host-batches", type=int, default=16, help="distinct batches cycled by the epoch loop")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--copy", action="store_true", help="also measure host copy bandwidths (GB/s)")
     parser.add_argument("--json", type=Path, default=None)
@@ -143,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "channels_last": channels_last, "compile": compiled}
                         print(f"measuring {variant}", file=sys.stderr, flush=True)
                         try:
-                            row = {**variant, **measure_variant(settings, device, args.seconds, args.host_batches)}
+                            row = {**variant, **measure_variant(settings, device, args.seconds, args.host_batches, spec)}
                         except Exception as err:  # noqa: BLE001 - a variant that fails is a row that says why
                             row = {**variant, "error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
                         print(json.dumps(row), flush=True)

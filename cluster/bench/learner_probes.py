@@ -15,7 +15,7 @@ from cluster.hosts.learner_actor import LearnerActor
 
 class ProbedLearnerActor(LearnerActor):
     """LearnerActor plus the bench's probes: publish on demand, the put+get reference, and the
-    epoch loop's speed fed by the shards or from memory."""
+    epoch loop's speed fed by the replay or from memory."""
 
     def publish_now(self) -> float:
         """Publish the current weights as a new version; returns the wall clock at the put
@@ -39,20 +39,18 @@ class ProbedLearnerActor(LearnerActor):
 
     def measure(self, seconds: float, from_memory: bool) -> dict:
         """The epoch loop's samples/s, GPU busy fraction and wait fraction over `seconds`: fed by
-        the shards (one epoch first, off the clock: it waits for replay's minimum size), or fed
-        from 32 real batches taken from the shards and cycled in memory (the reference)."""
+        the replay (one epoch first, off the clock: it waits for replay's minimum size), or fed
+        from 32 real batches drawn from the replay once and cycled (the reference: the same loop
+        with nothing drawn or gathered on the host; on a GPU replay, indices already on the GPU)."""
         from learner.throughput import from_memory as memory_rate
         from learner.throughput import timed_epochs
 
         if from_memory:
-            rate, busy = memory_rate(self.learner, self.learner.feed.take_batches(32), seconds)
+            rate, busy = memory_rate(self.learner, self.learner.feed.take(32), seconds)
             return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": 0.0}
         self.learner.train_epoch()
-        waited, source_waited, start = self.waited_s(), self.source.wait_s, time.perf_counter()
+        waited, start = self.waited_s(), time.perf_counter()
         rate, busy = timed_epochs(self.learner, seconds)
         elapsed = time.perf_counter() - start
-        # With a threaded feed the source waits on its thread: this says whether that thread is
-        # bound by Ray's replies (near 1) or by its own work (near 0).
-        source_wait = (self.source.wait_s - source_waited) / elapsed
         return {"samples_per_s": rate, "gpu_busy": busy, "wait_fraction": max(0.0, (self.waited_s() - waited) / elapsed),
-                "source_wait_fraction": source_wait}
+                "replay_storage": self.replay.backend.name}

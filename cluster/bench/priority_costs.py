@@ -1,10 +1,10 @@
-"""What prioritized replay costs a shard, in one process (no Ray): `raypex bench --stage priorities`.
+"""What prioritized replay costs the replay, in one process (no Ray): `raypex bench --stage priorities`.
 
 Real chunks of the config's env come from a real Collector computing initial priorities; the same
-chunks then go into a uniform shard and a prioritized one built as a run builds them, filled to
-their capacity. Each is timed for a `seconds` window: adding chunks, serving sample calls of
-`prefetch / 2` micro-batches (what the learner's BatchSource asks in one call) and, prioritized
-only, applying one update's priorities. Figures are per transition, so shapes compare.
+chunks then go into a uniform replay and a prioritized one of the config's shards, built as a run
+builds them (host columns) and filled to capacity. Each is timed for a `seconds` window: adding
+chunks, drawing one update's batch (indices and host gather, what the CPU learner's feed does) and,
+prioritized only, applying one update's priorities. Figures are per transition, so shapes compare.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.settings import collector_settings, priority_settings, storage_spec
-from replay.priorities import PrioritySettings
+from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import ReplayShard
+from replay.sharded import ShardedReplay
 
 UNLIMITED = SamplesPerInsertLimiter(0.0, 1, 1)
 CAPTURED_TRANSITIONS = 20_000  # real chunks recorded once, added over and over
@@ -46,20 +46,22 @@ def _per_transition_us(work: Callable[[], int], seconds: float) -> float:
     return 1e6 * elapsed / handled
 
 
-def shard_costs(config: RunConfig, spec: EnvSpec, seconds: float) -> dict[str, dict[str, float]]:
-    """{"uniform": {...}, "prioritized": {...}}: microseconds per transition to add, to sample and
-    (prioritized) to update."""
+def replay_costs(config: RunConfig, spec: EnvSpec, seconds: float) -> dict[str, dict[str, float]]:
+    """{"uniform": {...}, "prioritized": {...}}: microseconds per transition to add, to draw and
+    gather and (prioritized) to update."""
     chunks = captured_chunks(config, spec)
     settings = priority_settings(config) or PrioritySettings(config.replay.alpha, config.replay.priority_epsilon)
-    shape = (config.learner.micro_batch, max(1, config.learner.prefetch // 2))
-    return {name: _measure(ReplayShard(0, storage_spec(config, spec), UNLIMITED, config.seed, priorities), chunks,
-                           shape, seconds)
+    shards = config.collectors.num
+    shape = (config.learner.accumulation_steps, config.learner.micro_batch)
+    beta = BetaSchedule(config.replay.beta, config.replay.beta_anneal_updates, shape[0] * shape[1])
+    return {name: _measure(ShardedReplay(shards, storage_spec(config, spec), UNLIMITED, config.seed, priorities,
+                                         beta if priorities else None), chunks, shape, seconds)
             for name, priorities in (("uniform", None), ("prioritized", settings))}
 
 
-def _measure(shard: ReplayShard, chunks: list[dict], shape: tuple[int, int], seconds: float) -> dict[str, float]:
-    """One shard's figures: filled to capacity first, as in a long run."""
-    micro_batch, group = shape
+def _measure(replay: ShardedReplay, chunks: list[dict], shape: tuple[int, int], seconds: float) -> dict[str, float]:
+    """One replay's figures: every shard filled to capacity first, as in a long run."""
+    groups, micro_batch = shape
     position = 0
     last: dict = {}
     rng = np.random.default_rng(0)
@@ -67,27 +69,24 @@ def _measure(shard: ReplayShard, chunks: list[dict], shape: tuple[int, int], sec
     def add() -> int:
         nonlocal position
         chunk = chunks[position % len(chunks)]
+        replay.add(position % len(replay.shards), chunk)
         position += 1
-        shard.add(chunk)
         return len(chunk["action"])
 
-    while shard.storage.total_added < shard.storage.capacity:
+    while min(shard.inserted for shard in replay.shards) < replay.rows_per_shard:
         add()
-    view = None
-    if shard.priorities is not None:
-        view = {"share": 1.0, "total": shard.priorities.total, "min": shard.priorities.min_mass,
-                "size": shard.storage.size, "beta": 0.4}
 
     def sample() -> int:
-        last["batch"] = shard.sample(micro_batch, group, None, view)[0]
-        return micro_batch * group
+        last["draw"] = draw = replay.draw(groups, micro_batch)
+        replay.gather(draw)
+        return groups * micro_batch
 
     def update() -> int:
-        index, stamp = last["batch"]["index"].reshape(-1), last["batch"]["stamp"].reshape(-1)
-        shard.update_priorities(shard.incarnation, index, stamp, rng.random(len(index)))
-        return len(index)
+        keys = last["draw"].keys
+        replay.update_priorities(keys, rng.random(keys.row.shape))
+        return keys.row.size
 
     figures = {"add_us": _per_transition_us(add, seconds), "sample_us": _per_transition_us(sample, seconds)}
-    if shard.priorities is not None:
+    if replay.prioritized:
         figures["update_us"] = _per_transition_us(update, seconds)
     return figures

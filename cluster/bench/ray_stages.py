@@ -201,9 +201,9 @@ class ClusterBench:
         return float(np.median(latencies)), put_get, pause_ms
 
     def learner_feed(self, seconds: float, config: RunConfig | None = None, from_memory: bool = True) -> dict:
-        """The learner fed by the shards with collectors running, then (`from_memory`) the same
-        epoch loop fed from memory (collectors stopped), `seconds` each: {"fed": ..., "memory":
-        ...}, each {samples_per_s, gpu_busy, wait_fraction}."""
+        """The learner fed by the replay beside it with collectors running, then (`from_memory`)
+        the same epoch loop fed from batches already made (collectors stopped), `seconds` each:
+        {"fed": ..., "memory": ...}, each {samples_per_s, gpu_busy, wait_fraction}."""
         group, actors = self._start(config or self.config)
         try:
             for c in actors.collectors:
@@ -219,7 +219,7 @@ class ClusterBench:
     def learner_variants(self, variants: list[tuple[str, str]], seconds: float) -> list[dict]:
         """`learner_feed` per (precision, cuda_graphs) variant, with a replay ratio of
         LEARNER_STAGE_RATIO: high enough that collectors are not what the learner waits for, and
-        a limit still, so that they do not take every core from the shards and the learner."""
+        a limit still, so that they do not take every core from the learner."""
         results = []
         for precision, graphs in variants:
             self.progress.message(f"bench: learner {precision} cuda_graphs={graphs} ({seconds:g}s fed, "

@@ -14,8 +14,7 @@ from cluster.driver.wiring import RunActors
 
 def actor_rss(actors: RunActors) -> dict[str, int]:
     """Resident bytes of every actor process, keyed by role (all on this machine)."""
-    roles = ([f"collector-{i}" for i in range(len(actors.collectors))] + ["learner", "evaluator"]
-             + [f"shard-{i}" for i in range(len(actors.shards))])
+    roles = [f"collector-{i}" for i in range(len(actors.collectors))] + ["learner", "evaluator"]
     pids = ray.get([a.pid.remote() for a in actors.all()])
     return {role: psutil.Process(pid).memory_info().rss for role, pid in zip(roles, pids)}
 
@@ -47,7 +46,7 @@ class RunRecorder:
         actors = run.actors
         self.train_wall_s = time.time() - run.collect_start
         self.rss_end = actor_rss(actors)
-        self.shard_stats = ray.get([s.stats.remote() for s in actors.shards])
+        self.shard_stats = ray.get(actors.learner.replay_stats.remote())
         phases: dict[str, float] = {}
         for stats in ray.get([c.stats.remote() for c in actors.collectors]):
             for phase, seconds in stats["phase_s"].items():

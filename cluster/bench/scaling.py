@@ -1,16 +1,16 @@
 """`python -m cluster.bench.scaling [CONFIG] --pairs 2,8,16,32 [--seconds S] [--json PATH] [k=v ...]`:
-what grows with the number of collector+shard pairs around one learner, measured on one machine
+what grows with the number of collectors (each with its shard in the learner) around one learner, measured on one machine
 and fitted to extrapolate.
 
 Each N runs in its own process on a fresh local Ray cluster: the config with collectors.num=N at
 fractional CPUs (so that N pairs fit this machine's cores as simulated nodes would), trained for
 `seconds` after the collectors start. Measured at the end of each run:
 
-  poll_ms              one driver round of counter calls to every collector and shard (the
+  poll_ms              one driver round of counter calls to every collector and the replay (the
                        driver does one per progress poll, several a second)
   broadcast_ms         the learner's publish of one weights version (ray.put and one announce
                        call per collector), from its own phase clock
-  feed_ms_per_update   the learner's feed phase per update (its sample calls to the shards)
+  feed_ms_per_update   the learner's feed phase per update (its draw and gather from the replay)
   gcs_server_mb, raylet_mb, driver_mb   resident memory
   object_store_mib     the object store's use (weights versions and chunks in flight)
 
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SCALING_OVERRIDES = ["collectors.num_cpus=0.03", "replay.num_cpus=0.01", "learner.num_cpus=0.5", "env.num_envs=4",
+SCALING_OVERRIDES = ["collectors.num_cpus=0.03", "learner.num_cpus=0.5", "env.num_envs=4",
                      "stop.eval_return=null", "stop.env_steps=10000000000", "eval.every_epochs=1000000"]
 MEASURES = ("poll_ms", "broadcast_ms", "feed_ms_per_update", "gcs_server_mb", "raylet_mb", "driver_mb",
             "object_store_mib")
@@ -48,7 +48,7 @@ class ScalingRecorder:
         self._next_probe = 0.0
 
     def after_poll(self, run) -> None:
-        """Time one stats round to all collectors and shards every 2 s; end the run on time."""
+        """Time one stats round to all collectors and the replay every 2 s; end the run on time."""
         import ray
 
         if run.collect_start is None:
@@ -57,7 +57,7 @@ class ScalingRecorder:
         if elapsed >= self._next_probe:
             self._next_probe = elapsed + 2.0
             start = time.perf_counter()
-            ray.get([c.stats.remote() for c in run.actors.collectors] + [s.stats.remote() for s in run.actors.shards])
+            ray.get([c.stats.remote() for c in run.actors.collectors] + [run.actors.learner.replay_stats.remote()])
             self.poll_ms.append((time.perf_counter() - start) * 1e3)
         if elapsed >= self.seconds:
             run.end_soon("scaling window done")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     """Every N in its own process, one after another; the table on stdout."""
     parser = argparse.ArgumentParser(prog="python -m cluster.bench.scaling", description=__doc__.split("\n\n")[0])
     parser.add_argument("args", nargs="*", help="CONFIG (default cartpole) and key=value overrides")
-    parser.add_argument("--pairs", default="2,8,16,32", help="collector+shard pair counts, comma-separated")
+    parser.add_argument("--pairs", default="2,8,16,32", help="collector counts, comma-separated")
     parser.add_argument("--seconds", type=float, default=40.0, help="training seconds per N after collection starts")
     parser.add_argument("--json", type=Path, help="write the measures here")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child: measure this N, JSON on stdout

@@ -79,6 +79,14 @@ def validate(data: dict[str, Any]) -> RunConfig:
         raise ConfigError(format_validation_error(err)) from None
 
 
+# Keys that configs written for earlier versions may still carry, and why they went.
+RETIRED_KEYS = {
+    "learner.prefetch": "replay lives in the learner's process now, so no batch is requested ahead",
+    "learner.feed_threads": "replay lives in the learner's process now, so no thread fetches batches",
+    "replay.num_cpus": "shards are no longer actors of their own (replay lives in the learner's process)",
+}
+
+
 def format_validation_error(err: ValidationError) -> str:
     """One line naming the dotted field, what is allowed and what was given."""
     first = err.errors(include_url=False)[0]
@@ -87,6 +95,8 @@ def format_validation_error(err: ValidationError) -> str:
                      and not str(part).startswith(("literal[", "function-")))
     kind = first["type"]
     if kind == "extra_forbidden":
+        if field in RETIRED_KEYS:
+            return f"config key '{field}' was removed: {RETIRED_KEYS[field]}; delete it from the config"
         return f"unknown config key '{field}'{_suggestion(first['loc'])}"
     message = first["msg"].removeprefix("Value error, ")
     if kind == "value_error" and not field:

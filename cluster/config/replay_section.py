@@ -1,4 +1,5 @@
-"""The replay section of the run config: shard capacity, the rate limiter, prioritized replay."""
+"""The replay section of the run config: shard capacity, where replay is stored, the rate limiter,
+prioritized replay."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from cluster.config.section import Section
 
 
 class ReplayConfig(Section):
-    """The replay shards: capacity, the samples-per-insert rate limiter and prioritized replay."""
+    """The replay shards (in the learner's process): capacity, storage, the samples-per-insert rate
+    limiter and prioritized replay."""
 
     capacity: int = Field(100_000, ge=1, description="Transitions stored per shard (ring).")
     min_size: int = Field(256, ge=1, description="Transitions in all shards before learning starts.")
@@ -20,7 +22,12 @@ class ReplayConfig(Section):
     error_buffer: int = Field(
         256, ge=1, description="Transitions of slack the limiter allows either way."
     )
-    num_cpus: float = Field(0.01, gt=0.0, description="CPUs Ray reserves per shard.")
+    storage: Literal["auto", "device", "host"] = Field(
+        "auto", description="Where a GPU learner keeps replay's bytes: device = in GPU memory (batches are gathered "
+        "there, only indices cross to the GPU), host = pinned host memory (batches gathered on the host and "
+        "copied); auto = device when replay fits the GPU with room for the update, else host (said at start-up). "
+        "A CPU learner keeps replay in its host memory."
+    )
     prioritized: bool = Field(
         False, description="Prioritized replay (Ape-X): draw transitions in proportion to (abs(TD error) + "
         "priority_epsilon)^alpha across all shards, with importance weights; off = uniform."

@@ -109,16 +109,13 @@ class LearnerConfig(Section):
     lr: float = Field(0.02, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
     max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
-    micro_batch: int = Field(256, ge=1, description="Transitions per micro-batch (one shard each).")
+    micro_batch: int = Field(256, ge=1, description="Transitions per micro-batch (drawn across all shards).")
     accumulation_steps: int = Field(1, ge=1, description="Micro-batches accumulated per update.")
     target_update: Literal["hard", "polyak"] = Field("polyak", description="Target network update rule.")
     target_update_every: int = Field(50, ge=1, description="Updates between hard target copies.")
     target_tau: float = Field(0.02, gt=0.0, le=1.0, description="Polyak rate per update.")
     updates_per_epoch: int = Field(25, ge=1, description="Optimizer steps in one epoch.")
     broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")
-    prefetch: int = Field(
-        16, ge=1, description="Micro-batches requested ahead; requested in groups of half that, one call per shard."
-    )
     compile: bool | Literal["auto"] = Field(
         False, description="torch.compile the networks during warm-up; auto = on for CNNs whose update is "
         "captured on CUDA, the one place it was measured faster."
@@ -126,18 +123,6 @@ class LearnerConfig(Section):
     cuda_graphs: Literal["auto", "on", "off"] = Field(
         "auto", description="Capture the whole update as one CUDA graph during warm-up; auto = on for CUDA."
     )
-
-    feed_threads: int | Literal["auto"] = Field(
-        "auto", description="Threads preparing batches ahead of the update loop (Ray get, pinned copy); 0 = "
-        "the loop fetches them itself; auto = 1 on CUDA, 0 on CPU."
-    )
-
-    @field_validator("feed_threads")
-    @classmethod
-    def _feed_threads_range(cls, value: Any) -> Any:
-        if value != "auto" and not 0 <= value <= 16:
-            raise ValueError("must be auto or 0..16")
-        return value
 
     _cuda_graphs_on_off = field_validator("cuda_graphs", mode="before")(on_off_from_yaml_bools)
 
@@ -188,8 +173,8 @@ class CheckpointConfig(Section):
     every_epochs: int = Field(100, ge=1, description="Epochs between checkpoints (and one at the end).")
     keep: int = Field(3, ge=1, description="Checkpoints kept on disk.")
     replay: bool = Field(
-        True, description="Save every shard's replay with each checkpoint: a resumed run and a restarted shard get "
-        "it back (off in the pixel configs, whose replay is gigabytes)."
+        True, description="Save every shard's replay with each checkpoint: a resumed run and a learner Ray restarted "
+        "get it back (off in the pixel configs, whose replay is gigabytes)."
     )
 
 

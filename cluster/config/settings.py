@@ -1,7 +1,7 @@
 """The settings each component is built from, derived from the run config (no Ray here).
 
 A real run (cluster/driver/wiring.py) and the lockstep replica (cluster/local/lockstep.py) build their
-collectors, shards and learner from these same functions, so the two cannot drift apart.
+collectors, replay and learner from these same functions, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from actors.envs import EnvSpec, known_max_return
 from actors.settings import CollectorSettings
 from cluster.config.schema import RunConfig
 from learner.settings import LearnerSettings
-from replay.frames import frames_per_sample
-from replay.mixing import BetaSchedule
-from replay.priorities import PrioritySettings
+from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import StorageSpec
 
@@ -36,7 +34,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
 def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
     """What each shard stores (pixel observations frame-once, per env of its collector)."""
     return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
-                       config.env.num_envs, config.algo.n_step)
+                       config.env.num_envs)
 
 
 def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
@@ -52,8 +50,6 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         target_update_every=lc.target_update_every, target_tau=lc.target_tau,
         updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
         precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
-        feed_threads=None if lc.feed_threads == "auto" else lc.feed_threads,
-        frames_per_sample=frames_per_sample(spec.frame_stack, config.algo.n_step) if spec.frame_stack else 0,
         prioritized=config.replay.prioritized,
     )
 
@@ -72,15 +68,8 @@ def beta_schedule(config: RunConfig) -> BetaSchedule | None:
     return BetaSchedule(r.beta, r.beta_anneal_updates, lc.micro_batch * lc.accumulation_steps)
 
 
-def shard_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
-    """Each shard's share of the samples-per-insert limiter (the insert side)."""
-    r = config.replay
-    num = config.collectors.num
-    return SamplesPerInsertLimiter(r.samples_per_insert, max(1, r.min_size // num), max(1, r.error_buffer // num))
-
-
-def learner_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
-    """The whole limiter, which the learner applies to what it samples from all shards."""
+def replay_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
+    """The replay's one limiter: inserts into every shard against the learner's draws."""
     r = config.replay
     return SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer)
 

@@ -98,7 +98,7 @@ def list_checkpoints(directory: Path) -> list[Path]:
 
 
 def read_replay(path: Path) -> dict:
-    """One shard's replay state from a checkpoint set (ReplayShard.set_replay_state's input)."""
+    """One shard's replay state from a checkpoint set (ReplayShard.set_state's input)."""
     return pickle.loads(path.read_bytes())
 
 
@@ -107,12 +107,10 @@ def _matches(path: Path, part: dict) -> bool:
     return len(data) == part["bytes"] and hashlib.sha256(data).hexdigest() == part["sha256"]
 
 
-def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None,
-                with_replay: bool = False) -> ResumePoint | None:
+def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
     """The newest intact checkpoint set, or None when there is none. Each newer one that is
     damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is
-    reported to `on_skip` in one line and passed over. `with_replay`: also pass over sets
-    without replay (saved while a shard was dying, or with checkpoint.replay off)."""
+    reported to `on_skip` in one line and passed over."""
     for manifest in reversed(list_checkpoints(directory)):
         problem = None
         try:
@@ -129,8 +127,6 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
         except (OSError, ValueError, KeyError, TypeError) as err:
             problem = problem or f"unreadable or incomplete ({type(err).__name__})"
         if problem is None:
-            if with_replay and not point.replay_files:
-                continue
             return point
         on_skip(f"checkpoint {manifest.stem} is damaged ({problem}); trying the one before it")
     return None

@@ -17,7 +17,7 @@ from cluster.driver.supervisor import describe_failure
 from cluster.driver.tensorboard_layout import result_scalars
 
 EPOCH_END_S = 60  # a stopped learner ends its epoch after the current update
-PRIORITY_FLUSH_S = 60  # the shards answer in milliseconds; a learner still in a long update finishes first
+PRIORITY_FLUSH_S = 60  # the last GPU copies take milliseconds; a learner still in a long update finishes first
 
 
 def finish_run(run, new_work: bool) -> None:
@@ -40,7 +40,7 @@ def finish_run(run, new_work: bool) -> None:
     run.supervisor.wait_stopped()
     with contextlib.suppress(ray.exceptions.RayError):  # a dead learner's epochs are lost with it
         run.drain_epochs(timeout_s=EPOCH_END_S)
-    if run.config.replay.prioritized:  # the last updates' priorities reach the shards before they are read
+    if run.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
         with contextlib.suppress(ray.exceptions.RayError):
             unsent = ray.get(run.actors.learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
             run.metrics.priority_updates["priority_updates_unsent"] = unsent

@@ -28,20 +28,21 @@ class RunOutputs:
         # its queued epochs, and an epoch can wait a long time for data (a collector being
         # restarted), so the driver must keep polling and restarting collectors meanwhile.
         self.pending_checkpoint: tuple | None = None
-        self.replay_pause_s_max = 0.0  # the longest a shard paused to hand over its replay
+        self.replay_pause_s_max = 0.0  # the longest the replay paused to hand over one shard
         self.unwritten: str | None = None  # the first final file the run's end could not write
 
-    def request_checkpoint(self, learner, epoch: int, counters: dict, shards: list | None = None) -> None:
-        """Ask the learner for its state (LearnerActor.state_bytes) and, given `shards`, each
-        shard for its replay; `write_pending_checkpoint` writes the set once it has come. One at
-        a time: a checkpoint due while one is pending is skipped, and the next one due catches up."""
+    def request_checkpoint(self, learner, epoch: int, counters: dict, shards: int = 0) -> None:
+        """Ask the learner for its state (LearnerActor.state_bytes) and, given a number of
+        `shards`, for each shard's replay; `write_pending_checkpoint` writes the set once it has
+        come. One at a time: a checkpoint due while one is pending is skipped, and the next one
+        due catches up."""
         if self.pending_checkpoint is None:
-            replay = [shard.get_state.remote() for shard in shards] if shards else None
+            replay = [learner.replay_state.remote(i) for i in range(shards)] if shards else None
             self.pending_checkpoint = (learner.state_bytes.remote(), epoch, counters, replay)
 
     def write_pending_checkpoint(self) -> None:
-        """Write the pending checkpoint, if any (waits for its parts if not come yet). A shard
-        that died before handing over its replay leaves this one set without replay."""
+        """Write the pending checkpoint, if any (waits for its parts if not come yet). A learner
+        that died before handing over its replay leaves no set (its state is lost with it)."""
         if self.pending_checkpoint is None:
             return
         state_ref, epoch, counters, replay_refs = self.pending_checkpoint
@@ -51,7 +52,7 @@ class RunOutputs:
             try:
                 replay = ray.get(replay_refs)
             except ray.exceptions.RayActorError:
-                self.say(f"the checkpoint of epoch {epoch} has no replay: a shard died while saving")
+                self.say(f"the checkpoint of epoch {epoch} has no replay: the learner died while saving")
             else:
                 self.replay_pause_s_max = max([self.replay_pause_s_max] + [r.pop("pause_s") for r in replay])
         self.checkpoint(ray.get(state_ref), epoch, counters, replay)

@@ -1,7 +1,7 @@
-"""Where actors go: a placement group for the learner and one for the collector+shard pairs.
+"""Where actors go: a placement group for the learner (which hosts the replay) and one for the
+collectors, a bundle each (called pairs below, from when each collector had a shard beside it).
 
-A collector and its shard share a bundle, so they always share a node. The learner is placed
-first; the pair bundles are then spread over the nodes with the learner's share taken off its
+The learner is placed first; the collector bundles are then spread over the nodes with the learner's share taken off its
 node: STRICT_SPREAD (one pair per node) when enough nodes can each still hold a pair, else SPREAD
 (as even as Ray can) over the nodes with room, or PACK when only one has room; a STRICT_SPREAD
 that Ray cannot grant falls back to PACK. Before asking Ray, the request is checked against the
@@ -30,16 +30,15 @@ class ResourceRequest:
 
     num_collectors: int
     collector_cpus: float
-    shard_cpus: float
     learner_cpus: float
     learner_gpus: int
 
     def bundles(self) -> list[dict[str, float]]:
-        """Bundle 0 for the learner, bundle i+1 for collector i and its shard."""
+        """Bundle 0 for the learner, bundle i+1 for collector i."""
         learner = {"CPU": self.learner_cpus}
         if self.learner_gpus:
             learner["GPU"] = float(self.learner_gpus)
-        pair = {"CPU": self.collector_cpus + self.shard_cpus}
+        pair = {"CPU": self.collector_cpus}
         return [learner] + [dict(pair) for _ in range(self.num_collectors)]
 
 
@@ -56,7 +55,7 @@ def _node_text(nodes: list[dict[str, float]]) -> str:
 
 
 def pair_slots(cpus: list[float], pair_cpus: float) -> list[int]:
-    """How many collector+shard pairs each node's free CPUs hold."""
+    """How many collectors each node's free CPUs hold."""
     return [int((c + _EPS) // pair_cpus) if pair_cpus > 0 else 1 << 30 for c in cpus]
 
 
@@ -72,7 +71,7 @@ def _holds_learner(request: ResourceRequest, node: dict[str, float]) -> bool:
 def best_learner_node(request: ResourceRequest, nodes: list[dict[str, float]]) -> int | None:
     """The node for the learner after which the most pairs get a node of their own (then the
     most pair slots); None when no node that can hold the learner leaves room for every pair."""
-    pair_cpus = request.collector_cpus + request.shard_cpus
+    pair_cpus = request.collector_cpus
     best, best_key = None, None
     for i, node in enumerate(nodes):
         if not _holds_learner(request, node):
@@ -102,21 +101,21 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
     if need_cpu > total_cpu + 1e-9:
         raise PlacementError(
             f"the run needs {need_cpu:g} CPUs (learner {request.learner_cpus:g} + "
-            f"{request.num_collectors} x (collector {request.collector_cpus:g} + shard {request.shard_cpus:g})) "
+            f"{request.num_collectors} x collector {request.collector_cpus:g}) "
             f"but the Ray cluster has {total_cpu:g}; lower collectors.num or collectors.num_cpus"
         )
     largest = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
-    for name, bundle in (("learner", bundles[0]), ("collector+shard", bundles[-1])):
+    for name, bundle in (("learner", bundles[0]), ("collector", bundles[-1])):
         if bundle["CPU"] > largest + 1e-9:
             raise PlacementError(
                 f"one {name} needs {bundle['CPU']:g} CPUs on a single node but the largest node has {largest:g}"
             )
     if best_learner_node(request, nodes) is None:
-        pair_cpus = request.collector_cpus + request.shard_cpus
+        pair_cpus = request.collector_cpus
         most = max((sum(pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus))
                     for i, n in enumerate(nodes) if _holds_learner(request, n)), default=0)
         raise PlacementError(
-            f"{request.num_collectors} collector+shard pairs of {pair_cpus:g} CPUs do not fit beside the learner "
+            f"{request.num_collectors} collectors of {pair_cpus:g} CPUs do not fit beside the learner "
             f"on nodes of {_node_text(nodes)}: at most {most} do; lower collectors.num or collectors.num_cpus, "
             "or add nodes"
         )
@@ -135,7 +134,7 @@ def node_addresses() -> dict[str, str]:
 def pair_strategy(request: ResourceRequest, cpus: list[float]) -> str:
     """How to lay out the pairs on nodes with `cpus` free beside the learner: STRICT_SPREAD when
     every pair can have a node of its own, SPREAD when at least two nodes have room, else PACK."""
-    roomy = sum(1 for slots in pair_slots(cpus, request.collector_cpus + request.shard_cpus) if slots > 0)
+    roomy = sum(1 for slots in pair_slots(cpus, request.collector_cpus) if slots > 0)
     if 1 < request.num_collectors <= roomy:
         return "STRICT_SPREAD"
     return "SPREAD" if roomy > 1 else "PACK"
@@ -143,7 +142,7 @@ def pair_strategy(request: ResourceRequest, cpus: list[float]) -> str:
 
 @dataclass(frozen=True)
 class Reservation:
-    """The placement groups of one run: the learner's and the collector+shard pairs'."""
+    """The placement groups of one run: the learner's and the collectors'."""
 
     learner: object
     pairs: object

@@ -1,12 +1,14 @@
-"""Bringing state back: a dead learner inside the run, a restarted shard's replay, and every
-shard's replay when a run resumes, from the newest intact checkpoint set.
+"""Bringing state back: a dead learner inside the run, and the replay when a run resumes, from
+the newest intact checkpoint set.
 
-The learner is the one actor that holds training state; when its process dies, the driver starts
-a new learner actor connected to the same shards and collectors (RunActors.respawn_learner),
-loads the newest checkpoint (weights, optimizer, scaler, counters) and carries on: the collectors
-and shards never stopped, so env steps and replay continue, and only the epochs trained since
-that checkpoint are lost. At most one revival per `checkpoint.every_epochs` window: a learner
-that dies again before reaching the next checkpoint ends the run (RunFailed) instead of looping.
+The learner is the one actor that holds training state, and the replay lives in its process. When
+that process dies, Ray restarts the actor (cluster/driver/wiring.py: LEARNER_MAX_RESTARTS), which
+builds an empty replay; the driver loads the newest checkpoint into it (weights, optimizer, scaler,
+counters and, when the set has it, every shard's replay) and carries on. The collectors never
+stopped, so env steps continue; the epochs trained since that checkpoint are lost, and so is the
+replay when the set has none (it refills from the collectors: `replay_lost` counts what was
+lost). At most one revival per `checkpoint.every_epochs` window: a learner that dies again
+before reaching the next checkpoint ends the run (RunFailed) instead of looping.
 """
 
 from __future__ import annotations
@@ -23,55 +25,59 @@ class LearnerRevival:
         self.checkpoint_dir = checkpoint_dir
         self.every_epochs = every_epochs
         self.revived_at_epoch: int | None = None  # the checkpoint epoch the last revival started from
+        self.replay_lost = 0  # transitions replay held when a learner died that did not come back
 
     def revive(self, run) -> bool:
-        """Replace `run`'s dead learner and rewind the run's epoch count to its newest checkpoint;
-        False when the learner died again within a checkpoint window of its last revival."""
+        """Load the newest checkpoint into `run`'s restarted learner and rewind the run's epoch
+        count to it; False when the learner died again within a checkpoint window of its last
+        revival."""
         if self.revived_at_epoch is not None and run.epochs_done - self.revived_at_epoch < self.every_epochs:
             return False
+        held = sum(run.metrics.shard_sizes)
         resume = load_latest(self.checkpoint_dir, run.progress.message)
-        learner = run.actors.respawn_learner()
-        run.supervisor.learner = learner
+        run.actors.learner_restarts += 1
         run.outputs.pending_checkpoint = None  # asked of the dead learner: never coming
         run.evaluations.forget_weights()
         run.outcome.forget_weights()
         start_epoch = resume.epochs if resume else 0
+        learner = run.actors.learner  # the same handle: Ray restarts the actor behind it
         info = ray.get(learner.warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
+        restored = 0
+        if resume is not None and resume.replay_files and self._replay_comes_back(run):
+            what, restored = restore_replay(learner, run.config.collectors.num, resume)
+        else:
+            what = f"its replay ({held} transitions) was lost with it and refills from the collectors"
+            if run.config.checkpoint.replay and len(run.spec.obs_shape) != 1:
+                what += " (pixel replay comes back only when a run resumes)"
+        self.replay_lost += max(0, held - restored)
         origin = f"the checkpoint of epoch {start_epoch}" if resume else "its initial weights (no checkpoint yet)"
         run.progress.message(
             f"the learner died; a new one continues from {origin}: the {run.epochs_done - start_epoch} epochs "
-            "trained since are lost, collectors and replay kept going")
+            f"trained since are lost, collectors kept going; {what}")
         run.epochs_done = start_epoch
         run.metrics.learner_version = info["version"]
         self.revived_at_epoch = start_epoch
         return True
 
+    @staticmethod
+    def _replay_comes_back(run) -> bool:
+        # Frame-once storage is linked to its live collectors' frame streams, which went on while the
+        # learner was down: a checkpointed pixel replay would be stitched to frames it never saw.
+        return run.config.checkpoint.replay and len(run.spec.obs_shape) == 1
 
-def restore_replay(shards: list, resume: ResumePoint) -> str:
-    """Load every shard's replay from a resumed checkpoint set; says what came back."""
-    if len(resume.replay_files) != len(shards):
-        return (f"replay not restored: the checkpoint has {len(resume.replay_files)} shards, the run "
-                f"{len(shards)} (collectors.num changed); it refills")
+
+def restore_replay(learner, num_shards: int, resume: ResumePoint) -> tuple[str, int]:
+    """Load every shard's replay from a checkpoint set into the learner's replay; (what came
+    back, in one line; transitions restored)."""
+    if len(resume.replay_files) != num_shards:
+        why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
+        return f"replay not restored: {why}; it refills", 0
     states = [read_replay(path) for path in resume.replay_files]
     try:
-        ray.get([shard.set_state.remote(state) for shard, state in zip(shards, states)])
+        ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
     except ray.exceptions.RayTaskError as err:
-        return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills"
+        return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills", 0
     inserted = sum(state["storage"]["total_added"] for state in states)
-    return f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)"
-
-
-def restore_shard_replay(run, shard: int) -> str:
-    """Load one restarted shard's replay from the newest intact checkpoint set; says what came
-    back (the chunks it took since that checkpoint are lost)."""
-    if not run.config.checkpoint.replay:
-        return "it starts empty (checkpoint.replay is off)"
-    if len(run.spec.obs_shape) != 1:  # frame-once storage is linked to its live collector's frame stream
-        return "it starts empty (pixel replay comes back only when a run resumes)"
-    resume = load_latest(run.revival.checkpoint_dir, run.progress.message, with_replay=True)
-    if resume is None or len(resume.replay_files) != len(run.actors.shards):
-        return "it starts empty (no checkpoint with replay yet)"
-    state = read_replay(resume.replay_files[shard])
-    ray.get(run.actors.shards[shard].set_state.remote(state))
-    return f"its replay comes back from the checkpoint of epoch {resume.epochs} ({state['storage']['total_added']} " \
-           "transitions inserted by then)"
+    held = sum(state["storage"].get("size", 0) for state in states)
+    return (f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)",
+            held)

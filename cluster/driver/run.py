@@ -31,7 +31,7 @@ from cluster.driver.metrics import RunMetrics
 from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
-from cluster.driver.revival import LearnerRevival, restore_replay, restore_shard_replay
+from cluster.driver.revival import LearnerRevival, restore_replay
 from cluster.driver.signals import exit_code, signal_name
 from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
@@ -131,7 +131,7 @@ class TrainingRun:
         self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
                                    self.learner_host)
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
-                                              self.progress, lambda i: restore_shard_replay(self, i))
+                                              self.progress)
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
@@ -139,12 +139,14 @@ class TrainingRun:
         state = self.resume.learner_state if self.resume else None
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
-            self.progress.message(restore_replay(self.actors.shards, self.resume))
+            self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume)[0])
         # The collectors start at once (acting with their own initial network until the learner
         # publishes): replay reaches min_size while the learner still imports torch and warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
         info = ray.get(warmup)
+        if info.get("replay_notice"):
+            self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
         self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs))
         self.metrics.learner_version = info["version"]
@@ -241,17 +243,15 @@ class TrainingRun:
     def poll(self) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done."""
         self.supervisor.check()
-        refs = [c.stats.remote() for c in self.actors.collectors] + [s.stats.remote() for s in self.actors.shards]
+        refs = [c.stats.remote() for c in self.actors.collectors] + [self.actors.learner.replay_stats.remote()]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
         if len(ready) < len(refs):
             return False  # an actor is slow to answer; read everything again on the next poll
         try:
             stats = ray.get(refs)
         except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError):
-            return False  # a collector is being restarted by Ray; its loop is resumed elsewhere
-        num = self.config.collectors.num
-        self.supervisor.observe_shards(stats[num:])
-        scalars = self.metrics.poll(stats[:num], stats[num:])
+            return False  # a collector or the learner is being restarted by Ray; read again next poll
+        scalars = self.metrics.poll(stats[:-1], stats[-1])
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
         replay, min_size = sum(m.shard_sizes), self.config.replay.min_size
@@ -267,11 +267,11 @@ class TrainingRun:
     def request_checkpoint(self) -> None:
         """Ask the learner for a checkpoint of the epochs done so far (written once it comes)."""
         counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
-        shards = self.actors.shards if self.config.checkpoint.replay else None
+        shards = self.config.collectors.num if self.config.checkpoint.replay else 0
         self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters, shards)
 
     def role_of(self, actor_id: str | None) -> str:
-        """What the actor with this id is in the run: "replay shard 1", "the learner", ..."""
+        """What the actor with this id is in the run: "collector 1", "the learner", ..."""
         return self.actors.role_of(actor_id) if self.actors else "an actor of the run"
 
     def _wall_s(self) -> float:
@@ -290,7 +290,7 @@ class TrainingRun:
             "epochs": self.epochs_done,
             "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
             "collector_restarts": self.metrics.collector_restarts,
-            "shard_restarts": self.supervisor.shard_restarts if self.supervisor else 0,
             "learner_restarts": self.actors.learner_restarts if self.actors else 0,
+            "replay_lost_transitions": self.revival.replay_lost,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
         }

@@ -1,16 +1,14 @@
-"""CollectorSupervisor: keeps every collector's run loop going for the whole run, and notices
-shards that Ray restarted.
+"""CollectorSupervisor: keeps every collector's run loop going for the whole run.
 
 Ray restarts a collector whose process died (max_restarts); the collector then comes back with no
 loop running and an old network. The supervisor notices the loop's call ending in an error,
 announces the learner's latest weights to the new process and starts its loop again, on the same
-shard (the shard lives on, with its data), and ends the run with one line when a collector keeps
-dying. Restarts are counted by the shards (each counts the collector processes attached to it).
+shard (the shard lives on in the learner's process, with its data), and ends the run with one line
+when a collector keeps dying. Restarts are counted by the shards (each counts the collector
+processes attached to it).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import ray
 
@@ -24,8 +22,7 @@ class RunFailed(Exception):
 def describe_failure(err: Exception, role_of) -> str:
     """One line for an error that ends the run: which actor died, or the error's first line.
 
-    A call on a live actor that fails because another one died (the learner asking a dead shard
-    for a batch) names the dead one. `role_of` maps an actor id to its role (RunActors.role_of).
+    A call on a live actor that fails because another one died names the dead one. `role_of` maps an actor id to its role (RunActors.role_of).
     """
     if isinstance(err, ray.exceptions.RayActorError):
         return f"{role_of(err.actor_id)} died"
@@ -39,17 +36,13 @@ def describe_failure(err: Exception, role_of) -> str:
 class CollectorSupervisor:
     """Starts, watches and restarts the collectors' run loops."""
 
-    def __init__(self, collectors: list, learner, max_restarts: int, progress: ProgressLine,
-                 restore_shard: Callable[[int], str] = lambda i: "it starts empty"):
+    def __init__(self, collectors: list, learner, max_restarts: int, progress: ProgressLine):
         self.collectors = collectors
         self.learner = learner
         self.max_restarts = max_restarts
         self.progress = progress
-        self.restore_shard = restore_shard  # brings a restarted shard's replay back; says what came
         self.loops: list = []  # each collector's running `run` call
         self.loop_failures = [0] * len(collectors)  # loops that ended in an error
-        self.shard_restarts = 0
-        self._shard_incarnations: list[str | None] = [None] * len(collectors)
 
     def start(self) -> None:
         """Start every collector's loop (they act with their own network until weights come)."""
@@ -72,21 +65,8 @@ class CollectorSupervisor:
                 raise RunFailed(f"collector {i} failed {self.loop_failures[i]} times; last error: {reason}")
             self.progress.message(f"collector {i} stopped ({reason}); restarting it on its shard")
             collector = self.collectors[i]
-            self.learner.resend_weights.remote(collector)
+            self.learner.resend_weights.remote(i)
             self.loops[i] = collector.run.remote()
-
-    def observe_shards(self, shard_stats: list[dict]) -> None:
-        """Notice shards Ray restarted (a new incarnation): count them, bring their replay back
-        from the newest checkpoint where there is one, and say so once. The collector's next
-        chunks and the learner's requests reach the new process by the same handle."""
-        for i, stats in enumerate(shard_stats):
-            born = stats.get("incarnation")
-            if self._shard_incarnations[i] not in (None, born):
-                self.shard_restarts += 1
-                what = self.restore_shard(i)
-                self.progress.message(f"replay shard {i} died and Ray restarted it: {what}; collector {i} "
-                                      "fills it on")
-            self._shard_incarnations[i] = born
 
     def stop(self) -> None:
         """Ask every collector to end its loop after the chunk in progress."""

@@ -2,8 +2,8 @@
 
 What connects to what is planned once in cluster/config/topology.py (the local wiring in
 cluster/local/wiring.py builds the same plan without Ray); this file makes those connections with
-Ray's actors: each collector gets its own shard by name (chunks), the learner gets every shard
-(batches) and every collector (weights), the driver keeps the evaluator.
+Ray's actors: the learner hosts the replay, each collector gets the learner's name and its shard's
+index (chunks), the learner gets every collector's name (weights), the driver keeps the evaluator.
 """
 
 from __future__ import annotations
@@ -26,16 +26,15 @@ from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, no
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
-from cluster.hosts.learner_actor import LearnerActor
-from cluster.hosts.priority_sender import PrioritySender
-from cluster.hosts.ray_seams import BatchSource, ChunkSink, WeightPublisher
-from cluster.hosts.shard_actor import ShardActor
-from replay.mixing import ShardMixer
+from cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
+from cluster.hosts.ray_seams import ChunkSink
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
 COLLECTOR_MAX_RESTARTS = 3
-SHARD_MAX_RESTARTS = 3
+# Ray restarts a learner whose process died (the driver then loads the newest checkpoint into it,
+# cluster/driver/revival.py, which also decides when to give up).
+LEARNER_MAX_RESTARTS = 3
 
 
 def connect(address: str | None) -> bool:
@@ -122,7 +121,6 @@ def resource_request(config: RunConfig, learner_gpus: int) -> ResourceRequest:
     return ResourceRequest(
         num_collectors=config.collectors.num,
         collector_cpus=config.collectors.num_cpus,
-        shard_cpus=config.replay.num_cpus,
         learner_cpus=config.learner.num_cpus,
         learner_gpus=learner_gpus,
     )
@@ -138,23 +136,14 @@ class RunActors:
     """Handles of everything a run started."""
 
     run_id: str
-    shards: list
     collectors: list
     learner: object
     evaluator: object
-    start_learner: Callable  # (incarnation) -> a new learner actor connected as the first one
     learner_restarts: int = 0
-
-    def respawn_learner(self):
-        """Replace a dead learner with a new actor, connected to the same shards and collectors."""
-        ray.kill(self.learner, no_restart=True)
-        self.learner_restarts += 1
-        self.learner = self.start_learner(incarnation=self.learner_restarts)
-        return self.learner
 
     def all(self) -> list:
         """Every actor handle."""
-        return [*self.collectors, self.learner, self.evaluator, *self.shards]
+        return [*self.collectors, self.learner, self.evaluator]
 
     def kill_all(self) -> None:
         """End every actor of the run for good (Ray restarts none of them)."""
@@ -162,57 +151,60 @@ class RunActors:
             ray.kill(actor, no_restart=True)
 
     def role_of(self, actor_id: str | None) -> str:
-        """What the actor with this hex id is in the run ("replay shard 1", "the learner", ...)."""
+        """What the actor with this hex id is in the run ("collector 1", "the learner", ...)."""
         roles = {self.learner._actor_id.hex(): "the learner", self.evaluator._actor_id.hex(): "the evaluator"}
         roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors)})
-        roles.update({s._actor_id.hex(): f"replay shard {i}" for i, s in enumerate(self.shards)})
         return roles.get(actor_id or "", "an actor of the run")
 
     def placement(self) -> dict:
-        """Which node each actor runs on (written to RUN_DIR/placement.json)."""
+        """Which node each actor runs on (written to RUN_DIR/placement.json); the replay is on the
+        learner's node, in its process."""
         collector_nodes = ray.get([c.node_id.remote() for c in self.collectors])
-        shard_nodes = ray.get([s.node_id.remote() for s in self.shards])
+        learner_node = ray.get(self.learner.node_id.remote())
         return {
             "ray_address": ray.get_runtime_context().gcs_address,
             "namespace": NAMESPACE,
             "run_id": self.run_id,
-            "learner_node": ray.get(self.learner.node_id.remote()),
-            "pairs": [{"collector": i, "collector_node": c, "shard_node": s}
-                      for i, (c, s) in enumerate(zip(collector_nodes, shard_nodes))],
+            "learner_node": learner_node,
+            "replay_node": learner_node,
+            "collectors": [{"collector": i, "collector_node": c} for i, c in enumerate(collector_nodes)],
             "node_ips": node_addresses(),
         }
 
 
+def learner_name(run_id: str) -> str:
+    """The learner actor's name in the raypex namespace (collectors find their replay by it)."""
+    return f"raypex-{run_id}-learner"
+
+
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str,
                  learner_host: type = LearnerActor) -> RunActors:
-    """Create shards, collectors, the learner and the evaluator as Ray actors, connected as
-    cluster/config/topology.py plans (they start in parallel). `learner_host` lets the bench host
-    the learner in a subclass with its probes."""
+    """Create the collectors, the learner (with the replay) and the evaluator as Ray actors,
+    connected as cluster/config/topology.py plans (they start in parallel). `learner_host` lets
+    the bench host the learner in a subclass with its probes."""
     plan = plan_run(config, spec)
-    shard_cls = ray.remote(ShardActor)
     collector_cls = ray.remote(CollectorActor)
-    shards, collectors = [], []
-    for shard_plan, collector_plan in zip(plan.shards, plan.collectors):
-        i = shard_plan.index
-        placement = in_bundle(group.pairs, i)  # a collector and its shard share bundle i: same node
-        # Shards are numpy-only and tiny in CPU; each lives as long as the run, whatever the collector does.
-        shard_name = f"raypex-{run_id}-shard-{i}"
-        # A shard that dies is restarted by Ray, empty; its collector and the learner reach the
-        # new process by the same handle (cluster/hosts/ray_seams.py drops what died with it).
-        shard = shard_cls.options(
-            num_cpus=config.replay.num_cpus, scheduling_strategy=placement, name=shard_name,
-            max_restarts=SHARD_MAX_RESTARTS,
-        ).remote(i, shard_plan.spec, shard_plan.limiter, shard_plan.seed, shard_plan.priorities)
-        # collector i -> shard i (chunks): the sink goes with the constructor's arguments, which Ray
-        # passes again to a restarted collector, so the new process writes to the same shard.
-        collector = collector_cls.options(
-            num_cpus=config.collectors.num_cpus, scheduling_strategy=placement, max_concurrency=4,
-            max_restarts=COLLECTOR_MAX_RESTARTS, name=f"raypex-{run_id}-collector-{i}",
-        ).remote(collector_plan.settings, ChunkSink(shard_name, collector_plan.max_pushes_in_flight))
-        shards.append(shard)
-        collectors.append(collector)
-    respawn = functools.partial(start_learner, config, plan, shards, collectors, group, device, run_id, learner_host)
-    learner = respawn()
+    collectors, names = [], []
+    for collector_plan in plan.collectors:
+        i = collector_plan.index
+        name = f"raypex-{run_id}-collector-{i}"
+        # collector i -> shard i in the learner (chunks): the sink goes with the constructor's
+        # arguments, which Ray passes again to a restarted collector, so the new process writes to
+        # the same shard.
+        collectors.append(collector_cls.options(
+            num_cpus=config.collectors.num_cpus, scheduling_strategy=in_bundle(group.pairs, i), max_concurrency=4,
+            max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
+        ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
+        names.append(name)
+    lp = plan.learner
+    # The learner hosts the replay (every shard) and publishes to every collector by name. Its
+    # threads: the default one trains; "replay" takes chunks and counter reads; "control" takes
+    # request_stop, which must not queue behind either.
+    learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(learner_host).options(
+        num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
+        scheduling_strategy=in_bundle(group.learner, 0), name=learner_name(run_id),
+        max_restarts=LEARNER_MAX_RESTARTS,
+    ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
     # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
@@ -221,26 +213,4 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
         name=f"raypex-{run_id}-evaluator",
     ).remote(*plan.evaluator_args)
-    return RunActors(run_id, shards, collectors, learner, evaluator, respawn)
-
-
-def start_learner(config: RunConfig, plan, shards: list, collectors: list, group: Reservation, device: str,
-                  run_id: str, learner_host: type, incarnation: int = 0):
-    """The learner actor, connected to every shard and every collector (a new one replaces a
-    dead learner with the same connections: TrainingRun calls RunActors.respawn_learner)."""
-    lp = plan.learner
-    # every shard -> the learner (batches): each micro-batch from one shard drawn in proportion to
-    # its size, under the learner's share of the limiter, `prefetch` of them requested ahead
-    source = BatchSource(shards, ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed,
-                                            lp.beta), lp.prefetch)
-    # the learner -> the shards it sampled (prioritized replay): new |TD errors|, bounded in flight
-    priorities = PrioritySender(shards) if lp.settings.prioritized else None
-    # the learner -> every collector (weights): one object per version, its ref sent to each
-    publisher = WeightPublisher(collectors)
-    # The "control" group is a second thread for request_stop only; every other method runs in
-    # submission order on the default single thread.
-    name = f"raypex-{run_id}-learner" + (f"-{incarnation}" if incarnation else "")
-    return ray.remote(concurrency_groups={"control": 1})(learner_host).options(
-        num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
-        scheduling_strategy=in_bundle(group.learner, 0), name=name,
-    ).remote(lp.settings, device, lp.num_threads, source, publisher, priorities)
+    return RunActors(run_id, collectors, learner, evaluator)

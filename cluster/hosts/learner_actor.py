@@ -1,8 +1,11 @@
-"""LearnerActor: the Ray shell around a Learner, its batch source and its weight publisher.
+"""LearnerActor: the Ray shell around a Learner and the run's replay, which live in one process.
 
-The driver paces it one epoch per `train_epoch` call (two queued, so it never idles between
-epochs). Evaluation happens elsewhere (EvaluatorActor), on the weights this actor publishes;
-`export_policy` can export exactly the version an evaluation passed.
+Collectors push their chunks here (`add_chunk`, on the "replay" thread, so an insert never queues
+behind an epoch); the learner draws its batches from the same replay without any call. The driver
+paces training one epoch per `train_epoch` call (two queued, so it never idles between epochs) and
+reads the replay's counters (`replay_stats`, on the replay thread too). Evaluation happens
+elsewhere (EvaluatorActor), on the weights this actor publishes; `export_policy` can export
+exactly the version an evaluation passed.
 
 No reply of this actor carries an ObjectRef: a ref nested in a return value makes this process's
 Ray core worker keep bookkeeping for it after the caller has dropped it (an epoch's metrics with
@@ -17,9 +20,13 @@ import os
 
 import ray
 
-from cluster.hosts.priority_sender import PrioritySender
-from cluster.hosts.ray_seams import QUIET, BatchSource, WeightPublisher
+from cluster.config.topology import ReplayPlan
+from cluster.hosts.ray_seams import QUIET, WeightPublisher
 from learner.settings import LearnerSettings
+
+# The threads of this actor besides the one that trains: inserts and the driver's replay reads,
+# and request_stop (which must not queue behind either).
+CONCURRENCY_GROUPS = {"replay": 1, "control": 1}
 
 
 def gpu_busy_fraction(device) -> float | None:
@@ -36,38 +43,67 @@ def gpu_busy_fraction(device) -> float | None:
 
 
 class LearnerActor:
-    """Hosts the Learner; trains, checkpoints and exports on the driver's request."""
+    """Hosts the Learner and the replay; trains, checkpoints and exports on the driver's request."""
 
-    def __init__(
-        self,
-        settings: LearnerSettings,
-        device: str,
-        num_threads: int,
-        source: BatchSource,
-        publisher: WeightPublisher,
-        priorities: PrioritySender | None = None,
-    ):
-        """`source` (every shard -> this learner), `publisher` (this learner -> every collector)
-        and, for prioritized replay, `priorities` (this learner -> the shards) are the connections
-        cluster/driver/wiring.py made; the host only runs them."""
+    def __init__(self, settings: LearnerSettings, device: str, num_threads: int, replay: ReplayPlan,
+                 collector_names: list[str]):
+        """The replay is built here, in this process, where a GPU learner can keep it on its GPU
+        (replay.storage); weights go to the collectors named (looked up by name, so a learner Ray
+        restarts is built from plain data)."""
         import torch  # inside the actor only: the driver names this class without importing torch
 
+        from learner.device_columns import choose_columns
         from learner.learner import Learner
+        from replay.sharded import ShardedReplay
 
         torch.set_num_threads(max(1, num_threads))
-        self.source = source
-        self.source.should_stop = lambda: self.learner.stop_requested
-        self.publisher = publisher
-        self.priorities = priorities
-        self.learner = Learner(settings, torch.device(device), self.source.next_batch, self.publisher.publish,
-                               priorities)
+        where = torch.device(device)
+        backend, self.replay_notice = choose_columns(replay.storage, where,
+                                                     replay.spec.column_bytes * replay.num_shards)
+        self.replay = ShardedReplay(replay.num_shards, replay.spec, replay.limiter, replay.seed, replay.priorities,
+                                    replay.beta, backend)
+        self.publisher = WeightPublisher(collector_names)
+        self.learner = Learner(settings, where, self.replay, self.publisher.publish)
 
+    # -- the replay's thread ------------------------------------------------------------------
+    @ray.method(concurrency_group="replay", enable_task_events=False)
+    def add_chunk(self, shard: int, chunk, writer_env_steps: int | None = None) -> float:
+        """Store a collector's chunk in its shard; returns that collector's insert room."""
+        return self.replay.add(shard, chunk, writer_env_steps)
+
+    @ray.method(concurrency_group="replay", enable_task_events=False)
+    def insert_room(self) -> float:
+        """One collector's insert room now (a throttled collector asks)."""
+        return self.replay.insert_room()
+
+    @ray.method(concurrency_group="replay")
+    def attach_writer(self, shard: int) -> int:
+        """A collector process starts writing to `shard`; the env steps it counts on from."""
+        return self.replay.attach_writer(shard)
+
+    @ray.method(concurrency_group="replay", enable_task_events=False)
+    def replay_stats(self) -> list[dict]:
+        """Every shard's counters and memory figures (the driver reads them a few times a second)."""
+        return self.replay.stats()
+
+    @ray.method(concurrency_group="replay", enable_task_events=False)  # every checkpoint
+    def replay_state(self, shard: int) -> dict:
+        """One shard's replay, for a checkpoint."""
+        return self.replay.get_state(shard)
+
+    @ray.method(concurrency_group="replay")
+    def set_replay_state(self, shard: int, state: dict) -> None:
+        """Restore one shard's replay from a checkpoint."""
+        self.replay.set_state(shard, state)
+
+    # -- control ------------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
     def request_stop(self) -> None:
         """End the epoch in progress after its current update, and every epoch queued after it
         at once (served on its own thread, so it does not queue behind those epochs)."""
         self.learner.request_stop()
 
+    # -- training -----------------------------------------------------------------------------
     def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
         """Restore a checkpoint if given, warm the networks up, publish the starting weights.
 
@@ -81,15 +117,12 @@ class LearnerActor:
         learner = self.learner
         return {"device": str(learner.device), "precision": learner.precision.name,
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
-                "version": learner.version, "updates": learner.updates}
+                "version": learner.version, "updates": learner.updates,
+                "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice}
 
     def waited_s(self) -> float:
-        """Seconds the update loop has waited for data after replay reached its minimum size.
-        A threaded feed measures its own wait (the source's waits overlap with updates there)."""
-        feed = self.learner.feed
-        if feed.threaded:
-            return feed.wait_s - self.source.fill_wait_s
-        return self.source.wait_s
+        """Seconds the update loop has waited for data after replay reached its minimum size."""
+        return self.learner.feed.wait_s
 
     @QUIET
     def train_epoch(self) -> dict:
@@ -98,28 +131,22 @@ class LearnerActor:
         metrics = self.learner.train_epoch()
         waited = max(0.0, self.waited_s() - wait_before)
         metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
-        metrics["fill_wait_s"] = self.source.fill_wait_s
-        if self.priorities is not None:
-            metrics["beta"] = self.source.mixer.beta
-            metrics["priority_updates_unsent"] = self._priorities_unsent()
+        metrics["fill_wait_s"] = self.learner.feed.fill_wait_s
+        if self.learner.feedback is not None:
+            metrics["beta"] = self.replay.beta
+            metrics["priority_updates_unsent"] = self.learner.feedback.unsent
         busy = gpu_busy_fraction(self.learner.device)
         if busy is not None:
             metrics["gpu_busy_fraction"] = busy
         return metrics
 
     def flush_priorities(self) -> int:
-        """At the end of a run, after the last epoch: send every priority update still held here and
-        wait for the shards to take them. Returns the transitions whose errors never went out."""
-        if self.priorities is None:
+        """At the end of a run, after the last epoch: apply every priority update still on its way
+        from the GPU. Returns the transitions whose errors were never applied."""
+        if self.learner.feedback is None:
             return 0
         self.learner.feedback.flush()
-        self.priorities.flush()
-        return self._priorities_unsent()
-
-    def _priorities_unsent(self) -> int:
-        """Transitions whose new |TD errors| never went out: dropped at the in-flight bound, or
-        never copied off the GPU in time."""
-        return self.priorities.dropped + self.learner.feedback.unsent
+        return self.learner.feedback.unsent
 
     @QUIET  # asked for every evaluation: several a second on small envs
     def published_weights(self):
@@ -145,9 +172,9 @@ class LearnerActor:
         return {"phase_s": dict(self.learner.phase_s), "wait_s": self.waited_s()}
 
     def node_id(self) -> str:
-        """The Ray node the learner runs on."""
+        """The Ray node the learner (and so the replay) runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    def resend_weights(self, collector) -> None:
+    def resend_weights(self, collector_index: int) -> None:
         """Announce the latest weights to one collector (after Ray restarted it)."""
-        self.publisher.resend(collector)
+        self.publisher.resend(collector_index)

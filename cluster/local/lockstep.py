@@ -1,6 +1,6 @@
 """`python -m cluster.local.lockstep`: a run's parts in lockstep in one process, without Ray.
 
-The same Collector, ReplayShard, limiter, ShardMixer and Learner classes as `raypex train`, built
+The same Collector, ShardedReplay, limiter and Learner classes as `raypex train`, built
 from the same plan (cluster/config/topology.py) by the local wiring, run one after another: the collectors insert until the limiter has no more
 room (in a real run they are faster than the learner and sit at that bound), the learner trains
 one epoch, its newest weights reach the collectors and, every `eval.every_epochs` epochs, the
@@ -36,11 +36,11 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
 
     torch.set_num_threads(1)
     run = build_local(plan_run(config, spec))
-    shards, collectors, learner = run.shards, run.collectors, run.learner
+    replay, collectors, learner = run.replay, run.collectors, run.learner
 
     def fill_to_the_insert_bound() -> None:
-        for shard, collector in zip(shards, collectors):
-            while shard.counters()["insert_room"] > 0:
+        for collector in collectors:
+            while replay.insert_room() > 0:
                 collector.collect_chunk()
 
     target = config.stop.eval_return
@@ -64,7 +64,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     solved = target is not None and result is not None and result >= target
     return {"seed": config.seed, "solved": solved, "updates": learner.updates, "env_steps": env_steps,
             "eval": result, "seconds": round(time.perf_counter() - start, 1),
-            "inserted": sum(s.counters()["inserted"] for s in shards), "sampled": sum(s.sampled for s in shards)}
+            "inserted": replay.inserted, "sampled": replay.sampled}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,17 +12,16 @@ from dataclasses import dataclass
 from actors.collector import Collector
 from cluster.config.topology import Topology
 from cluster.hosts.evaluator_actor import EvaluatorActor  # a plain class; Ray only hosts it in a run
-from cluster.local.seams import LocalBatchSource, WeightBoard
+from cluster.local.seams import WeightBoard
 from learner.learner import Learner
-from replay.mixing import ShardMixer
-from replay.shard import ReplayShard
+from replay.sharded import ShardedReplay
 
 
 @dataclass
 class LocalRun:
     """Handles of everything a local run built."""
 
-    shards: list[ReplayShard]
+    replay: ShardedReplay
     collectors: list[Collector]
     learner: Learner
     evaluator: EvaluatorActor
@@ -33,21 +32,20 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
     """Build and connect the plan's components in this process."""
     import torch
 
-    shards = [ReplayShard(p.index, p.spec, p.limiter, p.seed, p.priorities) for p in plan.shards]
+    rp = plan.learner.replay
+    replay = ShardedReplay(rp.num_shards, rp.spec, rp.limiter, rp.seed, rp.priorities, rp.beta)
     weights = WeightBoard()
-    # collector i -> shard i (chunks), the learner -> every collector (weights, through the board)
-    collectors = [Collector(c.settings, shards[c.index].add, weights.reader()) for c in plan.collectors]
+    # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
+    collectors = [Collector(c.settings, lambda chunk, i=c.index: replay.add(i, chunk), weights.reader())
+                  for c in plan.collectors]
 
     def every_collector_collects() -> None:
         for collector in collectors:
             collector.collect_chunk()
 
-    # every shard -> the learner (batches); a learner waiting on the limiter lets the collectors run
-    lp = plan.learner
-    mixer = ShardMixer(len(shards), lp.settings.micro_batch, lp.limiter, lp.settings.seed, lp.beta)
-    source = LocalBatchSource(shards, mixer, starved=every_collector_collects)
-    learner = Learner(lp.settings, torch.device(device), source.next_batch, weights.publish,
-                      source.send_priorities)
+    # the replay -> the learner (draws, in process); a learner waiting on the limiter lets the collectors run
+    learner = Learner(plan.learner.settings, torch.device(device), replay, weights.publish,
+                      starved=every_collector_collects)
     # the driver -> the evaluator: the caller hands it weights to evaluate
     evaluator = EvaluatorActor(*plan.evaluator_args)
-    return LocalRun(shards, collectors, learner, evaluator, weights)
+    return LocalRun(replay, collectors, learner, evaluator, weights)

@@ -1,0 +1,262 @@
+"""ShardedReplay: every collector's shard, in the process where the learner trains.
+
+Bytes cross processes once, when a collector's chunk is inserted; sampling is an index draw here
+and a gather where the columns live (the learner's host memory, or its GPU: replay/columns.py).
+Each field is one column allocated for all shards at once, shard i owning rows
+[i * rows, (i + 1) * rows), so a drawn batch is one gather per field whichever shards its
+transitions come from.
+
+Draws are exact across shards, transition by transition: uniform replay draws each transition
+uniformly from all the transitions of every shard (a shard is hit in proportion to its size);
+prioritized replay draws each in proportion to its mass among the masses of every shard, with
+the importance weights of one buffer holding them all (replay/priorities.py). New |TD errors|
+land here, in the same process, with no round trip.
+
+One samples-per-insert limiter (replay/rate_limit.py) holds the replay ratio for the whole
+replay: a collector may insert while its share of the insert room is positive, the learner may
+draw while the limiter allows the samples. Inserts (a Ray thread of the learner's actor) and draws
+(the update loop) take `lock`; both hold it for bookkeeping and the issuing of copies, never for
+an update.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay.columns import ColumnBackend, HostColumns
+from replay.contracts import Chunk, FrameChunk
+from replay.priorities import BetaSchedule, PrioritySettings, importance_weights
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import ReplayShard, StorageSpec, build_storage
+from replay.sum_tree import SumTree
+
+
+@dataclass(frozen=True)
+class SampledKeys:
+    """Which shard, slot and stamp each drawn transition came from: what its priority update names."""
+
+    shard: np.ndarray  # [G, B] int64
+    row: np.ndarray  # [G, B] int64, the shard's own slot
+    stamp: np.ndarray  # [G, B] int64
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One update's sample: the indices its fields are gathered by (GATHER's keys, rows of the
+    whole replay's columns, [G, B, ...]), importance weights [G, B] and keys (prioritized only)."""
+
+    index: dict[str, np.ndarray]
+    weight: np.ndarray | None = None
+    keys: SampledKeys | None = None
+
+
+class ShardedReplay:
+    """The replay of a run: one shard per collector, one limiter, exact draws across shards."""
+
+    def __init__(self, num_shards: int, spec: StorageSpec, limiter: SamplesPerInsertLimiter, seed: int,
+                 priorities: PrioritySettings | None = None, beta: BetaSchedule | None = None,
+                 backend: ColumnBackend | None = None):
+        if (priorities is None) != (beta is None):
+            raise ValueError("prioritized replay needs both priority settings and a beta schedule")
+        self.backend = backend or HostColumns()
+        self.spec = spec
+        self.limiter = limiter
+        self.beta_schedule = beta
+        self.rng = np.random.default_rng(seed)
+        self.lock = threading.RLock()
+        self._insert_seen = threading.Condition(self.lock)
+        rows = spec.rows
+        self.rows_per_shard = rows
+        self.columns = {name: self.backend.allocate((num_shards * rows, *shape), dtype)
+                        for name, (shape, dtype) in spec.layout().items()}
+        # Prioritized: one sum tree and one stamp array over every shard's slots (shard i's are
+        # leaves i * rows ...), so a draw is one descent and a learner update one tree update.
+        self.tree = SumTree(num_shards * rows) if priorities is not None else None
+        self.stamps = np.full(num_shards * rows, -1, np.int64)
+        self.settings = priorities
+        self.shards = [ReplayShard(i, build_storage(spec, self.backend, {n: c[i * rows:(i + 1) * rows]
+                                                                          for n, c in self.columns.items()}),
+                                   priorities, (self.tree, i * rows, self.stamps[i * rows:(i + 1) * rows]))
+                       for i in range(num_shards)]
+        self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether draws follow priorities."""
+        return self.beta_schedule is not None
+
+    # -- inserts ------------------------------------------------------------------------------
+    def attach_writer(self, shard: int) -> int:
+        """A collector process starts writing to `shard`; the env steps to count on from."""
+        with self.lock:
+            return self.shards[shard].attach_writer()
+
+    def add(self, shard: int, chunk: Chunk | FrameChunk, writer_env_steps: int | None = None) -> float:
+        """Store a chunk in `shard`; returns that collector's insert room now."""
+        with self.lock:
+            self.backend.before_writes()
+            self.shards[shard].add(chunk, writer_env_steps)
+            self.backend.after_writes()
+            self._insert_seen.notify_all()
+            return self._insert_room()
+
+    def wait_for_insert(self, count: int, timeout_s: float) -> bool:
+        """Whether `count` transitions may be drawn, waiting up to `timeout_s` for an insert
+        that allows it (the learner's wait for data)."""
+        with self._insert_seen:
+            if not self.can_sample(count):
+                self._insert_seen.wait(timeout_s)
+            return self.can_sample(count)
+
+    def insert_room(self) -> float:
+        """How many more transitions one collector may insert now: an equal share of the
+        limiter's room, so that all collectors together never insert more than the room."""
+        with self.lock:
+            return self._insert_room()
+
+    def _insert_room(self) -> float:
+        return self.limiter.insert_room(self.inserted, self.sampled, self.size) / len(self.shards)
+
+    # -- counters -----------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Transitions that can be drawn now, in all shards."""
+        return sum(shard.size for shard in self.shards)
+
+    @property
+    def inserted(self) -> int:
+        """Transitions inserted into every shard (restored ones included)."""
+        return sum(shard.inserted for shard in self.shards)
+
+    @property
+    def sampled(self) -> int:
+        """Transitions drawn from every shard (restored counts included)."""
+        return sum(shard.sampled for shard in self.shards)
+
+    @property
+    def beta(self) -> float | None:
+        """The importance exponent now (None for uniform replay)."""
+        return None if self.beta_schedule is None else self.beta_schedule.at(self.sampled)
+
+    def can_sample(self, count: int) -> bool:
+        """Whether `count` more transitions may be drawn under the limiter."""
+        with self.lock:
+            return self.limiter.can_sample(self.size, self.inserted, self.sampled, count)
+
+    # -- draws --------------------------------------------------------------------------------
+    def draw(self, groups: int, count: int) -> Draw:
+        """`groups` micro-batches of `count` transitions each (callers check `can_sample` first)."""
+        with self.lock:
+            n = groups * count
+            beta = self.beta  # of the samples drawn before this draw
+            if self.prioritized:
+                shard, row, probability = self._draw_by_priority(n)
+            else:
+                shard, row = self._draw_uniform(n)
+            for i, hits in enumerate(np.bincount(shard, minlength=len(self.shards))):
+                self.shards[i].sampled += int(hits)
+            index = {key: value.reshape(groups, count, *value.shape[1:])
+                     for key, value in self._index(shard, row).items()}
+            if not self.prioritized:
+                return Draw(index)
+            weight = importance_weights(probability, self.tree.min_positive / self.tree.total, self.size,
+                                        beta).astype(np.float32)
+            stamps = self.stamps[shard * self.rows_per_shard + row]
+            for i in np.unique(shard):
+                self.shards[i].weight_min = min(self.shards[i].weight_min, float(weight[shard == i].min()))
+            keys = SampledKeys(shard.reshape(groups, count), row.reshape(groups, count), stamps.reshape(groups, count))
+            return Draw(index, weight.reshape(groups, count), keys)
+
+    def _index(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
+        """Each shard's storage turns its rows into gather indices; offset into the whole columns."""
+        index: dict[str, np.ndarray] | None = None
+        for i in np.unique(shard):
+            hit = np.flatnonzero(shard == i)
+            part = self.shards[i].storage.index(row[hit])
+            if index is None:
+                index = {key: np.empty((len(shard), *value.shape[1:]), np.int64) for key, value in part.items()}
+            for key, value in part.items():
+                index[key][hit] = value + i * self.rows_per_shard
+        return index
+
+    def _draw_uniform(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.array([shard.size for shard in self.shards], np.int64)
+        ends = np.cumsum(sizes)
+        position = self.rng.integers(0, ends[-1], size=n)
+        shard = np.searchsorted(ends, position, side="right")
+        position -= ends[shard] - sizes[shard]
+        row = np.empty(n, np.int64)
+        for i in np.unique(shard):
+            hit = shard == i
+            row[hit] = self.shards[i].storage.row_at(position[hit])
+        return shard, row
+
+    def _draw_by_priority(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        total = self.tree.total
+        slot = self.tree.find(np.minimum(self.rng.random(n) * total, np.nextafter(total, 0.0)))
+        shard, row = np.divmod(slot, self.rows_per_shard)
+        return shard, row, self.tree.get(slot) / total
+
+    def gather(self, draw: Draw) -> dict[str, np.ndarray]:
+        """The training fields of `draw`, read from the columns to host arrays [G, B, ...]
+        (the CPU learner's batch; `weight` added under prioritized replay)."""
+        with self.lock:
+            batch = {field: self.backend.read(self.columns[column], (draw.index[key],))
+                     for field, (column, key) in self.gather_plan.items()}
+        if draw.weight is not None:
+            batch["weight"] = draw.weight
+        return batch
+
+    def random_index(self, groups: int, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Indices shaped like a Draw's, anywhere in the columns (warm-up, capture, the bench's
+        reference that draws nothing)."""
+        rows = self.rows_per_shard * len(self.shards)
+        index = {"row": rng.integers(0, rows, (groups, count))}
+        if self.spec.frame_stack:
+            for key in ("obs_frames", "next_frames"):
+                index[key] = rng.integers(0, rows, (groups, count, self.spec.frame_stack))
+        return index
+
+    # -- priorities ---------------------------------------------------------------------------
+    def update_priorities(self, keys: SampledKeys, td_abs: np.ndarray) -> int:
+        """New |TD errors| of drawn transitions; those whose slot holds another transition since
+        are dropped. Returns how many were applied."""
+        shard = keys.shard.reshape(-1)
+        slot = shard * self.rows_per_shard + keys.row.reshape(-1)
+        td_abs = np.asarray(td_abs).reshape(-1)
+        with self.lock:
+            current = self.stamps[slot] == keys.stamp.reshape(-1)
+            masses = self.shards[0].priorities.mass(td_abs[current])
+            if len(masses):
+                self.tree.update(slot[current], masses)
+            applied = np.bincount(shard[current], minlength=len(self.shards))
+            drawn = np.bincount(shard, minlength=len(self.shards))
+            for i in np.flatnonzero(drawn):
+                index = self.shards[i].priorities
+                index.updates_applied += int(applied[i])
+                index.updates_dropped += int(drawn[i] - applied[i])
+                hit = masses[shard[current] == i]
+                if len(hit):
+                    index.max_mass = max(index.max_mass, float(hit.max()))
+        return int(applied.sum())
+
+    # -- the driver's view, checkpoints -------------------------------------------------------
+    def stats(self) -> list[dict]:
+        """Every shard's counters and memory figures."""
+        with self.lock:
+            return [shard.stats() for shard in self.shards]
+
+    def get_state(self, shard: int) -> dict:
+        """One shard's replay checkpoint (inserts and draws wait while it is read)."""
+        with self.lock:
+            return self.shards[shard].get_state()
+
+    def set_state(self, shard: int, state: dict) -> None:
+        """Restore one shard from `get_state` output."""
+        with self.lock:
+            self.backend.before_writes()
+            self.shards[shard].set_state(state)
+            self.backend.after_writes()

@@ -1,0 +1,112 @@
+"""ReplayFeed: batches drawn from the replay in the learner's process, the wait for the limiter,
+the stop, and (where CUDA exists) the same draws gathered on the GPU from device columns."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from learner.replay_feed import ReplayFeed
+from replay.contracts import TrainingStopped
+from replay.priorities import BetaSchedule, PrioritySettings
+from replay.rate_limit import SamplesPerInsertLimiter
+from replay.shard import StorageSpec
+from replay.sharded import ShardedReplay
+
+CPU = torch.device("cpu")
+
+
+def chunk(start: int, count: int) -> dict:
+    """Transitions whose every field names them (start, start+1, ...), pixels as uint8."""
+    ids = np.arange(start, start + count)
+    return {"obs": np.broadcast_to((ids % 256).astype(np.uint8)[:, None, None, None], (count, 2, 3, 3)).copy(),
+            "action": ids.astype(np.int64), "return": ids.astype(np.float32),
+            "discount": np.full(count, 0.5, np.float32),
+            "next_obs": np.broadcast_to(((ids + 1) % 256).astype(np.uint8)[:, None, None, None], (count, 2, 3, 3)).copy(),
+            "priority": np.ones(count, np.float32)}
+
+
+def replay(limiter: SamplesPerInsertLimiter, prioritized: bool = False, backend=None) -> ShardedReplay:
+    return ShardedReplay(2, StorageSpec(100, (2, 3, 3), "uint8"), limiter, 0,
+                         PrioritySettings() if prioritized else None, BetaSchedule(0.4, 100, 1) if prioritized else None,
+                         backend)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_batch_is_whole_transitions_of_every_field_stacked_per_micro_batch(prioritized):
+    rep = replay(SamplesPerInsertLimiter(0.0, 10, 1), prioritized)
+    rep.add(0, chunk(0, 40))
+    rep.add(1, chunk(100, 40))
+    feed = ReplayFeed(rep, CPU, micro_batches=3, micro_batch=8)
+    with feed.update_slot() as batch:
+        assert batch["obs"].shape == (3, 8, 2, 3, 3) and batch["obs"].dtype == torch.uint8
+        ids = batch["action"]
+        assert torch.equal(batch["return"], ids.float())
+        assert torch.equal(batch["obs"][:, :, 0, 0, 0], (ids % 256).to(torch.uint8))
+        assert torch.equal(batch["next_obs"][:, :, 1, 2, 2], ((ids + 1) % 256).to(torch.uint8))
+        assert ("weight" in batch) == prioritized
+    assert (feed.keys is not None) == prioritized
+    if prioritized:
+        assert feed.keys.row.shape == (3, 8)
+    assert rep.sampled == 24
+
+
+def test_the_feed_waits_for_an_insert_the_limiter_needs_and_stops_when_told():
+    # spi 1, min_size 16, error_buffer 8: once 20 are inserted, 20 - (16 - 8) = 12 samples are allowed
+    rep = replay(SamplesPerInsertLimiter(1.0, min_size=16, error_buffer=8))
+    stop = threading.Event()
+    feed = ReplayFeed(rep, CPU, micro_batches=1, micro_batch=8, should_stop=stop.is_set)
+    inserter = threading.Thread(target=lambda: [rep.add(i % 2, chunk(10 * i, 10)) for i in range(2)])
+    inserter.start()  # replay reaches its minimum on another thread, as collectors' chunks do
+    with feed.update_slot() as batch:
+        assert batch["action"].shape == (1, 8)
+    inserter.join()
+    assert feed.wait_s == 0  # any wait was while replay filled
+    assert not rep.can_sample(8)  # the next update must wait for inserts that will not come
+    stop.set()
+    with pytest.raises(TrainingStopped), feed.update_slot():
+        pass
+    assert rep.sampled == 8
+
+
+def test_in_one_process_the_feed_lets_the_collectors_run_while_starved():
+    rep = replay(SamplesPerInsertLimiter(1.0, min_size=20, error_buffer=4))
+    added = []
+
+    def collect() -> None:
+        rep.add(len(added) % 2, chunk(len(added) * 10, 10))
+        added.append(1)
+
+    feed = ReplayFeed(rep, CPU, micro_batches=2, micro_batch=8, starved=collect)
+    for _ in range(5):
+        with feed.update_slot():
+            pass
+    # samples may run error_buffer ahead of inserts past min_size, and the collectors ran only as needed
+    slack = rep.limiter.min_size - rep.limiter.error_buffer
+    assert rep.sampled == 80 and rep.inserted - slack >= rep.sampled > rep.inserted - 10 - slack
+    assert len(added) == rep.inserted // 10
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the device columns")
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_on_the_gpu_only_indices_travel_and_the_gather_there_matches_the_host(prioritized):
+    from learner.device_columns import DeviceColumns
+    from learner.replay_feed import gather_from
+
+    cuda = torch.device("cuda")
+    host, device = (replay(SamplesPerInsertLimiter(0.0, 10, 1), prioritized, backend)
+                    for backend in (None, DeviceColumns(cuda)))
+    for rep in (host, device):
+        rep.add(0, chunk(0, 60))
+        rep.add(1, chunk(100, 30))
+    feed = ReplayFeed(device, cuda, micro_batches=2, micro_batch=16)
+    assert feed.on_device
+    with feed.update_slot() as batch:
+        assert set(batch) == {"row"} | ({"weight"} if prioritized else set())
+        fields = gather_from(device)(batch)
+        ids = fields["action"].cpu()
+    assert torch.equal(fields["return"].cpu(), ids.float())
+    assert torch.equal(fields["obs"][:, :, 0, 0, 0].cpu(), (ids % 256).to(torch.uint8))
+    stored = host.gather(host.draw(1, 200))["action"]
+    assert set(ids.ravel().tolist()) <= set(stored.ravel().tolist()) | set(range(60)) | set(range(100, 130))
