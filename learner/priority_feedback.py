@@ -5,21 +5,25 @@ trained on. The replay lives in the learner's process (replay/sharded.py), so th
 update's G x B transitions go to `ShardedReplay.update_priorities` with the keys of its draw: no
 message, no round trip.
 
-On the CPU the errors are host tensors already and are applied at once. On CUDA they are copied
-to pinned host memory on the update's stream without waiting, and applied at a later update,
-once the copy is known to be done (an event query, never a synchronize): the update loop never
-waits for them.
+On the CPU the errors are host tensors already; on CUDA they are copied to pinned host memory on
+the update's stream without waiting, and taken at a later update, once the copy is known to be
+done (an event query, never a synchronize): the update loop never waits for them. Either way they
+are applied APPLY_EVERY updates at a time: one sum-tree update of many slots costs little more
+than one of a single update's (its cost is numpy's per-level overhead, BENCHMARKS.md), and stale
+ones are dropped by their stamps whenever they land.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
 import torch
 
 from replay.sharded import SampledKeys, ShardedReplay
 
-PENDING = 4  # CUDA updates whose errors may be on their way to the host at once
+PENDING = 8  # CUDA updates whose errors may be on their way to the host at once
+APPLY_EVERY = 4  # updates whose errors are applied together
 
 
 class PriorityFeedback:
@@ -30,6 +34,7 @@ class PriorityFeedback:
         self.device = device
         self._pending: deque[tuple[torch.cuda.Event, torch.Tensor, SampledKeys]] = deque()
         self._free_buffers: list[torch.Tensor] = []
+        self._ready: list[tuple[SampledKeys, np.ndarray]] = []  # copied, not applied yet
         self.unsent = 0  # transitions whose errors were not applied (no keys, or CUDA copies backed up)
 
     def after_update(self, keys: SampledKeys | None, td_abs: torch.Tensor) -> None:
@@ -38,9 +43,13 @@ class PriorityFeedback:
             self.unsent += td_abs.numel()
             return
         if self.device.type != "cuda":
-            self.replay.update_priorities(keys, td_abs.numpy())
+            self._ready.append((keys, td_abs.numpy().copy()))  # the step writes the same buffer next update
+            if len(self._ready) >= APPLY_EVERY:
+                self._apply()
             return
-        self._apply_copied()
+        self._take_copied()
+        if len(self._ready) >= APPLY_EVERY:
+            self._apply()
         if len(self._pending) >= PENDING:
             self.unsent += td_abs.numel()
             return
@@ -56,10 +65,19 @@ class PriorityFeedback:
         (the end of a run: the update loop has stopped, so waiting costs it nothing)."""
         for copied, _, _ in self._pending:
             copied.synchronize()
-        self._apply_copied()
+        self._take_copied()
+        self._apply()
 
-    def _apply_copied(self) -> None:
+    def _take_copied(self) -> None:
         while self._pending and self._pending[0][0].query():
             _, host, keys = self._pending.popleft()
-            self.replay.update_priorities(keys, host.numpy())
+            self._ready.append((keys, host.numpy().copy()))
             self._free_buffers.append(host)
+
+    def _apply(self) -> None:
+        if not self._ready:
+            return
+        keys = SampledKeys(*(np.concatenate([getattr(k, f).reshape(-1) for k, _ in self._ready])
+                             for f in ("shard", "row", "stamp")))
+        self.replay.update_priorities(keys, np.concatenate([td.reshape(-1) for _, td in self._ready]))
+        self._ready.clear()

@@ -50,9 +50,12 @@ class ReplayFeed:
         self.keys: SampledKeys | None = None  # of the batch handed out last (prioritized replay)
 
     @contextlib.contextmanager
-    def update_slot(self) -> Iterator[dict[str, torch.Tensor]]:
-        """The next update's batch, to be used (on CUDA: enqueued) inside the `with` block."""
-        self._wait_until_allowed()
+    def update_slot(self, limited: bool = True) -> Iterator[dict[str, torch.Tensor]]:
+        """The next update's batch, to be used (on CUDA: enqueued) inside the `with` block;
+        `limited` False draws without asking the samples-per-insert limiter (the bench's
+        reference batches, drawn once and kept)."""
+        if limited:
+            self._wait_until_allowed()
         replay = self.replay
         if not self.on_device:
             with replay.lock:
@@ -104,10 +107,11 @@ class ReplayFeed:
 
     def take(self, count: int) -> list[dict[str, torch.Tensor]]:
         """`count` batches as the feed makes them, kept (the bench cycles them as its reference:
-        the same update loop with nothing drawn or gathered on the host)."""
+        the same update loop with nothing drawn or gathered on the host). Drawn past the
+        limiter: the collectors may have stopped."""
         batches = []
         for _ in range(count):
-            with self.update_slot() as batch:
+            with self.update_slot(limited=False) as batch:
                 batches.append(batch)
         return batches
 

@@ -53,6 +53,33 @@ def frame_slots(capacity: int, num_envs: int, stack: int) -> int:
     return num_envs * max(math.ceil(capacity / num_envs), stack + 1)
 
 
+def frame_bookkeeping(num_envs: int, slots: int) -> dict[str, np.ndarray]:
+    """The host bookkeeping of `num_envs` env rings of `slots` frames (a replay allocates it for
+    every shard's envs at once, so that a draw across shards is indexed in one pass)."""
+    arrays = {name: np.zeros((num_envs, slots), dtype) for name, dtype in _SLOT_BOOKKEEPING.items()}
+    arrays["stream"].fill(-1)
+    return arrays
+
+
+def stack_index(rows: np.ndarray, frame_step: np.ndarray, next_offset: np.ndarray, stack: int) -> dict[str, np.ndarray]:
+    """What the learner gathers transitions at flat `rows` (env * slots + slot, any shape) by: the
+    rows themselves and, [..., stack] oldest first, the rows of their obs and next_obs frames, the
+    episode's first frame repeated where a stack would reach before it. `frame_step` and
+    `next_offset` are [envs, slots] (one storage's, or a whole replay's)."""
+    slots = frame_step.shape[1]
+    flat = rows.reshape(-1)
+    env, slot = np.divmod(flat, slots)
+    back = np.arange(stack - 1, -1, -1)[None, :]
+    base = (env * slots)[:, None]
+    next_slot = (slot + next_offset[env, slot]) % slots
+
+    def stack_rows(end: np.ndarray) -> np.ndarray:
+        steps = frame_step[env, end][:, None]
+        return (base + (end[:, None] - np.minimum(back, steps)) % slots).reshape(*rows.shape, stack)
+
+    return {"row": rows, "obs_frames": stack_rows(slot), "next_frames": stack_rows(next_slot)}
+
+
 def frame_bytes_per_slot(frame_shape: tuple[int, ...]) -> int:
     """Bytes one slot costs: its columns and its bookkeeping."""
     columns = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in frame_layout(frame_shape).values())
@@ -74,7 +101,8 @@ class FrameStorage:
               "return": ("return", "row"), "discount": ("discount", "row")}
 
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int,
-                 backend: ColumnBackend | None = None, columns: dict | None = None):
+                 backend: ColumnBackend | None = None, columns: dict | None = None,
+                 bookkeeping: dict[str, np.ndarray] | None = None):
         if capacity < 1 or num_envs < 1 or stack < 1:
             raise ValueError(f"need capacity, num_envs, stack >= 1, got {capacity}, {num_envs}, {stack}")
         E = num_envs
@@ -86,9 +114,9 @@ class FrameStorage:
         self.columns = columns if columns is not None else {
             name: self.backend.allocate((self.capacity, *shape), dtype)
             for name, (shape, dtype) in frame_layout(frame_shape).items()}
-        for name, dtype in _SLOT_BOOKKEEPING.items():
-            setattr(self, name, np.zeros((E, K), dtype))
-        self.stream.fill(-1)
+        arrays = bookkeeping if bookkeeping is not None else frame_bookkeeping(E, K)
+        for name in _SLOT_BOOKKEEPING:
+            setattr(self, name, arrays[name])
         self.written = 0  # frames written per env stream (every env of a collector steps together)
         self.renumber = 0  # added to incoming stream numbers (see `add`)
         self.total_added = 0
@@ -177,10 +205,6 @@ class FrameStorage:
         """The flat slots holding a transition that can be sampled now."""
         return self._rows()
 
-    def row_at(self, positions: np.ndarray) -> np.ndarray:
-        """The flat slots at `positions` of the valid ones (0 <= position < size)."""
-        return self._rows()[positions]
-
     def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """`count` flat slot indices (env * slots + slot) drawn uniformly from the valid ones."""
         rows = self._rows()
@@ -188,23 +212,9 @@ class FrameStorage:
             raise ValueError("cannot sample from an empty storage")
         return rows[rng.integers(0, len(rows), size=count)]
 
-    def _stack_slots(self, env: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        """[N, stack] slots of the stacks ending at `slot`, oldest first (the episode's first
-        frame repeated where the stack would reach before it)."""
-        back = np.arange(self.stack - 1, -1, -1)
-        steps = self.frame_step[env, slot]
-        return (slot[:, None] - np.minimum(back[None, :], steps[:, None])) % self.slots
-
     def index(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """What the learner gathers sampled `rows` (flat slots, any shape) by: the rows
-        themselves and, [..., stack] oldest first, the rows of their obs and next_obs frames."""
-        flat = rows.reshape(-1)
-        env, slot = np.divmod(flat, self.slots)
-        next_slot = (slot + self.next_offset[env, slot]) % self.slots
-        base = (env * self.slots)[:, None]
-        shape = (*rows.shape, self.stack)
-        return {"row": rows, "obs_frames": (base + self._stack_slots(env, slot)).reshape(shape),
-                "next_frames": (base + self._stack_slots(env, next_slot)).reshape(shape)}
+        """What the learner gathers sampled `rows` (flat slots, any shape) by (stack_index)."""
+        return stack_index(rows, self.frame_step, self.next_offset, self.stack)
 
     def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The transitions at `rows` read to host memory, with whole stacks: obs and next_obs are

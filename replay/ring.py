@@ -97,10 +97,6 @@ class RingStorage:
         """The rows holding a transition."""
         return np.arange(self.size)
 
-    def row_at(self, positions: np.ndarray) -> np.ndarray:
-        """The rows at `positions` of the sampleable rows (0 <= position < size)."""
-        return positions
-
     def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """`count` row indices drawn uniformly (with replacement) from the stored rows."""
         if self.size == 0:

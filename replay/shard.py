@@ -52,12 +52,13 @@ class StorageSpec:
         return transition_layout(self.obs_shape, self.obs_dtype)
 
 
-def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None,
-                  columns: dict | None = None) -> RingStorage | FrameStorage:
-    """The storage a spec describes, on `columns` (its rows of a larger allocation) or its own."""
+def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None, columns: dict | None = None,
+                  bookkeeping: dict | None = None) -> RingStorage | FrameStorage:
+    """The storage a spec describes, on `columns` (its rows of a larger allocation) or its own;
+    a frame storage also on `bookkeeping` (its envs' rows of a replay's) when given."""
     if spec.frame_stack:
         return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack,
-                            backend, columns)
+                            backend, columns, bookkeeping)
     return RingStorage(spec.capacity, spec.layout(), backend, columns)
 
 

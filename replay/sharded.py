@@ -28,6 +28,7 @@ import numpy as np
 
 from replay.columns import ColumnBackend, HostColumns
 from replay.contracts import Chunk, FrameChunk
+from replay.frames import frame_bookkeeping, stack_index
 from replay.priorities import BetaSchedule, PrioritySettings, importance_weights
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import ReplayShard, StorageSpec, build_storage
@@ -77,11 +78,24 @@ class ShardedReplay:
         self.tree = SumTree(num_shards * rows) if priorities is not None else None
         self.stamps = np.full(num_shards * rows, -1, np.int64)
         self.settings = priorities
+        # Frames: every shard's envs' bookkeeping in one [shards x envs, slots] array each, so a
+        # draw's stack indices are computed in one pass whichever shards it hits.
+        envs = spec.num_envs
+        self.bookkeeping = frame_bookkeeping(num_shards * envs, rows // envs) if spec.frame_stack else None
         self.shards = [ReplayShard(i, build_storage(spec, self.backend, {n: c[i * rows:(i + 1) * rows]
-                                                                          for n, c in self.columns.items()}),
+                                                                          for n, c in self.columns.items()},
+                                                    self._bookkeeping_of(i)),
                                    priorities, (self.tree, i * rows, self.stamps[i * rows:(i + 1) * rows]))
                        for i in range(num_shards)]
+        self._changes = 0  # inserts and restores so far: the uniform draw's row list is rebuilt after one
+        self._sampleable: tuple[int, np.ndarray] | None = None
         self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
+
+    def _bookkeeping_of(self, shard: int) -> dict | None:
+        if self.bookkeeping is None:
+            return None
+        envs = self.spec.num_envs
+        return {name: array[shard * envs:(shard + 1) * envs] for name, array in self.bookkeeping.items()}
 
     @property
     def prioritized(self) -> bool:
@@ -99,6 +113,7 @@ class ShardedReplay:
         with self.lock:
             self.backend.before_writes()
             self.shards[shard].add(chunk, writer_env_steps)
+            self._changes += 1
             self.backend.after_writes()
             self._insert_seen.notify_all()
             return self._insert_room()
@@ -171,28 +186,24 @@ class ShardedReplay:
             return Draw(index, weight.reshape(groups, count), keys)
 
     def _index(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
-        """Each shard's storage turns its rows into gather indices; offset into the whole columns."""
-        index: dict[str, np.ndarray] | None = None
-        for i in np.unique(shard):
-            hit = np.flatnonzero(shard == i)
-            part = self.shards[i].storage.index(row[hit])
-            if index is None:
-                index = {key: np.empty((len(shard), *value.shape[1:]), np.int64) for key, value in part.items()}
-            for key, value in part.items():
-                index[key][hit] = value + i * self.rows_per_shard
-        return index
+        """Gather indices of the drawn transitions, rows of the whole replay's columns."""
+        rows = shard * self.rows_per_shard + row
+        if self.bookkeeping is None:
+            return {"row": rows}
+        return stack_index(rows, self.bookkeeping["frame_step"], self.bookkeeping["next_offset"], self.spec.frame_stack)
 
     def _draw_uniform(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        sizes = np.array([shard.size for shard in self.shards], np.int64)
-        ends = np.cumsum(sizes)
-        position = self.rng.integers(0, ends[-1], size=n)
-        shard = np.searchsorted(ends, position, side="right")
-        position -= ends[shard] - sizes[shard]
-        row = np.empty(n, np.int64)
-        for i in np.unique(shard):
-            hit = shard == i
-            row[hit] = self.shards[i].storage.row_at(position[hit])
-        return shard, row
+        if self.bookkeeping is None:  # a ring's sampleable rows are 0 .. size-1 of each shard
+            sizes = np.array([shard.size for shard in self.shards], np.int64)
+            ends = np.cumsum(sizes)
+            position = self.rng.integers(0, ends[-1], size=n)
+            shard = np.searchsorted(ends, position, side="right")
+            return shard, position - (ends[shard] - sizes[shard])
+        if self._sampleable is None or self._sampleable[0] != self._changes:
+            self._sampleable = (self._changes, np.concatenate(
+                [i * self.rows_per_shard + s.storage.sampleable_rows() for i, s in enumerate(self.shards)]))
+        rows = self._sampleable[1][self.rng.integers(0, len(self._sampleable[1]), size=n)]
+        return np.divmod(rows, self.rows_per_shard)
 
     def _draw_by_priority(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         total = self.tree.total
@@ -234,13 +245,13 @@ class ShardedReplay:
                 self.tree.update(slot[current], masses)
             applied = np.bincount(shard[current], minlength=len(self.shards))
             drawn = np.bincount(shard, minlength=len(self.shards))
+            largest = np.zeros(len(self.shards))
+            np.maximum.at(largest, shard[current], masses)
             for i in np.flatnonzero(drawn):
                 index = self.shards[i].priorities
                 index.updates_applied += int(applied[i])
                 index.updates_dropped += int(drawn[i] - applied[i])
-                hit = masses[shard[current] == i]
-                if len(hit):
-                    index.max_mass = max(index.max_mass, float(hit.max()))
+                index.max_mass = max(index.max_mass, float(largest[i]))
         return int(applied.sum())
 
     # -- the driver's view, checkpoints -------------------------------------------------------
@@ -259,4 +270,5 @@ class ShardedReplay:
         with self.lock:
             self.backend.before_writes()
             self.shards[shard].set_state(state)
+            self._changes += 1
             self.backend.after_writes()

@@ -375,6 +375,7 @@ def test_a_prioritized_update_weighs_its_loss_and_gives_the_replay_each_transiti
     target.online.load_state_dict(before[1])
     applied_before = sum(st["priority_updates_applied"] for st in replay.stats())
     learner.train_epoch()
+    learner.feedback.flush()  # errors are applied a few updates at a time; the run's end applies the rest
     keys = learner.feed.keys
     assert keys.row.shape == (4, 16)
     # the transitions drawn, read back from their shards, and their |TD error| under the networks before

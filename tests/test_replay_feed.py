@@ -70,6 +70,17 @@ def test_the_feed_waits_for_an_insert_the_limiter_needs_and_stops_when_told():
     assert rep.sampled == 8
 
 
+def test_the_benchs_reference_batches_are_drawn_past_the_limiter():
+    """`take` keeps real batches for the bench's from-memory reference; it runs after the
+    collectors stopped, so it must not wait for an insert that will never come."""
+    rep = replay(SamplesPerInsertLimiter(1.0, min_size=16, error_buffer=8))
+    rep.add(0, chunk(0, 20))
+    feed = ReplayFeed(rep, CPU, micro_batches=2, micro_batch=8)
+    assert rep.can_sample(12) and not rep.can_sample(13)  # fewer than the 48 taken below
+    batches = feed.take(3)
+    assert len(batches) == 3 and all(b["action"].shape == (2, 8) for b in batches) and rep.sampled == 48
+
+
 def test_in_one_process_the_feed_lets_the_collectors_run_while_starved():
     rep = replay(SamplesPerInsertLimiter(1.0, min_size=20, error_buffer=4))
     added = []
