@@ -49,12 +49,16 @@ class RunningTrain:
 
     def kill_actor(self, role: str) -> dict:
         """kill -9 (no restart asked) the process of actor `role` (e.g. "collector-0"); returns
-        shard 0's counters read just after from the learner's replay, with the driver still running."""
+        shard 0's counters read just after from the learner's replay, with the driver still running
+        (nothing for the learner itself)."""
         placement = json.loads((self.run_dir / "placement.json").read_text())
         ray.init(address=placement["ray_address"], namespace=placement["namespace"])
         try:
             prefix = f"raypex-{placement['run_id']}"
             actor = ray.get_actor(f"{prefix}-{role}")
+            if role == "learner":  # the driver decides whether it goes on (Ray restarts it meanwhile)
+                os.kill(ray.get(actor.pid.remote()), signal.SIGKILL)
+                return {}
             self._kill_process(actor)
             return ray.get(ray.get_actor(f"{prefix}-learner").replay_stats.remote())[0]
         finally:

@@ -179,7 +179,7 @@ def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
     code = main(["train", "--run-dir", str(run), "collectors.num=8", "collectors.num_cpus=1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert err[-1].startswith("raypex: error: the run needs 9.08 CPUs")
+    assert err[-1].startswith("raypex: error: the run needs 9 CPUs")
     assert "lower collectors.num or collectors.num_cpus" in err[-1]
     assert not run.exists()
 

@@ -261,8 +261,7 @@ def soak_measured(ran: Ran) -> None:
     replay-full, and the object store's spilling (no growth asserted)."""
     found = rows(ran.workdir / "soak.json")
     for name in ("soak_rss_driver-0", "soak_rss_gcs_server-0", "soak_rss_raylet-0", "soak_rss_LearnerActor-0",
-                 "soak_rss_CollectorActor-0", "soak_rss_CollectorActor-1", "soak_rss_ShardActor-0",
-                 "soak_rss_ShardActor-1", "soak_rss_EvaluatorActor-0"):
+                 "soak_rss_CollectorActor-0", "soak_rss_CollectorActor-1", "soak_rss_EvaluatorActor-0"):
         assert found[name]["bar"] == "<= 1.05"
         with_ratio(found[name])
     assert found["soak_object_store_spilled"]["unit"] == "MiB"

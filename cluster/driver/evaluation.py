@@ -63,7 +63,7 @@ class EvaluationScheduler:
 
     def take(self) -> tuple[dict | None, object]:
         """(result, weights ref) of the finished evaluation (call once `pending` is ready); the
-        result is None when the evaluator died during it."""
+        result is None when the evaluator died during it, or the learner before handing over its weights."""
         result_ref, weights_ref = self._in_flight
         self._in_flight = None
         try:

@@ -41,7 +41,10 @@ class LearnerRevival:
         run.outcome.forget_weights()
         start_epoch = resume.epochs if resume else 0
         learner = run.actors.learner  # the same handle: Ray restarts the actor behind it
-        info = ray.get(learner.warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
+        # A call made while Ray is still restarting it fails at once ("the actor is restarting"):
+        # this one is retried until the new process takes it (or Ray gives the learner up for dead).
+        warmup = learner.warmup.options(max_task_retries=-1)
+        info = ray.get(warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
         restored = 0
         if resume is not None and resume.replay_files and self._replay_comes_back(run):
             what, restored = restore_replay(learner, run.config.collectors.num, resume)

@@ -221,7 +221,8 @@ class TrainingRun:
     def _on_eval(self, result: dict, weights_ref) -> bool:
         """Record one evaluation; True when it reached stop.eval_return."""
         if result is None:
-            self.progress.message("the evaluator died: this evaluation is lost; Ray restarts it for the next one")
+            self.progress.message("an evaluation was lost (the evaluator died, or the learner it took weights from); "
+                                  "the next one runs as usual")
             return False
         if not result["complete"]:
             return False  # gave up: the target was out of reach
