@@ -124,7 +124,7 @@ class Learner:
 
     @property
     def stop_requested(self) -> bool:
-        """Whether `request_stop` was called (the batch source stops waiting for data then)."""
+        """Whether `request_stop` was called (the replay feed stops waiting for data then)."""
         return self._stop_requested
 
     @property
@@ -148,7 +148,7 @@ class Learner:
     def train_epoch(self) -> dict[str, float]:
         """Run one epoch of updates; publish weights when due; return the epoch's metrics.
 
-        After `request_stop` (or a TrainingStopped from the batch source) the epoch ends early:
+        After `request_stop` (or a TrainingStopped from the replay feed) the epoch ends early:
         `updates_in_epoch` says how many updates it made, and one with none is not counted.
         """
         clock = time.perf_counter

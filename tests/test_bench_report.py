@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cluster.bench.report import BenchRow, bounding_stage, format_table, parse_bar, write_json
+from cluster.config.shipped import config_path
 
 
 def test_ratio_is_value_over_reference_and_the_bar_is_applied_to_it():
@@ -112,3 +113,21 @@ def test_the_linearity_note_appears_only_where_replay_filling_is_a_fifth_of_T_or
     assert note.startswith("linearity: 12,000 of the T run's 12,000 env steps") and "22,000" in note
     assert linearity_note(40_000, 8_000, 8.0) is not None
     assert linearity_note(12_000, 22_000, 0.0) is None  # no limiter: collectors are never held back
+
+
+@pytest.mark.parametrize("config,overrides", [
+    ("cartpole", ["replay.capacity=600"]),
+    ("pong", ["replay.capacity=600", "env.num_envs=2", "learner.micro_batch=16", "replay.min_size=600"]),
+], ids=["ring", "frames-prioritized"])
+def test_the_feed_profile_draws_from_a_filled_replay_both_ways(config, overrides):
+    """`python -m cluster.bench.feed_profile`: the learner's rate drawing from a replay beside it
+    against the same loop cycling batches already drawn, with the host's draw timed apart."""
+    from cluster.bench.feed_profile import profile_feed
+    from cluster.config.loading import load_config
+
+    result = profile_feed(load_config(config_path(config), overrides), shards=2, seconds=0.3, with_profile=True)
+    assert result["replay_storage"] == "host" and result["draw_ms"] > 0
+    assert result["fed_samples_per_s"] > 0 and result["memory_samples_per_s"] > 0
+    assert result["fed_over_memory"] == pytest.approx(result["fed_samples_per_s"] / result["memory_samples_per_s"])
+    assert result["prioritized"] == (config == "pong")
+    assert "function calls" in result["profile"] and "Ordered by: internal time" in result["profile"]

@@ -63,7 +63,7 @@ class RunMetrics:
         if inserted:
             scalars["replay/replay_ratio"] = sampled / inserted
         scalars.update(priority_scalars(shards))
-        if shards and "priority_updates_applied" in shards[0]:  # counted per shard process: keep the most seen
+        if shards and "priority_updates_applied" in shards[0]:  # counted by each learner process's replay: keep the most seen
             for field, key in (("priority_updates_applied", "priority_updates_applied"),
                                ("priority_updates_stale", "priority_updates_dropped")):
                 self.priority_updates[field] = max(self.priority_updates.get(field, 0), sum(s[key] for s in shards))
