@@ -76,8 +76,7 @@ class ShardedReplay:
         # Prioritized: one sum tree and one stamp array over every shard's slots (shard i's are
         # leaves i * rows ...), so a draw is one descent and a learner update one tree update.
         self.tree = SumTree(num_shards * rows) if priorities is not None else None
-        self.stamps = np.full(num_shards * rows, -1, np.int64)
-        self.settings = priorities
+        self.stamps = np.full(num_shards * rows, -1, np.int64) if priorities is not None else None
         # Frames: every shard's envs' bookkeeping in one [shards x envs, slots] array each, so a
         # draw's stack indices are computed in one pass whichever shards it hits.
         envs = spec.num_envs
@@ -85,11 +84,18 @@ class ShardedReplay:
         self.shards = [ReplayShard(i, build_storage(spec, self.backend, {n: c[i * rows:(i + 1) * rows]
                                                                           for n, c in self.columns.items()},
                                                     self._bookkeeping_of(i)),
-                                   priorities, (self.tree, i * rows, self.stamps[i * rows:(i + 1) * rows]))
+                                   priorities, self._priorities_of(i))
                        for i in range(num_shards)]
         self._changes = 0  # inserts and restores so far: the uniform draw's row list is rebuilt after one
         self._sampleable: tuple[int, np.ndarray] | None = None
         self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
+
+    def _priorities_of(self, shard: int) -> tuple | None:
+        """Shard `shard`'s window of the shared sum tree and stamps (None: uniform replay)."""
+        if self.tree is None:
+            return None
+        rows = self.rows_per_shard
+        return self.tree, shard * rows, self.stamps[shard * rows:(shard + 1) * rows]
 
     def _bookkeeping_of(self, shard: int) -> dict | None:
         if self.bookkeeping is None:

@@ -139,10 +139,14 @@ def test_three_nodes_spread_collectors_around_the_learner_and_its_replay(tmp_pat
     # The run must reach a 16-episode mean of 200 within its 80k-step cap (the final weights are no
     # test: at the default learning rate the greedy policy swings between 500 and ~100 once learned).
     assert result["time_to_solve_s"] is not None and result["final_eval_return"] >= 200, result
+    # chunks from the nodes without the learner reached their shards, and the counts add up: every
+    # env step counted is a transition that reached replay
+    inserted = result["replay_inserted_per_shard"]
+    assert len(inserted) == 3 and min(inserted) > 0 and result["env_steps"] == sum(inserted), result
 
 
 def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
-    """The learner fills one node; three 0.41-CPU pairs need the other two, two on one of them:
+    """The learner fills one node; three 0.4-CPU collectors need the other two, two on one of them:
     STRICT_SPREAD over three nodes (which once made this run fail) cannot hold them."""
     run = tmp_path / "packed"
     code, _ = train_on_three_one_cpu_nodes(run, "learner.num_cpus=1", "stop.env_steps=4000", *SHORT)
