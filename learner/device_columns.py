@@ -11,7 +11,7 @@ never the host:
 Both happen under the replay's lock (replay/sharded.py), which makes "drawn" and "inserted"
 one order on the host too.
 
-Whether a replay fits the GPU is decided before it is allocated (`fits_on_device`): the
+Whether a replay fits the GPU is decided before it is allocated (`choose_columns`): the
 columns, plus room for the update's own memory.
 """
 
@@ -34,7 +34,8 @@ def choose_columns(storage: str, device: torch.device, replay_bytes: int):
     """(the column backend for a replay of `replay_bytes`, a one-line notice or None).
 
     `storage` is replay.storage: device, host, or auto = the GPU when the replay fits there with
-    UPDATE_RESERVE_BYTES to spare, else pinned host memory, said in the notice. A CPU learner's
+    UPDATE_RESERVE_BYTES to spare, else host memory (each batch gathered there and copied over
+    from pinned memory), said in the notice. A CPU learner's
     replay is in host memory whatever was asked."""
     from replay.columns import HostColumns
 
@@ -63,7 +64,9 @@ class DeviceColumns:
         """A zeroed tensor on the device."""
         return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype, device=self.device)
 
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+    def to_device(self, array: np.ndarray) -> torch.Tensor:
+        """`array` on the device, copied once from pinned memory without waiting (on the current
+        stream)."""
         host = torch.from_numpy(np.ascontiguousarray(array)).pin_memory()
         return host.to(self.device, non_blocking=True)  # the pinned block is kept until the copy is done
 
@@ -75,8 +78,8 @@ class DeviceColumns:
     def write(self, column: torch.Tensor, index: tuple, values: np.ndarray) -> None:
         """column[index] = values, issued on the insert stream."""
         with torch.cuda.stream(self.stream):
-            where = tuple(self._to_device(i) if isinstance(i, np.ndarray) else i for i in index)
-            column[where] = self._to_device(values)
+            where = tuple(self.to_device(i) if isinstance(i, np.ndarray) else i for i in index)
+            column[where] = self.to_device(values)
 
     def after_writes(self) -> None:
         """Mark this insert's writes for the next update to wait for."""

@@ -42,7 +42,7 @@ class ReplayFeed:
         self.replay = replay
         self.device = device
         self.groups, self.count = micro_batches, micro_batch
-        self.on_device = getattr(replay.backend, "name", "host") == "device"
+        self.on_device = replay.backend.name == "device"
         self.starved = starved
         self.should_stop = should_stop
         self.wait_s = 0.0
@@ -74,8 +74,7 @@ class ReplayFeed:
             arrays = dict(draw.index)
             if draw.weight is not None:
                 arrays["weight"] = draw.weight
-            batch = {name: torch.from_numpy(array).pin_memory().to(self.device, non_blocking=True)
-                     for name, array in arrays.items()}
+            batch = {name: columns.to_device(array) for name, array in arrays.items()}
             if columns.written is not None:
                 torch.cuda.current_stream(self.device).wait_event(columns.written)
             yield batch

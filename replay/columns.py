@@ -23,6 +23,8 @@ import numpy as np
 class ColumnBackend(Protocol):
     """Allocates, writes and reads the columns of a replay."""
 
+    name: str  # "host" or "device": whether the update gathers its batch itself (learner/replay_feed.py)
+
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """A zeroed column of `shape` and `dtype`."""
 

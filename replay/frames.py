@@ -97,8 +97,9 @@ class FrameStorage:
     """
 
     # training field -> (column, index key of `index`): how the learner gathers a batch
-    GATHER: ClassVar[dict[str, tuple[str, str]]] = {"obs": ("frames", "obs_frames"), "next_obs": ("frames", "next_frames"), "action": ("action", "row"),
-              "return": ("return", "row"), "discount": ("discount", "row")}
+    GATHER: ClassVar[dict[str, tuple[str, str]]] = {
+        "obs": ("frames", "obs_frames"), "next_obs": ("frames", "next_frames"), "action": ("action", "row"),
+        "return": ("return", "row"), "discount": ("discount", "row")}
 
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int,
                  backend: ColumnBackend | None = None, columns: dict | None = None,

@@ -105,14 +105,6 @@ class PriorityIndex:
         """The shard's total mass."""
         return self.tree.total if self._own_tree else float(self.masses().sum())
 
-    @property
-    def min_mass(self) -> float:
-        """The smallest positive mass held (inf when none)."""
-        if self._own_tree:
-            return self.tree.min_positive
-        masses = self.masses()
-        return float(masses[masses > 0].min()) if (masses > 0).any() else float("inf")
-
     def place(self, placement: Placement, first_stamp: int, td_abs: np.ndarray | None) -> None:
         """Record a stored chunk: its transition k gets stamp first_stamp + k and the mass of its
         |TD error| (`td_abs`, one per chunk transition), or the largest mass seen when None."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import json
 import pstats
@@ -28,8 +29,8 @@ import numpy as np
 
 from actors.envs import UnsupportedEnv, inspect_env
 from cluster.config.loading import ConfigError, load_config
-from cluster.config.settings import beta_schedule, learner_settings, priority_settings, replay_limiter, storage_spec
 from cluster.config.shipped import config_path
+from cluster.config.topology import plan_run
 from replay.rate_limit import SamplesPerInsertLimiter
 
 CHUNK_STEPS = 16
@@ -70,19 +71,15 @@ def profile_feed(config, shards: int, seconds: float, with_profile: bool) -> dic
     """The figures of the module docstring for `config` with `shards` shards."""
     import torch
 
-    from learner.device_columns import choose_columns
     from learner.learner import Learner
     from learner.throughput import from_memory, timed_epochs
-    from replay.sharded import ShardedReplay
 
-    env = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-    settings = learner_settings(config, env)
+    planned = plan_run(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)).learner
+    settings, spec = planned.settings, planned.replay.spec
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    spec = storage_spec(config, env)
-    backend, notice = choose_columns(config.replay.storage, device, spec.column_bytes * shards)
-    limiter = replay_limiter(config)
-    replay = ShardedReplay(shards, spec, SamplesPerInsertLimiter(0.0, limiter.min_size, limiter.error_buffer),
-                           config.seed, priority_settings(config), beta_schedule(config), backend)
+    limiter = planned.replay.limiter  # off: nothing inserts while the learner is timed
+    replay, notice = dataclasses.replace(planned.replay, num_shards=shards, limiter=SamplesPerInsertLimiter(
+        0.0, limiter.min_size, limiter.error_buffer)).build(device)
     rng = np.random.default_rng(config.seed)
     chunks = synthetic_chunks(spec, settings.prioritized, 8, rng)
     added = 0
@@ -96,7 +93,7 @@ def profile_feed(config, shards: int, seconds: float, with_profile: bool) -> dic
     while time.perf_counter() - start < min(seconds, 2.0):
         replay.draw(groups, count)
         draws += 1
-    result = {"device": str(device), "replay_storage": backend.name, "notice": notice, "shards": shards,
+    result = {"device": str(device), "replay_storage": replay.backend.name, "notice": notice, "shards": shards,
               "shape": f"{count}x{groups}", "prioritized": settings.prioritized,
               "draw_ms": 1e3 * (time.perf_counter() - start) / draws}
     result["memory_samples_per_s"], result["memory_gpu_busy"] = from_memory(learner, learner.feed.take(32), seconds)

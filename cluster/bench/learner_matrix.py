@@ -41,19 +41,16 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 def replay(settings, device, spec):
     """A one-shard replay of one update's worth of transitions per micro-batch slot, on `device`
     where a run would keep it (its random contents are never read as data, only gathered)."""
-    from learner.device_columns import choose_columns
+    from cluster.config.topology import ReplayPlan
     from replay.priorities import BetaSchedule, PrioritySettings
     from replay.rate_limit import SamplesPerInsertLimiter
     from replay.shard import StorageSpec
-    from replay.sharded import ShardedReplay
 
     storage = StorageSpec(4 * settings.micro_batch * settings.accumulation_steps, spec.obs_shape, spec.obs_dtype,
                           spec.frame_stack, 8)
-    backend, _ = choose_columns("auto", device, storage.column_bytes)
     prioritized = settings.prioritized
-    return ShardedReplay(1, storage, SamplesPerInsertLimiter(0.0, 1, 1), 0,
-                         PrioritySettings() if prioritized else None,
-                         BetaSchedule(0.4, 1000, 1) if prioritized else None, backend)
+    return ReplayPlan(1, storage, SamplesPerInsertLimiter(0.0, 1, 1), 0, PrioritySettings() if prioritized else None,
+                      BetaSchedule(0.4, 1000, 1) if prioritized else None).build(device)[0]
 
 
 def measure_variant(settings, device, seconds: float, host_batches: int, spec) -> dict:

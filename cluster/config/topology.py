@@ -51,6 +51,16 @@ class ReplayPlan:
     beta: BetaSchedule | None = None
     storage: str = "auto"  # auto | device | host
 
+    def build(self, device):
+        """(the ShardedReplay this plans, in this process, its columns where `storage` and the
+        torch `device` say; a one-line notice when auto kept them off the GPU, else None)."""
+        from learner.device_columns import choose_columns
+        from replay.sharded import ShardedReplay
+
+        backend, notice = choose_columns(self.storage, device, self.spec.column_bytes * self.num_shards)
+        replay = ShardedReplay(self.num_shards, self.spec, self.limiter, self.seed, self.priorities, self.beta, backend)
+        return replay, notice
+
 
 @dataclass(frozen=True)
 class CollectorPlan:

@@ -52,16 +52,11 @@ class LearnerActor:
         restarts is built from plain data)."""
         import torch  # inside the actor only: the driver names this class without importing torch
 
-        from learner.device_columns import choose_columns
         from learner.learner import Learner
-        from replay.sharded import ShardedReplay
 
         torch.set_num_threads(max(1, num_threads))
         where = torch.device(device)
-        backend, self.replay_notice = choose_columns(replay.storage, where,
-                                                     replay.spec.column_bytes * replay.num_shards)
-        self.replay = ShardedReplay(replay.num_shards, replay.spec, replay.limiter, replay.seed, replay.priorities,
-                                    replay.beta, backend)
+        self.replay, self.replay_notice = replay.build(where)
         self.publisher = WeightPublisher(collector_names)
         self.learner = Learner(settings, where, self.replay, self.publisher.publish)
 

@@ -32,8 +32,7 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
     """Build and connect the plan's components in this process."""
     import torch
 
-    rp = plan.learner.replay
-    replay = ShardedReplay(rp.num_shards, rp.spec, rp.limiter, rp.seed, rp.priorities, rp.beta)
+    replay, _ = plan.learner.replay.build(torch.device(device))
     weights = WeightBoard()
     # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
     collectors = [Collector(c.settings, lambda chunk, i=c.index: replay.add(i, chunk), weights.reader())
