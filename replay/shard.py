@@ -76,6 +76,9 @@ class ReplayShard:
         self.weight_min = float("inf")  # the smallest importance weight served since stats() last read it
         self.writer_env_steps = 0  # its collector's env steps up to the newest chunk stored here
         self.writer_attachments = 0  # collector processes that started writing (2+: one was restarted)
+        # Set in a learner process Ray restarted: its collectors count on from env steps whose
+        # data died with the last process (or was never restored), and stats() says how many.
+        self.counts_lost_writes = False
 
     def attach_writer(self) -> int:
         """A collector process starts writing here. Returns the env steps its predecessors' stored
@@ -94,6 +97,16 @@ class ReplayShard:
             self.writer_env_steps = max(self.writer_env_steps, writer_env_steps)
 
     @property
+    def lost_writes(self) -> int:
+        """Transitions its collectors sent that this shard's counts do not hold: those a dead learner
+        process took with it (stored after its checkpoint, or all of them when none was restored)
+        and those in flight when it died. Known once the first chunk of this process arrived; 0
+        where no process died. Its writer's env steps are always `inserted + lost_writes`."""
+        if not self.counts_lost_writes or self.writer_env_steps == 0:
+            return 0
+        return max(0, self.writer_env_steps - self.inserted)
+
+    @property
     def size(self) -> int:
         """Transitions that can be sampled now."""
         return self.storage.size
@@ -109,7 +122,8 @@ class ReplayShard:
         stats = {"shard_id": self.shard_id, "size": storage.size, "inserted": storage.total_added,
                  "sampled": self.sampled, "capacity": storage.capacity, "nbytes": storage.nbytes,
                  "bytes_per_transition": storage.nbytes / storage.capacity,
-                 "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments}
+                 "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments,
+                 "lost_writes": self.lost_writes}
         if self.priorities is not None:
             index = self.priorities
             stats.update(priority_mass=index.total, priority_max=index.max_mass,

@@ -108,6 +108,13 @@ class ShardedReplay:
         """Whether draws follow priorities."""
         return self.beta_schedule is not None
 
+    def count_lost_writes(self) -> None:
+        """This process replaces a learner that died with the replay: every shard reports the
+        transitions its collector sent that died with it (ReplayShard.lost_writes)."""
+        with self.lock:
+            for shard in self.shards:
+                shard.counts_lost_writes = True
+
     # -- inserts ------------------------------------------------------------------------------
     def attach_writer(self, shard: int) -> int:
         """A collector process starts writing to `shard`; the env steps to count on from."""

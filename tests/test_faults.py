@@ -161,7 +161,9 @@ def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
     result = run.summary()
     assert result["ended"] == "env_steps" and result["env_steps"] >= 40000 and result["learner_restarts"] == 1
     assert "Traceback" not in run.output
-    # the replay died with the learner: it came back from the checkpoint set, or the summary counts it lost
+    # the replay died with the learner: it came back from the checkpoint set, or refilled; either
+    # way the summary counts what collectors sent that died with it, and the counts add up
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
     if "(no checkpoint yet)" in revived:
         assert "was lost with it and refills" in revived and result["replay_lost_transitions"] > 0, revived
     else:

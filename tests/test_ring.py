@@ -186,3 +186,24 @@ def test_replay_below_its_minimum_always_has_insert_room():
     limiter = SamplesPerInsertLimiter(4.0, min_size=40, error_buffer=10)
     rep, drawn = _step(300, lambda i, step: step % [1, 3][i] == 0, limiter, capacity=20, micro_batch=4, shards=2)
     assert rep.size == 40 and drawn > 0
+
+
+def test_a_replacement_learners_replay_counts_what_its_collectors_sent_that_died_before_it():
+    """The dead learner's shard took 70 transitions (its checkpoint holds the first 40); the next
+    10 reached the replacement before its restore replaced them, the 10 after died in flight. Each
+    chunk says how many its collector sent: what the replay does not hold died, and the counts add up."""
+    dead = replay(1, 100, SamplesPerInsertLimiter(0.0, 1, 1))
+    dead.add(0, chunk(0, 40), writer_env_steps=40)
+    checkpoint = dead.get_state(0)
+    dead.add(0, chunk(40, 30), writer_env_steps=70)
+    assert dead.stats()[0]["lost_writes"] == 0  # nothing died where no learner did
+    new = replay(1, 100, SamplesPerInsertLimiter(0.0, 1, 1))
+    new.count_lost_writes()
+    assert new.stats()[0]["lost_writes"] == 0  # not known until its collector's first chunk arrives
+    new.add(0, chunk(70, 10), writer_env_steps=80)  # reached the new process before the restore replaced it
+    new.set_state(0, checkpoint)
+    assert new.stats()[0]["lost_writes"] == 40  # sent 80, holds the checkpoint's 40
+    new.add(0, chunk(90, 5), writer_env_steps=95)
+    stats = new.stats()[0]
+    assert (stats["inserted"], stats["lost_writes"]) == (45, 50)
+    assert stats["writer_env_steps"] == stats["inserted"] + stats["lost_writes"]

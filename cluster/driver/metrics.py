@@ -31,6 +31,9 @@ class RunMetrics:
         self.wait_s = 0.0
         self.shard_inserted: list[int] = []
         self.shard_sizes: list[int] = []
+        # per shard, what its collector sent that died with a learner process (the most seen: a
+        # replacement learner knows it only once that collector's first chunk reached it)
+        self.shard_lost_writes: list[int] = []
         self.replay_bytes_per_transition: float | None = None
         self.collector_restarts = 0
         self._collector_restarts_by_shard: list[int] = []
@@ -51,6 +54,8 @@ class RunMetrics:
         self.collector_restarts = sum(self._collector_restarts_by_shard)
         self.shard_inserted = [s["inserted"] for s in shards]
         self.shard_sizes = [s["size"] for s in shards]
+        lost = self.shard_lost_writes or [0] * len(shards)
+        self.shard_lost_writes = [max(old, s.get("lost_writes", 0)) for old, s in zip(lost, shards)]
         inserted = sum(self.shard_inserted)
         sampled = sum(s["sampled"] for s in shards)
         # What the preallocated storage costs per transition slot (pixels: one frame plus scalars).
@@ -153,6 +158,8 @@ class RunMetrics:
             "policy_lag_max": self.lag_max,
             "replay_size_per_shard": self.shard_sizes,
             "replay_inserted_per_shard": self.shard_inserted,
+            # env steps == sum(replay_inserted_per_shard) + this, exactly
+            "replay_lost_transitions": sum(self.shard_lost_writes),
             "replay_bytes_per_transition": self.replay_bytes_per_transition,
             **self.priority_updates,
         }

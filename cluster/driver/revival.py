@@ -6,9 +6,10 @@ that process dies, Ray restarts the actor (cluster/driver/wiring.py: LEARNER_MAX
 builds an empty replay; the driver loads the newest checkpoint into it (weights, optimizer, scaler,
 counters and, when the set has it, every shard's replay) and carries on. The collectors never
 stopped, so env steps continue; the epochs trained since that checkpoint are lost, and so is the
-replay when the set has none (it refills from the collectors: `replay_lost` counts what was
-lost). At most one revival per `checkpoint.every_epochs` window: a learner that dies again
-before reaching the next checkpoint ends the run (RunFailed) instead of looping.
+replay when the set has none (it refills from the collectors). The new process's replay counts the
+transitions its collectors sent that it does not hold (ReplayShard.lost_writes): summary.json's
+`replay_lost_transitions`. At most one revival per `checkpoint.every_epochs` window: a learner
+that dies again before reaching the next checkpoint ends the run (RunFailed) instead of looping.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ class LearnerRevival:
         self.checkpoint_dir = checkpoint_dir
         self.every_epochs = every_epochs
         self.revived_at_epoch: int | None = None  # the checkpoint epoch the last revival started from
-        self.replay_lost = 0  # transitions replay held when a learner died that did not come back
 
     def revive(self, run) -> bool:
         """Load the newest checkpoint into `run`'s restarted learner and rewind the run's epoch
@@ -33,7 +33,6 @@ class LearnerRevival:
         revival."""
         if self.revived_at_epoch is not None and run.epochs_done - self.revived_at_epoch < self.every_epochs:
             return False
-        held = sum(run.metrics.shard_sizes)
         resume = load_latest(self.checkpoint_dir, run.progress.message)
         run.actors.learner_restarts += 1
         run.outputs.pending_checkpoint = None  # asked of the dead learner: never coming
@@ -45,14 +44,13 @@ class LearnerRevival:
         # this one is retried until the new process takes it (or Ray gives the learner up for dead).
         warmup = learner.warmup.options(max_task_retries=-1)
         info = ray.get(warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
-        restored = 0
+        learner.count_lost_writes.remote()
         if resume is not None and resume.replay_files and self._replay_comes_back(run):
-            what, restored = restore_replay(learner, run.config.collectors.num, resume)
+            what = restore_replay(learner, run.config.collectors.num, resume)
         else:
-            what = f"its replay ({held} transitions) was lost with it and refills from the collectors"
+            what = "its replay was lost with it and refills from the collectors (summary.json counts what was lost)"
             if run.config.checkpoint.replay and len(run.spec.obs_shape) != 1:
                 what += " (pixel replay comes back only when a run resumes)"
-        self.replay_lost += max(0, held - restored)
         origin = f"the checkpoint of epoch {start_epoch}" if resume else "its initial weights (no checkpoint yet)"
         run.progress.message(
             f"the learner died; a new one continues from {origin}: the {run.epochs_done - start_epoch} epochs "
@@ -69,18 +67,16 @@ class LearnerRevival:
         return run.config.checkpoint.replay and len(run.spec.obs_shape) == 1
 
 
-def restore_replay(learner, num_shards: int, resume: ResumePoint) -> tuple[str, int]:
-    """Load every shard's replay from a checkpoint set into the learner's replay; (what came
-    back, in one line; transitions restored)."""
+def restore_replay(learner, num_shards: int, resume: ResumePoint) -> str:
+    """Load every shard's replay from a checkpoint set into the learner's replay; what came back,
+    in one line."""
     if len(resume.replay_files) != num_shards:
         why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
-        return f"replay not restored: {why}; it refills", 0
+        return f"replay not restored: {why}; it refills"
     states = [read_replay(path) for path in resume.replay_files]
     try:
         ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
     except ray.exceptions.RayTaskError as err:
-        return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills", 0
+        return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills"
     inserted = sum(state["storage"]["total_added"] for state in states)
-    held = sum(state["storage"].get("size", 0) for state in states)
-    return (f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)",
-            held)
+    return f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)"

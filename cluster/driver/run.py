@@ -139,7 +139,7 @@ class TrainingRun:
         state = self.resume.learner_state if self.resume else None
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
-            self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume)[0])
+            self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
         # The collectors start at once (acting with their own initial network until the learner
         # publishes): replay reaches min_size while the learner still imports torch and warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
@@ -292,6 +292,5 @@ class TrainingRun:
             "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
             "collector_restarts": self.metrics.collector_restarts,
             "learner_restarts": self.actors.learner_restarts if self.actors else 0,
-            "replay_lost_transitions": self.revival.replay_lost,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
         }

@@ -91,6 +91,11 @@ class LearnerActor:
         """Restore one shard's replay from a checkpoint."""
         self.replay.set_state(shard, state)
 
+    @ray.method(concurrency_group="replay")
+    def count_lost_writes(self) -> None:
+        """This process replaces a learner that died: report what collectors sent that died with it."""
+        self.replay.count_lost_writes()
+
     # -- control ------------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
     def request_stop(self) -> None:
