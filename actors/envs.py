@@ -12,13 +12,13 @@ either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVector
 `ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame
 skip 4 with max-pooling, 84x84 grayscale, noop starts); raypex stacks its frames and clips rewards
 itself, so the raw game score is what gets reported.
-An id of the form `module:EnvId` imports `module` first (how a custom env registers itself);
+Ids that name a user's code (`module:Name`, `path/to/file.py:Name`) resolve through
+actors/env_ids.py and are checked by actors/env_check.py before any actor starts;
 `MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +26,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from actors.env_check import check_user_env
+from actors.env_ids import UnsupportedEnv, names_code, registered_id
 from actors.frames import FrameStacker
 from actors.images import ImageVectorEnv, image_layout
 
@@ -46,10 +48,6 @@ def known_max_return(env_id: str, kwargs: dict[str, Any]) -> float | None:
 
 
 MIN_IMAGE_SIDE = 3  # learner/networks.py SMALL_CNN_MIN_SIDE (not imported: the driver checks envs without torch)
-
-
-class UnsupportedEnv(Exception):
-    """The env id is unknown or its spaces are not ones raypex learns on (one-line message)."""
 
 
 @dataclass(frozen=True)
@@ -141,18 +139,6 @@ def _frame_shape(space: gym.spaces.Space) -> tuple[int, ...] | None:
     return frame if len(frame) == 2 else None
 
 
-def _import_env_module(env_id: str) -> str:
-    """For `module:EnvId`, import the module (it registers the env); returns the bare id."""
-    if ":" not in env_id:
-        return env_id
-    module, _, bare = env_id.partition(":")
-    try:
-        importlib.import_module(module)
-    except ImportError as err:
-        raise UnsupportedEnv(f"env.id '{env_id}': cannot import module '{module}' ({err})") from None
-    return bare
-
-
 def _make_ale(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     try:
         from ale_py.vector_env import AtariVectorEnv
@@ -170,7 +156,7 @@ def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     """The vector env itself, without frame stacking (what `raypex bench` compares collectors to)."""
     if is_ale(env_id):
         return _make_ale(env_id, num_envs, kwargs)
-    env_id = _import_env_module(env_id)
+    env_id = registered_id(env_id)
     _register_minatar(env_id)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
@@ -220,7 +206,9 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # ale-py warns before it returns None for unknown ROMs
             return _inspect_ale(env_id, kwargs, frame_stack)
-    env_id = _import_env_module(env_id)
+    if names_code(env_id):
+        check_user_env(env_id, kwargs)
+    given, env_id = env_id, registered_id(env_id)
     _register_minatar(env_id)
     if env_id not in gym.envs.registry:
         close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
@@ -229,22 +217,22 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
     try:
         env = gym.make(env_id, **kwargs)
     except TypeError as err:
-        raise UnsupportedEnv(f"env.kwargs are not accepted by '{env_id}': {err}") from None
+        raise UnsupportedEnv(f"env.kwargs are not accepted by '{given}': {err}") from None
     except gym.error.Error as err:  # a missing optional dependency (box2d, mujoco), say
         reason = str(err).strip().splitlines()[0]
-        raise UnsupportedEnv(f"env.id '{env_id}' cannot be made: {reason}") from None
+        raise UnsupportedEnv(f"env.id '{given}' cannot be made: {reason}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
     finally:
         env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
         raise UnsupportedEnv(
-            f"env.id '{env_id}' has a {type(act_space).__name__} action space; "
+            f"env.id '{given}' has a {type(act_space).__name__} action space; "
             "raypex (DQN family) needs Discrete actions"
         )
     if not isinstance(obs_space, gym.spaces.Box):
         raise UnsupportedEnv(
-            f"env.id '{env_id}' has a {type(obs_space).__name__} observation space; "
+            f"env.id '{given}' has a {type(obs_space).__name__} observation space; "
             "raypex needs a Box observation space"
         )
     frame = _frame_shape(obs_space)
@@ -253,13 +241,13 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
     layout = image_layout(obs_space.shape, obs_space.dtype)
     if layout is not None:
         if min(layout.shape[1:]) < MIN_IMAGE_SIDE:
-            raise UnsupportedEnv(f"env.id '{env_id}' has images of {layout.shape[1]}x{layout.shape[2]} "
+            raise UnsupportedEnv(f"env.id '{given}' has images of {layout.shape[1]}x{layout.shape[2]} "
                                  f"(observation shape {obs_space.shape}); raypex's CNNs need at least "
                                  f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
         return EnvSpec(layout.shape, layout.dtype, int(act_space.n))
     if len(obs_space.shape) != 1:
         raise UnsupportedEnv(
-            f"env.id '{env_id}' has observations of shape {obs_space.shape} ({obs_space.dtype}); "
+            f"env.id '{given}' has observations of shape {obs_space.shape} ({obs_space.dtype}); "
             "raypex supports flat (1-D) vectors, 2-D uint8 frames and rank-3 images (HWC or CHW)"
         )
     return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, int(act_space.n))

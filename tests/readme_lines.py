@@ -45,7 +45,8 @@ class Run:
     where `why` says the line is meant for a bigger machine or a longer run), expect `exit_code`,
     then `check` what it did. `extra_from` computes the extra text from the working directory
     when it depends on an earlier line's run. `serves`: the line starts a server that runs until
-    stopped; it is checked once it prints its URL, then stopped."""
+    stopped; it is checked once it prints its URL, then stopped. `saves`: the block is a file the
+    user saves (`# NAME.py` on its first line)."""
 
     extra: str = ""
     why: str = ""
@@ -54,9 +55,12 @@ class Run:
     extra_from: Callable[[Path], str] | None = None
     serves: bool = False
     timeout_s: int = 300
+    saves: str | None = None  # a python block the user saves as this file: written, then imported
 
     def describe(self) -> str:
         """The README table's cell for this line."""
+        if self.saves:
+            return f"saved as `{self.saves}` in the working directory, then imported"
         if self.exit_code:
             return f"as written; exit {self.exit_code} here: {self.why}"
         if not (self.extra or self.extra_from):

@@ -17,7 +17,7 @@ from ray import cloudpickle
 from actors.envs import inspect_env
 from cluster.config.loading import load_config
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run import TrainingRun
+from cluster.driver.run import RunObserver, TrainingRun
 from cluster.driver.signals import EXIT_INTERRUPTED
 from cluster.driver.wiring import connect, reserve_resources
 from cluster.hosts.learner_actor import LearnerActor
@@ -49,7 +49,7 @@ class WaitingLearnerActor(LearnerActor):
         return super().train_epoch()
 
 
-class PressCtrlC:
+class PressCtrlC(RunObserver):
     """A RunObserver that counts the driver's polls once the learner waits, then interrupts the
     run the way Ctrl-C does (once)."""
 

@@ -1,7 +1,8 @@
 """`ray job submit -- raypex train ...` against a head started the way a user starts one
 (`ray start --head`, token authentication on, as Ray 2.60 makes it): the job trains on that
-cluster (not on a local one nested inside the job), streams its progress, and `ray job stop`
-takes the clean stop path (final checkpoint, summary)."""
+cluster (not on a local one nested inside the job), with the user's own env file from the job's
+working directory, streams its progress, and `ray job stop` takes the clean stop path (final
+checkpoint, summary)."""
 
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 from tests.test_address import free_port
 from tests.test_integration import SHORT
+from tests.test_separate_hosts import MY_CARTPOLE
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
@@ -67,8 +69,13 @@ def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkp
     from ray.job_submission import JobStatus
     from ray.util.state import list_nodes
 
-    done = subprocess.run([*RAY, "job", "submit", "--address", url, "--", "raypex", "train", "cartpole",
-                           "--run-dir", str(tmp_path / "job"), "stop.env_steps=6000", *SHORT],
+    # the user's own env, in the directory the job ships (`--working-dir`), registered nowhere
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "my_cartpole.py").write_text(MY_CARTPOLE)
+    done = subprocess.run([*RAY, "job", "submit", "--address", url, "--working-dir", str(code), "--", "raypex",
+                           "train", "cartpole", "env.id=my_cartpole:make", "--run-dir", str(tmp_path / "job"),
+                           "stop.env_steps=6000", *SHORT],
                           check=False, capture_output=True, text=True, timeout=300)
     logs = done.stdout + done.stderr
     assert done.returncode == 0 and "succeeded" in logs, logs

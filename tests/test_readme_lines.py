@@ -284,6 +284,31 @@ def scaling_measured(ran: Ran) -> None:
     assert "| poll_ms |" in ran.out
 
 
+def corridor_solved(ran: Ran) -> None:
+    """The README's own env, from the file the user saved, with nothing registered."""
+    result = summary(the_run(ran))
+    assert result["env_id"] == "my_env:Corridor" and result["ended"] == "solved", result
+    assert "goes to every actor as its working directory" in ran.err
+
+
+def corridor_evaluated(ran: Ran) -> None:
+    assert float(re.match(r"mean return (\S+) over 10 episodes", ran.out).group(1)) >= 0.9, ran.out
+
+
+def api_returned_the_run(ran: Ran) -> None:
+    """The Python example's result: how it ended, its final evaluation, one callback per epoch,
+    and an action of the policy it loaded."""
+    ended, final, every_epoch = ran.out.splitlines()[0].split()
+    result = summary(ran.workdir / "runs" / "from-python")
+    assert ended == result["ended"] in ("solved", "env_steps") and float(final) == result["final_eval_return"]
+    assert every_epoch == "True" and result["epochs"] > 0 and ran.out.splitlines()[1] in ("0", "1"), ran.out
+
+
+def block_holding(text: str) -> str:
+    """The README's python block that holds `text`."""
+    return next(command for command, _ in documented_commands() if "\n" in command and text in command)
+
+
 # ---- the plan: every documented line, in README order, then the config headers' lines
 
 SEPARATE_HOSTS = "tests/test_separate_hosts.py::test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn"
@@ -311,6 +336,11 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     POLICY_BLOCK: Run(check=one_action_then_eight),
     "tensorboard --logdir runs/": Run("--port 0", "any free port; stopped once it lists the runs", serves=True,
                                       check=tensorboard_serves_the_runs),
+    block_holding("# my_env.py"): Run(saves="my_env.py"),
+    "raypex train cartpole env.id=my_env:Corridor stop.eval_return=0.9 --run-dir runs/corridor": Run(
+        check=corridor_solved),
+    "raypex eval runs/corridor --episodes 10": Run(check=corridor_evaluated),
+    block_holding("from cluster.api import train"): Run(check=api_returned_the_run),
     "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces"),
     "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
         SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces, token authentication on"),
@@ -453,6 +483,9 @@ def test_a_documented_line_runs_and_does_what_it_says(command, workdir):
             proc.wait(timeout=30)
         return
     argv = ["python", "-c", command] if "\n" in command else ["bash", "-c", line]  # a python block, or a line
+    if how.saves:
+        (workdir / how.saves).write_text(command + "\n")
+        argv = ["python", "-c", f"import {how.saves.removesuffix('.py')}"]
     proc = subprocess.Popen(argv, cwd=workdir, env=user_environment(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:

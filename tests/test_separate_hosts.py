@@ -4,6 +4,10 @@ authentication on), and `raypex train --address` run from the head's host. The c
 over the three IPs, every shard in the learner's process (chunks cross hosts once, at insert),
 and CartPole learns.
 
+The env is the user's own: `env.id=my_cartpole:make` names a file that exists only where the
+driver runs (a tmpfs mounted in the driver's own mount namespace, which no Ray node sees), so
+every actor that builds it got the file from the run (Ray's runtime-env working directory).
+
 Everything the test makes (namespaces, veth pairs, the bridge, the Ray processes) is removed
 whatever happens. A machine that cannot make namespaces fails this test with the reason: the
 suite runs as root, where it can."""
@@ -25,6 +29,12 @@ import pytest
 from tests.test_integration import SHORT
 
 GCS_PORT = 6379
+MY_CARTPOLE = """import gymnasium as gym
+
+
+def make(**kwargs):
+    return gym.make("CartPole-v1", **kwargs)
+"""
 
 
 def ip(*args: str) -> None:
@@ -112,12 +122,19 @@ def test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn(tmp_p
                 wait_for_port(hosts, 0, GCS_PORT)
             else:
                 wait_for_nodes(hosts, i + 1)
-        train = hosts.command(0, sys.executable, "-m", "cluster", "train", "--address",
-                              f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=3",
-                              "stop.env_steps=80000", *SHORT, "eval.episodes=16", "stop.eval_return=200")
-        done = subprocess.run(train, check=False, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "RAY_AUTH_MODE": "token"})
+        private = tmp_path / "driver-only"  # empty for everyone but the driver
+        private.mkdir()
+        train = [sys.executable, "-m", "cluster", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
+                 "--run-dir", str(run), "collectors.num=3", "env.id=my_cartpole:make", "stop.env_steps=80000",
+                 *SHORT, "eval.episodes=16", "stop.eval_return=200"]
+        script = (f"mount -t tmpfs none {private} && cd {private} && printf '%s' \"$ENV_FILE\" > my_cartpole.py "
+                  f"&& exec {' '.join(train)}")
+        done = subprocess.run(hosts.command(0, "unshare", "--mount", "sh", "-c", script), check=False,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "RAY_AUTH_MODE": "token", "ENV_FILE": MY_CARTPOLE})
         assert done.returncode == 0, done.stderr[-3000:]
+        assert f"{private} goes to every actor as its working directory" in done.stderr, done.stderr[-3000:]
+        assert not list(private.iterdir())  # the file never existed outside the driver's namespace
     placement = json.loads((run / "placement.json").read_text())
     node_ips = placement["node_ips"]
     collector_ips = [node_ips[c["collector_node"]] for c in placement["collectors"]]

@@ -8,7 +8,7 @@ import time
 import psutil
 import ray
 
-from cluster.driver.run import TrainingRun
+from cluster.driver.run import RunObserver, TrainingRun
 from cluster.driver.wiring import RunActors
 
 
@@ -19,7 +19,7 @@ def actor_rss(actors: RunActors) -> dict[str, int]:
     return {role: psutil.Process(pid).memory_info().rss for role, pid in zip(roles, pids)}
 
 
-class RunRecorder:
+class RunRecorder(RunObserver):
     """Watches a training run (a RunObserver) for the bench: its env-steps timeline, the actors'
     memory when replay is first full and at the end, and where collectors and learner spent time."""
 

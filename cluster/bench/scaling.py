@@ -31,13 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from cluster.driver.run import RunObserver
+
 SCALING_OVERRIDES = ["collectors.num_cpus=0.03", "learner.num_cpus=0.5", "env.num_envs=4",
                      "stop.eval_return=null", "stop.env_steps=10000000000", "eval.every_epochs=1000000"]
 MEASURES = ("poll_ms", "broadcast_ms", "feed_ms_per_update", "gcs_server_mb", "raylet_mb", "driver_mb",
             "object_store_mib")
 
 
-class ScalingRecorder:
+class ScalingRecorder(RunObserver):
     """A RunObserver: times the driver's counter round while the run goes, ends it after
     `seconds`, and reads the learner's clocks and every process's memory before it finishes."""
 

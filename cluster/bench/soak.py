@@ -20,6 +20,7 @@ from cluster.bench.report import BenchRow
 from cluster.config.loading import with_overrides
 from cluster.driver import reaper
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable
+from cluster.driver.run import RunObserver
 
 SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
 SAMPLES_PER_END = 3
@@ -75,7 +76,7 @@ def object_store_mib() -> tuple[float, float]:
     return float(used.group(1)) if used else 0.0, float(spilled.group(1)) if spilled else 0.0
 
 
-class SoakRecorder:
+class SoakRecorder(RunObserver):
     """A RunObserver: samples memory on a clock, notes when replay is full, ends the run on time."""
 
     def __init__(self, minutes: float, replay_capacity: int, progress):

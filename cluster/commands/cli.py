@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "or join the job's cluster inside `ray job submit`)")
     train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet; default: runs/ENV-DATE-TIME-sSEED)")
     train.add_argument("--seed", type=int, help="seed (same as seed=N; default: the config's, 0 in the shipped ones)")
+    train.add_argument("--debug", action="store_true", help="with an error in your own env's code, print its "
+                       "traceback before the one-line error (default: the line alone)")
     train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint, with its config and these "
                        "overrides (default: a new run)")
     bench = sub.add_parser("bench", help="measure every stage against its own reference")
@@ -106,12 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     clock_start = _process_start_time()
     install_stop_signals()  # SIGINT and SIGTERM stop a run cleanly (cluster/driver/signals.py)
+    debug = False
     try:
         parser = build_parser()
         if not (sys.argv[1:] if argv is None else argv):
             parser.print_help(sys.stderr)  # bare `raypex`: what it can do
             return EXIT_USAGE
         args = parse_command_line(parser, argv)
+        debug = getattr(args, "debug", False)
         if args.command == "train":
             from cluster.commands.train import run_train
 
@@ -130,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_eval(args)
     except UsageError as err:
+        if debug and err.details:
+            print(err.details.rstrip(), file=sys.stderr)
         print(f"raypex: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:

@@ -35,8 +35,13 @@ def run_eval(args: argparse.Namespace) -> int:
     def greedy(obs: np.ndarray) -> np.ndarray:  # a batch: one observation per evaluation env
         return policy.act(obs)
 
-    evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed, config.env.frame_stack,
-                          config.eval.epsilon)
+    from actors.envs import UnsupportedEnv
+
+    try:
+        evaluator = Evaluator(config.env.id, config.env.kwargs, args.episodes, args.seed, config.env.frame_stack,
+                              config.eval.epsilon)
+    except UnsupportedEnv as err:  # a user's env file that is not where the run found it
+        raise UsageError(str(err), err.details) from None
     returns = evaluator.evaluate(greedy)
     evaluator.close()
     print(f"mean return {returns.mean():.2f} over {args.episodes} episodes "

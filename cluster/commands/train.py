@@ -8,10 +8,12 @@ the run directory created.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from actors.env_ids import code_to_ship
 from actors.envs import UnsupportedEnv, inspect_env
 from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
@@ -22,6 +24,7 @@ from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_wri
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
 from cluster.driver.signals import install_stop_signals
+from cluster.driver.supervisor import RunFailed
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
@@ -84,23 +87,42 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     progress = ProgressLine(sys.stderr)
     config, run_dir, resume = resolve_config(args, lambda line: progress.message(f"warning: {line}"))
     try:
+        code, _ = launch(config, run_dir, resume, args.address, clock_start, progress)
+    except RunFailed as err:
+        print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)
+        return 1
+    except OutputNotWritten as err:  # before the run began (config.yaml on a full disk)
+        print(f"raypex: error: {err}", file=sys.stderr)
+        return 1
+    return code
+
+
+def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
+           progress: ProgressLine, observers: tuple = ()) -> tuple[int, dict]:
+    """Check the env, connect to Ray (a local cluster unless `address`), reserve, run to the end;
+    (exit code, summary). UsageError for a mistake found before anything is written; RunFailed
+    (after the final files) when an actor died past recovery. `raypex train` and the Python API
+    (cluster/api.py) both start runs here."""
+    try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     except UnsupportedEnv as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(str(err), err.details) from None
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
     from cluster.driver.address import ConnectError
     from cluster.driver.run import TrainingRun
-    from cluster.driver.supervisor import RunFailed
     from cluster.driver.versions import VersionMismatch, check_node_versions
     from cluster.driver.wiring import cluster_gpus, connect, reserve_resources, shutdown
 
-    address = args.address
+    code_dir = code_to_ship(config.env.id)
     if address is None and (address := ray_job_address()) is not None:
         progress.message(f"inside a Ray job: joining its cluster at {address}")
+        code_dir = None  # the job's own working directory (ray job submit --working-dir) is the actors' already
+    if code_dir is not None:
+        progress.message(f"env.id {config.env.id}: {code_dir} goes to every actor as its working directory")
     try:
-        started_local = connect(address)
+        started_local = connect(address, code_dir)
     except ConnectError as err:
         raise UsageError(str(err)) from None
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
@@ -113,19 +135,15 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
-        run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume,
+        run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
                           kept_policy=kept_policy(run_dir) if resume else None)
         code = run.execute(config_text)
-        progress.message(_summary_line(run.summary(), run_dir))
-        return code
+        written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
+        summary = json.loads(written.read_text()) if written.is_file() else run.summary()
+        progress.message(_summary_line(summary, run_dir))
+        return code, summary
     except (PlacementError, VersionMismatch) as err:
         raise UsageError(str(err)) from None
-    except RunFailed as err:
-        print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)
-        return 1
-    except OutputNotWritten as err:  # before the run began (config.yaml on a full disk)
-        print(f"raypex: error: {err}", file=sys.stderr)
-        return 1
     finally:
         if started_local:
             shutdown()

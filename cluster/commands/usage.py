@@ -13,7 +13,12 @@ from cluster.config.shipped import config_path, shipped_configs
 
 
 class UsageError(Exception):
-    """A mistake in what the user asked for (one-line message, exit 2)."""
+    """A mistake in what the user asked for (one-line message, exit 2). `details`: the traceback
+    of the user's own code behind it, when there is one (printed with --debug)."""
+
+    def __init__(self, message: str, details: str | None = None):
+        super().__init__(message)
+        self.details = details
 
 
 def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:

@@ -53,13 +53,24 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     result = _deep_copy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key or any(not part for part in key.split(".")):
+        if not sep:
             raise ConfigError(f"override '{item}' must look like section.key=value, e.g. learner.lr=3e-4")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             raise ConfigError(f"override '{item}': the value is not valid YAML") from None
-        value = _as_number_if_numeric(value)
+        result = apply_values(result, {key: _as_number_if_numeric(value)}, shown=item)
+    return result
+
+
+def apply_values(data: dict[str, Any], values: dict[str, Any], shown: str | None = None) -> dict[str, Any]:
+    """A copy of data with each dotted key set to its value (the Python API's overrides, given as
+    values, not text); `shown`: how the override is named in errors."""
+    result = _deep_copy(data)
+    for key, value in values.items():
+        item = shown or f"{key}={value!r}"
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override '{item}' must look like section.key=value, e.g. learner.lr=3e-4")
         node = result
         parts = key.split(".")
         for part in parts[:-1]:

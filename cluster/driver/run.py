@@ -17,7 +17,6 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Protocol
 
 import ray
 
@@ -44,14 +43,17 @@ POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
 
 
-class RunObserver(Protocol):
-    """Something that watches a run from the driver (the bench records timelines and memory)."""
+class RunObserver:
+    """Watches a run from the driver (bench recorders, the Python API); hooks do nothing by default."""
 
     def after_poll(self, run: TrainingRun) -> None:
         """Called after every poll of the actors' counters (a few times a second)."""
 
     def before_finish(self, run: TrainingRun) -> None:
         """Called once learning has ended, before the collectors stop and the final files."""
+
+    def after_epoch(self, run: TrainingRun, epoch: int, scalars: dict[str, float]) -> None:
+        """Called after each epoch's metrics were recorded (`scalars`: its TensorBoard scalars)."""
 
 
 class TrainingRun:
@@ -194,7 +196,7 @@ class TrainingRun:
                     stopping = self._stop_learning()
 
     def end_soon(self, reason: str) -> None:
-        """End the run at the next poll, as stop.env_steps does (the bench's soak ends on time)."""
+        """End the run at the next poll, as stop.env_steps does (the soak's timer, the API's stop)."""
         self.outcome.ended = reason
 
     def drain_epochs(self, timeout_s: float) -> None:
@@ -209,12 +211,14 @@ class TrainingRun:
         return True
 
     def _on_epoch(self, epoch: int, m: dict) -> None:
-        """Record one epoch's metrics; note its weights for evaluation; checkpoint when due."""
+        """Record one epoch's metrics, tell the observers; note its weights for evaluation; checkpoint when due."""
         if m["updates_in_epoch"] == 0:
             return  # cut before its first update: the run is stopping
         self.epochs_done = epoch
         self.evaluations.on_epoch(epoch)
-        self.tb.scalars(self.metrics.epoch(m), self.metrics.env_steps)
+        self.tb.scalars(scalars := self.metrics.epoch(m), self.metrics.env_steps)
+        for observer in self.observers:
+            observer.after_epoch(self, epoch, scalars)
         if epoch % self.config.checkpoint.every_epochs == 0:
             self.request_checkpoint()
 

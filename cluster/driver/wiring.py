@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
@@ -37,8 +38,21 @@ COLLECTOR_MAX_RESTARTS = 3
 LEARNER_MAX_RESTARTS = 3
 
 
-def connect(address: str | None) -> bool:
+# What a shipped working directory leaves behind: runs, checkpoints and environments are not code.
+SHIPPED_EXCLUDES = ["runs/", ".git/", ".venv/", "venv/", "__pycache__/", "*.pt2", "*.ckpt", "tensorboard/"]
+
+
+def code_runtime_env(code_dir: Path | None) -> dict:
+    """The runtime env that gives every actor `code_dir` (a user's env code) as its working
+    directory, on every node, Ray uploading it once; empty when there is none."""
+    if code_dir is None:
+        return {}
+    return {"runtime_env": {"working_dir": str(code_dir), "excludes": SHIPPED_EXCLUDES}}
+
+
+def connect(address: str | None, code_dir: Path | None = None) -> bool:
     """Join the cluster at `address`, or start a fresh local one; True when we started it.
+    `code_dir`: a user's env code, shipped to every actor (code_runtime_env).
 
     `address="local"` always starts a new cluster, so a local Ray instance that is already
     running on this machine (or RAY_ADDRESS in the environment) cannot hijack a local run.
@@ -46,7 +60,7 @@ def connect(address: str | None) -> bool:
     # A local cluster always gets a token; saying so on every run is noise in the progress display.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True,
-              "configure_logging": True, "namespace": NAMESPACE}
+              "configure_logging": True, "namespace": NAMESPACE, **code_runtime_env(code_dir)}
     if address is None:
         start_reaper()  # nothing of this cluster outlives the driver, even after kill -9
         # Ray's worker threads each get a glibc malloc arena; in a long run the learner's grew by

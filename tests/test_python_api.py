@@ -1,0 +1,48 @@
+"""cluster.api from a script: a run started without blocking hands each epoch to its callback and
+stops cleanly when asked; mistakes raise the command's one-line UsageError before anything is
+written. (The README's example, run by tests/test_readme_lines.py, covers a blocking run.)"""
+
+import json
+import signal
+import threading
+
+import pytest
+
+from cluster.api import RunningRun, UsageError, resolve_run_config, train
+from tests.test_integration import SHORT
+
+
+def test_a_run_without_blocking_reports_its_epochs_and_stops_when_asked(tmp_path):
+    first_epoch = threading.Event()
+    epochs = []
+
+    def on_epoch(metrics):
+        epochs.append(metrics)
+        first_epoch.set()
+
+    handler = signal.getsignal(signal.SIGINT)
+    running = train("cartpole", [*SHORT, "stop.env_steps=100000000"], run_dir=tmp_path / "run", on_epoch=on_epoch,
+                    block=False)
+    assert isinstance(running, RunningRun) and not running.done()
+    assert first_epoch.wait(120), "no epoch within 120 s"
+    running.stop()
+    result = running.wait(120)
+    assert running.done() and result.ended == "stopped" and result.exit_code == 0, result.summary
+    assert result.summary == json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [m["epoch"] for m in epochs] == list(range(1, result.summary["epochs"] + 1))
+    assert all("losses/td_loss" in m and m["env_steps"] > 0 for m in epochs)
+    assert result.policy.act([0.0, 0.0, 0.0, 0.0]) in (0, 1)
+    assert signal.getsignal(signal.SIGINT) is handler  # the caller's Ctrl-C handler is its own again
+
+
+def test_configs_come_as_names_dicts_or_configs_and_mistakes_raise_one_line(tmp_path):
+    from_name = resolve_run_config("cartpole", {"learner.lr": 0.01, "env.kwargs": {"sutton_barto_reward": True}}, seed=3)
+    assert (from_name.learner.lr, from_name.seed, from_name.env.kwargs) == (0.01, 3, {"sutton_barto_reward": True})
+    from_dict = resolve_run_config({"learner": {"lr": 0.02}}, ["collectors.num=3"])
+    assert (from_dict.learner.lr, from_dict.collectors.num) == (0.02, 3)
+    assert resolve_run_config(from_dict, {"seed": 5}).collectors.num == 3
+    with pytest.raises(UsageError, match=r"learner.lr: Input should be greater than 0 \(got -1\)"):
+        train("cartpole", {"learner.lr": -1}, run_dir=tmp_path / "bad")
+    with pytest.raises(UsageError, match=r"env.id 'nowhere:Env': no module 'nowhere'"):
+        train("cartpole", {"env.id": "nowhere:Env"}, run_dir=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing half-written
