@@ -30,7 +30,8 @@ def on_off_from_yaml_bools(value: Any) -> Any:
 class EnvConfig(Section):
     """Which Gymnasium environment the collectors and the evaluator step."""
 
-    id: str = Field("CartPole-v1", description="Gymnasium env id (must be registered).")
+    id: str = Field("CartPole-v1", description="A registered Gymnasium id, or your own env as module:Class, module:factory or "
+                    "path/to/file.py:Name (README, 'Your own environment').")
     num_envs: int = Field(16, ge=1, le=4096, description="Envs in each collector's vector env.")
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra keyword arguments for gymnasium.make_vec (ALE: its vector env)."
