@@ -51,6 +51,7 @@ class Collector:
         self.version_loaded_at: float | None = None
         self.max_weight_load_s = 0.0  # the longest the env loop paused to take new weights
         self.env_steps = 0
+        self.first_step_at: float | None = None  # wall clock of the first env step (start-up's end)
         self.chunks_pushed = 0
         self.transitions_pushed = 0
         self.episode_return = np.zeros(s.num_envs, np.float64)
@@ -100,6 +101,8 @@ class Collector:
             t1 = clock()
             next_obs, reward, terminated, truncated, info = self.env.step(actions)
             t2 = clock()
+            if self.first_step_at is None:
+                self.first_step_at = time.time()
             real = self.adder.add(EnvStep(self.obs, actions, reward, terminated, truncated, next_obs,
                                           info.get("lives") if self.s.terminal_on_life_loss else None, q_taken))
             self._count_episodes(reward, terminated | truncated, real)
@@ -145,6 +148,7 @@ class Collector:
         return {
             "index": self.s.index,
             "env_steps": self.env_steps,
+            "first_step_at": self.first_step_at,
             "chunks_pushed": self.chunks_pushed,
             "transitions_pushed": self.transitions_pushed,
             "episode_returns": returns,

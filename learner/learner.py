@@ -109,6 +109,7 @@ class Learner:
         self._gpu_queue: deque[torch.cuda.Event] = deque()
         self.publish = publish
         self.updates = 0
+        self.first_update_at: float | None = None  # wall clock of the first update (start-up's end)
         self.epochs = 0
         self.version = 0
         self._stop_requested = False  # see request_stop
@@ -165,6 +166,8 @@ class Learner:
                     self.feedback.after_update(self.feed.keys, self.step.td_abs)
                 t2 = clock()
                 self._after_update()
+                if self.first_update_at is None:
+                    self.first_update_at = time.time()
                 phase["feed"] += t1 - t0
                 phase["update"] += t2 - t1
                 phase["gpu"] += clock() - t2
@@ -191,6 +194,7 @@ class Learner:
             "updates_in_epoch": done,
             "samples_per_update": self.s.accumulation_steps * self.s.micro_batch,
             "broadcast_ms": self.broadcast_ms,
+            "first_update_at": self.first_update_at,
         }
         if self.precision.scaler is not None:
             metrics["grad_scale"] = self.precision.scaler.get_scale()

@@ -27,6 +27,7 @@ from cluster.driver.placement import (
 from cluster.driver.progress import ProgressLine
 from cluster.driver.reaper import cluster_processes, reap, still_running
 from cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
+from cluster.driver.startup import PHASES, StartupTimeline
 from cluster.driver.tensorboard_log import TensorBoardLog
 
 
@@ -245,7 +246,7 @@ def test_the_solve_clock_starts_when_the_command_process_started():
 
     before = time.time()
     printed = subprocess.run(
-        [sys.executable, "-c", "from cluster.commands.cli import _process_start_time; print(repr(_process_start_time()))"],
+        [sys.executable, "-c", "from cluster.process_clock import process_start_time; print(repr(process_start_time()))"],
         capture_output=True, text=True, check=True,
     ).stdout
     after = time.time()
@@ -353,3 +354,19 @@ def test_the_custom_layout_is_a_custom_scalars_summary_tensorboard_can_read():
     assert value.tag == "custom_scalars__config__" and value.metadata.plugin_data.plugin_name == "custom_scalars"
     layout = layout_pb2.Layout.FromString(value.tensor.string_val[0])
     assert [c.title for c in layout.category] == list(LAYOUT)
+
+
+def test_the_startup_timeline_keeps_each_moments_earliest_report_in_phase_order():
+    timeline = StartupTimeline(clock_start=100.0)
+    timeline.mark("ray_connected", 101.5)
+    timeline.mark("env_checked", 100.25)
+    timeline.collectors([{"startup": {"process_started": 102.0, "constructed": 103.0}, "first_step_at": None},
+                         {"startup": {"process_started": 101.8, "constructed": 103.5}, "first_step_at": 103.75}])
+    timeline.mark("first_env_step", 104.0)  # a later collector's first step: the first one counts
+    timeline.learner({"process_started": 101.9, "constructed": 103.2, "warmed_up": 103.6})
+    assert timeline.seconds() == {"env_checked": 0.25, "ray_connected": 1.5, "collector_process_started": 1.8,
+                                  "learner_process_started": 1.9, "collector_constructed": 3.0,
+                                  "learner_constructed": 3.2, "first_env_step": 3.75, "learner_warmed_up": 3.6}
+    assert list(timeline.seconds()) == [p for p in PHASES if p in timeline.seconds()]
+    with pytest.raises(ValueError, match="unknown start-up phase 'first_step'"):
+        timeline.mark("first_step", 1.0)

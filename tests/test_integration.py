@@ -21,6 +21,7 @@ from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cluster.commands.cli import main
+from cluster.driver.startup import PHASES
 from tests.test_address import free_port
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
@@ -53,6 +54,13 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     assert first["env_steps"] >= 4000 and first["seed"] == 3 and first["time_to_solve_s"] is None
     assert min(first["replay_size_per_shard"]) > 0  # every collector's shard is filled
     assert first["learner_samples_per_s"] > 0 and 0 <= first["learner_wait_fraction"] < 1
+    # where the start went (raypex bench --stage startup): every moment, each after what it needs
+    start = first["startup_s"]
+    assert list(start) == list(PHASES), start
+    driver = [start[p] for p in ("env_checked", "ray_connected", "resources_reserved", "actors_asked")]
+    assert driver == sorted(driver) and driver[0] > 0, start
+    assert start["collector_constructed"] <= start["first_env_step"] < first["wall_s"], start
+    assert start["learner_constructed"] <= start["learner_warmed_up"] <= start["first_update"] < first["wall_s"], start
     for name in ("config.yaml", "policy.pt2", "placement.json"):
         assert (run / name).is_file(), name
     checkpoints = sorted((run / "checkpoints").glob("ckpt-*.pt"))

@@ -1,9 +1,12 @@
 """cluster.api from a script: a run started without blocking hands each epoch to its callback and
-stops cleanly when asked; mistakes raise the command's one-line UsageError before anything is
+stops cleanly when asked; Ctrl-C (a notebook's interrupt) ends a blocking run cleanly and returns
+its result; mistakes raise the command's one-line UsageError before anything is
 written. (The README's example, run by tests/test_readme_lines.py, covers a blocking run.)"""
 
 import json
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -46,3 +49,22 @@ def test_configs_come_as_names_dicts_or_configs_and_mistakes_raise_one_line(tmp_
     with pytest.raises(UsageError, match=r"env.id 'nowhere:Env': no module 'nowhere'"):
         train("cartpole", {"env.id": "nowhere:Env"}, run_dir=tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # nothing half-written
+
+
+def test_ctrl_c_ends_a_blocking_run_cleanly_and_returns_its_result(tmp_path):
+    run = tmp_path / "run"
+    script = (f"from cluster.api import train\n"
+              f"result = train('cartpole', {[*SHORT, 'stop.env_steps=100000000']!r}, run_dir={str(run)!r})\n"
+              "print('ended', result.ended, result.exit_code, result.policy.act([0.0, 0.0, 0.0, 0.0]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # the first progress line: training has started
+            if "env steps" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out.startswith("ended interrupted 130 "), (out, err[-3000:])
+    assert json.loads((run / "summary.json").read_text())["ended"] == "interrupted"
+    assert list((run / "checkpoints").glob("ckpt-*.json"))  # the final checkpoint was written

@@ -256,6 +256,17 @@ def priority_costs_measured(ran: Ran) -> None:
     assert found["replay_update_prioritized"]["value"] > 0 and found["learner_feed_prioritized"]["bar"] == ">= 0.77"
 
 
+def startup_measured(ran: Ran) -> None:
+    """A row per moment of `raypex train`'s start, the first env step and update held to their bars."""
+    from cluster.driver.startup import PHASES
+
+    found = rows(ran.workdir / "startup.json")
+    assert set(found) == {f"startup_{phase}" for phase in PHASES}, found
+    assert found["startup_first_env_step"]["bar"] == found["startup_first_update"]["bar"] == "<= 1.0"
+    assert found["startup_first_env_step"]["reference"] == 2.0 and found["startup_first_update"]["reference"] == 3.0
+    assert 0 < found["startup_env_checked"]["value"] < found["startup_first_update"]["value"]
+
+
 def soak_measured(ran: Ran) -> None:
     """A row per process of the run's Ray cluster (workers, GCS, raylet, the driver), end against
     replay-full, and the object store's spilling (no growth asserted)."""
@@ -380,6 +391,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "--quick --json collect.json", "shorter windows; rows read back", check=collect_stage_measured),
     "raypex bench configs/cartpole.yaml --stage priorities": Run(
         "--quick --json priorities.json", "shorter windows; rows read back", check=priority_costs_measured),
+    "raypex bench configs/cartpole.yaml --stage startup": Run(
+        "--quick --json startup.json", "one run of three; rows read back", check=startup_measured),
     "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(
         "--soak 0.5 replay.capacity=300 --json soak.json", "half a minute, replay full after seconds",
         check=soak_measured),

@@ -19,6 +19,8 @@ cluster has one), per precision x CUDA-graph capture: fed by the replay with col
 high replay ratio (`learner_<precision>_<capture>` vs the same loop fed from batches already made,
 on a GPU replay indices already on the GPU), and the GPU's busy fraction while fed.
 
+`--stage startup` runs `raypex train` itself (3 times; --quick: once): each start-up moment's seconds.
+
 `--stage priorities` measures what prioritized replay costs: the replay's add, draw and update
 per transition with and without priorities (one process, real chunks of the config's env), and
 the learner's samples/s fed by the replay with and without (`learner_feed_prioritized`, bar: at
@@ -123,6 +125,12 @@ def run_bench(args: argparse.Namespace) -> int:
         finally:
             shutdown()
         details.update(soak_details)
+        return _report(rows, details, args, progress)
+    if args.stage == "startup":
+        from cluster.bench.startup import startup_rows
+
+        rows, startup_details = startup_rows(args.args, config.replay.min_size, 1 if args.quick else 3, progress)
+        details.update(startup_details)
         return _report(rows, details, args, progress)
     if args.stage == "priorities":
         rows, priority_details = _priority_rows(config, spec, plan, progress)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 from cluster.commands.usage import UsageError
 from cluster.driver.signals import exit_code, install_stop_signals, signal_name
+from cluster.process_clock import process_start_time
 
 EXIT_USAGE = 2
 
@@ -26,33 +26,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse calls this for every parse mistake
         command = self.prog.removeprefix("raypex").strip()
         raise UsageError(f"{command}: {message}" if command else message)
-
-
-def _process_start_time() -> float:
-    """When this process started, as a `time.time()` value (time_to_solve_s counts from it).
-
-    On Linux it is read from /proc: the process's start in clock ticks since boot against the
-    seconds since boot in /proc/uptime, exact to a tick (10 ms). psutil's `create_time` adds the
-    boot time instead, which the kernel reports in whole seconds, so it lands up to a second early
-    and every run would count that second as start-up.
-    """
-    try:
-        with open("/proc/self/stat") as stat:
-            # Fields after the parenthesised command name; starttime is field 22 of the line.
-            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as uptime:
-            since_boot = float(uptime.read().split()[0])
-        return time.time() - (since_boot - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil  # a Ray dependency
-    except ImportError:
-        return time.time()
-    try:
-        return psutil.Process().create_time()
-    except psutil.Error:
-        return time.time()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,10 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, help="also write the rows to this JSON file (default: only the table on stderr)")
     bench.add_argument("--quick", action="store_true", help="shorter windows: about 1 minute on 2 cores instead of 2 (default: off)")
     bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes, and what bounds throughput (default: off)")
-    bench.add_argument("--stage", choices=["all", "collect", "learner", "priorities"], default="all",
+    bench.add_argument("--stage", choices=["all", "collect", "learner", "priorities", "startup"], default="all",
                        help="collect: only env_raw, env_policy, collect and broadcast; learner: only the learner "
                        "on its device, per precision x CUDA-graph capture; priorities: shard and learner "
-                       "costs of prioritized replay against uniform; all (the default): every stage")
+                       "costs of prioritized replay against uniform; startup: `raypex train` from its start to the "
+                       "learner's first update, phase by phase; all (the default): every stage")
     bench.add_argument("--soak", type=float, metavar="MINUTES",
                        help="one training run of MINUTES; every process's memory growth once replay is full "
                        "(default: no soak)")
@@ -106,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
-    clock_start = _process_start_time()
+    clock_start = process_start_time()
     install_stop_signals()  # SIGINT and SIGTERM stop a run cleanly (cluster/driver/signals.py)
     debug = False
     try:

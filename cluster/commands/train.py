@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_wri
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
 from cluster.driver.signals import install_stop_signals
+from cluster.driver.startup import StartupTimeline
 from cluster.driver.supervisor import RunFailed
 
 
@@ -107,6 +109,8 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     except UnsupportedEnv as err:
         raise UsageError(str(err), err.details) from None
+    startup = StartupTimeline(clock_start)
+    startup.mark("env_checked", time.time())
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
@@ -125,10 +129,12 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         started_local = connect(address, code_dir)
     except ConnectError as err:
         raise UsageError(str(err)) from None
+    startup.mark("ray_connected", time.time())
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
         group = reserve_resources(config, 1 if device == "cuda" else 0)
+        startup.mark("resources_reserved", time.time())
         if not started_local:  # a cluster others set up: its nodes may run other versions
             check_node_versions(group)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +142,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None)
+                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
         code = run.execute(config_text)
         written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
         summary = json.loads(written.read_text()) if written.is_file() else run.summary()

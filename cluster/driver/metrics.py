@@ -10,12 +10,15 @@ import time
 
 import numpy as np
 
+from cluster.driver.startup import StartupTimeline
+
 
 class RunMetrics:
     """Accumulates run-wide counters and produces scalar dicts keyed by TensorBoard tag."""
 
-    def __init__(self, env_steps_offset: int = 0):
+    def __init__(self, env_steps_offset: int = 0, startup: StartupTimeline | None = None):
         self.env_steps_offset = env_steps_offset
+        self.startup = startup or StartupTimeline(time.time())
         self.env_steps = env_steps_offset
         self.learner_version = 0
         self.last_return: float | None = None
@@ -44,6 +47,7 @@ class RunMetrics:
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
         now = time.perf_counter() if now is None else now
+        self.startup.collectors(collectors)
         # A restarted collector counts on from the steps its shard stored, which can be a little below
         # what the dead process last reported: the env-step axis never goes back.
         self.env_steps = max(self.env_steps, self.env_steps_offset + sum(c["env_steps"] for c in collectors))
@@ -103,6 +107,7 @@ class RunMetrics:
     def epoch(self, m: dict) -> dict[str, float]:
         """Scalars from one learner epoch's metrics."""
         self.learner_version = max(self.learner_version, m["version"])
+        self.startup.mark("first_update", m.get("first_update_at"))
         self.last_loss = m["td_loss"]
         samples = m["updates_in_epoch"] * m["samples_per_update"]
         self.learner_samples += samples
@@ -162,6 +167,7 @@ class RunMetrics:
             "replay_lost_transitions": sum(self.shard_lost_writes),
             "replay_bytes_per_transition": self.replay_bytes_per_transition,
             **self.priority_updates,
+            "startup_s": self.startup.seconds(),
         }
 
 

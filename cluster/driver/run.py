@@ -32,6 +32,7 @@ from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay
 from cluster.driver.signals import exit_code, signal_name
+from cluster.driver.startup import StartupTimeline
 from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
@@ -67,17 +68,14 @@ class TrainingRun:
     def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
-                 kept_policy: tuple | None = None):
-        self.config = config
-        self.spec = spec
-        self.group = group
-        self.device = device
+                 kept_policy: tuple | None = None, startup: StartupTimeline | None = None):
+        self.config, self.spec, self.group, self.device = config, spec, group, device
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
         self.progress = progress
         self.resume = resume
         self.observers = observers
         self.learner_host = learner_host  # the learner's Ray host class (the bench and tests subclass it)
-        self.metrics = RunMetrics(env_steps_offset=resume.env_steps if resume else 0)
+        self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep, progress.message)
         self.epochs_done = resume.epochs if resume else 0
@@ -132,6 +130,7 @@ class TrainingRun:
     def _start(self) -> None:
         self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
                                    self.learner_host)
+        self.metrics.startup.mark("actors_asked", time.time())
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
                                               self.progress)
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
@@ -146,7 +145,7 @@ class TrainingRun:
         # publishes): replay reaches min_size while the learner still imports torch and warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
-        info = ray.get(warmup)
+        self.metrics.startup.learner(info := ray.get(warmup))
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import ray
 
 from actors.settings import CollectorSettings
 from cluster.hosts.ray_seams import QUIET, ChunkSink, WeightInbox
+from cluster.process_clock import process_start_time
 
 
 class CollectorActor:
     """Hosts one Collector; `run` loops until `stop` is called."""
 
     def __init__(self, settings: CollectorSettings, sink: ChunkSink):
+        self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
         from actors.collector import Collector
 
         self._stop = threading.Event()
@@ -33,6 +36,7 @@ class CollectorActor:
         # A process Ray restarted counts env steps on from what its predecessors stored; the shard
         # also counts the attachments, which is how the driver counts restarts.
         self.collector.env_steps = self.sink.attach()
+        self.startup["constructed"] = time.time()
 
     def _push(self, chunk) -> None:
         self.sink.push(chunk, self.collector.env_steps)
@@ -57,6 +61,7 @@ class CollectorActor:
         # The sink's throttled time is spent inside push(); report it apart, not twice.
         stats["phase_s"]["push"] = max(0.0, stats["phase_s"]["push"] - self.sink.throttled_s)
         stats["phase_s"]["throttle"] = self.sink.throttled_s
+        stats["startup"] = self.startup
         return stats
 
     def stop(self) -> None:

@@ -17,11 +17,13 @@ in a subclass (cluster/bench/learner_probes.py), not here.
 from __future__ import annotations
 
 import os
+import time
 
 import ray
 
 from cluster.config.topology import ReplayPlan
 from cluster.hosts.ray_seams import QUIET, WeightPublisher
+from cluster.process_clock import process_start_time
 from learner.settings import LearnerSettings
 
 # The threads of this actor besides the one that trains: inserts and the driver's replay reads,
@@ -50,6 +52,7 @@ class LearnerActor:
         """The replay is built here, in this process, where a GPU learner can keep it on its GPU
         (replay.storage); weights go to the collectors named (looked up by name, so a learner Ray
         restarts is built from plain data)."""
+        self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
         import torch  # inside the actor only: the driver names this class without importing torch
 
         from learner.learner import Learner
@@ -59,6 +62,7 @@ class LearnerActor:
         self.replay, self.replay_notice = replay.build(where)
         self.publisher = WeightPublisher(collector_names)
         self.learner = Learner(settings, where, self.replay, self.publisher.publish)
+        self.startup["constructed"] = time.time()
 
     # -- the replay's thread ------------------------------------------------------------------
     @ray.method(concurrency_group="replay", enable_task_events=False)
@@ -118,7 +122,8 @@ class LearnerActor:
         return {"device": str(learner.device), "precision": learner.precision.name,
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
                 "version": learner.version, "updates": learner.updates,
-                "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice}
+                "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice,
+                **self.startup, "warmed_up": time.time()}
 
     def waited_s(self) -> float:
         """Seconds the update loop has waited for data after replay reached its minimum size."""
