@@ -117,7 +117,8 @@ def test_the_linearity_note_appears_only_where_replay_filling_is_a_fifth_of_T_or
 
 @pytest.mark.parametrize("config,overrides", [
     ("cartpole", ["replay.capacity=600"]),
-    ("pong", ["replay.capacity=600", "env.num_envs=2", "learner.micro_batch=16", "replay.min_size=600"]),
+    ("pong", ["replay.capacity=600", "env.num_envs=2", "learner.micro_batch=16", "replay.min_size=600",
+              "learner.updates_per_epoch=5", "learner.accumulation_steps=1"]),
 ], ids=["ring", "frames-prioritized"])
 def test_the_feed_profile_draws_from_a_filled_replay_both_ways(config, overrides):
     """`python -m cluster.bench.feed_profile`: the learner's rate drawing from a replay beside it

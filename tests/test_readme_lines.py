@@ -388,13 +388,14 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex bench configs/cartpole.yaml --stage learner --quick": Run(
         "--json learner.json", "to read its rows back", check=learner_stage_measured),
     "raypex bench configs/pong.yaml --stage collect collectors.num=2": Run(
-        "--quick --json collect.json", "shorter windows; rows read back", check=collect_stage_measured),
+        "--quick --json collect.json env.num_envs=8", "shorter windows, 8 envs per collector; rows read back",
+        check=collect_stage_measured),
     "raypex bench configs/cartpole.yaml --stage priorities": Run(
         "--quick --json priorities.json", "shorter windows; rows read back", check=priority_costs_measured),
     "raypex bench configs/cartpole.yaml --stage startup": Run(
         "--quick --json startup.json", "one run of three; rows read back", check=startup_measured),
     "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(
-        "--soak 0.5 replay.capacity=300 --json soak.json", "half a minute, replay full after seconds",
+        "--soak 0.25 replay.capacity=300 --json soak.json", "15 seconds, replay full after a few",
         check=soak_measured),
     "python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
         "--seeds 1", "one seed of ten", check=lockstep_solved),

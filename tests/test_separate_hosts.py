@@ -145,6 +145,10 @@ def test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn(tmp_p
     assert node_ips[placement["replay_node"]] == learner_ip  # every shard beside the learner
     result = json.loads((run / "summary.json").read_text())
     assert result["time_to_solve_s"] is not None and result["final_eval_return"] >= 200, result
+    # chunks from the hosts without the learner reached their shards, and the counts add up: every
+    # env step counted is a transition that reached replay
+    inserted = result["replay_inserted_per_shard"]
+    assert len(inserted) == 3 and min(inserted) > 0 and result["env_steps"] == sum(inserted), result
 
 
 def wait_for_nodes(hosts: Hosts, count: int, timeout_s: float = 60) -> None:

@@ -1,12 +1,11 @@
 """A user's own env: `env.id` as module:Class, module:factory, module:RegisteredId or
 path/to/file.py:Name, found from the working directory; the check it passes before any actor
-starts (each fault one line naming the env and its file, exit 2); a run with it from a directory
-that holds only the env file, and `raypex eval` of its policy."""
+starts (each fault one line naming the env and its file, exit 2). A run on a user's file from its
+directory, and `raypex eval` of its policy, are README lines (tests/test_readme_lines.py runs them
+with the console script, as a user types them); a cluster whose nodes never see the file is
+tests/test_separate_hosts.py."""
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from actors.env_ids import UnsupportedEnv, code_to_ship, registered_id
 from actors.envs import inspect_env
 from cluster.commands.cli import main
-from tests.test_integration import SHORT
 
 CORRIDOR = '''import gymnasium as gym
 import numpy as np
@@ -135,19 +133,3 @@ def test_debug_shows_the_users_own_traceback_before_the_line(in_dir, capsys):
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and 'raises_in_step.py", line 15, in step' in err, err
     assert err.strip().splitlines()[-1].startswith("raypex: error:") and expected in err
-
-
-def test_a_directory_holding_only_the_env_file_trains_on_it_and_evaluates_its_policy(tmp_path):
-    """The console script, as a user types it: its Python path does not hold the directory."""
-    (tmp_path / "corridor.py").write_text(CORRIDOR)
-    raypex = str(Path(sys.executable).parent / "raypex")
-    train = subprocess.run([raypex, "train", "cartpole", "env.id=corridor:Corridor", "--run-dir", "run",
-                            *SHORT, "stop.env_steps=8000", "stop.eval_return=0.9", "eval.episodes=8"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
-    assert train.returncode == 0, train.stderr[-3000:]
-    assert f"{tmp_path} goes to every actor as its working directory" in train.stderr
-    result = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert result["env_id"] == "corridor:Corridor" and result["epochs"] > 0, result
-    evaluated = subprocess.run([raypex, "eval", "run", "--episodes", "10"], cwd=tmp_path, capture_output=True,
-                               text=True, timeout=120, check=False)
-    assert evaluated.returncode == 0 and evaluated.stdout.startswith("mean return "), evaluated.stderr
