@@ -1,5 +1,6 @@
-"""The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network (in bf16
-where this CPU acts faster so, actors/acting.py).
+"""The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network: an MLP in
+numpy (actors/numpy_acting.py, no torch in the process), a CNN in torch (in bf16 where this CPU
+acts faster so, actors/acting.py).
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
@@ -15,35 +16,46 @@ import threading
 import time
 
 import numpy as np
-import torch
 
-from actors.acting import ActingPolicy
 from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
+from actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
 from actors.settings import CollectorSettings
-from learner.networks import build_q_network
 from replay.contracts import PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
+
+
+def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
+    """The collector's acting network: numpy for an MLP (no torch imported), else torch's
+    ActingPolicy in the form this CPU runs fastest, from its own random initial weights."""
+    if acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
+        return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
+    import torch
+
+    from actors.acting import ActingPolicy
+    from learner.networks import build_q_network
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
+    return ActingPolicy(network, s.act_precision, example_obs, s.act_fusion)
 
 
 class Collector:
     """Acts, folds n-step transitions and pushes whole chunks; counts what it did."""
 
     def __init__(self, s: CollectorSettings, push: PushChunk, poll_weights: PollWeights):
-        torch.set_num_threads(1)
         self.s = s
         self.push = push
         self.poll_weights = poll_weights
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
-        torch.manual_seed(seed)
         self.env = make_vector_env(s.env_id, s.num_envs, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
-        network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
-        self.policy = ActingPolicy(network, s.act_precision, self.obs, s.act_fusion)
+        self.policy = acting_policy(s, self.obs, seed)
         self.adder = make_adder(s, self.obs, info)
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self._values_ahead: np.ndarray | None = None  # Q of self.obs, run at a chunk's end for the next act

@@ -67,8 +67,6 @@ def test_the_weight_board_hands_each_reader_each_version_once():
 
 
 def test_prioritized_replay_flows_collector_to_shard_to_learner_and_back():
-    import torch
-
     config = load_config(None, [*OVERRIDES, "replay.prioritized=true", "collectors.act_precision=fp32"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     run = build_local(plan_run(config, spec))
@@ -76,16 +74,17 @@ def test_prioritized_replay_flows_collector_to_shard_to_learner_and_back():
     pushed = []
     push = collector.push
     collector.push = lambda chunk: (pushed.append(chunk), push(chunk))
+    run.learner.publish_weights()  # the collector acts with the learner's network from its first step
     for _ in range(3):
         collector.collect_chunk()
-    network = collector.policy.network
+    network = collector.policy.network  # CartPole's MLP, in numpy
+    assert collector.version >= 0 and network is not None
     for chunk in pushed:  # the collector's |n-step TD error|, one transition at a time
-        with torch.no_grad():
-            for i in range(len(chunk["action"])):
-                q = network(torch.from_numpy(chunk["obs"][i : i + 1]))[0, chunk["action"][i]]
-                bootstrap = network(torch.from_numpy(chunk["next_obs"][i : i + 1])).max()
-                target = chunk["return"][i] + chunk["discount"][i] * bootstrap
-                assert np.isclose(chunk["priority"][i], abs(float(target - q)), rtol=1e-5, atol=1e-6)
+        for i in range(len(chunk["action"])):
+            q = network.q_values(chunk["obs"][i : i + 1])[0, chunk["action"][i]]
+            bootstrap = network.q_values(chunk["next_obs"][i : i + 1]).max()
+            target = chunk["return"][i] + chunk["discount"][i] * bootstrap
+            assert np.isclose(chunk["priority"][i], abs(float(target - q)), rtol=1e-5, atol=1e-6)
     stored = run.replay.shards[0].priorities
     assert stored.total == pytest.approx(stored.mass(np.concatenate([c["priority"] for c in pushed])).sum())
     for _ in range(3):

@@ -38,10 +38,17 @@ def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: f
 
 def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict[str, float], str]:
     """Env steps per second of one Collector whose chunks are dropped, its phase fractions and
-    the form it chose to act in (dtype, fused or not)."""
+    the form it chose to act in (dtype, fused or not). It acts with a network's weights from its
+    first step (a numpy collector would act at random until weights come)."""
     from actors.collector import PHASES, Collector
+    from learner.networks import build_q_network
+    from learner.weights import export_arrays
+    from replay.contracts import Weights
 
-    collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: None)
+    s = settings
+    pending = [Weights(0, export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling,
+                                                        s.obs_dtype)))]
+    collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: pending.pop() if pending else None)
     collector.collect_chunk()  # first chunk: allocations, lazy imports
     first_steps = collector.env_steps
     first_phase = dict(collector.phase_s)

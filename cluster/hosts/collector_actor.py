@@ -34,11 +34,16 @@ class CollectorActor:
         self.sink.should_stop = self._stop.is_set
         self.collector = Collector(settings, self._push, self.inbox.poll)
         # A process Ray restarted counts env steps on from what its predecessors stored; the shard
-        # also counts the attachments, which is how the driver counts restarts.
-        self.collector.env_steps = self.sink.attach()
+        # also counts the attachments, which is how the driver counts restarts. The answer is
+        # read at the first chunk: the learner may still be importing torch while this steps.
+        self.sink.attach()
+        self.counted_on = False
         self.startup["constructed"] = time.time()
 
     def _push(self, chunk) -> None:
+        if not self.counted_on:
+            self.collector.env_steps += self.sink.counted_before()
+            self.counted_on = True
         self.sink.push(chunk, self.collector.env_steps)
 
     def run(self) -> int:

@@ -67,6 +67,7 @@ class ChunkSink:
         self.max_in_flight = max_in_flight
         self.should_stop = should_stop  # the host sets its own: waiting for room ends when true
         self.in_flight: deque = deque()
+        self._attach_reply: ray.ObjectRef | None = None
         self.room = float("inf")
         self.throttled_s = 0.0
         self._room_rate = 0.0  # transitions of room gained per second while waiting
@@ -78,10 +79,16 @@ class ChunkSink:
             self._learner = ray.get_actor(self.learner_name)
         return self._learner
 
-    def attach(self) -> int:
-        """Tell the shard a new collector process writes to it; returns the env steps to count on
-        from (those of the chunks earlier processes stored there)."""
-        return ray.get(self.learner.attach_writer.remote(self.shard_index))
+    def attach(self) -> None:
+        """Tell the shard a new collector process writes to it. The call goes now (so a process
+        that dies before its first chunk still counts as a restart); its answer is read by
+        `counted_before`, at the first chunk, so the env loop need not wait for the learner."""
+        self._attach_reply = self.learner.attach_writer.remote(self.shard_index)
+
+    def counted_before(self) -> int:
+        """The env steps this process counts on from: those of the chunks earlier processes
+        stored in its shard (waits for the learner's answer to `attach`)."""
+        return ray.get(self._attach_reply)
 
     def push(self, chunk: Chunk, env_steps: int | None = None) -> None:
         """Send the chunk (its collector's env steps so far with it); block only while too many
