@@ -110,3 +110,21 @@ def test_a_fused_trace_of_the_small_cnn_matches_it():
     obs = _obs((6, 10, 10), "uint8", 32)
     traced = fused_trace(network, torch.from_numpy(obs))
     assert np.allclose(_q(traced, obs), _q(network, obs), atol=1e-5)
+
+
+def test_an_mlp_collector_acts_in_numpy_at_random_until_weights_then_as_the_torch_network():
+    from actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
+
+    assert acts_in_numpy((4,), "auto", "auto") and acts_in_numpy((4,), "fp32", "off")
+    assert not acts_in_numpy((4,), "bf16", "auto") and not acts_in_numpy((4,), "auto", "on")
+    assert not acts_in_numpy((4, 84, 84), "auto", "auto")  # a CNN acts in torch
+    policy = NumpyActingPolicy(3, np.random.default_rng(0))
+    obs = np.random.default_rng(1).normal(size=(600, 4)).astype(np.float32)
+    actions = policy.greedy(obs)  # the replay warm-up: no network yet
+    assert set(actions.tolist()) == {0, 1, 2} and not policy.q_values(obs).any()
+    network = build_q_network((4,), 3, [32, 32], dueling=True, obs_dtype="float32")
+    policy.load(export_arrays(network))
+    with torch.no_grad():
+        expected = network(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(policy.q_values(obs), expected, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(policy.greedy(obs), expected.argmax(axis=1))
