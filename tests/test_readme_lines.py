@@ -326,7 +326,7 @@ SEPARATE_HOSTS = "tests/test_separate_hosts.py::test_three_hosts_in_network_name
 RAY_JOB = "tests/test_ray_jobs.py::test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints"
 LAUNCHER = "tests/test_deploy_files.py::test_the_launcher_file_starts_nodes_that_hold_its_command"
 HOURS = "the line trains for hours here"
-SHORTER = "stop.env_steps=2000 replay.min_size=1000"
+SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
 
 PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "python3 -m venv .venv && source .venv/bin/activate": Run(
