@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from actors.env_ids import UnsupportedEnv, env_code, registered_id, user_code_failure
+from actors.env_ids import UnsupportedEnv, env_code, register, user_code_failure
 
 STEP_FIELDS = "(observation, reward, terminated, truncated, info)"
 
@@ -42,8 +42,8 @@ def _shape_fault(obs: Any, space: gym.spaces.Space) -> str | None:
 def check_user_env(env_id: str, kwargs: dict[str, Any]) -> None:
     """Build the env `env_id` names (a user's code), reset it with a seed and step it once; an
     UnsupportedEnv naming the env, its file and the fault otherwise."""
-    gym_id = registered_id(env_id, fresh=True)  # the file as it is now, even if imported before
-    code, _ = env_code(env_id)
+    code, module = env_code(env_id, fresh=True)  # the file as it is now, even if imported before
+    gym_id = register(env_id, code, module)
     file = code.file
     where = f"{env_id}' ({file.name})" if file is not None else f"{env_id}'"
 

@@ -159,7 +159,11 @@ def registered_id(env_id: str, fresh: bool = False) -> str:
         return env_id
     if env_id in _resolved and not fresh:
         return _resolved[env_id]
-    code, module = env_code(env_id, fresh)
+    return register(env_id, *env_code(env_id, fresh))
+
+
+def register(env_id: str, code: EnvCode, module: ModuleType) -> str:
+    """Register the env that `code` (imported as `module`) names for `env_id`; its Gymnasium id."""
     if code.name in gym.envs.registry:  # module:RegisteredId: importing registered it
         _resolved[env_id] = code.name
         return code.name

@@ -59,27 +59,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             raise ConfigError(f"override '{item}': the value is not valid YAML") from None
-        result = apply_values(result, {key: _as_number_if_numeric(value)}, shown=item)
+        _set_dotted(result, key, _as_number_if_numeric(value), item)
     return result
 
 
-def apply_values(data: dict[str, Any], values: dict[str, Any], shown: str | None = None) -> dict[str, Any]:
+def apply_values(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """A copy of data with each dotted key set to its value (the Python API's overrides, given as
-    values, not text); `shown`: how the override is named in errors."""
+    values, not text)."""
     result = _deep_copy(data)
     for key, value in values.items():
-        item = shown or f"{key}={value!r}"
-        if not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"override '{item}' must look like section.key=value, e.g. learner.lr=3e-4")
-        node = result
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override '{item}': {part} is not a section")
-            node = child
-        node[parts[-1]] = value
+        _set_dotted(result, key, value, f"{key}={value!r}")
     return result
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any, item: str) -> None:
+    """Set `section.key` in data (in place); `item`: how the override is named in errors."""
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override '{item}' must look like section.key=value, e.g. learner.lr=3e-4")
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{item}': {part} is not a section")
+        node = child
+    node[parts[-1]] = value
 
 
 def validate(data: dict[str, Any]) -> RunConfig:

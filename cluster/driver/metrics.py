@@ -53,13 +53,12 @@ class RunMetrics:
         self.env_steps = max(self.env_steps, self.env_steps_offset + sum(c["env_steps"] for c in collectors))
         # Each shard counts the collector processes that wrote to it; all but the first were
         # restarts. A shard that was itself restarted counts again from zero: keep the most seen.
-        seen = self._collector_restarts_by_shard or [0] * len(shards)
-        self._collector_restarts_by_shard = [max(old, s.get("writer_attachments", 1) - 1) for old, s in zip(seen, shards)]
+        self._collector_restarts_by_shard = most_seen(self._collector_restarts_by_shard,
+                                                      [s.get("writer_attachments", 1) - 1 for s in shards])
         self.collector_restarts = sum(self._collector_restarts_by_shard)
         self.shard_inserted = [s["inserted"] for s in shards]
         self.shard_sizes = [s["size"] for s in shards]
-        lost = self.shard_lost_writes or [0] * len(shards)
-        self.shard_lost_writes = [max(old, s.get("lost_writes", 0)) for old, s in zip(lost, shards)]
+        self.shard_lost_writes = most_seen(self.shard_lost_writes, [s.get("lost_writes", 0) for s in shards])
         inserted = sum(self.shard_inserted)
         sampled = sum(s["sampled"] for s in shards)
         # What the preallocated storage costs per transition slot (pixels: one frame plus scalars).
@@ -169,6 +168,12 @@ class RunMetrics:
             **self.priority_updates,
             "startup_s": self.startup.seconds(),
         }
+
+
+def most_seen(seen: list[int], now: list[int]) -> list[int]:
+    """Per shard, the larger of what earlier polls saw and what this one reads: counts a restarted
+    learner's replay starts again from zero (or learns late) must not go back."""
+    return [max(old, new) for old, new in zip(seen or [0] * len(now), now)]
 
 
 def priority_scalars(shards: list[dict]) -> dict[str, float]:

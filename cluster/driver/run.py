@@ -141,8 +141,8 @@ class TrainingRun:
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
             self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
-        # The collectors start at once (acting with their own initial network until the learner
-        # publishes): replay reaches min_size while the learner still imports torch and warms up,
+        # The collectors start at once (an MLP's at random, a CNN's with its own initial network,
+        # until the learner publishes): replay reaches min_size while the learner warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
         self.metrics.startup.learner(info := ray.get(warmup))
