@@ -93,6 +93,20 @@ class Collector:
         actions = self._explore(q.argmax(axis=1))
         return actions, q[np.arange(len(actions)), actions]
 
+    def load_newer_weights(self) -> None:
+        """Load the newest weights that have arrived, if any are newer than those acting now.
+
+        Called before every step, and by the sink while the limiter holds the env loop: a throttled
+        collector then takes each version as it comes, in time it would spend asleep, and wakes
+        acting with the newest."""
+        t0 = time.perf_counter()
+        weights = self.poll_weights()
+        if weights is not None and weights.version > self.version:
+            self.policy.load(weights.arrays)
+            self.version = weights.version
+            self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
+            self.max_weight_load_s = max(self.max_weight_load_s, time.perf_counter() - t0)
+
     def _explore(self, greedy: np.ndarray) -> np.ndarray:
         explore = self.rng.random(self.s.num_envs) < self.epsilon
         return np.where(explore, self.rng.integers(0, self.s.num_actions, self.s.num_envs), greedy)
@@ -103,12 +117,7 @@ class Collector:
         phase = self.phase_s
         for _ in range(self.s.chunk_steps):
             t0 = clock()
-            weights = self.poll_weights()
-            if weights is not None and weights.version > self.version:
-                self.policy.load(weights.arrays)
-                self.version = weights.version
-                self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
-                self.max_weight_load_s = max(self.max_weight_load_s, clock() - t0)
+            self.load_newer_weights()
             actions, q_taken = self.act(self.obs)
             t1 = clock()
             next_obs, reward, terminated, truncated, info = self.env.step(actions)

@@ -50,6 +50,19 @@ def test_the_learner_samples_every_shard_and_its_weights_reach_every_collector()
         assert collector.version == 1  # loaded between env steps
 
 
+def test_a_collector_held_by_the_limiter_takes_new_weights_without_stepping():
+    _, run = local_run()
+    for _ in range(6):
+        for collector in run.collectors:
+            collector.collect_chunk()
+    run.learner.train_epoch()
+    held = run.collectors[0]
+    steps, q_before = held.env_steps, held.policy.q_values(held.obs)
+    held.load_newer_weights()  # what its sink calls while it waits for room
+    assert held.version == 1 and held.env_steps == steps
+    assert not np.allclose(held.policy.q_values(held.obs), q_before)
+
+
 def test_a_starved_learner_lets_the_collectors_run():
     _, run = local_run()  # nothing collected: the first batch needs min_size transitions
     run.learner.train_epoch()

@@ -33,6 +33,7 @@ class CollectorActor:
         self.sink = sink  # collector -> its shard, made by the wiring
         self.sink.should_stop = self._stop.is_set
         self.collector = Collector(settings, self._push, self.inbox.poll)
+        self.sink.while_waiting = self.collector.load_newer_weights  # same thread: the env loop's
         # A process Ray restarted counts env steps on from what its predecessors stored; the shard
         # also counts the attachments, which is how the driver counts restarts. The answer is
         # read at the first chunk: the learner may still be importing torch while this steps.

@@ -30,6 +30,10 @@ def _never() -> bool:
     return False
 
 
+def _nothing() -> None:
+    pass
+
+
 def _reply_or_none(ref):
     """The learner's reply, or None when it died before answering (the driver has Ray restart
     it; the chunk is lost with its replay). Any other error is a bug and is raised."""
@@ -66,6 +70,7 @@ class ChunkSink:
         self._learner = None  # looked up in the collector's process, on first use
         self.max_in_flight = max_in_flight
         self.should_stop = should_stop  # the host sets its own: waiting for room ends when true
+        self.while_waiting: Callable[[], None] = _nothing  # the host's use for time spent throttled
         self.in_flight: deque = deque()
         self._attach_reply: ray.ObjectRef | None = None
         self.room = float("inf")
@@ -116,6 +121,7 @@ class ChunkSink:
             pause = min(max(pause, _MIN_PAUSE_S), _MAX_PAUSE_S)
             before, asleep = self.room, time.perf_counter()
             time.sleep(pause)
+            self.while_waiting()
             self._observe(_reply_or_none(self.learner.insert_room.remote()))
             gained = (self.room - before) / (time.perf_counter() - asleep)
             self._room_rate = gained if self._room_rate == 0 else 0.5 * (self._room_rate + gained)
