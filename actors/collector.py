@@ -17,7 +17,9 @@ import time
 
 import numpy as np
 
+from actors.action_scaling import ActionScale
 from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
+from actors.continuous_acting import ContinuousActingPolicy
 from actors.envs import make_vector_env
 from actors.exploration import annealed_epsilon, apex_epsilon
 from actors.nstep import NStepFolder
@@ -31,6 +33,8 @@ PHASES = ("act", "env", "fold", "push")
 def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     """The collector's acting network: numpy for an MLP (no torch imported), else torch's
     ActingPolicy in the form this CPU runs fastest, from its own random initial weights."""
+    if s.action_dim:
+        return ContinuousActingPolicy(s.algo, s.action_dim, s.action_noise, np.random.default_rng(seed + 1))
     if acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
         return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
     import torch
@@ -57,6 +61,7 @@ class Collector:
         self.obs, info = self.env.reset(seed=seed)
         self.policy = acting_policy(s, self.obs, seed)
         self.adder = make_adder(s, self.obs, info)
+        self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_dim else None
         self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
         self._values_ahead: np.ndarray | None = None  # Q of self.obs, run at a chunk's end for the next act
         self.version = -1  # no published weights yet: acting with this collector's own random init
@@ -75,7 +80,9 @@ class Collector:
 
     @property
     def epsilon(self) -> float:
-        """The epsilon this collector acts with now."""
+        """The epsilon this collector acts with now (TD3: its action noise; SAC: 0, it samples)."""
+        if self.s.action_dim:
+            return self.s.action_noise
         return annealed_epsilon(self.final_epsilon, self.env_steps, self.s.epsilon_anneal_steps)
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -83,6 +90,8 @@ class Collector:
         priorities, Q(obs, action) of the actions taken: the same forward gives the adder the
         previous step's bootstrap values (obs is that step's next_obs), so priorities cost no pass
         of their own."""
+        if self.s.action_dim:  # Box actions: [-1, 1] to replay, the env's units to the env (collect_chunk)
+            return self.policy.explore(obs), None
         if not self.s.td_priorities:
             return self._explore(self.policy.greedy(obs)), None
         # values run ahead at a chunk's end are used even if newer weights arrived since: one step
@@ -120,7 +129,8 @@ class Collector:
             self.load_newer_weights()
             actions, q_taken = self.act(self.obs)
             t1 = clock()
-            next_obs, reward, terminated, truncated, info = self.env.step(actions)
+            env_actions = actions if self.action_scale is None else self.action_scale.to_env(actions)
+            next_obs, reward, terminated, truncated, info = self.env.step(env_actions)
             t2 = clock()
             if self.first_step_at is None:
                 self.first_step_at = time.time()
@@ -175,6 +185,8 @@ class Collector:
             "episode_returns": returns,
             "episode_lengths": lengths,
             "epsilon": self.epsilon,
+            # what `epsilon` is: an epsilon-greedy rate, TD3's action noise, or nothing (SAC samples)
+            "exploration": "noise" if self.s.algo == "td3" else None if self.s.algo == "sac" else "epsilon",
             "version": self.version,
             "version_loaded_at": self.version_loaded_at,
             "max_weight_load_s": self.max_weight_load_s,
@@ -192,5 +204,5 @@ def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) ->
         return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs,
                           with_priorities=s.td_priorities, **options)
     folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps,
-                         with_priorities=s.td_priorities)
+                         with_priorities=s.td_priorities, action_dim=s.action_dim)
     return TransitionAdder(folder, **options)

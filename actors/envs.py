@@ -60,8 +60,50 @@ class EnvSpec:
 
     obs_shape: tuple[int, ...]
     obs_dtype: str
-    num_actions: int
+    num_actions: int  # Discrete actions (0 for a Box action space)
     frame_stack: int = 0
+    action_low: tuple[float, ...] = ()  # a Box action space's bounds (empty for Discrete)
+    action_high: tuple[float, ...] = ()
+
+    @property
+    def action_dim(self) -> int:
+        """Dimensions of a continuous action; 0 for Discrete actions."""
+        return len(self.action_low)
+
+
+# algo.name -> the action space it learns on
+CONTINUOUS_ALGOS = ("td3", "sac")
+
+
+def check_algo_fits(algo: str, spec: EnvSpec, env_id: str) -> None:
+    """One line when `algo` cannot learn on the env `spec` describes (action space, observations)."""
+    if algo in CONTINUOUS_ALGOS and not spec.action_dim:
+        raise UnsupportedEnv(f"algo.name {algo} needs a Box action space; env.id '{env_id}' has "
+                             f"{spec.num_actions} Discrete actions: use algo.name dqn")
+    if algo not in CONTINUOUS_ALGOS and spec.action_dim:
+        raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
+                             f"space of shape ({spec.action_dim},): use algo.name td3 or sac")
+    if algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
+        raise UnsupportedEnv(f"algo.name {algo} learns from flat (1-D) observations; env.id '{env_id}' has "
+                             f"observations of shape {spec.obs_shape}")
+
+
+def action_fields(env_id: str, space: gym.spaces.Space) -> dict[str, Any]:
+    """EnvSpec's action fields for `space`: a Discrete one, or a bounded 1-D Box; one line for any other."""
+    if isinstance(space, gym.spaces.Discrete):
+        return {"num_actions": int(space.n)}
+    supported = "raypex learns on Discrete actions (algo.name dqn) and bounded 1-D Box actions (td3, sac)"
+    if isinstance(space, gym.spaces.Box):
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        if len(space.shape) != 1:
+            raise UnsupportedEnv(f"env.id '{env_id}' has a Box action space of shape {space.shape}; {supported}")
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise UnsupportedEnv(f"env.id '{env_id}' has an unbounded Box action space of shape {space.shape} "
+                                 f"(low {low.tolist()}, high {high.tolist()}); {supported}")
+        return {"num_actions": 0, "action_low": tuple(low.tolist()), "action_high": tuple(high.tolist())}
+    shape = getattr(space, "shape", None)
+    raise UnsupportedEnv(f"env.id '{env_id}' has a {type(space).__name__} action space"
+                         f"{f' of shape {shape}' if shape else ''}; {supported}")
 
 
 def _register_minatar(env_id: str) -> None:
@@ -197,8 +239,8 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
 
 
 def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> EnvSpec:
-    """Check that `env_id` exists and has a Discrete action space and an observation raypex learns
-    on: a flat Box vector, 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images
+    """Check that `env_id` exists and has an action space raypex learns on (Discrete, or a bounded
+    1-D Box) and an observation it learns on: a flat Box vector, 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images
     (their channels are the network's input channels; `frame_stack` does not apply)."""
     if is_ale(env_id):
         import warnings
@@ -225,11 +267,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         obs_space, act_space = env.observation_space, env.action_space
     finally:
         env.close()
-    if not isinstance(act_space, gym.spaces.Discrete):
-        raise UnsupportedEnv(
-            f"env.id '{given}' has a {type(act_space).__name__} action space; "
-            "raypex (DQN family) needs Discrete actions"
-        )
+    actions = action_fields(given, act_space)
     if not isinstance(obs_space, gym.spaces.Box):
         raise UnsupportedEnv(
             f"env.id '{given}' has a {type(obs_space).__name__} observation space; "
@@ -237,17 +275,17 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         )
     frame = _frame_shape(obs_space)
     if frame is not None:
-        return EnvSpec((frame_stack, *frame), "uint8", int(act_space.n), frame_stack)
+        return EnvSpec((frame_stack, *frame), "uint8", frame_stack=frame_stack, **actions)
     layout = image_layout(obs_space.shape, obs_space.dtype)
     if layout is not None:
         if min(layout.shape[1:]) < MIN_IMAGE_SIDE:
             raise UnsupportedEnv(f"env.id '{given}' has images of {layout.shape[1]}x{layout.shape[2]} "
                                  f"(observation shape {obs_space.shape}); raypex's CNNs need at least "
                                  f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
-        return EnvSpec(layout.shape, layout.dtype, int(act_space.n))
+        return EnvSpec(layout.shape, layout.dtype, **actions)
     if len(obs_space.shape) != 1:
         raise UnsupportedEnv(
             f"env.id '{given}' has observations of shape {obs_space.shape} ({obs_space.dtype}); "
             "raypex supports flat (1-D) vectors, 2-D uint8 frames and rank-3 images (HWC or CHW)"
         )
-    return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, int(act_space.n))
+    return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, **actions)

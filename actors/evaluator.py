@@ -14,7 +14,7 @@ import numpy as np
 from actors.envs import make_vector_env
 from actors.episode_video import MAX_FRAMES, frame_of
 
-Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B]
+Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B] (Box: [B, d])
 
 
 class Evaluator:
@@ -32,7 +32,8 @@ class Evaluator:
         # waits for FIRE after a lost life), as in the DQN papers' evaluation protocol.
         self.epsilon = epsilon
         self.rng = np.random.default_rng(seed)
-        self.num_actions = int(self.env.single_action_space.n)
+        space = self.env.single_action_space
+        self.num_actions = int(space.n) if hasattr(space, "n") else 0  # 0: Box actions, never randomized
         self.runs = 0
 
     def evaluate(self, policy: Policy, give_up: tuple[float, float] | None = None,
@@ -60,7 +61,7 @@ class Evaluator:
                 else:
                     pictures.append(picture)
             actions = policy(obs)
-            if self.epsilon:
+            if self.epsilon and self.num_actions:
                 explore = self.rng.random(self.episodes) < self.epsilon
                 actions = np.where(explore, self.rng.integers(0, self.num_actions, self.episodes), actions)
             obs, reward, terminated, truncated, _ = self.env.step(actions)

@@ -60,12 +60,13 @@ class NStepFolder:
     """
 
     def __init__(self, n: int, gamma: float, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: Any,
-                 chunk_steps: int, with_env: bool = False, with_priorities: bool = False):
+                 chunk_steps: int, with_env: bool = False, with_priorities: bool = False, action_dim: int = 0):
         if n < 1 or num_envs < 1 or chunk_steps < 1:
             raise ValueError(f"need n, num_envs, chunk_steps >= 1, got {n}, {num_envs}, {chunk_steps}")
         self.n, self.gamma, self.num_envs = int(n), float(gamma), int(num_envs)
         self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
         self.with_env = with_env  # pop also says which env each transition came from
+        self.action_dim = int(action_dim)  # > 0: Box actions of this many float32s; 0: Discrete (int64)
         self._names = _BUFFERS + (_VALUES if with_priorities else ())
         self._powers = self.gamma ** np.arange(self.n + 1)
         self._bufs = self._allocate(chunk_steps + self.n)
@@ -74,10 +75,11 @@ class NStepFolder:
 
     def _allocate(self, capacity: int) -> dict[str, np.ndarray]:
         E, shape = self.num_envs, self.obs_shape
-        dtypes = {"obs": self.obs_dtype, "action": np.int64, "reward": np.float64, "terminated": bool,
-                  "truncated": bool, "next_obs": self.obs_dtype, "valid": bool,
+        dtypes = {"obs": self.obs_dtype, "action": np.float32 if self.action_dim else np.int64, "reward": np.float64,
+                  "terminated": bool, "truncated": bool, "next_obs": self.obs_dtype, "valid": bool,
                   "q_taken": np.float32, "next_value": np.float32}
-        return {k: np.zeros((capacity, E, *(shape if k.endswith("obs") else ())), dtypes[k]) for k in self._names}
+        row_shapes = {"obs": shape, "next_obs": shape, "action": (self.action_dim,) if self.action_dim else ()}
+        return {k: np.zeros((capacity, E, *row_shapes.get(k, ())), dtypes[k]) for k in self._names}
 
     def _reserve(self, steps: int) -> None:
         capacity = len(self._bufs["valid"])

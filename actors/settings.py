@@ -36,3 +36,12 @@ class CollectorSettings:
     td_priorities: bool = False  # send each transition's |n-step TD error| with the chunk (prioritized replay)
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
+    algo: str = "dqn"  # dqn (epsilon-greedy over num_actions) | td3 | sac (Box actions, actors/continuous_acting.py)
+    action_low: tuple[float, ...] = ()  # Box actions' bounds
+    action_high: tuple[float, ...] = ()
+    action_noise: float = 0.0  # td3: this collector's Gaussian noise, a fraction of each action's half-range
+
+    @property
+    def action_dim(self) -> int:
+        """Dimensions of a Box action; 0 for Discrete actions."""
+        return len(self.action_low)

@@ -1,4 +1,4 @@
-"""The Learner: optimizes the Q-network, one whole update at a time.
+"""The Learner: optimizes the Q-network (or TD3's and SAC's actor and critics), one whole update at a time.
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and gives it the run's replay (a
 ShardedReplay in this same process, which collectors insert into) and where weights go
@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from learner.actor_critic_networks import ActionsInEnvUnits
+from learner.actor_critic_step import ActorCriticStep
 from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.policy_file import export_policy_archive
@@ -74,6 +76,10 @@ class Learner:
             raise ValueError("learner.cuda_graphs on needs a CUDA device; use auto or off on CPU")
         torch.manual_seed(settings.seed)
         pixels = len(settings.obs_shape) == 3
+        if settings.algo != "dqn":
+            self._init_actor_critic(settings, device, replay, publish, starved)
+            return
+        self.actor_critic = False
         self.cuda_graphs = cuda and settings.cuda_graphs != "off"
         # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
         # costs start-up everywhere else it was measured.
@@ -104,7 +110,29 @@ class Learner:
                          share_online_pass=not pixels, prioritized=settings.prioritized),
             device, gather=gather_from(replay) if self.feed.on_device else None,
         )
-        self.feedback = PriorityFeedback(replay, device) if settings.prioritized else None
+        self._init_loop(replay, device, publish)
+
+    def _init_actor_critic(self, settings: LearnerSettings, device: torch.device, replay: ShardedReplay,
+                           publish: PublishWeights, starved) -> None:
+        """TD3 or SAC (learner/actor_critic_step.py): the same feed, epochs, publishing and state
+        as DQN, with the actor as what collectors act with and policy.pt2 holds. Eager updates."""
+        if settings.cuda_graphs == "on":
+            raise ValueError(f"learner.cuda_graphs on is not built for algo.name {settings.algo}; use auto or off")
+        self.actor_critic = True
+        self.cuda_graphs = self.compiled = False
+        self.precision = make_precision(resolve_precision(settings.precision, device, False), device)
+        if settings.prioritized != replay.prioritized:
+            raise ValueError("the learner and its replay disagree on prioritized replay")
+        self.replay = replay
+        self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
+                               should_stop=lambda: self._stop_requested)
+        self.step = ActorCriticStep(settings, device, self.precision,
+                                    gather=gather_from(replay) if self.feed.on_device else None)
+        self.online, self.target, self.optimizer = self.step.actor, None, None
+        self._init_loop(replay, device, publish)
+
+    def _init_loop(self, replay: ShardedReplay, device: torch.device, publish: PublishWeights) -> None:
+        self.feedback = PriorityFeedback(replay, device) if self.s.prioritized else None
         self._captured: CapturedUpdate | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()
         self.publish = publish
@@ -140,9 +168,10 @@ class Learner:
             self._captured(batch)
         else:
             self.step(batch)
-            self.optimizer.zero_grad(set_to_none=True)
+            if self.optimizer is not None:  # an actor-critic step clears its own gradients
+                self.optimizer.zero_grad(set_to_none=True)
         self.updates += 1
-        if self.s.target_update == "hard" and self.updates % self.s.target_update_every == 0:
+        if not self.actor_critic and self.s.target_update == "hard" and self.updates % self.s.target_update_every == 0:
             copy_target(self._target_params, self._online_params)
 
     # -- epochs -------------------------------------------------------------------------------
@@ -198,6 +227,8 @@ class Learner:
         }
         if self.precision.scaler is not None:
             metrics["grad_scale"] = self.precision.scaler.get_scale()
+        if self.actor_critic:
+            metrics.update(self.step.take_actor_metrics())
         return metrics
 
     def _after_update(self) -> None:
@@ -222,6 +253,8 @@ class Learner:
         """Run whole updates on a synthetic batch before the clock starts (cuDNN and the
         allocator settle, torch.compile compiles) and, on CUDA, capture the update as a graph;
         every tensor those updates changed is put back, so the weights do not change."""
+        if self.actor_critic:  # eager updates: nothing to capture, and the first ones cost little
+            return
         example = self.example_batch(np.random.default_rng(self.s.seed))
         if self.cuda_graphs:
             self._captured = CapturedUpdate(self.step, example)
@@ -244,17 +277,30 @@ class Learner:
     def get_state(self) -> dict:
         """Everything needed to resume: networks, optimizer, scaler, counters, RNG."""
         scaler = self.precision.scaler
+        counters = {"updates": self.updates, "epochs": self.epochs, "version": self.version}
+        if self.actor_critic:
+            return {"actor_critic": self.step.state_dict(), "counters": counters, "torch_rng": torch.get_rng_state()}
         return {
             "online": self.online.state_dict(),
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None,
-            "counters": {"updates": self.updates, "epochs": self.epochs, "version": self.version},
+            "counters": counters,
             "torch_rng": torch.get_rng_state(),
         }
 
     def set_state(self, state: dict) -> None:
         """Restore from `get_state` output."""
+        if self.actor_critic:
+            if "actor_critic" not in state:
+                raise ValueError(f"this checkpoint is of a dqn learner, not {self.s.algo}")
+            self.step.load_state_dict(state["actor_critic"])
+            counters = state["counters"]
+            self.updates, self.epochs, self.version = counters["updates"], counters["epochs"], counters["version"]
+            torch.set_rng_state(state["torch_rng"].cpu())
+            return
+        if "actor_critic" in state:
+            raise ValueError("this checkpoint is of a td3 or sac learner, not dqn")
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -289,5 +335,8 @@ class Learner:
             module.use_channels_last(False)
         if arrays is not None:
             load_arrays(module, arrays)
+        if self.actor_critic:
+            actions = ActionsInEnvUnits(module, self.s.action_low, self.s.action_high).eval()
+            return export_policy_archive(actions, tuple(self.s.obs_shape), outputs="actions")
         return export_policy_archive(module, tuple(self.s.obs_shape))
 

@@ -1,4 +1,5 @@
-"""The MLP Q-network's forward pass in numpy, for greedy evaluation without torch.
+"""The MLP Q-network's forward pass in numpy, for greedy evaluation without torch (and the
+continuous actor's, NumpyMLPActor, for TD3 and SAC).
 
 The evaluator only ever runs the MLP forward on published weights. Doing that in numpy spares its
 process the torch import (1.4 s of CPU at start-up, on the same cores the learner is warming up
@@ -38,3 +39,44 @@ class NumpyMLPQ:
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
         """argmax_a Q(obs, a) for every row."""
         return self.q_values(obs).argmax(axis=1)
+
+
+class NumpyMLPActor:
+    """The deterministic action of `MLPActor` (learner/actor_critic_networks.py), tanh(mean) in
+    [-1, 1], and SAC's sampled action, for weights given as its state-dict arrays."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        hidden_names = sorted({name.rsplit(".", 1)[0] for name in arrays if name.startswith("torso.")},
+                              key=lambda prefix: int(prefix.split(".")[1]))
+        self.hidden = [(np.ascontiguousarray(arrays[f"{p}.weight"].T), arrays[f"{p}.bias"]) for p in hidden_names]
+        self.mean = (np.ascontiguousarray(arrays["mean.weight"].T), arrays["mean.bias"])
+        self.log_std = ((np.ascontiguousarray(arrays["log_std.weight"].T), arrays["log_std.bias"])
+                        if "log_std.weight" in arrays else None)
+
+    def _features(self, obs: np.ndarray) -> np.ndarray:
+        features = np.asarray(obs, np.float32)
+        for weight, bias in self.hidden:
+            features = np.maximum(features @ weight + bias, 0.0)
+        return features
+
+    def actions(self, obs: np.ndarray) -> np.ndarray:
+        """[B, obs_dim] -> [B, action_dim] deterministic actions in [-1, 1]."""
+        return np.tanh(self._features(obs) @ self.mean[0] + self.mean[1])
+
+    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """SAC's squashed Gaussian sample, tanh(mean + std * N(0, 1)), in [-1, 1]."""
+        features = self._features(obs)
+        mean = features @ self.mean[0] + self.mean[1]
+        if self.log_std is None:
+            raise ValueError("these actor weights have no log_std head (a TD3 actor): nothing to sample")
+        log_std = squashed_log_std(features @ self.log_std[0] + self.log_std[1])
+        return np.tanh(mean + np.exp(log_std) * rng.standard_normal(mean.shape).astype(np.float32))
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SAC's log standard deviation, squashed into this range
+
+
+def squashed_log_std(raw):
+    """The log std head's raw output mapped smoothly into [LOG_STD_MIN, LOG_STD_MAX] (numpy or torch)."""
+    tanh = np.tanh(raw) if isinstance(raw, np.ndarray) else raw.tanh()
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (tanh + 1.0)

@@ -1,4 +1,5 @@
-"""policy.pt2: the greedy Q-network as a torch.export archive that takes one observation or a batch.
+"""policy.pt2: the greedy Q-network (or a td3/sac actor, giving actions in the env's units) as a
+torch.export archive that takes one observation or a batch.
 
 torch.export fixes the rank of an input, so one program cannot take both `[B, *obs_shape]` and
 `obs_shape`. The archive holds two programs of the same weights:
@@ -36,10 +37,14 @@ class _OneObservation(nn.Module):
         return self.network(obs.unsqueeze(0)).squeeze(0)
 
 
-def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...]) -> bytes:
-    """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode). With a torch
-    older than the multi-program archive, the batch program alone (`load_policy` still takes one
-    observation)."""
+OUTPUTS_FILE = "raypex_outputs"  # an extra file of the archive: "q_values" (dqn) or "actions" (td3, sac)
+
+
+def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values") -> bytes:
+    """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode) whose output is
+    `outputs`: Q-values (dqn) or actions in the env's units (td3, sac). With a torch older than the
+    multi-program archive, the batch program alone (`load_policy` still takes one observation;
+    a Q-values program is assumed)."""
     batch = torch.export.Dim("batch", min=1)
     batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
     buffer = io.BytesIO()
@@ -49,7 +54,8 @@ def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...]) -> byt
         torch.export.save(batched, buffer)
         return buffer.getvalue()
     single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
-    package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single})
+    package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single},
+                extra_files={OUTPUTS_FILE: outputs})
     return buffer.getvalue()
 
 
@@ -60,11 +66,21 @@ class ExportedPolicy:
     dtype; they are converted to float32 as the collectors' networks see them.
     """
 
-    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...]):
+    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values"):
         self._batched, self._single, self.obs_shape = batched, single, obs_shape
+        self.outputs = outputs  # "q_values" (dqn) or "actions" (td3, sac: in the env's units)
+
+    def __call__(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """The programs' output: Q-values, or actions for a td3/sac policy."""
+        return self._run(obs)
 
     def q_values(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Q `[A]` for one observation, `[B, A]` for a batch."""
+        if self.outputs != "q_values":
+            raise ValueError("this policy.pt2 is a td3/sac actor: it gives actions (act), not Q-values")
+        return self._run(obs)
+
+    def _run(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         tensor = torch.as_tensor(obs)
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise ValueError(f"policy.pt2 takes real-valued observations, got {tensor.dtype} (bool images go in "
@@ -79,8 +95,11 @@ class ExportedPolicy:
                          f"[B, {', '.join(map(str, self.obs_shape))}], got {list(tensor.shape)}")
 
     def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Greedy actions: an int64 scalar array for one observation, `[B]` for a batch."""
-        return self.q_values(obs).argmax(dim=-1).numpy()
+        """Greedy actions: an int64 scalar array for one observation, `[B]` for a batch; for a
+        td3/sac actor, float32 actions in the env's units, `[action_dim]` or `[B, action_dim]`."""
+        if self.outputs == "actions":
+            return self._run(obs).numpy()
+        return self._run(obs).argmax(dim=-1).numpy()
 
 
 class PolicyFileError(ValueError):
@@ -92,7 +111,7 @@ def load_policy(path: str | Path) -> ExportedPolicy:
     programs: one observation then goes through the batch program as a batch of one). Raises
     PolicyFileError, in one line, for a file that cannot be read as one."""
     try:
-        programs = _read_programs(path)
+        programs, outputs = _read_programs(path)
         program = programs[BATCH_PROGRAM]
     except Exception as err:  # torch reports a damaged archive in several types; to the user it is one thing
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0]
@@ -104,12 +123,14 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         single = programs[ONE_OBSERVATION_PROGRAM].module()
     else:
         single = _OneObservation(batched)
-    return ExportedPolicy(batched, single, obs_shape)
+    return ExportedPolicy(batched, single, obs_shape, outputs)
 
 
-def _read_programs(path: str | Path) -> dict:
+def _read_programs(path: str | Path) -> tuple[dict, str]:
     try:
         from torch.export.pt2_archive._package import load_pt2
     except ImportError:  # a torch without the multi-program archive
-        return {BATCH_PROGRAM: torch.export.load(str(path))}
-    return load_pt2(str(path)).exported_programs
+        return {BATCH_PROGRAM: torch.export.load(str(path))}, "q_values"
+    contents = load_pt2(str(path))
+    outputs = contents.extra_files.get(OUTPUTS_FILE, "q_values")  # policies from before td3/sac have none
+    return contents.exported_programs, outputs.decode() if isinstance(outputs, bytes) else str(outputs)

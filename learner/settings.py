@@ -33,3 +33,16 @@ class LearnerSettings:
     cuda_graphs: str = "auto"  # auto | on | off: capture the whole update as a CUDA graph (auto: on CUDA)
     channels_last: bool = True  # NHWC convolutions on CUDA
     prioritized: bool = False  # weigh by importance weights, send |TD errors| back (replay/priorities.py)
+    algo: str = "dqn"  # dqn | td3 | sac (learner/actor_critic.py)
+    action_low: tuple[float, ...] = ()  # Box actions' bounds (td3, sac)
+    action_high: tuple[float, ...] = ()
+    policy_noise: float = 0.2  # td3: target smoothing noise, fraction of the half-range
+    noise_clip: float = 0.5  # td3
+    policy_delay: int = 2  # td3: critic updates per actor update
+    target_entropy: float | None = None  # sac: None is minus the action dimensions
+    init_temperature: float = 1.0  # sac
+
+    @property
+    def action_dim(self) -> int:
+        """Dimensions of a Box action; 0 for Discrete actions."""
+        return len(self.action_low)

@@ -15,7 +15,8 @@ def synthetic_batch(settings: LearnerSettings, device: torch.device,
     real data)."""
     shape = (settings.accumulation_steps, settings.micro_batch)
     arrays = {
-        "action": rng.integers(0, settings.num_actions, shape),
+        "action": (rng.uniform(-1.0, 1.0, (*shape, settings.action_dim)).astype(np.float32) if settings.action_dim
+                   else rng.integers(0, settings.num_actions, shape)),
         "return": rng.normal(size=shape).astype(np.float32),
         "discount": np.full(shape, 0.97, np.float32),
     }

@@ -27,12 +27,19 @@ from replay.priorities import Placement
 TRANSITION_FIELDS = ("obs", "action", "return", "discount", "next_obs")
 
 
-def transition_layout(obs_shape: tuple[int, ...], obs_dtype: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Shape (per row) and dtype of every stored field for an observation shape and dtype."""
+def action_layout(action_dim: int) -> tuple[tuple[int, ...], np.dtype]:
+    """A stored action's shape and dtype: an int64 index, or `action_dim` float32s (Box actions)."""
+    return ((action_dim,), np.dtype(np.float32)) if action_dim else ((), np.dtype(np.int64))
+
+
+def transition_layout(obs_shape: tuple[int, ...], obs_dtype: str,
+                      action_dim: int = 0) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape (per row) and dtype of every stored field for an observation shape and dtype (and the
+    action's dimensions for Box actions; 0: a Discrete action)."""
     obs = (tuple(obs_shape), np.dtype(obs_dtype))
     return {
         "obs": obs,
-        "action": ((), np.dtype(np.int64)),
+        "action": action_layout(action_dim),
         "return": ((), np.dtype(np.float32)),
         "discount": ((), np.dtype(np.float32)),
         "next_obs": obs,

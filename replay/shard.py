@@ -31,6 +31,7 @@ class StorageSpec:
     obs_dtype: str
     frame_stack: int = 0
     num_envs: int = 1
+    action_dim: int = 0  # > 0: Box actions of this many float32s
 
     @property
     def rows(self) -> int:
@@ -49,7 +50,7 @@ class StorageSpec:
         """Each column's shape per row and dtype."""
         if self.frame_stack:
             return frame_layout(tuple(self.obs_shape[1:]))
-        return transition_layout(self.obs_shape, self.obs_dtype)
+        return transition_layout(self.obs_shape, self.obs_dtype, self.action_dim)
 
 
 def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None, columns: dict | None = None,

@@ -190,6 +190,34 @@ def minatar_trained(ran: Ran) -> None:
     np.testing.assert_allclose(policy.q_values(frames[1]).numpy(), batch[1].numpy(), rtol=1e-5, atol=1e-6)
 
 
+def td3_ran(ran: Ran) -> None:
+    """A short TD3 run through the real cluster: each collector's own noise in TensorBoard, the
+    actor's loss, and a policy.pt2 giving actions inside Pendulum's bounds."""
+    from learner.policy_file import load_policy
+
+    run = the_run(ran)
+    result = summary(run)
+    assert result["env_id"] == "Pendulum-v1" and result["ended"] == "env_steps" and result["epochs"] > 0, result
+    tags = scalars(run)
+    noise = [tags[f"collector/{i}/noise"][-1] for i in range(2)]
+    assert noise == pytest.approx([0.1 / 3, 0.1 * 3]), noise  # spread Ape-X style
+    assert np.isfinite(tags["losses/actor_loss"]).all() and np.isfinite(tags["losses/td_loss"]).all()
+    actions = load_policy(run / "policy.pt2").act(np.zeros((5, 3), np.float32))
+    assert actions.shape == (5, 1) and actions.dtype == np.float32 and (np.abs(actions) <= 2.0).all()
+
+
+def sac_solved(ran: Ran) -> None:
+    result = summary(the_run(ran))
+    assert result["ended"] == "solved" and result["final_eval_return"] >= -200, result
+    assert "losses/temperature" in scalars(the_run(ran))
+
+
+def sac_evaluated(ran: Ran) -> None:
+    # Seed 0's saved policy scored -207 over 100 fresh episodes here; a random policy scores about
+    # -1200. -300 catches a policy that is not the solved one without failing on sampling noise.
+    assert float(re.match(r"mean return (\S+) over 100 episodes", ran.out).group(1)) >= -300, ran.out
+
+
 def trained_until_stopped(env_id: str):
     def check(ran: Ran) -> None:
         result = summary(the_run(ran))
@@ -368,6 +396,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     'collectors.num_cpus=1 learner.num_cpus=4"': Elsewhere(
         LAUNCHER, "check_fits", "needs an AWS account; that its nodes hold this command is checked"),
     "raypex train configs/cartpole.yaml replay.prioritized=true": Run(check=prioritized_solved),
+    "raypex train configs/pendulum.yaml": Run("stop.env_steps=4000 stop.eval_return=null eval.every_epochs=2",
+                                              "a short run: the SAC line below shows learning", check=td3_ran),
+    "raypex train configs/pendulum.yaml algo.name=sac --run-dir runs/pendulum-sac": Run(check=sac_solved),
+    "raypex eval runs/pendulum-sac --episodes 100": Run(check=sac_evaluated),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32 replay.min_size=5000 "

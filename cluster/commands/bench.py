@@ -96,10 +96,11 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     if args.json is not None and not args.json.parent.is_dir():
         raise UsageError(f"--json {args.json}: directory {args.json.parent} does not exist")
-    from actors.envs import UnsupportedEnv, inspect_env
+    from actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
 
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+        check_algo_fits(config.algo.name, spec, config.env.id)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
     wanted_variants = parse_variants(args.variants) if args.variants else None

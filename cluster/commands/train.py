@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.env_ids import code_to_ship
-from actors.envs import UnsupportedEnv, inspect_env
+from actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
@@ -107,6 +107,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     (cluster/api.py) both start runs here."""
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+        check_algo_fits(config.algo.name, spec, config.env.id)
     except UnsupportedEnv as err:
         raise UsageError(str(err), err.details) from None
     startup = StartupTimeline(clock_start)

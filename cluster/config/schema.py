@@ -52,12 +52,28 @@ class EnvConfig(Section):
 
 
 class AlgoConfig(Section):
-    """The DQN variant: discounting, n-step returns, Double DQN, Huber loss."""
+    """The algorithm: DQN for Discrete actions, TD3 or SAC for Box actions; discounting and n-step
+    returns for all three."""
 
+    name: Literal["dqn", "td3", "sac"] = Field(
+        "dqn", description="dqn: Discrete actions (Double DQN, dueling); td3, sac: Box actions (twin critics).")
     gamma: float = Field(0.99, gt=0.0, le=1.0, description="Discount factor.")
     n_step: int = Field(3, ge=1, le=100, description="Steps folded into each return.")
-    double_dqn: bool = Field(True, description="Pick the next action with the online network.")
-    huber_delta: float = Field(1.0, gt=0.0, description="Huber loss threshold.")
+    double_dqn: bool = Field(True, description="dqn: pick the next action with the online network.")
+    huber_delta: float = Field(1.0, gt=0.0, description="dqn: Huber loss threshold.")
+    exploration_noise: float = Field(
+        0.1, ge=0.0, le=1.0, description="td3: collectors' Gaussian action noise, a fraction of each action's "
+        "half-range; collector i of N uses it times noise_spread^(2i/(N-1) - 1).")
+    noise_spread: float = Field(3.0, ge=1.0, le=100.0, description="td3: the ratio of the noisiest collector's noise "
+                                "to exploration_noise (and of exploration_noise to the quietest one's).")
+    policy_noise: float = Field(0.2, ge=0.0, le=1.0, description="td3: target policy smoothing noise (fraction of "
+                                "the half-range).")
+    noise_clip: float = Field(0.5, ge=0.0, le=1.0, description="td3: the smoothing noise's clip (fraction of the "
+                              "half-range).")
+    policy_delay: int = Field(2, ge=1, le=100, description="td3: critic updates per actor update.")
+    target_entropy: float | Literal["auto"] = Field(
+        "auto", description="sac: the entropy the temperature is tuned to (auto: minus the action dimensions).")
+    init_temperature: float = Field(1.0, gt=0.0, description="sac: the entropy temperature's first value.")
 
 
 class NetworkConfig(Section):
@@ -249,6 +265,18 @@ class RunConfig(Section):
             raise ValueError("learner.precision fp16 needs CUDA; use bf16 or fp32 with device cpu")
         if self.learner.cuda_graphs == "on" and self.learner.device == "cpu":
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
+        continuous = self.algo.name != "dqn"
+        if continuous and self.learner.precision == "fp16":
+            raise ValueError(f"learner.precision fp16 is not built for algo.name {self.algo.name} yet; use bf16 or fp32")
+        if continuous and self.learner.target_update == "hard":
+            raise ValueError(f"learner.target_update hard is for dqn; algo.name {self.algo.name} moves its targets by "
+                             "learner.target_tau (polyak)")
+        if continuous and self.learner.cuda_graphs == "on":
+            raise ValueError(f"learner.cuda_graphs on is not built for algo.name {self.algo.name} yet (its updates "
+                             "run eagerly); use auto or off")
+        if continuous and self.replay.prioritized and self.replay.initial_priority == "td":
+            raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
+                             f"{self.algo.name} does not have there; use max")
         return self
 
 

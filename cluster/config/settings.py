@@ -28,13 +28,25 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
         act_precision=c.act_precision, act_fusion=c.act_fusion,
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
+        algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
+        action_noise=collector_noise(config, index) if config.algo.name == "td3" else 0.0,
     )
+
+
+def collector_noise(config: RunConfig, index: int) -> float:
+    """TD3 collector `index`'s action noise: exploration_noise spread geometrically from
+    exploration_noise / noise_spread to exploration_noise * noise_spread over the collectors (Ape-X
+    spreads epsilon the same way), so some collectors explore widely and some act nearly greedily."""
+    a, num = config.algo, config.collectors.num
+    if num == 1:
+        return a.exploration_noise
+    return a.exploration_noise * a.noise_spread ** (2.0 * index / (num - 1) - 1.0)
 
 
 def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
     """What each shard stores (pixel observations frame-once, per env of its collector)."""
     return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
-                       config.env.num_envs)
+                       config.env.num_envs, spec.action_dim)
 
 
 def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
@@ -51,6 +63,10 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
         precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
         prioritized=config.replay.prioritized,
+        algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
+        policy_noise=config.algo.policy_noise, noise_clip=config.algo.noise_clip, policy_delay=config.algo.policy_delay,
+        target_entropy=None if config.algo.target_entropy == "auto" else config.algo.target_entropy,
+        init_temperature=config.algo.init_temperature,
     )
 
 
@@ -78,7 +94,7 @@ def evaluator_args(config: RunConfig, spec: EnvSpec) -> tuple:
     """EvaluatorActor's constructor arguments (its env, episodes, seed and network)."""
     return (config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
             spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
-            config.eval.epsilon, spec.obs_dtype, spec.frame_stack > 0)
+            config.eval.epsilon, spec.obs_dtype, spec.frame_stack > 0, (spec.action_low, spec.action_high))
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

@@ -66,8 +66,10 @@ class RunMetrics:
         scalars: dict[str, float] = {
             "replay/size": sum(self.shard_sizes),
             "replay/bytes_per_transition": self.replay_bytes_per_transition,
-            "collector/epsilon": float(np.mean([c["epsilon"] for c in collectors])),
         }
+        explored = [c for c in collectors if c.get("exploration", "epsilon")]
+        if explored:
+            scalars[f"collector/{explored[0].get('exploration', 'epsilon')}"] = float(np.mean([c["epsilon"] for c in explored]))
         if inserted:
             scalars["replay/replay_ratio"] = sampled / inserted
         scalars.update(priority_scalars(shards))
@@ -83,7 +85,8 @@ class RunMetrics:
             scalars["replay/sample_rate"] = (sampled - self._prev[3]) / dt
         self._prev = (now, self.env_steps, inserted, sampled)
         for i, c in enumerate(collectors):  # each collector's own curve (Ape-X: each acts with its own epsilon)
-            scalars[f"collector/{i}/epsilon"] = c["epsilon"]
+            if c.get("exploration", "epsilon"):
+                scalars[f"collector/{i}/{c.get('exploration', 'epsilon')}"] = c["epsilon"]
             if c["episode_returns"]:
                 scalars[f"collector/{i}/episodic_return"] = float(np.mean(c["episode_returns"]))
         returns = [r for c in collectors for r in c["episode_returns"]]
@@ -122,6 +125,10 @@ class RunMetrics:
         }
         if "grad_scale" in m:
             scalars["learner/grad_scale"] = m["grad_scale"]
+        if "actor_loss" in m:  # td3, sac
+            scalars["losses/actor_loss"] = m["actor_loss"]
+        if "temperature" in m:  # sac
+            scalars["losses/temperature"] = m["temperature"]
         if "beta" in m:
             scalars["replay/beta"] = m["beta"]
             # transitions whose errors the learner did not send (in-flight bound, CUDA copies backed up)

@@ -23,8 +23,13 @@ class EvaluatorActor:
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
                  obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8", stacked: bool = False):
+                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8", stacked: bool = False,
+                 action_bounds: tuple = ((), ())):
+        from actors.action_scaling import ActionScale
         from actors.evaluator import Evaluator
+
+        # Box actions: the published weights are a td3/sac actor, acted with deterministically
+        self.action_scale = ActionScale(*action_bounds) if action_bounds[0] else None
 
         self.torch_network = None
         if len(obs_shape) != 1:
@@ -37,6 +42,11 @@ class EvaluatorActor:
         self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon, stacked)
 
     def _policy(self, arrays: dict[str, np.ndarray]):
+        if self.action_scale is not None:
+            from learner.numpy_mlp import NumpyMLPActor
+
+            actor, scale = NumpyMLPActor(arrays), self.action_scale
+            return lambda obs: scale.to_env(actor.actions(obs))
         if self.torch_network is None:
             from learner.numpy_mlp import NumpyMLPQ
 

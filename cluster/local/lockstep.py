@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 
-from actors.envs import EnvSpec, UnsupportedEnv, inspect_env
+from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.loading import ConfigError, load_config
 from cluster.config.schema import RunConfig
 from cluster.config.settings import eval_give_up
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+        check_algo_fits(config.algo.name, spec, config.env.id)
     except (ConfigError, UnsupportedEnv) as err:
         print(f"lockstep: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,177 @@
+"""One whole TD3 or SAC update from a [G, B] batch: the critics' step, then (every update for SAC,
+every `policy_delay` updates for TD3) the actor's step, SAC's temperature step and the Polyak
+move of the targets.
+
+Like the DQN update (learner/update_step.py) it accumulates G micro-batches' gradients (each loss
+scaled by 1/G), clips, steps fused Adam, keeps the reported sums on the device (read once per epoch)
+and, for prioritized replay, writes each transition's |TD error| (the first critic's) into one
+buffer. It runs eagerly; capturing it as a CUDA graph is not built yet (the config refuses
+learner.cuda_graphs on for td3 and sac).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from learner.actor_critic_networks import MLPActor, TwinCritic
+from learner.precision import PrecisionPolicy
+from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
+from learner.settings import LearnerSettings
+from learner.td3_loss import td3_actor_loss, td3_critic_loss
+
+
+def _adam(params, lr: float, eps: float, cuda: bool) -> torch.optim.Adam:
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=cuda)
+
+
+class ActorCriticStep:
+    """The networks, optimizers and one update of TD3 or SAC (settings.algo)."""
+
+    def __init__(self, settings: LearnerSettings, device: torch.device, precision: PrecisionPolicy,
+                 gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None):
+        import copy
+
+        if precision.scaler is not None:
+            raise ValueError(f"learner.precision fp16 is not built for algo.name {settings.algo}; use bf16 or fp32")
+        self.s = settings
+        self.sac = settings.algo == "sac"
+        self.gather = gather
+        self.precision = precision
+        obs_dim, action_dim, cuda = settings.obs_shape[0], settings.action_dim, device.type == "cuda"
+        self.actor = MLPActor(obs_dim, action_dim, settings.hidden, gaussian=self.sac).to(device)
+        self.critic = TwinCritic(obs_dim, action_dim, settings.hidden).to(device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
+        self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())
+        self.actor_optimizer = _adam(self.actor_params, settings.lr, settings.adam_eps, cuda)
+        self.critic_optimizer = _adam(self.critic_params, settings.lr, settings.adam_eps, cuda)
+        self.target_entropy = float(-action_dim if settings.target_entropy is None else settings.target_entropy)
+        self.log_alpha = torch.tensor(float(torch.tensor(settings.init_temperature).log()), device=device,
+                                      requires_grad=True)
+        self.alpha_optimizer = _adam([self.log_alpha], settings.lr, settings.adam_eps, cuda) if self.sac else None
+        self.updates = 0
+        self.generator = torch.Generator(device=device).manual_seed(settings.seed + 17)
+        self.loss_sum = torch.zeros((), device=device)  # the critics' loss, per micro-batch
+        self.q_sum = torch.zeros((), device=device)
+        self.actor_loss_sum = torch.zeros((), device=device)
+        self.actor_steps = 0
+        self.td_abs: torch.Tensor | None = None
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """SAC's entropy temperature (a detached scalar tensor)."""
+        return self.log_alpha.detach().exp()
+
+    def _noise(self, like: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(like.shape, generator=self.generator, device=like.device) * scale
+
+    def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """One update (see the module docstring)."""
+        if self.gather is not None:
+            batch = self.gather(batch)
+        groups = batch["action"].shape[0]
+        if self.s.prioritized and self.td_abs is None:
+            self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)
+        s = self.s
+        for g in range(groups):
+            action = batch["action"][g]
+            weight = batch["weight"][g] if s.prioritized else None
+            with self.precision.autocast():
+                if self.sac:
+                    out = sac_critic_loss(self.critic, self.critic_target, self.actor, self.alpha, batch["obs"][g],
+                                          action, batch["return"][g], batch["discount"][g], batch["next_obs"][g],
+                                          weight, self._noise(action))
+                else:
+                    out = td3_critic_loss(self.critic, self.critic_target, self.actor_target, batch["obs"][g], action,
+                                          batch["return"][g], batch["discount"][g], batch["next_obs"][g], weight,
+                                          self._noise(action, s.policy_noise), s.noise_clip)
+            (out.loss / groups).backward()
+            if self.td_abs is not None:
+                self.td_abs[g].copy_(out.td_error.abs())
+            self.loss_sum += out.loss.detach()
+            self.q_sum += out.q_mean
+        nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
+        self.critic_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        if self.sac or self.updates % s.policy_delay == 0:
+            self._actor_step(batch, groups)
+            targets = [*self.critic_target.parameters()]
+            sources = list(self.critic_params)
+            if self.actor_target is not None:
+                targets += list(self.actor_target.parameters())
+                sources += self.actor_params
+            with torch.no_grad():
+                torch._foreach_lerp_(targets, sources, s.target_tau)
+
+    def _actor_step(self, batch: Mapping[str, torch.Tensor], groups: int) -> None:
+        self.critic.requires_grad_(False)  # the actor's loss moves the actor only
+        for g in range(groups):
+            obs = batch["obs"][g]
+            with self.precision.autocast():
+                if self.sac:
+                    noise = self._noise(batch["action"][g])
+                    actor_loss, temperature_loss = sac_actor_and_temperature_loss(
+                        self.actor, self.critic, self.log_alpha, obs, noise, self.target_entropy)
+                    (temperature_loss / groups).backward()
+                else:
+                    actor_loss = td3_actor_loss(self.actor, self.critic, obs)
+            (actor_loss / groups).backward()
+            self.actor_loss_sum += actor_loss.detach()
+        self.critic.requires_grad_(True)
+        nn.utils.clip_grad_norm_(self.actor_params, self.s.max_grad_norm, foreach=True)
+        self.actor_optimizer.step()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.step()
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+        self.actor_steps += groups
+
+    def take_sums(self) -> tuple[float, float]:
+        """(critic loss sum, Q1-mean sum) over the micro-batches since the last call; resets both."""
+        sums = (float(self.loss_sum), float(self.q_sum))
+        self.loss_sum.zero_()
+        self.q_sum.zero_()
+        return sums
+
+    def take_actor_metrics(self) -> dict[str, float]:
+        """The actor's mean loss since the last call, and SAC's temperature."""
+        metrics = {"actor_loss": float(self.actor_loss_sum) / self.actor_steps if self.actor_steps else 0.0}
+        self.actor_loss_sum.zero_()
+        self.actor_steps = 0
+        if self.sac:
+            metrics["temperature"] = float(self.alpha)
+        return metrics
+
+    def state_dict(self) -> dict:
+        """Every network, optimizer and counter an exact resume needs."""
+        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                 "critic_target": self.critic_target.state_dict(),
+                 "actor_optimizer": self.actor_optimizer.state_dict(),
+                 "critic_optimizer": self.critic_optimizer.state_dict(),
+                 "log_alpha": self.log_alpha.detach().clone(), "updates": self.updates,
+                 "generator": self.generator.get_state()}
+        if self.actor_target is not None:
+            state["actor_target"] = self.actor_target.state_dict()
+        if self.alpha_optimizer is not None:
+            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore from `state_dict` output."""
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.updates = state["updates"]
+        self.generator.set_state(state["generator"].cpu())
+        if self.actor_target is not None:
+            self.actor_target.load_state_dict(state["actor_target"])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])

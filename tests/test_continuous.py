@@ -1,0 +1,147 @@
+"""TD3 and SAC: the losses against hand-computed values, action scaling both ways, the numpy actor
+against the torch one, and the action spaces and settings that are refused in one line."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from actors.action_scaling import ActionScale
+from actors.envs import EnvSpec, UnsupportedEnv, action_fields, check_algo_fits, inspect_env
+from cluster.config.loading import ConfigError, load_config
+from learner.actor_critic_networks import MLPActor
+from learner.numpy_mlp import NumpyMLPActor
+from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
+from learner.td3_loss import td3_actor_loss, td3_critic_loss
+
+
+class ConstantCritic(nn.Module):
+    """Q1 = sum(obs) + 2a, Q2 = sum(obs) + a: easy to compute by hand."""
+
+    def forward(self, obs, action):
+        return obs.sum(1) + 2 * action[:, 0], obs.sum(1) + action[:, 0]
+
+
+class LinearActor(nn.Module):
+    """actor(s) = tanh(s[0]); sample: a fixed action and log-probability."""
+
+    def forward(self, obs):
+        return torch.tanh(obs[:, :1])
+
+    def sample(self, obs, noise):
+        return torch.full((len(obs), 1), 0.5), torch.full((len(obs),), -1.0)
+
+
+OBS = torch.tensor([[0.0, 1.0], [2.0, -1.0]])
+NEXT = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
+ACTION = torch.tensor([[0.5], [-1.0]])
+RETURN = torch.tensor([1.0, 0.0])
+DISCOUNT = torch.tensor([0.9, 0.0])  # the second transition terminated
+
+
+def test_td3_critic_loss_matches_a_hand_computation():
+    noise = torch.tensor([[0.9], [0.0]])  # clipped to 0.5
+    out = td3_critic_loss(ConstantCritic(), ConstantCritic(), LinearActor(), OBS, ACTION, RETURN, DISCOUNT, NEXT,
+                          None, noise, noise_clip=0.5)
+    # next action 1: clip(tanh(1) + 0.5, -1, 1) = 1; Q1' = 2 + 2 = 4, Q2' = 2 + 1 = 3 -> min 3
+    target = torch.tensor([1.0 + 0.9 * 3.0, 0.0])
+    q1, q2 = torch.tensor([2.0, -1.0]), torch.tensor([1.5, 0.0])
+    expected = ((q1 - target) ** 2 + (q2 - target) ** 2).mean()
+    assert torch.allclose(out.loss, expected) and torch.allclose(out.td_error, q1 - target)
+    weighted = td3_critic_loss(ConstantCritic(), ConstantCritic(), LinearActor(), OBS, ACTION, RETURN, DISCOUNT,
+                               NEXT, torch.tensor([1.0, 0.0]), noise, noise_clip=0.5)
+    assert torch.allclose(weighted.loss, ((q1[0] - target[0]) ** 2 + (q2[0] - target[0]) ** 2) / 2)
+
+
+def test_td3_actor_loss_is_minus_the_first_critic_at_the_actors_action():
+    loss = td3_actor_loss(LinearActor(), ConstantCritic(), OBS)
+    assert math.isclose(float(loss), -float((OBS.sum(1) + 2 * torch.tanh(OBS[:, 0])).mean()), rel_tol=1e-6)
+
+
+def test_sac_losses_match_a_hand_computation():
+    alpha = torch.tensor(0.2)
+    out = sac_critic_loss(ConstantCritic(), ConstantCritic(), LinearActor(), alpha, OBS, ACTION, RETURN, DISCOUNT,
+                          NEXT, None, torch.zeros(2, 1))
+    # next action 0.5, log p -1: min(Q1', Q2') = sum(s') + 0.5 -> [2.5, 0.5]; soft value + 0.2
+    target = torch.tensor([1.0 + 0.9 * (2.5 + 0.2), 0.0])
+    q1, q2 = torch.tensor([2.0, -1.0]), torch.tensor([1.5, 0.0])
+    assert torch.allclose(out.loss, ((q1 - target) ** 2 + (q2 - target) ** 2).mean())
+    log_alpha = torch.tensor(math.log(0.2), requires_grad=True)
+    actor_loss, temperature_loss = sac_actor_and_temperature_loss(LinearActor(), ConstantCritic(), log_alpha, OBS,
+                                                                  torch.zeros(2, 1), target_entropy=-1.0)
+    assert torch.allclose(actor_loss, (0.2 * -1.0 - (OBS.sum(1) + 0.5)).mean())
+    assert torch.allclose(temperature_loss, -(log_alpha * (-1.0 - 1.0)))
+
+
+def test_the_squashed_gaussian_log_probability_matches_the_change_of_variables():
+    torch.manual_seed(0)
+    actor = MLPActor(3, 2, [8], gaussian=True)
+    obs, noise = torch.randn(4, 3), torch.randn(4, 2)
+    action, log_prob = actor.sample(obs, noise)
+    features = actor.torso(obs)
+    mean, raw = actor.mean(features), actor.log_std(features)
+    std = (-5.0 + 3.5 * (raw.tanh() + 1)).exp()
+    pre = mean + std * noise
+    expected = torch.distributions.Normal(mean, std).log_prob(pre).sum(1) - torch.log(1 - torch.tanh(pre) ** 2).sum(1)
+    assert torch.allclose(action, torch.tanh(pre)) and torch.allclose(log_prob, expected, atol=1e-4)
+
+
+def test_actions_scale_to_the_env_bounds_and_back():
+    scale = ActionScale((-2.0, 0.0), (2.0, 1.0))
+    unit = np.array([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0], [3.0, -7.0]], np.float32)
+    env = scale.to_env(unit)
+    assert np.allclose(env, [[-2, 0], [0, 0.5], [2, 1], [2, 0]])  # outside [-1, 1]: clipped first
+    assert np.allclose(scale.to_unit(env[:3]), unit[:3])
+    with pytest.raises(ValueError, match="low < high"):
+        ActionScale((1.0,), (1.0,))
+
+
+def test_the_numpy_actor_acts_as_the_torch_actor():
+    torch.manual_seed(1)
+    actor = MLPActor(3, 2, [16, 16], gaussian=True)
+    arrays = {name: value.detach().numpy() for name, value in actor.state_dict().items()}
+    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    numpy_actor = NumpyMLPActor(arrays)
+    assert np.allclose(numpy_actor.actions(obs), actor(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
+    rng = np.random.default_rng(3)
+    noise = np.random.default_rng(3).standard_normal((5, 2)).astype(np.float32)
+    sampled, _ = actor.sample(torch.from_numpy(obs), torch.from_numpy(noise))
+    assert np.allclose(numpy_actor.sample(obs, rng), sampled.detach().numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("space, says", [
+    (gym.spaces.MultiDiscrete([3, 2]), "MultiDiscrete action space of shape (2,)"),
+    (gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), "Dict action space"),
+    (gym.spaces.Box(-np.inf, np.inf, (2,)), "unbounded Box action space of shape (2,)"),
+    (gym.spaces.Box(-1, 1, (2, 2)), "Box action space of shape (2, 2)"),
+])
+def test_action_spaces_raypex_cannot_learn_on_are_refused_in_one_line(space, says):
+    with pytest.raises(UnsupportedEnv) as err:
+        action_fields("Mine-v0", space)
+    assert says in str(err.value) and "Discrete actions (algo.name dqn)" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
+    pendulum = inspect_env("Pendulum-v1", {})
+    assert pendulum.action_dim == 1 and pendulum.action_low == (-2.0,)
+    with pytest.raises(UnsupportedEnv, match="algo.name dqn needs Discrete actions; env.id 'Pendulum-v1' has a Box"):
+        check_algo_fits("dqn", pendulum, "Pendulum-v1")
+    with pytest.raises(UnsupportedEnv, match="algo.name sac needs a Box action space; env.id 'CartPole-v1' has 2"):
+        check_algo_fits("sac", inspect_env("CartPole-v1", {}), "CartPole-v1")
+    with pytest.raises(UnsupportedEnv, match="flat"):
+        check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0")
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["algo.name=ppo"], "algo.name"),
+    (["algo.name=td3", "learner.cuda_graphs=on", "learner.device=cuda"], "cuda_graphs on is not built for algo.name td3"),
+    (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
+    (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn"),
+])
+def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
+    with pytest.raises(ConfigError, match=says):
+        load_config(None, overrides)
