@@ -26,9 +26,10 @@ from torch import nn
 from learner.actor_critic_networks import ActionsInEnvUnits
 from learner.actor_critic_step import ActorCriticStep
 from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
+from learner.learner_state import learner_state, restore_learner_state
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.policy_file import export_policy_archive
-from learner.precision import make_precision, resolve_precision
+from learner.precision import configure_cuda_math, make_precision, resolve_precision
 from learner.priority_feedback import PriorityFeedback
 from learner.replay_feed import ReplayFeed, gather_from
 from learner.settings import LearnerSettings
@@ -44,14 +45,6 @@ from replay.sharded import ShardedReplay
 LEARNER_PHASES = ("feed", "update", "gpu", "broadcast")
 # Updates the host may enqueue ahead of the GPU: enough to keep it busy while the next draw is made.
 GPU_QUEUE_DEPTH = 2
-
-
-def configure_cuda_math() -> None:
-    """TF32 for fp32 matmuls and convolutions (tensor cores at fp32's range, about 1e-3 relative
-    error, far below a DQN update's noise), and cuDNN autotuning for the fixed batch shapes."""
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.benchmark = True
 
 
 class Learner:
@@ -76,10 +69,17 @@ class Learner:
             raise ValueError("learner.cuda_graphs on needs a CUDA device; use auto or off on CPU")
         torch.manual_seed(settings.seed)
         pixels = len(settings.obs_shape) == 3
-        if settings.algo != "dqn":
-            self._init_actor_critic(settings, device, replay, publish, starved)
+        if settings.prioritized != replay.prioritized:
+            raise ValueError("the learner and its replay disagree on prioritized replay")
+        self.replay = replay
+        self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
+                               should_stop=lambda: self._stop_requested)
+        gather = gather_from(replay) if self.feed.on_device else None
+        self.actor_critic = settings.algo != "dqn"
+        if self.actor_critic:
+            self._init_actor_critic(settings, device, gather)
+            self._init_loop(replay, device, publish)
             return
-        self.actor_critic = False
         self.cuda_graphs = cuda and settings.cuda_graphs != "off"
         # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
         # costs start-up everywhere else it was measured.
@@ -99,37 +99,23 @@ class Learner:
         online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
         target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
         polyak = settings.target_tau if settings.target_update == "polyak" else None
-        if settings.prioritized != replay.prioritized:
-            raise ValueError("the learner and its replay disagree on prioritized replay")
-        self.replay = replay
-        self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
-                               should_stop=lambda: self._stop_requested)
         self.step = UpdateStep(
             self.online, self.target, online_fn, target_fn, self.optimizer, self.precision,
             StepSettings(settings.huber_delta, settings.double_dqn, settings.max_grad_norm, polyak,
                          share_online_pass=not pixels, prioritized=settings.prioritized),
-            device, gather=gather_from(replay) if self.feed.on_device else None,
+            device, gather=gather,
         )
         self._init_loop(replay, device, publish)
 
-    def _init_actor_critic(self, settings: LearnerSettings, device: torch.device, replay: ShardedReplay,
-                           publish: PublishWeights, starved) -> None:
+    def _init_actor_critic(self, settings: LearnerSettings, device: torch.device, gather) -> None:
         """TD3 or SAC (learner/actor_critic_step.py): the same feed, epochs, publishing and state
         as DQN, with the actor as what collectors act with and policy.pt2 holds. Eager updates."""
         if settings.cuda_graphs == "on":
             raise ValueError(f"learner.cuda_graphs on is not built for algo.name {settings.algo}; use auto or off")
-        self.actor_critic = True
         self.cuda_graphs = self.compiled = False
         self.precision = make_precision(resolve_precision(settings.precision, device, False), device)
-        if settings.prioritized != replay.prioritized:
-            raise ValueError("the learner and its replay disagree on prioritized replay")
-        self.replay = replay
-        self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
-                               should_stop=lambda: self._stop_requested)
-        self.step = ActorCriticStep(settings, device, self.precision,
-                                    gather=gather_from(replay) if self.feed.on_device else None)
+        self.step = ActorCriticStep(settings, device, self.precision, gather=gather)
         self.online, self.target, self.optimizer = self.step.actor, None, None
-        self._init_loop(replay, device, publish)
 
     def _init_loop(self, replay: ShardedReplay, device: torch.device, publish: PublishWeights) -> None:
         self.feedback = PriorityFeedback(replay, device) if self.s.prioritized else None
@@ -275,42 +261,12 @@ class Learner:
 
     # -- state, export -------------------------------------------------------------------------
     def get_state(self) -> dict:
-        """Everything needed to resume: networks, optimizer, scaler, counters, RNG."""
-        scaler = self.precision.scaler
-        counters = {"updates": self.updates, "epochs": self.epochs, "version": self.version}
-        if self.actor_critic:
-            return {"actor_critic": self.step.state_dict(), "counters": counters, "torch_rng": torch.get_rng_state()}
-        return {
-            "online": self.online.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "counters": counters,
-            "torch_rng": torch.get_rng_state(),
-        }
+        """Everything needed to resume: networks, optimizers, scaler, counters, RNG (learner/learner_state.py)."""
+        return learner_state(self)
 
     def set_state(self, state: dict) -> None:
         """Restore from `get_state` output."""
-        if self.actor_critic:
-            if "actor_critic" not in state:
-                raise ValueError(f"this checkpoint is of a dqn learner, not {self.s.algo}")
-            self.step.load_state_dict(state["actor_critic"])
-            counters = state["counters"]
-            self.updates, self.epochs, self.version = counters["updates"], counters["epochs"], counters["version"]
-            torch.set_rng_state(state["torch_rng"].cpu())
-            return
-        if "actor_critic" in state:
-            raise ValueError("this checkpoint is of a td3 or sac learner, not dqn")
-        self.online.load_state_dict(state["online"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:  # a CPU run's checkpoint says capturable=False
-            group["capturable"] = self.device.type == "cuda"
-        if self.precision.scaler is not None and state["scaler"] is not None:
-            self.precision.scaler.load_state_dict(state["scaler"])
-        counters = state["counters"]
-        self.updates, self.epochs, self.version = counters["updates"], counters["epochs"], counters["version"]
-        torch.set_rng_state(state["torch_rng"].cpu())  # loaded with map_location=cuda on a GPU
+        restore_learner_state(self, state)
         if self._captured is not None:  # the optimizer's state tensors were replaced: capture anew
             self.warmup()
 

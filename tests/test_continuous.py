@@ -145,3 +145,37 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
 def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
     with pytest.raises(ConfigError, match=says):
         load_config(None, overrides)
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo):
+    from pathlib import Path
+
+    from cluster.config.topology import plan_run
+    from cluster.local.wiring import build_local
+
+    config = load_config(Path("configs/pendulum.yaml"), [
+        f"algo.name={algo}", "collectors.chunk_steps=4", "replay.min_size=256", "learner.updates_per_epoch=4",
+        "replay.prioritized=true", "replay.initial_priority=max", "network.hidden=[32,32]"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    run = build_local(plan_run(config, spec))
+    for _ in range(5):
+        for collector in run.collectors:
+            collector.collect_chunk()
+    stored = run.replay.shards[0].storage.columns["action"][: run.replay.shards[0].size]
+    assert stored.dtype == np.float32 and stored.shape[1:] == (1,) and np.abs(stored).max() <= 1.0
+    metrics = run.learner.train_epoch()
+    assert metrics["updates_in_epoch"] == 4 and np.isfinite([metrics["td_loss"], metrics["actor_loss"]]).all()
+    assert ("temperature" in metrics) == (algo == "sac")
+    td_abs = run.learner.step.td_abs  # the first critic's |TD errors|, what the feedback sends to the shards
+    assert td_abs is not None and td_abs.shape == (1, 256) and float(td_abs.sum()) > 0
+    for collector in run.collectors:
+        collector.collect_chunk()
+        assert collector.version == 1
+    state = run.learner.state_bytes()
+    again = build_local(plan_run(config, spec))
+    again.learner.load_state_bytes(state)
+    obs = np.zeros((2, 3), np.float32)
+    ours, theirs = run.learner.step.actor, again.learner.step.actor
+    assert torch.equal(ours(torch.from_numpy(obs)), theirs(torch.from_numpy(obs)))
+    assert again.learner.updates == run.learner.updates and again.learner.step.updates == run.learner.step.updates

@@ -97,7 +97,6 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.json is not None and not args.json.parent.is_dir():
         raise UsageError(f"--json {args.json}: directory {args.json.parent} does not exist")
     from actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
-
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
         check_algo_fits(config.algo.name, spec, config.env.id)
