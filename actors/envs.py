@@ -262,6 +262,8 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         raise UnsupportedEnv(f"env.kwargs are not accepted by '{given}': {err}") from None
     except gym.error.Error as err:  # a missing optional dependency (box2d, mujoco), say
         reason = str(err).strip().splitlines()[0]
+        if "mujoco is not installed" in reason.lower():
+            reason = "MuJoCo is not installed: pip install 'raypex[mujoco]'"
         raise UnsupportedEnv(f"env.id '{given}' cannot be made: {reason}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space

@@ -50,7 +50,8 @@ BAD_TRAIN_ARGS = [
     (["learner.precision=fp8"], "learner.precision: Input should be 'auto', 'fp32', 'bf16' or 'fp16'"),
     (["learner.device=tpu"], "learner.device: Input should be 'auto', 'cpu' or 'cuda'"),
     (["env.id=CartPole-v9"], "env.id 'CartPole-v9' is not a registered Gymnasium environment"),
-    (["env.id=Pendulum-v1"], "has a Box action space; raypex (DQN family) needs Discrete actions"),
+    (["env.id=Pendulum-v1"], "algo.name dqn needs Discrete actions; env.id 'Pendulum-v1' has a Box action space"),
+    (["env.id=CartPole-v1", "algo.name=td3"], "algo.name td3 needs a Box action space; env.id 'CartPole-v1' has 2"),
     (["collectors.num=0"], "collectors.num: Input should be greater than or equal to 1"),
     (["learner.lr"], "'learner.lr' is neither a config file, a shipped config"),
     (["=3"], "override '=3' must look like section.key=value"),
@@ -197,15 +198,16 @@ def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypa
     with pytest.raises(UsageError, match="did you mean 'pong'"):
         split_positional(["pongg"])
     assert main(["train", "configs/nope.yaml"]) == 2
-    assert "shipped configs, by name from any directory: breakout, cartpole, minatar, pong" in capsys.readouterr().err
+    assert ("shipped configs, by name from any directory: breakout, cartpole, halfcheetah, minatar, pendulum, pong"
+            in capsys.readouterr().err)
 
 
 def test_raypex_configs_lists_each_shipped_config_on_one_line(capsys):
     assert main(["configs"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    listed = {line.split()[0]: line.split()[1] for line in lines[:4]}
-    assert listed == {"breakout": "ALE/Breakout-v5", "cartpole": "CartPole-v1", "minatar": "MinAtar/Breakout-v1",
-                      "pong": "ALE/Pong-v5"}
+    listed = {line.split()[0]: line.split()[1] for line in lines[:6]}
+    assert listed == {"breakout": "ALE/Breakout-v5", "cartpole": "CartPole-v1", "halfcheetah": "HalfCheetah-v5",
+                      "minatar": "MinAtar/Breakout-v1", "pendulum": "Pendulum-v1", "pong": "ALE/Pong-v5"}
     assert {p.stem for p in (ROOT / "configs").glob("*.yaml")} == set(listed)
 
 

@@ -78,7 +78,8 @@ def solved(ran: Ran) -> dict:
 
 def configs_listed(ran: Ran) -> None:
     for name, env_id in (("breakout", "ALE/Breakout-v5"), ("cartpole", "CartPole-v1"),
-                         ("minatar", "MinAtar/Breakout-v1"), ("pong", "ALE/Pong-v5")):
+                         ("halfcheetah", "HalfCheetah-v5"), ("minatar", "MinAtar/Breakout-v1"),
+                         ("pendulum", "Pendulum-v1"), ("pong", "ALE/Pong-v5")):
         assert re.search(rf"^\s*{name}\s+{re.escape(env_id)}", ran.out, re.MULTILINE), ran.out
 
 
