@@ -26,10 +26,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from actors.action_spaces import action_fields
 from actors.env_check import check_user_env
 from actors.env_ids import UnsupportedEnv, names_code, registered_id
 from actors.frames import FrameStacker
 from actors.images import ImageVectorEnv, image_layout
+from actors.mujoco_quiet import quiet_known_mujoco_warnings
 
 # Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
 ALE_RESERVED = {"game", "num_envs", "stack_num", "reward_clipping", "autoreset_mode", "episodic_life",
@@ -86,24 +88,6 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str) -> None:
     if algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"algo.name {algo} learns from flat (1-D) observations; env.id '{env_id}' has "
                              f"observations of shape {spec.obs_shape}")
-
-
-def action_fields(env_id: str, space: gym.spaces.Space) -> dict[str, Any]:
-    """EnvSpec's action fields for `space`: a Discrete one, or a bounded 1-D Box; one line for any other."""
-    if isinstance(space, gym.spaces.Discrete):
-        return {"num_actions": int(space.n)}
-    supported = "raypex learns on Discrete actions (algo.name dqn) and bounded 1-D Box actions (td3, sac)"
-    if isinstance(space, gym.spaces.Box):
-        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
-        if len(space.shape) != 1:
-            raise UnsupportedEnv(f"env.id '{env_id}' has a Box action space of shape {space.shape}; {supported}")
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise UnsupportedEnv(f"env.id '{env_id}' has an unbounded Box action space of shape {space.shape} "
-                                 f"(low {low.tolist()}, high {high.tolist()}); {supported}")
-        return {"num_actions": 0, "action_low": tuple(low.tolist()), "action_high": tuple(high.tolist())}
-    shape = getattr(space, "shape", None)
-    raise UnsupportedEnv(f"env.id '{env_id}' has a {type(space).__name__} action space"
-                         f"{f' of shape {shape}' if shape else ''}; {supported}")
 
 
 def _register_minatar(env_id: str) -> None:
@@ -200,6 +184,7 @@ def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
         return _make_ale(env_id, num_envs, kwargs)
     env_id = registered_id(env_id)
     _register_minatar(env_id)
+    quiet_known_mujoco_warnings(env_id)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
 
@@ -256,6 +241,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; similar: {', '.join(sorted(close)[:5])}" if close else ""
         raise UnsupportedEnv(f"env.id '{env_id}' is not a registered Gymnasium environment{hint}")
+    quiet_known_mujoco_warnings(env_id)
     try:
         env = gym.make(env_id, **kwargs)
     except TypeError as err:

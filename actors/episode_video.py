@@ -2,8 +2,8 @@
 
 Pixel observations show what the agent sees: the newest frame of a stack (84x84 gray for Atari)
 or an image's channels, each in its own colour (MinAtar). CartPole's flat state is drawn as a cart and its pole, in
-numpy (Gymnasium's own renderer needs pygame, which raypex does not install). Other flat
-observations have no picture: None.
+numpy (Gymnasium's own renderer needs pygame, which raypex does not install), and Pendulum's
+[cos, sin, angular velocity] as its rod. Other flat observations have no picture: None.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def frame_of(obs: np.ndarray, env_id: str, stacked: bool) -> np.ndarray | None:
         return _enlarge(picture)
     if obs.ndim == 1 and env_id.startswith("CartPole"):
         return cartpole_frame(obs)
+    if obs.ndim == 1 and env_id.startswith("Pendulum"):
+        return pendulum_frame(obs)
     return None
 
 
@@ -58,4 +60,23 @@ def cartpole_frame(state: np.ndarray) -> np.ndarray:
     inside = (ys >= 0) & (ys < height)
     for dx in (-1, 0, 1):  # three pixels wide
         image[ys[inside], np.clip(xs[inside] + dx, 0, width - 1)] = 140
+    return image
+
+
+PENDULUM_SIDE = 100
+
+
+def pendulum_frame(state: np.ndarray) -> np.ndarray:
+    """A gray picture of Pendulum's state [cos theta, sin theta, theta_dot]: its rod from the pivot,
+    upright (the goal) when theta is 0."""
+    side = PENDULUM_SIDE
+    image = np.full((side, side), 255, np.uint8)
+    pivot = side // 2
+    along = np.linspace(0.0, 1.0, 60)
+    xs = np.rint(pivot + along * side * 0.4 * -state[1]).astype(int)  # gymnasium draws theta counter-clockwise
+    ys = np.rint(pivot - along * side * 0.4 * state[0]).astype(int)
+    for dx in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            image[np.clip(ys + dy, 0, side - 1), np.clip(xs + dx, 0, side - 1)] = 90
+    image[pivot - 2:pivot + 3, pivot - 2:pivot + 3] = 0
     return image

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from actors.action_scaling import ActionScale
-from actors.envs import EnvSpec, UnsupportedEnv, action_fields, check_algo_fits, inspect_env
+from actors.action_spaces import action_fields
+from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.loading import ConfigError, load_config
 from learner.actor_critic_networks import MLPActor
 from learner.numpy_mlp import NumpyMLPActor

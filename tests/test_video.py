@@ -54,4 +54,7 @@ def test_each_kind_of_observation_has_its_picture():
     assert (picture[16:24, 24:32] == picture[16, 24]).all() and picture[16, 24].any() and not picture[0, 0].any()
     upright, leaning = cartpole_frame(np.zeros(4)), cartpole_frame(np.array([1.0, 0.0, 0.2, 0.0]))
     assert upright.shape == (100, 150) and not (upright == leaning).all()
+    up = frame_of(np.array([1.0, 0.0, 0.0], np.float32), "Pendulum-v1", stacked=False)  # theta 0: upright
+    down = frame_of(np.array([-1.0, 0.0, 0.0], np.float32), "Pendulum-v1", stacked=False)
+    assert up.shape == (100, 100) and up[20, 50] < 255 == up[80, 50] and down[80, 50] < 255 == down[20, 50]
     assert frame_of(np.zeros(8, np.float32), "LunarLander-v3", stacked=False) is None  # no picture

@@ -18,7 +18,6 @@ collector chose). `--stage learner` measures only the learner on its device (the
 cluster has one), per precision x CUDA-graph capture: fed by the replay with collectors running at a
 high replay ratio (`learner_<precision>_<capture>` vs the same loop fed from batches already made,
 on a GPU replay indices already on the GPU), and the GPU's busy fraction while fed.
-
 `--stage startup` runs `raypex train` itself (3 times; --quick: once): each start-up moment's seconds.
 
 `--stage priorities` measures what prioritized replay costs: the replay's add, draw and update
@@ -97,6 +96,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.json is not None and not args.json.parent.is_dir():
         raise UsageError(f"--json {args.json}: directory {args.json.parent} does not exist")
     from actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
+
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
         check_algo_fits(config.algo.name, spec, config.env.id)
