@@ -84,7 +84,8 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str) -> None:
                              f"{spec.num_actions} Discrete actions: use algo.name dqn")
     if algo not in CONTINUOUS_ALGOS and spec.action_dim:
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
-                             f"space of shape ({spec.action_dim},): use algo.name td3 or sac")
+                             f"space of shape ({spec.action_dim},): use algo.name td3 or sac "
+                             "(configs/pendulum.yaml has settings for both)")
     if algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"algo.name {algo} learns from flat (1-D) observations; env.id '{env_id}' has "
                              f"observations of shape {spec.obs_shape}")
@@ -225,7 +226,8 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
 
 def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> EnvSpec:
     """Check that `env_id` exists and has an action space raypex learns on (Discrete, or a bounded
-    1-D Box) and an observation it learns on: a flat Box vector, 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images
+    1-D Box) and an observation it learns on: a flat Box vector, 2-D uint8 frames (stacked
+    `frame_stack` deep), or rank-3 images
     (their channels are the network's input channels; `frame_stack` does not apply)."""
     if is_ale(env_id):
         import warnings

@@ -219,6 +219,18 @@ def sac_evaluated(ran: Ran) -> None:
     assert float(re.match(r"mean return (\S+) over 100 episodes", ran.out).group(1)) >= -300, ran.out
 
 
+def halfcheetah_ran(ran: Ran) -> None:
+    """The mujoco extra: HalfCheetah's six float actions stored and acted in its bounds."""
+    from learner.policy_file import load_policy
+
+    run = the_run(ran)
+    result = summary(run)
+    assert result["env_id"] == "HalfCheetah-v5" and result["ended"] == "env_steps" and result["epochs"] > 0, result
+    assert "losses/temperature" in scalars(run) and "WARNING: compiler attribute" not in ran.err
+    actions = load_policy(run / "policy.pt2").act(np.zeros(17, np.float32))
+    assert actions.shape == (6,) and (np.abs(actions) <= 1.0).all()
+
+
 def trained_until_stopped(env_id: str):
     def check(ran: Ran) -> None:
         result = summary(the_run(ran))
@@ -401,6 +413,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                                               "a short run: the SAC line below shows learning", check=td3_ran),
     "raypex train configs/pendulum.yaml algo.name=sac --run-dir runs/pendulum-sac": Run(check=sac_solved),
     "raypex eval runs/pendulum-sac --episodes 100": Run(check=sac_evaluated),
+    "raypex train configs/halfcheetah.yaml algo.name=sac": Run(
+        "stop.env_steps=3000 replay.min_size=1000 learner.updates_per_epoch=20 eval.every_epochs=2 eval.episodes=2",
+        "a short run: the 18-minute one is in BENCHMARKS.md", check=halfcheetah_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32 replay.min_size=5000 "
