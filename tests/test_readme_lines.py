@@ -192,19 +192,21 @@ def minatar_trained(ran: Ran) -> None:
 
 
 def td3_ran(ran: Ran) -> None:
-    """A short TD3 run through the real cluster: each collector's own noise in TensorBoard, the
-    actor's loss, and a policy.pt2 giving actions inside Pendulum's bounds."""
+    """A short TD3 run on MuJoCo (the mujoco extra) through the real cluster: each collector's own
+    noise in TensorBoard, the actor's loss, HalfCheetah's six float actions acted in its bounds, and
+    MuJoCo's known deprecation warning kept out of the output."""
     from learner.policy_file import load_policy
 
     run = the_run(ran)
     result = summary(run)
-    assert result["env_id"] == "Pendulum-v1" and result["ended"] == "env_steps" and result["epochs"] > 0, result
+    assert result["env_id"] == "HalfCheetah-v5" and result["ended"] == "env_steps" and result["epochs"] > 0, result
     tags = scalars(run)
     noise = [tags[f"collector/{i}/noise"][-1] for i in range(2)]
     assert noise == pytest.approx([0.1 / 3, 0.1 * 3]), noise  # spread Ape-X style
     assert np.isfinite(tags["losses/actor_loss"]).all() and np.isfinite(tags["losses/td_loss"]).all()
-    actions = load_policy(run / "policy.pt2").act(np.zeros((5, 3), np.float32))
-    assert actions.shape == (5, 1) and actions.dtype == np.float32 and (np.abs(actions) <= 2.0).all()
+    assert "WARNING: compiler attribute" not in ran.err + ran.out
+    actions = load_policy(run / "policy.pt2").act(np.zeros((5, 17), np.float32))
+    assert actions.shape == (5, 6) and actions.dtype == np.float32 and (np.abs(actions) <= 1.0).all()
 
 
 def sac_solved(ran: Ran) -> None:
@@ -214,21 +216,10 @@ def sac_solved(ran: Ran) -> None:
 
 
 def sac_evaluated(ran: Ran) -> None:
-    # Seed 0's saved policy scored -207 over 100 fresh episodes here; a random policy scores about
-    # -1200. -300 catches a policy that is not the solved one without failing on sampling noise.
+    # With 64x64 networks seeds 0-2's saved policies scored -200, -176 and -184 over 100 fresh
+    # episodes here; a random policy scores about -1200. -300 catches a policy that is not the
+    # solved one without failing on sampling noise.
     assert float(re.match(r"mean return (\S+) over 100 episodes", ran.out).group(1)) >= -300, ran.out
-
-
-def halfcheetah_ran(ran: Ran) -> None:
-    """The mujoco extra: HalfCheetah's six float actions stored and acted in its bounds."""
-    from learner.policy_file import load_policy
-
-    run = the_run(ran)
-    result = summary(run)
-    assert result["env_id"] == "HalfCheetah-v5" and result["ended"] == "env_steps" and result["epochs"] > 0, result
-    assert "losses/temperature" in scalars(run) and "WARNING: compiler attribute" not in ran.err
-    actions = load_policy(run / "policy.pt2").act(np.zeros(17, np.float32))
-    assert actions.shape == (6,) and (np.abs(actions) <= 1.0).all()
 
 
 def trained_until_stopped(env_id: str):
@@ -409,13 +400,12 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     'collectors.num_cpus=1 learner.num_cpus=4"': Elsewhere(
         LAUNCHER, "check_fits", "needs an AWS account; that its nodes hold this command is checked"),
     "raypex train configs/cartpole.yaml replay.prioritized=true": Run(check=prioritized_solved),
-    "raypex train configs/pendulum.yaml": Run("stop.env_steps=4000 stop.eval_return=null eval.every_epochs=2",
-                                              "a short run: the SAC line below shows learning", check=td3_ran),
-    "raypex train configs/pendulum.yaml algo.name=sac --run-dir runs/pendulum-sac": Run(check=sac_solved),
+    "raypex train configs/pendulum.yaml algo.name=sac --run-dir runs/pendulum-sac": Run(
+        "network.hidden=[64,64]", "the same learning in half the time (BENCHMARKS.md has both sizes)", check=sac_solved),
     "raypex eval runs/pendulum-sac --episodes 100": Run(check=sac_evaluated),
-    "raypex train configs/halfcheetah.yaml algo.name=sac": Run(
-        "stop.env_steps=3000 replay.min_size=1000 learner.updates_per_epoch=20 eval.every_epochs=2 eval.episodes=2",
-        "a short run: the 18-minute one is in BENCHMARKS.md", check=halfcheetah_ran),
+    "raypex train configs/halfcheetah.yaml": Run(
+        "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_epochs=2 eval.episodes=1",
+        "a short run: the 30-minute ones are in BENCHMARKS.md", check=td3_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32 replay.min_size=5000 "
