@@ -13,23 +13,37 @@ from __future__ import annotations
 import numpy as np
 
 
+def linear_layer(arrays: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(W transposed, bias) of layer `name`: transposed once here so every call is x @ W."""
+    return np.ascontiguousarray(arrays[f"{name}.weight"].T), arrays[f"{name}.bias"]
+
+
+def torso_layers(arrays: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The `torso.N` Linear layers of a state dict, in order."""
+    names = sorted({name.rsplit(".", 1)[0] for name in arrays if name.startswith("torso.")},
+                   key=lambda prefix: int(prefix.split(".")[1]))
+    return [linear_layer(arrays, name) for name in names]
+
+
+def torso_forward(layers: list[tuple[np.ndarray, np.ndarray]], obs: np.ndarray) -> np.ndarray:
+    """ReLU(x @ W + b) through every torso layer, in float32."""
+    features = np.asarray(obs, np.float32)
+    for weight, bias in layers:
+        features = np.maximum(features @ weight + bias, 0.0)
+    return features
+
+
 class NumpyMLPQ:
     """Q-values of `MLPQNetwork` for weights given as its state-dict arrays."""
 
     def __init__(self, arrays: dict[str, np.ndarray]):
-        hidden_names = sorted({name.rsplit(".", 1)[0] for name in arrays if name.startswith("torso.")},
-                              key=lambda prefix: int(prefix.split(".")[1]))
-        # Transposed once here so every call is obs @ W.
-        self.hidden = [(np.ascontiguousarray(arrays[f"{p}.weight"].T), arrays[f"{p}.bias"]) for p in hidden_names]
-        self.advantage = (np.ascontiguousarray(arrays["advantage.weight"].T), arrays["advantage.bias"])
-        self.value = ((np.ascontiguousarray(arrays["value.weight"].T), arrays["value.bias"])
-                      if "value.weight" in arrays else None)
+        self.hidden = torso_layers(arrays)
+        self.advantage = linear_layer(arrays, "advantage")
+        self.value = linear_layer(arrays, "value") if "value.weight" in arrays else None
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """[B, obs_dim] observations -> [B, num_actions] float32 Q-values."""
-        features = np.asarray(obs, np.float32)
-        for weight, bias in self.hidden:
-            features = np.maximum(features @ weight + bias, 0.0)
+        features = torso_forward(self.hidden, obs)
         advantage = features @ self.advantage[0] + self.advantage[1]
         if self.value is None:
             return advantage
@@ -46,18 +60,12 @@ class NumpyMLPActor:
     [-1, 1], and SAC's sampled action, for weights given as its state-dict arrays."""
 
     def __init__(self, arrays: dict[str, np.ndarray]):
-        hidden_names = sorted({name.rsplit(".", 1)[0] for name in arrays if name.startswith("torso.")},
-                              key=lambda prefix: int(prefix.split(".")[1]))
-        self.hidden = [(np.ascontiguousarray(arrays[f"{p}.weight"].T), arrays[f"{p}.bias"]) for p in hidden_names]
-        self.mean = (np.ascontiguousarray(arrays["mean.weight"].T), arrays["mean.bias"])
-        self.log_std = ((np.ascontiguousarray(arrays["log_std.weight"].T), arrays["log_std.bias"])
-                        if "log_std.weight" in arrays else None)
+        self.hidden = torso_layers(arrays)
+        self.mean = linear_layer(arrays, "mean")
+        self.log_std = linear_layer(arrays, "log_std") if "log_std.weight" in arrays else None
 
     def _features(self, obs: np.ndarray) -> np.ndarray:
-        features = np.asarray(obs, np.float32)
-        for weight, bias in self.hidden:
-            features = np.maximum(features @ weight + bias, 0.0)
-        return features
+        return torso_forward(self.hidden, obs)
 
     def actions(self, obs: np.ndarray) -> np.ndarray:
         """[B, obs_dim] -> [B, action_dim] deterministic actions in [-1, 1]."""
