@@ -12,10 +12,15 @@ is right on a laptop and on a GPU box's cores:
 Published weights always land in the float32 network first; the acting copy is refreshed from it.
 Argmax over bf16 Q-values can differ from float32 only where two actions' values are within bf16's
 rounding, which epsilon-greedy acting does not notice.
+
+On a GPU (collectors.act_device cuda) nothing is timed: bf16 where the GPU has bf16 units (auto),
+channels-last for the Nature CNN, no trace; each step's observations go through one pinned staging
+buffer, one host-to-device copy, one forward, and the actions come back as one small copy.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -37,25 +42,44 @@ class ActingPolicy:
     """Greedy actions from a float32 Q-network or its bf16 acting copy, whichever `precision` says,
     run eagerly or as a oneDNN-fused trace, whichever `fusion` says."""
 
-    def __init__(self, network: nn.Module, precision: str, example_obs: np.ndarray, fusion: str = "off"):
+    def __init__(self, network: nn.Module, precision: str, example_obs: np.ndarray, fusion: str = "off",
+                 device: str = "cpu"):
         if precision not in ACT_PRECISIONS:
             raise ValueError(f"act precision {precision!r}: one of {', '.join(ACT_PRECISIONS)}")
         if fusion not in ACT_FUSIONS:
             raise ValueError(f"act fusion {fusion!r}: one of {', '.join(ACT_FUSIONS)}")
+        self.device = torch.device(device)
         self.network = network.eval()
         self.fast: nn.Module | None = None
+        self.fused: torch.jit.ScriptModule | None = None
         self.timings_ms: dict[str, float] = {}
+        self._staging: torch.Tensor | None = None  # pinned host copy of one step's observations (GPU acting)
+        if self.device.type != "cpu":
+            self._place_on_gpu(precision, example_obs)
+            return
         obs = torch.from_numpy(np.ascontiguousarray(example_obs))
         if precision == "bf16":
             self.fast = acting_copy(network, torch.bfloat16)
         elif precision == "auto":
             self.fast = self._bf16_if_faster(obs)
         self.precision = "bf16" if self.fast is not None else "fp32"
-        self.fused: torch.jit.ScriptModule | None = None
         if fusion == "on":
             self.fused = fused_trace(self.fast or self.network, obs)
         elif fusion == "auto" and obs.dim() == 4:
             self.fused = self._fused_if_faster(obs)
+
+    def _place_on_gpu(self, precision: str, example_obs: np.ndarray) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"collectors.act_device cuda: this collector's process sees no GPU "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        self.network = self.network.to(self.device)
+        if precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()):
+            self.fast = acting_copy(self.network, torch.bfloat16)
+        self.precision = "bf16" if self.fast is not None else "fp32"
+        acting = self._acting()
+        if hasattr(acting, "use_channels_last"):
+            acting.use_channels_last(True)
+        self._staging = torch.empty(example_obs.shape, dtype=torch.from_numpy(example_obs[:0]).dtype, pin_memory=True)
 
     def _bf16_if_faster(self, obs: torch.Tensor) -> nn.Module | None:
         candidate = acting_copy(self.network, torch.bfloat16)
@@ -73,7 +97,9 @@ class ActingPolicy:
 
     @property
     def form(self) -> str:
-        """What acts, in words: the dtype, and whether the forward is oneDNN-fused."""
+        """What acts, in words: the dtype, whether the forward is oneDNN-fused, and the GPU if on one."""
+        if self.device.type != "cpu":
+            return f"{self.precision}, {self.device.type}"
         return f"{self.precision}, fused" if self.fused is not None else self.precision
 
     def _acting(self):
@@ -86,14 +112,28 @@ class ActingPolicy:
         if self.fast is not None:
             refresh_acting_copy(self.fast, self.network)
 
+    def _on_device(self, obs: np.ndarray) -> torch.Tensor:
+        """`obs` where the acting network is: as it is on the CPU; on a GPU through the pinned
+        staging buffer (the copy is asynchronous; reading the result back waits for it)."""
+        batch = torch.from_numpy(obs)
+        if self._staging is None:
+            return batch
+        if batch.shape != self._staging.shape:
+            return batch.to(self.device)
+        self._staging.copy_(batch)
+        return self._staging.to(self.device, non_blocking=True)
+
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q(obs, .) as float32 numpy [N, A], from the network actions are chosen with."""
         with torch.inference_mode():
-            return self._acting()(torch.from_numpy(obs)).float().numpy()
+            return self._acting()(self._on_device(obs)).float().cpu().numpy()
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         """argmax_a Q(obs, a) for a numpy batch, without autograd."""
-        return greedy_actions(self._acting(), obs)
+        if self._staging is None:
+            return greedy_actions(self._acting(), obs)
+        with torch.inference_mode():
+            return self._acting()(self._on_device(obs)).argmax(dim=1).cpu().numpy()
 
 
 def fused_trace(network: nn.Module, example_obs: torch.Tensor) -> torch.jit.ScriptModule:

@@ -31,11 +31,12 @@ PHASES = ("act", "env", "fold", "push")
 
 
 def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
-    """The collector's acting network: numpy for an MLP (no torch imported), else torch's
-    ActingPolicy in the form this CPU runs fastest, from its own random initial weights."""
+    """The collector's acting network: numpy for an MLP acting on the CPU (no torch imported), else
+    torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own
+    random initial weights."""
     if s.action_dim:
         return ContinuousActingPolicy(s.algo, s.action_dim, s.action_noise, np.random.default_rng(seed + 1))
-    if acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
+    if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
         return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
     import torch
 
@@ -45,7 +46,7 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
-    return ActingPolicy(network, s.act_precision, example_obs, s.act_fusion)
+    return ActingPolicy(network, s.act_precision, example_obs, s.act_fusion, s.act_device)
 
 
 class Collector:

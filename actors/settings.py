@@ -36,6 +36,7 @@ class CollectorSettings:
     td_priorities: bool = False  # send each transition's |n-step TD error| with the chunk (prioritized replay)
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
+    act_device: str = "cpu"  # cpu | cuda: where the acting network runs (cuda: the GPU share Ray gave this actor)
     algo: str = "dqn"  # dqn (epsilon-greedy over num_actions) | td3 | sac (Box actions, actors/continuous_acting.py)
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()

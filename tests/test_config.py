@@ -86,6 +86,12 @@ BAD_TRAIN_ARGS = [
     (["replay.beta_anneal_updates=0"], "replay.beta_anneal_updates: Input should be greater than or equal to 1"),
     (["replay.initial_priority=mean"], "replay.initial_priority: Input should be 'td' or 'max'"),
     (["replay.prioritized=maybe"], "replay.prioritized: Input should be a valid boolean"),
+    # collectors acting on a GPU
+    (["collectors.act_device=gpu"], "collectors.act_device: Input should be 'auto', 'cpu' or 'cuda'"),
+    (["collectors.num_gpus=0"], "collectors.num_gpus: must be auto or a share of one GPU from 0.0001 to 1"),
+    (["collectors.act_device=cuda", "collectors.act_fusion=on"], "act_fusion on is oneDNN's, for CPUs"),
+    (["collectors.act_device=cuda", "learner.device=cpu"], "collectors.act_device cuda shares the learner's GPU"),
+    (["configs/pendulum.yaml", "collectors.act_device=cuda"], "collectors.act_device cuda is for dqn; algo.name td3"),
 ]
 
 

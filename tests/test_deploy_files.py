@@ -4,6 +4,7 @@ commands they run are real commands with real config keys, and the nodes they as
 those commands' configs ask Ray for (placement's own fit check, with the nodes the files declare).
 """
 
+import io
 import re
 import shlex
 from pathlib import Path
@@ -16,7 +17,10 @@ from cluster.commands.cli import build_parser, parse_command_line
 from cluster.commands.usage import split_positional
 from cluster.config.loading import load_config
 from cluster.config.schema import RunConfig
+from cluster.driver.devices import choose_act_device, with_act_device
 from cluster.driver.placement import PlacementError, ResourceRequest, check_fits
+from cluster.driver.progress import ProgressLine
+from cluster.driver.wiring import resource_request
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "cluster" / "deploy"
@@ -35,8 +39,11 @@ def train_config(command: str) -> RunConfig:
     return load_config(config_path, overrides)
 
 
-def request_of(config: RunConfig, gpus: int) -> ResourceRequest:
-    return ResourceRequest(config.collectors.num, config.collectors.num_cpus, config.learner.num_cpus, gpus)
+def request_of(config: RunConfig, nodes: list[dict[str, float]]) -> ResourceRequest:
+    """What `raypex train` asks of these nodes for Pong: the learner on the GPU, and collectors acting where
+    collectors.act_device auto puts them (their CPUs when some node has no GPU)."""
+    act_device = choose_act_device(config, nodes, "cuda", True, ProgressLine(io.StringIO()))
+    return resource_request(with_act_device(config, act_device), "cuda")
 
 
 def pod_nodes(cluster_spec: dict) -> list[dict[str, float]]:
@@ -60,12 +67,12 @@ def test_the_kuberay_job_runs_a_real_command_that_its_pods_can_hold():
     config = train_config(job["spec"]["entrypoint"])
     nodes = pod_nodes(job["spec"]["rayClusterSpec"])
     assert any(n.get("GPU") for n in nodes)  # the learner's group
-    check_fits(request_of(config, gpus=1), nodes)  # raises, naming what is missing, when it does not fit
+    check_fits(request_of(config, nodes), nodes)  # raises, naming what is missing, when it does not fit
     # the same command on one collector pod fewer no longer fits: the file is sized, not padded
     spec = job["spec"]["rayClusterSpec"]
     spec["workerGroupSpecs"][-1]["replicas"] -= 1
     with pytest.raises(PlacementError, match="do not fit|needs"):
-        check_fits(request_of(config, gpus=1), pod_nodes(spec))
+        check_fits(request_of(config, pod_nodes(spec)), pod_nodes(spec))
 
 
 def test_the_kuberay_cluster_holds_the_command_its_header_gives():
@@ -73,7 +80,8 @@ def test_the_kuberay_cluster_holds_the_command_its_header_gives():
     cluster = yaml.safe_load(text)
     assert cluster["kind"] == "RayCluster"
     command = re.search(r"-- (raypex train .*)", text).group(1)
-    check_fits(request_of(train_config(command), gpus=1), pod_nodes(cluster["spec"]))
+    nodes = pod_nodes(cluster["spec"])
+    check_fits(request_of(train_config(command), nodes), nodes)
 
 
 def test_the_launcher_file_starts_nodes_that_hold_its_command():
@@ -86,7 +94,7 @@ def test_the_launcher_file_starts_nodes_that_hold_its_command():
         if name != launcher["head_node_type"]:
             nodes += [INSTANCE_SHAPES[node_type["node_config"]["InstanceType"]]] * node_type["min_workers"]
     command = re.search(r'"[^"]*?(RAY_AUTH_MODE=token raypex train [^"]*)"', text).group(1)
-    check_fits(request_of(train_config(command), gpus=1), nodes)
+    check_fits(request_of(train_config(command), nodes), nodes)
     # raypex is installed on every node, with the extras that exist
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     installs = [c for c in launcher["setup_commands"] if "pip install -e" in c]

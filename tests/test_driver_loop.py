@@ -74,7 +74,7 @@ def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     connect(None)
     try:
-        group = reserve_resources(config, 0)
+        group = reserve_resources(config, "cpu")
         observer = PressCtrlC()
         run_dir = tmp_path / "run"
         run_dir.mkdir()

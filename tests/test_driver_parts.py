@@ -10,9 +10,11 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from cluster.config.loading import load_config
 from cluster.driver.checkpoints import OutputNotWritten, list_checkpoints, load_latest, read_replay, save_checkpoint
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.outcome import RunOutcome
@@ -21,8 +23,8 @@ from cluster.driver.placement import (
     ResourceRequest,
     best_learner_node,
     check_fits,
-    cpus_beside_learner,
     pair_strategy,
+    room_beside_learner,
 )
 from cluster.driver.progress import ProgressLine
 from cluster.driver.reaper import cluster_processes, reap, still_running
@@ -208,16 +210,19 @@ PLACEMENT_TABLE = [
     ("GPU node + CPU nodes", [{"CPU": 4.0}, {"CPU": 8.0, "GPU": 1.0}, {"CPU": 4.0}], (9, 1.0, 4.0, 1), 1, "SPREAD"),
     ("GPU node + CPU nodes, few collectors", [{"CPU": 4.0}, {"CPU": 8.0, "GPU": 1.0}, {"CPU": 4.0}], (3, 1.0, 4.0, 1),
      1, "STRICT_SPREAD"),
+    # collectors acting on the GPU (collectors.act_device): half a GPU for the learner, 0.5/11 each for 11 collectors
+    ("one GPU box, GPU acting", [{"CPU": 16.0, "GPU": 1.0}], (11, 1.0, 4.0, 0.5, 0.0454), 0, "PACK"),
+    ("two GPU boxes, GPU acting", [{"CPU": 8.0, "GPU": 1.0}, {"CPU": 8.0, "GPU": 1.0}], (8, 1.0, 2.0, 0.5, 0.0625), 0,
+     "SPREAD"),
 ]
 
 
 @pytest.mark.parametrize("shape,nodes,asked,learner_node,strategy", PLACEMENT_TABLE, ids=[r[0] for r in PLACEMENT_TABLE])
 def test_placement_finds_the_layout_each_node_shape_allows(shape, nodes, asked, learner_node, strategy):
-    collectors, collector_cpus, learner_cpus, learner_gpus = asked
-    request = ResourceRequest(collectors, collector_cpus, learner_cpus, learner_gpus)
+    request = ResourceRequest(*asked)
     check_fits(request, nodes)
     assert best_learner_node(request, nodes) == learner_node
-    assert pair_strategy(request, cpus_beside_learner(request, nodes, learner_node)) == strategy
+    assert pair_strategy(request, room_beside_learner(request, nodes, learner_node)) == strategy
 
 
 def test_placement_refuses_shapes_with_no_layout_in_one_line():
@@ -235,6 +240,14 @@ def test_placement_refuses_shapes_with_no_layout_in_one_line():
     check_fits(ResourceRequest(2, 1.5, 2.0, 0), nodes)
     with pytest.raises(PlacementError, match="on nodes of 1 x 3 CPU \\+ 1 GPU, 1 x 2 CPU: at most 1 do"):
         check_fits(ResourceRequest(2, 1.5, 2.0, 1), nodes)
+    # Collectors acting on a GPU go only where a GPU share is left: CPUs on a CPU-only node do not hold them.
+    gpu_acting = ResourceRequest(4, 1.0, 1.0, 0.5, 0.1)
+    with pytest.raises(PlacementError, match="^4 collectors of 1 CPUs \\+ 0.1 GPU do not fit beside the learner "
+                       "on nodes of 1 x 3 CPU \\+ 1 GPU, 1 x 2 CPU: at most 2 do"):
+        check_fits(gpu_acting, nodes)
+    with pytest.raises(PlacementError, match=r"needs 1.7 GPUs \(learner 0.5 \+ 4 x collector 0.3\) but the Ray "
+                       "cluster has 1; lower collectors.num_gpus"):
+        check_fits(ResourceRequest(4, 0.5, 1.0, 0.5, 0.3), nodes)
 
 
 def test_the_solve_clock_starts_when_the_command_process_started():
@@ -334,7 +347,6 @@ def test_a_node_with_other_software_is_named_with_what_differs():
 
 
 def test_the_hparams_entry_reads_real_config_keys_and_results_left_out_when_missing():
-    from cluster.config.loading import load_config
     from cluster.driver.tensorboard_layout import HPARAM_KEYS, hparam_values, hparams_summaries, result_scalars
 
     config = load_config(None, ["learner.lr=0.002"])
@@ -370,3 +382,54 @@ def test_the_startup_timeline_keeps_each_moments_earliest_report_in_phase_order(
     assert list(timeline.seconds()) == [p for p in PHASES if p in timeline.seconds()]
     with pytest.raises(ValueError, match="unknown start-up phase 'first_step'"):
         timeline.mark("first_step", 1.0)
+
+
+GPU_BOX = [{"CPU": 16.0, "GPU": 1.0}]
+MIXED = [{"CPU": 8.0, "GPU": 1.0}, {"CPU": 16.0}]
+
+
+@pytest.mark.parametrize("overrides,nodes,learner_device,image_obs,expected,said", [
+    (["collectors.num=11"], GPU_BOX, "cuda", True, "cuda",
+     "auto: cuda (an image network and a GPU on every node; each collector reserves 0.0454 GPU)"),
+    ([], MIXED, "cuda", True, "cpu", "auto: cpu (1 of the cluster's 2 nodes have no GPU; collectors.act_device=cuda"),
+    ([], GPU_BOX, "cuda", False, "cpu", None),  # an MLP acts in numpy on its core
+    ([], GPU_BOX, "cpu", True, "cpu", None),  # the learner stays on the CPU (cuda_graphs off)
+    (["collectors.act_device=cpu"], GPU_BOX, "cuda", True, "cpu", None),
+    (["collectors.act_device=cuda"], MIXED, "cuda", True, "cuda", None),  # asked for: only GPU nodes get collectors
+], ids=["one GPU box", "a node without GPU", "MLP", "CPU learner", "cpu asked", "cuda asked"])
+def test_collectors_act_on_the_gpu_for_image_networks_when_every_node_has_one(overrides, nodes, learner_device,
+                                                                               image_obs, expected, said):
+    from cluster.driver.devices import choose_act_device
+
+    stream = io.StringIO()
+    config = load_config(None, overrides)
+    assert choose_act_device(config, nodes, learner_device, image_obs, ProgressLine(stream)) == expected
+    assert (said in stream.getvalue()) if said else stream.getvalue() == ""
+
+
+def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_keeps_auto():
+    from cluster.driver.devices import choose_act_device, gpu_requests, with_act_device
+
+    config = load_config(None, ["collectors.num=11"])
+    assert gpu_requests(config, "cuda", "cpu") == (1.0, 0.0)
+    assert gpu_requests(config, "cuda", "cuda") == (0.5, 0.0454)  # 11 x 0.0454 = 0.4994 of the other half
+    assert gpu_requests(load_config(None, ["collectors.num_gpus=0.1"]), "cuda", "cuda") == (0.5, 0.1)
+    resolved = with_act_device(config, "cuda")
+    assert (resolved.collectors.act_device, resolved.collectors.num_gpus) == ("cuda", 0.0454)
+    assert (config.collectors.act_device, config.collectors.num_gpus) == ("auto", "auto")
+    check_fits(ResourceRequest(11, 1.0, 4.0, *gpu_requests(config, "cuda", "cuda")), GPU_BOX)
+    with pytest.raises(PlacementError, match="^collectors.act_device is cuda but the Ray cluster has no GPU; use auto"):
+        choose_act_device(load_config(None, ["collectors.act_device=cuda"]), [{"CPU": 2.0}], "cpu", True,
+                          ProgressLine(io.StringIO()))
+
+
+def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():
+    from actors.collector import acting_policy
+    from actors.settings import CollectorSettings
+
+    settings = CollectorSettings(
+        index=0, num_collectors=1, env_id="MinAtar/Breakout-v1", env_kwargs={}, num_envs=2, obs_shape=(4, 10, 10),
+        obs_dtype="uint8", num_actions=3, hidden=[8], dueling=True, n_step=1, gamma=0.99, chunk_steps=1,
+        epsilon_base=0.4, epsilon_alpha=7.0, epsilon_anneal_steps=0, seed=0, act_device="cuda")
+    with pytest.raises(RuntimeError, match="^collectors.act_device cuda: this collector's process sees no GPU"):
+        acting_policy(settings, np.zeros((2, 4, 10, 10), np.uint8), 0)

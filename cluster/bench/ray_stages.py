@@ -128,7 +128,7 @@ class ClusterBench:
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
-        group = reserve_resources(config, 1 if self.device == "cuda" else 0)
+        group = reserve_resources(config, self.device)
         actors = start_actors(config, self.spec, group, self.device, uuid.uuid4().hex[:8], ProbedLearnerActor)
         ray.get(actors.learner.warmup.remote(None))
         return group, actors
@@ -232,7 +232,7 @@ class ClusterBench:
     def observed_run(self, config: RunConfig, run_dir: Path, observer) -> TrainingRun:
         """A whole training run of `config` on this cluster, watched by `observer` (a
         RunObserver), its progress lines in run_dir/progress.log; returns the finished run."""
-        group = reserve_resources(config, 1 if self.device == "cuda" else 0)
+        group = reserve_resources(config, self.device)
         run_dir.mkdir(parents=True)
         with open(run_dir / "progress.log", "w") as log:
             run = TrainingRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log),

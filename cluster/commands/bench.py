@@ -246,14 +246,16 @@ def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
     (UsageError, with Ray shut down again, when the config asks for a device or more CPUs than
     the cluster has: said before any stage runs, not when the first one asks Ray for them)."""
     from cluster.bench.ray_stages import ClusterBench
-    from cluster.commands.train import choose_device
-    from cluster.driver.placement import PlacementError, alive_nodes, check_fits
-    from cluster.driver.wiring import cluster_gpus, connect, resource_request, shutdown
+    from cluster.driver.devices import choose_act_device, choose_device, with_act_device
+    from cluster.driver.placement import PlacementError, check_fits
+    from cluster.driver.wiring import cluster_gpus, connect, node_resources, resource_request, shutdown
 
     connect(None)
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
-        check_fits(resource_request(config, 1 if device == "cuda" else 0), [r for _, r in alive_nodes()])
+        nodes = node_resources()
+        config = with_act_device(config, choose_act_device(config, nodes, device, len(spec.obs_shape) == 3, progress))
+        check_fits(resource_request(config, device), nodes)
     except PlacementError as err:
         shutdown()
         raise UsageError(str(err)) from None

@@ -55,35 +55,6 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tup
     return config, run_dir, None
 
 
-def choose_device(config: RunConfig, gpus_in_cluster: float, progress: ProgressLine, flat_obs: bool) -> str:
-    """'cuda' or 'cpu' for the learner; with learner.device auto, says which and why.
-
-    The rule, from measurements on an H100 box (BENCHMARKS.md, "The learner on its GPU"): with its
-    update captured as a CUDA graph even CartPole's 64x64 MLP trains faster on the GPU than on a
-    CPU core (1.37M vs 0.12M samples/s) and CartPole solved no slower; launched eagerly, that MLP
-    was slower on the GPU (87k samples/s), so an MLP with cuda_graphs off stays on the CPU.
-    """
-    wanted = config.learner.device
-    if wanted == "cuda" and gpus_in_cluster < 1:
-        raise PlacementError("learner.device is cuda but the Ray cluster has no GPU; use learner.device=auto or cpu")
-    if wanted == "auto":
-        if gpus_in_cluster >= 1 and not (flat_obs and config.learner.cuda_graphs == "off"):
-            progress.message("learner.device auto: cuda (the cluster has a GPU; the update runs there as one "
-                             "captured CUDA graph)")
-            return "cuda"
-        if gpus_in_cluster >= 1:
-            progress.message("learner.device auto: cpu (an MLP updated eagerly, cuda_graphs off, trains faster "
-                             "on a CPU core than on the GPU)")
-        else:
-            progress.message("no GPU in the Ray cluster: the learner runs on CPU")
-        if config.learner.precision == "fp16":
-            raise PlacementError("learner.precision fp16 needs a GPU and the cluster has none; use bf16 or fp32")
-        if config.learner.cuda_graphs == "on":
-            raise PlacementError("learner.cuda_graphs on needs a GPU and the cluster has none; use auto or off")
-        return "cpu"
-    return wanted
-
-
 def run_train(args: argparse.Namespace, clock_start: float) -> int:
     """The whole `raypex train` command; returns the exit code."""
     progress = ProgressLine(sys.stderr)
@@ -116,9 +87,10 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         progress.message(f"warning: {warning}")
 
     from cluster.driver.address import ConnectError
+    from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.run import TrainingRun
     from cluster.driver.versions import VersionMismatch, check_node_versions
-    from cluster.driver.wiring import cluster_gpus, connect, reserve_resources, shutdown
+    from cluster.driver.wiring import cluster_gpus, connect, node_resources, reserve_resources, shutdown
 
     code_dir = code_to_ship(config.env.id)
     if address is None and (address := ray_job_address()) is not None:
@@ -134,7 +106,9 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
-        group = reserve_resources(config, 1 if device == "cuda" else 0)
+        act_device = choose_act_device(config, node_resources(), device, len(spec.obs_shape) == 3, progress)
+        run_config = with_act_device(config, act_device)
+        group = reserve_resources(run_config, device)
         startup.mark("resources_reserved", time.time())
         if not started_local:  # a cluster others set up: its nodes may run other versions
             check_node_versions(group)
@@ -142,7 +116,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
-        run = TrainingRun(config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
+        run = TrainingRun(run_config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
                           kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
         code = run.execute(config_text)
         written = run_dir / "summary.json"  # what the run wrote at its end is what callers get

@@ -19,6 +19,7 @@ from cluster.config.section import Section
 MAX_SAMPLES_PER_RUN = 1e12  # about 12 days at a million samples/s
 MAX_SAMPLES_PER_EPOCH = 1e9  # about 17 minutes at a million samples/s between weight broadcasts
 SLOW_EPOCH_SAMPLES = 1e7  # above this, an epoch lasts a minute or more on a CPU learner: warned
+MIN_GPU_SHARE = 1e-4  # the finest GPU fraction Ray allots
 
 
 def on_off_from_yaml_bools(value: Any) -> Any:
@@ -110,7 +111,30 @@ class CollectorsConfig(Section):
         "auto", description="Run the acting forward as a TorchScript trace with oneDNN Graph fusion: auto = for "
         "image networks where it is at least 1.1x faster than eager (timed when each collector starts)."
     )
+    act_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where collectors run their acting network: auto = the GPU for image networks when the "
+        "learner trains on a GPU and every node of the cluster has one (each collector then asks Ray for num_gpus of "
+        "it), else the CPU. cuda: one host-to-device copy of each vector step's observations, one forward, actions "
+        "back (dqn only: td3 and sac act in numpy)."
+    )
+    num_gpus: float | Literal["auto"] = Field(
+        "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "
+        "the collectors (the learner takes the other half of its GPU)."
+    )
     _act_fusion_on_off = field_validator("act_fusion", mode="before")(on_off_from_yaml_bools)
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _gpu_share(cls, value: Any) -> Any:
+        if value != "auto" and not MIN_GPU_SHARE <= value <= 1.0:
+            raise ValueError(f"must be auto or a share of one GPU from {MIN_GPU_SHARE:g} to 1")
+        return value
+
+    @model_validator(mode="after")
+    def _fusion_is_for_cpus(self) -> CollectorsConfig:
+        if self.act_device == "cuda" and self.act_fusion == "on":
+            raise ValueError("act_fusion on is oneDNN's, for CPUs; with act_device cuda use auto or off")
+        return self
 
 
 class LearnerConfig(Section):
@@ -274,6 +298,12 @@ class RunConfig(Section):
         if continuous and self.learner.cuda_graphs == "on":
             raise ValueError(f"learner.cuda_graphs on is not built for algo.name {self.algo.name} yet (its updates "
                              "run eagerly); use auto or off")
+        if continuous and self.collectors.act_device == "cuda":
+            raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act in "
+                             "numpy on their CPU; use auto or cpu")
+        if self.collectors.act_device == "cuda" and self.learner.device == "cpu":
+            raise ValueError("collectors.act_device cuda shares the learner's GPU, and learner.device is cpu; "
+                             "use collectors.act_device auto or cpu, or learner.device auto or cuda")
         if continuous and self.replay.prioritized and self.replay.initial_priority == "td":
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")

@@ -26,12 +26,13 @@ class PlacementError(Exception):
 
 @dataclass(frozen=True)
 class ResourceRequest:
-    """CPUs and GPUs each actor kind asks for."""
+    """CPUs and GPUs each actor kind asks for (GPU shares are fractions of one GPU)."""
 
     num_collectors: int
     collector_cpus: float
     learner_cpus: float
-    learner_gpus: int
+    learner_gpus: float
+    collector_gpus: float = 0.0  # > 0 when collectors act on a GPU (collectors.act_device)
 
     def bundles(self) -> list[dict[str, float]]:
         """Bundle 0 for the learner, bundle i+1 for collector i."""
@@ -39,6 +40,8 @@ class ResourceRequest:
         if self.learner_gpus:
             learner["GPU"] = float(self.learner_gpus)
         pair = {"CPU": self.collector_cpus}
+        if self.collector_gpus:
+            pair["GPU"] = float(self.collector_gpus)
         return [learner] + [dict(pair) for _ in range(self.num_collectors)]
 
 
@@ -54,14 +57,25 @@ def _node_text(nodes: list[dict[str, float]]) -> str:
     return ", ".join(f"{count} x {shape}" for shape, count in shapes.items())
 
 
-def pair_slots(cpus: list[float], pair_cpus: float) -> list[int]:
-    """How many collectors each node's free CPUs hold."""
-    return [int((c + _EPS) // pair_cpus) if pair_cpus > 0 else 1 << 30 for c in cpus]
+def _fits(free: float, each: float) -> int:
+    return int((free + _EPS) // each) if each > 0 else 1 << 30
 
 
-def cpus_beside_learner(request: ResourceRequest, nodes: list[dict[str, float]], learner_node: int) -> list[float]:
-    """Each node's CPUs once the learner's bundle sits on node `learner_node`."""
-    return [n.get("CPU", 0.0) - (request.learner_cpus if i == learner_node else 0.0) for i, n in enumerate(nodes)]
+def pair_slots(request: ResourceRequest, room: list[dict[str, float]]) -> list[int]:
+    """How many collectors each node's free CPUs (and GPU shares, when they act on a GPU) hold."""
+    return [min(_fits(r.get("CPU", 0.0), request.collector_cpus), _fits(r.get("GPU", 0.0), request.collector_gpus))
+            for r in room]
+
+
+def room_beside_learner(request: ResourceRequest, nodes: list[dict[str, float]],
+                        learner_node: int) -> list[dict[str, float]]:
+    """Each node's CPUs and GPUs once the learner's bundle sits on node `learner_node`."""
+    room = []
+    for i, node in enumerate(nodes):
+        here = i == learner_node
+        room.append({"CPU": node.get("CPU", 0.0) - (request.learner_cpus if here else 0.0),
+                     "GPU": node.get("GPU", 0.0) - (request.learner_gpus if here else 0.0)})
+    return room
 
 
 def _holds_learner(request: ResourceRequest, node: dict[str, float]) -> bool:
@@ -71,12 +85,11 @@ def _holds_learner(request: ResourceRequest, node: dict[str, float]) -> bool:
 def best_learner_node(request: ResourceRequest, nodes: list[dict[str, float]]) -> int | None:
     """The node for the learner after which the most pairs get a node of their own (then the
     most pair slots); None when no node that can hold the learner leaves room for every pair."""
-    pair_cpus = request.collector_cpus
     best, best_key = None, None
     for i, node in enumerate(nodes):
         if not _holds_learner(request, node):
             continue
-        slots = pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus)
+        slots = pair_slots(request, room_beside_learner(request, nodes, i))
         if sum(slots) < request.num_collectors:
             continue
         key = (sum(1 for s in slots if s > 0), sum(slots))
@@ -93,10 +106,17 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
     total_gpu = sum(n.get("GPU", 0.0) for n in nodes)
     bundles = request.bundles()
     need_cpu = sum(b["CPU"] for b in bundles)
-    if request.learner_gpus > total_gpu:
+    if request.learner_gpus > total_gpu + _EPS:
         raise PlacementError(
-            f"the learner asks for {request.learner_gpus} GPU but the Ray cluster has {total_gpu:g}; "
+            f"the learner asks for {request.learner_gpus:g} GPU but the Ray cluster has {total_gpu:g}; "
             "set learner.device=cpu or add a GPU node"
+        )
+    need_gpu = request.learner_gpus + request.num_collectors * request.collector_gpus
+    if request.collector_gpus and need_gpu > total_gpu + _EPS:
+        raise PlacementError(
+            f"the run needs {need_gpu:g} GPUs (learner {request.learner_gpus:g} + {request.num_collectors} x "
+            f"collector {request.collector_gpus:g}) but the Ray cluster has {total_gpu:g}; lower collectors.num_gpus "
+            "or set collectors.act_device=cpu"
         )
     if need_cpu > total_cpu + 1e-9:
         raise PlacementError(
@@ -111,11 +131,12 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
                 f"one {name} needs {bundle['CPU']:g} CPUs on a single node but the largest node has {largest:g}"
             )
     if best_learner_node(request, nodes) is None:
-        pair_cpus = request.collector_cpus
-        most = max((sum(pair_slots(cpus_beside_learner(request, nodes, i), pair_cpus))
+        pair = f"{request.collector_cpus:g} CPUs" + (f" + {request.collector_gpus:g} GPU" if request.collector_gpus
+                                                     else "")
+        most = max((sum(pair_slots(request, room_beside_learner(request, nodes, i)))
                     for i, n in enumerate(nodes) if _holds_learner(request, n)), default=0)
         raise PlacementError(
-            f"{request.num_collectors} collectors of {pair_cpus:g} CPUs do not fit beside the learner "
+            f"{request.num_collectors} collectors of {pair} do not fit beside the learner "
             f"on nodes of {_node_text(nodes)}: at most {most} do; lower collectors.num or collectors.num_cpus, "
             "or add nodes"
         )
@@ -131,10 +152,10 @@ def node_addresses() -> dict[str, str]:
     return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
 
 
-def pair_strategy(request: ResourceRequest, cpus: list[float]) -> str:
-    """How to lay out the pairs on nodes with `cpus` free beside the learner: STRICT_SPREAD when
+def pair_strategy(request: ResourceRequest, room: list[dict[str, float]]) -> str:
+    """How to lay out the pairs on nodes with `room` free beside the learner: STRICT_SPREAD when
     every pair can have a node of its own, SPREAD when at least two nodes have room, else PACK."""
-    roomy = sum(1 for slots in pair_slots(cpus, request.collector_cpus) if slots > 0)
+    roomy = sum(1 for slots in pair_slots(request, room) if slots > 0)
     if 1 < request.num_collectors <= roomy:
         return "STRICT_SPREAD"
     return "SPREAD" if roomy > 1 else "PACK"
@@ -169,7 +190,7 @@ def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
         raise _not_placed(bundles, timeout_s)
     learner_node = placement_group_table(learner)["bundles_to_node_id"][0]
     index = next((i for i, (node_id, _) in enumerate(nodes) if node_id == learner_node), -1)
-    strategy = pair_strategy(request, cpus_beside_learner(request, resources, index))
+    strategy = pair_strategy(request, room_beside_learner(request, resources, index))
     attempts = [strategy, "PACK"] if strategy == "STRICT_SPREAD" else [strategy]
     for attempt, strategy in enumerate(attempts):
         left = deadline - time.monotonic()

@@ -23,7 +23,8 @@ from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
 from cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
-from cluster.driver.placement import Reservation, ResourceRequest, in_bundle, node_addresses, reserve
+from cluster.driver.devices import gpu_requests
+from cluster.driver.placement import Reservation, ResourceRequest, alive_nodes, in_bundle, node_addresses, reserve
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
@@ -130,19 +131,27 @@ def cluster_gpus() -> float:
     return sum(n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive"))
 
 
-def resource_request(config: RunConfig, learner_gpus: int) -> ResourceRequest:
-    """What the config asks Ray for."""
+def node_resources() -> list[dict[str, float]]:
+    """The total resources of each alive node of the connected cluster."""
+    return [resources for _, resources in alive_nodes()]
+
+
+def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
+    """What the config asks Ray for, with the learner on `learner_device` and the collectors acting
+    where config.collectors.act_device says (resolved by cluster/driver/devices.py)."""
+    learner_gpus, collector_gpus = gpu_requests(config, learner_device, config.collectors.act_device)
     return ResourceRequest(
         num_collectors=config.collectors.num,
         collector_cpus=config.collectors.num_cpus,
         learner_cpus=config.learner.num_cpus,
         learner_gpus=learner_gpus,
+        collector_gpus=collector_gpus,
     )
 
 
-def reserve_resources(config: RunConfig, learner_gpus: int) -> Reservation:
+def reserve_resources(config: RunConfig, learner_device: str) -> Reservation:
     """The placement groups for this config (PlacementError if the cluster cannot hold them)."""
-    return reserve(resource_request(config, learner_gpus), PLACEMENT_TIMEOUT_S)
+    return reserve(resource_request(config, learner_device), PLACEMENT_TIMEOUT_S)
 
 
 @dataclass
@@ -197,6 +206,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     connected as cluster/config/topology.py plans (they start in parallel). `learner_host` lets
     the bench host the learner in a subclass with its probes."""
     plan = plan_run(config, spec)
+    request = resource_request(config, device)
     collector_cls = ray.remote(CollectorActor)
     collectors, names = [], []
     for collector_plan in plan.collectors:
@@ -206,7 +216,8 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         # arguments, which Ray passes again to a restarted collector, so the new process writes to
         # the same shard.
         collectors.append(collector_cls.options(
-            num_cpus=config.collectors.num_cpus, scheduling_strategy=in_bundle(group.pairs, i), max_concurrency=4,
+            num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
+            scheduling_strategy=in_bundle(group.pairs, i), max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
         ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
         names.append(name)
@@ -215,7 +226,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     # threads: the default one trains; "replay" takes chunks and counter reads; "control" takes
     # request_stop, which must not queue behind either.
     learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(learner_host).options(
-        num_cpus=config.learner.num_cpus, num_gpus=1 if device == "cuda" else 0,
+        num_cpus=request.learner_cpus, num_gpus=request.learner_gpus,
         scheduling_strategy=in_bundle(group.learner, 0), name=learner_name(run_id),
         max_restarts=LEARNER_MAX_RESTARTS,
     ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
