@@ -180,3 +180,24 @@ def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resum
     ours, theirs = run.learner.step.actor, again.learner.step.actor
     assert torch.equal(ours(torch.from_numpy(obs)), theirs(torch.from_numpy(obs)))
     assert again.learner.updates == run.learner.updates and again.learner.step.updates == run.learner.step.updates
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_the_benchs_in_process_stages_step_box_action_envs(algo):
+    """`raypex bench`'s in-process rows for a Box action space: env_raw, env_policy and the replay
+    costs of --stage priorities (each once assumed Discrete actions and ended the bench with a
+    traceback)."""
+    from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
+    from cluster.config.settings import collector_settings
+
+    config = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2"])
+    assert env_raw_steps_per_s("Pendulum-v1", {}, 2, 0.05) > 0
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    steps_per_s, phases, form = env_policy_steps_per_s(collector_settings(config, spec, 0), 0.05)
+    assert steps_per_s > 0 and form == "numpy" and phases["act"] > 0
+    from cluster.bench.priority_costs import replay_costs
+
+    small = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2", "replay.capacity=512",
+                               "replay.min_size=256", "learner.micro_batch=64"])
+    costs = replay_costs(small, spec, 0.01)  # --stage priorities: chunks with no initial priorities start at max
+    assert costs["prioritized"]["update_us"] > 0 and costs["uniform"]["sample_us"] > 0

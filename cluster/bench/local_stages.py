@@ -22,9 +22,7 @@ def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: f
     env = make_raw_vector_env(env_id, num_envs, env_kwargs)  # ALE: its vector env alone, no stacking
     try:
         env.reset(seed=seed)
-        rng = np.random.default_rng(seed)
-        n_actions = int(env.single_action_space.n)
-        actions = [rng.integers(0, n_actions, num_envs) for _ in range(64)]  # drawn before the clock
+        actions = random_actions(env.single_action_space, num_envs, 64, np.random.default_rng(seed))
         steps = 0
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
@@ -36,18 +34,36 @@ def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: f
         env.close()
 
 
+def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """`count` batches of uniformly random actions for `num_envs` envs of one action space
+    (Discrete, or a bounded Box), drawn before the clock starts."""
+    if hasattr(space, "n"):
+        return [rng.integers(0, int(space.n), num_envs) for _ in range(count)]
+    shape = (num_envs, *space.shape)
+    return [rng.uniform(space.low, space.high, shape).astype(space.dtype) for _ in range(count)]
+
+
+def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
+    """Freshly initialized weights of the network a collector with these settings acts with."""
+    from learner.weights import export_arrays
+
+    if s.action_dim:
+        from learner.actor_critic_networks import MLPActor
+
+        return export_arrays(MLPActor(s.obs_shape[0], s.action_dim, s.hidden, gaussian=s.algo == "sac"))
+    from learner.networks import build_q_network
+
+    return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype))
+
+
 def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict[str, float], str]:
     """Env steps per second of one Collector whose chunks are dropped, its phase fractions and
     the form it chose to act in (dtype, fused or not). It acts with a network's weights from its
     first step (a numpy collector would act at random until weights come)."""
     from actors.collector import PHASES, Collector
-    from learner.networks import build_q_network
-    from learner.weights import export_arrays
     from replay.contracts import Weights
 
-    s = settings
-    pending = [Weights(0, export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling,
-                                                        s.obs_dtype)))]
+    pending = [Weights(0, _first_weights(settings))]
     collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: pending.pop() if pending else None)
     collector.collect_chunk()  # first chunk: allocations, lazy imports
     first_steps = collector.env_steps

@@ -27,11 +27,12 @@ CAPTURED_TRANSITIONS = 20_000  # real chunks recorded once, added over and over
 
 
 def captured_chunks(config: RunConfig, spec: EnvSpec) -> list[dict]:
-    """Chunks of one real collector (with its initial priorities) until about CAPTURED_TRANSITIONS."""
+    """Chunks of one real collector (with its initial priorities where it has Q-values: dqn) until
+    about CAPTURED_TRANSITIONS."""
     from actors.collector import Collector
 
     chunks: list[dict] = []
-    settings = replace(collector_settings(config, spec, 0), td_priorities=True)
+    settings = replace(collector_settings(config, spec, 0), td_priorities=not spec.action_dim)
     collector = Collector(settings, push=chunks.append, poll_weights=lambda: None)
     while sum(len(c["action"]) for c in chunks) < min(CAPTURED_TRANSITIONS, config.replay.capacity):
         collector.collect_chunk()
@@ -50,7 +51,8 @@ def replay_costs(config: RunConfig, spec: EnvSpec, seconds: float) -> dict[str, 
     """{"uniform": {...}, "prioritized": {...}}: microseconds per transition to add, to draw and
     gather and (prioritized) to update."""
     chunks = captured_chunks(config, spec)
-    settings = priority_settings(config) or PrioritySettings(config.replay.alpha, config.replay.priority_epsilon)
+    initial = "max" if spec.action_dim else "td"  # td3 and sac chunks carry no initial priorities
+    settings = priority_settings(config) or PrioritySettings(config.replay.alpha, config.replay.priority_epsilon, initial)
     shards = config.collectors.num
     shape = (config.learner.accumulation_steps, config.learner.micro_batch)
     beta = BetaSchedule(config.replay.beta, config.replay.beta_anneal_updates, shape[0] * shape[1])

@@ -218,7 +218,8 @@ def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine) -> tup
     try:
         for name, on in (("uniform", "false"), ("prioritized", "true")):
             progress.message(f"bench: learner fed by the replay, {name} ({plan.feed_s:g}s)")
-            both = with_overrides(config, [f"replay.prioritized={on}", f"replay.samples_per_insert={LEARNER_STAGE_RATIO}"])
+            both = with_overrides(config, [f"replay.prioritized={on}", f"replay.samples_per_insert={LEARNER_STAGE_RATIO}",
+                                           *(["replay.initial_priority=max"] if spec.action_dim else [])])
             fed[name] = bench.learner_feed(plan.feed_s, both, from_memory=False)["fed"]
     finally:
         shutdown()
