@@ -3,7 +3,8 @@
 Pixel observations show what the agent sees: the newest frame of a stack (84x84 gray for Atari)
 or an image's channels, each in its own colour (MinAtar). CartPole's flat state is drawn as a cart and its pole, in
 numpy (Gymnasium's own renderer needs pygame, which raypex does not install), and Pendulum's
-[cos, sin, angular velocity] as its rod. Other flat observations have no picture: None.
+[cos, sin, angular velocity] as its rod. MuJoCo envs are drawn by MuJoCo from recorded states
+(actors/mujoco_video.py). Other flat observations have no picture: None.
 """
 
 from __future__ import annotations

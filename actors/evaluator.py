@@ -13,6 +13,7 @@ import numpy as np
 
 from actors.envs import make_vector_env
 from actors.episode_video import MAX_FRAMES, frame_of
+from actors.mujoco_video import draw_states, first_env_state, headless_rendering, is_mujoco
 
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B] (Box: [B, d])
 
@@ -22,8 +23,12 @@ class Evaluator:
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4,
                  epsilon: float = 0.0, stacked: bool = False):
+        self.mujoco = is_mujoco(env_id)  # pictures drawn afterwards from recorded states (actors/mujoco_video.py)
+        if self.mujoco:
+            headless_rendering()
         self.env = make_vector_env(env_id, episodes, env_kwargs, frame_stack)
         self.env_id = env_id
+        self.env_kwargs = env_kwargs
         self.stacked = stacked  # observations are frame stacks (pixels), for the video's frames
         self.frames: np.ndarray | None = None  # the first episode's pictures of the last recorded evaluation
         self.episodes = episodes
@@ -52,8 +57,11 @@ class Evaluator:
         running = np.ones(self.episodes, bool)
         # Total shortfall from max_return the finished episodes may have before the target is lost.
         allowed_shortfall = self.episodes * (give_up[1] - give_up[0]) if give_up else None
-        pictures: list[np.ndarray] | None = [] if record else None
+        pictures: list[np.ndarray] | None = [] if record and not self.mujoco else None
+        states: list | None = [] if record and self.mujoco else None
         while running.any():
+            if states is not None and running[0]:
+                states.append(first_env_state(self.env))
             if pictures is not None and running[0] and len(pictures) < MAX_FRAMES:
                 picture = frame_of(obs[0], self.env_id, self.stacked)
                 if picture is None:
@@ -69,7 +77,9 @@ class Evaluator:
             running &= ~(terminated | truncated)
             if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:
                 return None
-        if record:
+        if states is not None:
+            self.frames = draw_states(self.env_id, self.env_kwargs, states)
+        elif record:
             self.frames = np.stack(pictures) if pictures else None
         return returns
 

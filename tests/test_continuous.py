@@ -201,3 +201,22 @@ def test_the_benchs_in_process_stages_step_box_action_envs(algo):
                                "replay.min_size=256", "learner.micro_batch=64"])
     costs = replay_costs(small, spec, 0.01)  # --stage priorities: chunks with no initial priorities start at max
     assert costs["prioritized"]["update_us"] > 0 and costs["uniform"]["sample_us"] > 0
+
+
+def test_a_mujoco_evaluation_records_pictures_of_its_first_episode(monkeypatch):
+    """MuJoCo envs get videos: states recorded while the episode runs, drawn afterwards offscreen."""
+    from actors import mujoco_video
+    from actors.evaluator import Evaluator
+
+    evaluator = Evaluator("HalfCheetah-v5", {"max_episode_steps": 30}, 2, 0)
+    returns = evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
+    frames = evaluator.frames
+    assert returns.shape == (2,) and frames is not None and frames.dtype == np.uint8
+    assert frames.shape == (30, *mujoco_video.SIZE, 3)
+    assert frames[0].std() > 10 and np.abs(frames[-1].astype(int) - frames[0]).mean() > 0.5  # a scene, and it moves
+    evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32))  # not recorded: the last video stays
+    assert evaluator.frames is frames
+    monkeypatch.setattr(mujoco_video, "MAX_PICTURES", 4)  # a long episode: evenly spaced states are drawn
+    evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
+    assert len(evaluator.frames) == 4  # every 8th of 30 states
+    evaluator.close()

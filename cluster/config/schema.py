@@ -182,7 +182,7 @@ class EvalConfig(Section):
     video_every: int = Field(
         20, ge=0, description="Every this many evaluations, the first episode of one that runs to the end is "
         "saved as a video (RUN_DIR/videos/eval-vVERSION.png, an animated PNG, and TensorBoard's eval/video "
-        "image); 0 = never. Pixel games, MinAtar and CartPole have pictures.",
+        "image); 0 = never. Pixel games, MinAtar, CartPole, Pendulum and MuJoCo envs have pictures.",
     )
     max_return: float | Literal["auto"] | None = Field(
         "auto",
