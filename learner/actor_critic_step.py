@@ -5,8 +5,12 @@ move of the targets.
 Like the DQN update (learner/update_step.py) it accumulates G micro-batches' gradients (each loss
 scaled by 1/G), clips, steps fused Adam, keeps the reported sums on the device (read once per epoch)
 and, for prioritized replay, writes each transition's |TD error| (the first critic's) into one
-buffer. It runs eagerly; capturing it as a CUDA graph is not built yet (the config refuses
-learner.cuda_graphs on for td3 and sac).
+buffer. `update(batch, noise, with_actor)` is the part that runs on the device with nothing read
+back to the host, so on CUDA it is captured as two graphs, with and without the actor's step
+(learner/cuda_graph.py CapturedActorCriticUpdate); the host keeps the counters and decides which
+one an update replays. The Gaussian noise both algorithms draw (TD3's target smoothing, SAC's
+sampled actions) is drawn for a whole update into one [2, G, B, action_dim] tensor before it runs:
+the graph reads it from a fixed buffer and needs no random generator of its own.
 """
 
 from __future__ import annotations
@@ -65,11 +69,34 @@ class ActorCriticStep:
         """SAC's entropy temperature (a detached scalar tensor)."""
         return self.log_alpha.detach().exp()
 
-    def _noise(self, like: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        return torch.randn(like.shape, generator=self.generator, device=like.device) * scale
+    def noise_shape(self) -> tuple[int, ...]:
+        """[2, G, B, action_dim]: the critics' (0) and the actor's (1) standard normal noise for one update."""
+        return (2, self.s.accumulation_steps, self.s.micro_batch, self.s.action_dim)
+
+    def draw_noise(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One update's standard normal noise, from this step's generator (into `out` if given)."""
+        if out is None:
+            out = torch.empty(self.noise_shape(), device=self.log_alpha.device)
+        return out.normal_(generator=self.generator)
+
+    def with_actor_next(self) -> bool:
+        """Whether the next update steps the actor too (SAC: always; TD3: every policy_delay-th)."""
+        return self.sac or (self.updates + 1) % self.s.policy_delay == 0
 
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
-        """One update (see the module docstring)."""
+        """One eager update (see the module docstring)."""
+        with_actor = self.with_actor_next()
+        self.update(batch, self.draw_noise(), with_actor)
+        self.count(with_actor)
+
+    def count(self, with_actor: bool) -> None:
+        """The host's counters after one update (eager or replayed)."""
+        self.updates += 1
+        if with_actor:
+            self.actor_steps += self.s.accumulation_steps
+
+    def update(self, batch: Mapping[str, torch.Tensor], noise: torch.Tensor, with_actor: bool) -> None:
+        """The device work of one update: nothing read back, no branch on a tensor's value."""
         if self.gather is not None:
             batch = self.gather(batch)
         groups = batch["action"].shape[0]
@@ -83,22 +110,21 @@ class ActorCriticStep:
                 if self.sac:
                     out = sac_critic_loss(self.critic, self.critic_target, self.actor, self.alpha, batch["obs"][g],
                                           action, batch["return"][g], batch["discount"][g], batch["next_obs"][g],
-                                          weight, self._noise(action))
+                                          weight, noise[0, g])
                 else:
                     out = td3_critic_loss(self.critic, self.critic_target, self.actor_target, batch["obs"][g], action,
                                           batch["return"][g], batch["discount"][g], batch["next_obs"][g], weight,
-                                          self._noise(action, s.policy_noise), s.noise_clip)
+                                          noise[0, g] * s.policy_noise, s.noise_clip)
             (out.loss / groups).backward()
             if self.td_abs is not None:
-                self.td_abs[g].copy_(out.td_error.abs())
+                self.td_abs[g].copy_(out.td_error.detach().abs())
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        self.updates += 1
-        if self.sac or self.updates % s.policy_delay == 0:
-            self._actor_step(batch, groups)
+        if with_actor:
+            self._actor_step(batch, groups, noise[1])
             targets = [*self.critic_target.parameters()]
             sources = list(self.critic_params)
             if self.actor_target is not None:
@@ -107,15 +133,14 @@ class ActorCriticStep:
             with torch.no_grad():
                 torch._foreach_lerp_(targets, sources, s.target_tau)
 
-    def _actor_step(self, batch: Mapping[str, torch.Tensor], groups: int) -> None:
+    def _actor_step(self, batch: Mapping[str, torch.Tensor], groups: int, noise: torch.Tensor) -> None:
         self.critic.requires_grad_(False)  # the actor's loss moves the actor only
         for g in range(groups):
             obs = batch["obs"][g]
             with self.precision.autocast():
                 if self.sac:
-                    noise = self._noise(batch["action"][g])
                     actor_loss, temperature_loss = sac_actor_and_temperature_loss(
-                        self.actor, self.critic, self.log_alpha, obs, noise, self.target_entropy)
+                        self.actor, self.critic, self.log_alpha, obs, noise[g], self.target_entropy)
                     (temperature_loss / groups).backward()
                 else:
                     actor_loss = td3_actor_loss(self.actor, self.critic, obs)
@@ -128,7 +153,16 @@ class ActorCriticStep:
         if self.alpha_optimizer is not None:
             self.alpha_optimizer.step()
             self.alpha_optimizer.zero_grad(set_to_none=True)
-        self.actor_steps += groups
+
+    def training_tensors(self) -> list[torch.Tensor]:
+        """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
+        networks = [self.actor, self.critic, self.critic_target, *([self.actor_target] if self.actor_target is not None else [])]
+        return [*(p for net in networks for p in net.parameters()), self.log_alpha, self.loss_sum, self.q_sum,
+                self.actor_loss_sum, *([self.td_abs] if self.td_abs is not None else [])]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers an update steps."""
+        return [self.critic_optimizer, self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer is not None else [])]
 
     def take_sums(self) -> tuple[float, float]:
         """(critic loss sum, Q1-mean sum) over the micro-batches since the last call; resets both."""

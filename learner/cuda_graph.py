@@ -29,38 +29,43 @@ WARMUP_UPDATES = 3
 class TrainingStateSnapshot:
     """Copies of every tensor an update changes, put back in place by `restore`.
 
-    Optimizer state that did not exist when the snapshot was taken (a fresh Adam creates its
-    moments at its first step) is zeroed on restore: what a fresh Adam starts from.
+    `step` is an UpdateStep or an ActorCriticStep: anything with `training_tensors()` and
+    `optimizers()` (and a `generator`, whose state is put back too). Optimizer state that did not
+    exist when the snapshot was taken (a fresh Adam creates its moments at its first step) is zeroed
+    on restore: what a fresh Adam starts from.
     """
 
-    def __init__(self, step: UpdateStep):
+    def __init__(self, step):
         self.step = step
-        self.tensors = self._training_tensors()
+        self.tensors = step.training_tensors()
         self.copies = [t.detach().clone() for t in self.tensors]
-        self.fresh_optimizer = not step.optimizer.state
-        self.optimizer_copies = [t.clone() for t in self._optimizer_tensors()]
-
-    def _training_tensors(self) -> list[torch.Tensor]:
-        step = self.step
-        scaler = step.precision.scaler
-        scaler_tensors = [scaler.scale, scaler.growth_tracker, scaler.found_inf] if scaler is not None else []
-        return [*step.params, *step.target_params, *scaler_tensors, step.loss_sum, step.q_sum]
-
-    def _optimizer_tensors(self) -> list[torch.Tensor]:
-        state = self.step.optimizer.state
-        return [value for p in self.step.params for value in state.get(p, {}).values() if torch.is_tensor(value)]
+        self.optimizers = step.optimizers()
+        self.fresh = [not optimizer.state for optimizer in self.optimizers]
+        self.optimizer_copies = [[t.clone() for t in optimizer_state_tensors(o)] for o in self.optimizers]
+        generator = getattr(step, "generator", None)
+        self.generator_state = generator.get_state() if generator is not None else None
 
     def restore(self) -> None:
         """Put every snapshotted tensor back, in place; drop gradients."""
         with torch.no_grad():
             torch._foreach_copy_(self.tensors, self.copies)
-            now = self._optimizer_tensors()
-            if self.fresh_optimizer:
-                for tensor in now:
-                    tensor.zero_()
-            else:
-                torch._foreach_copy_(now, self.optimizer_copies)
-        self.step.optimizer.zero_grad(set_to_none=True)
+            for optimizer, fresh, copies in zip(self.optimizers, self.fresh, self.optimizer_copies, strict=True):
+                now = optimizer_state_tensors(optimizer)
+                if fresh:
+                    for tensor in now:
+                        tensor.zero_()
+                elif now:
+                    torch._foreach_copy_(now, copies)
+        if self.generator_state is not None:
+            self.step.generator.set_state(self.generator_state)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's state tensors (Adam's moments and step counts), in parameter order."""
+    return [value for group in optimizer.param_groups for p in group["params"]
+            for value in optimizer.state.get(p, {}).values() if torch.is_tensor(value)]
 
 
 class CapturedUpdate:
@@ -88,3 +93,42 @@ class CapturedUpdate:
         for name, buffer in self.static.items():
             buffer.copy_(batch[name], non_blocking=True)
         self.graph.replay()
+
+
+class CapturedActorCriticUpdate:
+    """An ActorCriticStep's update captured twice over static copies of `example`: with the
+    actor's step (every SAC update, every policy_delay-th TD3 one) and, for TD3, without it. Each
+    call copies the batch in, draws the update's noise into the static noise buffer (one kernel,
+    outside the graph: the graph needs no random generator of its own), replays the graph the
+    host's counter chooses and counts the update."""
+
+    def __init__(self, step, example: Mapping[str, torch.Tensor]):
+        self.step = step
+        self.static = {name: tensor.clone() for name, tensor in example.items()}
+        self.noise = step.draw_noise()
+        snapshot = TrainingStateSnapshot(step)
+        variants = (True,) if step.sac else (False, True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_UPDATES):
+                for with_actor in variants:
+                    step.update(self.static, step.draw_noise(self.noise), with_actor)
+        torch.cuda.current_stream().wait_stream(side)
+        snapshot.restore()
+        self.graphs: dict[bool, torch.cuda.CUDAGraph] = {}
+        for with_actor in variants:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step.update(self.static, self.noise, with_actor)
+            self.graphs[with_actor] = graph
+        torch.cuda.synchronize()
+
+    def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """One update from `batch` (device tensors shaped like the example)."""
+        for name, buffer in self.static.items():
+            buffer.copy_(batch[name], non_blocking=True)
+        self.step.draw_noise(self.noise)
+        with_actor = self.step.with_actor_next()
+        self.graphs[with_actor].replay()
+        self.step.count(with_actor)

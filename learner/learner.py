@@ -25,7 +25,7 @@ from torch import nn
 
 from learner.actor_critic_networks import ActionsInEnvUnits
 from learner.actor_critic_step import ActorCriticStep
-from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
+from learner.cuda_graph import CapturedActorCriticUpdate, CapturedUpdate, TrainingStateSnapshot
 from learner.learner_state import learner_state, restore_learner_state
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.policy_file import export_policy_archive
@@ -108,18 +108,17 @@ class Learner:
         self._init_loop(replay, device, publish)
 
     def _init_actor_critic(self, settings: LearnerSettings, device: torch.device, gather) -> None:
-        """TD3 or SAC (learner/actor_critic_step.py): the same feed, epochs, publishing and state
-        as DQN, with the actor as what collectors act with and policy.pt2 holds. Eager updates."""
-        if settings.cuda_graphs == "on":
-            raise ValueError(f"learner.cuda_graphs on is not built for algo.name {settings.algo}; use auto or off")
-        self.cuda_graphs = self.compiled = False
+        """TD3 or SAC (learner/actor_critic_step.py): the same feed, epochs, publishing, state and
+        (on CUDA) captured updates as DQN, with the actor as what collectors act with and policy.pt2 holds."""
+        self.cuda_graphs = device.type == "cuda" and settings.cuda_graphs != "off"
+        self.compiled = False
         self.precision = make_precision(resolve_precision(settings.precision, device, False), device)
         self.step = ActorCriticStep(settings, device, self.precision, gather=gather)
         self.online, self.target, self.optimizer = self.step.actor, None, None
 
     def _init_loop(self, replay: ShardedReplay, device: torch.device, publish: PublishWeights) -> None:
         self.feedback = PriorityFeedback(replay, device) if self.s.prioritized else None
-        self._captured: CapturedUpdate | None = None
+        self._captured: CapturedUpdate | CapturedActorCriticUpdate | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()
         self.publish = publish
         self.updates = 0
@@ -239,9 +238,11 @@ class Learner:
         """Run whole updates on a synthetic batch before the clock starts (cuDNN and the
         allocator settle, torch.compile compiles) and, on CUDA, capture the update as a graph;
         every tensor those updates changed is put back, so the weights do not change."""
-        if self.actor_critic:  # eager updates: nothing to capture, and the first ones cost little
-            return
         example = self.example_batch(np.random.default_rng(self.s.seed))
+        if self.actor_critic:  # eager, the first updates cost little: only a capture needs a warm-up
+            if self.cuda_graphs:
+                self._captured = CapturedActorCriticUpdate(self.step, example)
+            return
         if self.cuda_graphs:
             self._captured = CapturedUpdate(self.step, example)
             return

@@ -103,6 +103,16 @@ class UpdateStep:
                 # One fused call over all parameters; a Python loop costs ~5x more per update.
                 torch._foreach_lerp_(self.target_params, self.params, self.s.polyak_tau)
 
+    def training_tensors(self) -> list[torch.Tensor]:
+        """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
+        scaler = self.precision.scaler
+        scaler_tensors = [scaler.scale, scaler.growth_tracker, scaler.found_inf] if scaler is not None else []
+        return [*self.params, *self.target_params, *scaler_tensors, self.loss_sum, self.q_sum]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers an update steps."""
+        return [self.optimizer]
+
     def take_sums(self) -> tuple[float, float]:
         """(loss sum, Q-mean sum) over the micro-batches since the last call; resets both."""
         sums = (float(self.loss_sum), float(self.q_sum))

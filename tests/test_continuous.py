@@ -139,7 +139,6 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
 
 @pytest.mark.parametrize("overrides, says", [
     (["algo.name=ppo"], "algo.name"),
-    (["algo.name=td3", "learner.cuda_graphs=on", "learner.device=cuda"], "cuda_graphs on is not built for algo.name td3"),
     (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
     (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn"),
 ])
@@ -220,3 +219,75 @@ def test_a_mujoco_evaluation_records_pictures_of_its_first_episode(monkeypatch):
     evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
     assert len(evaluator.frames) == 4  # every 8th of 30 states
     evaluator.close()
+
+
+def continuous_learner(algo: str, device: torch.device, columns=None, **overrides):
+    """A TD3 or SAC Learner over two shards of the same random Pendulum-shaped data for the same
+    seed (so the same draws), its columns where `columns` keeps them (None: host memory)."""
+    from learner.learner import Learner
+    from replay.rate_limit import SamplesPerInsertLimiter
+    from replay.shard import StorageSpec
+    from replay.sharded import ShardedReplay
+    from tests.test_learner import settings
+
+    rng = np.random.default_rng(0)
+    s = settings(obs_shape=(3,), num_actions=0, algo=algo, action_low=(-2.0,), action_high=(2.0,), hidden=[32, 32],
+                 target_update="polyak", policy_delay=2, **overrides)
+    replay = ShardedReplay(2, StorageSpec(512, (3,), "float32", action_dim=1), SamplesPerInsertLimiter(0.0, 1, 1), 0,
+                           None, None, *([columns] if columns is not None else []))
+    for shard in range(2):
+        replay.add(shard, {"obs": rng.normal(size=(512, 3)).astype(np.float32),
+                           "action": rng.uniform(-1, 1, (512, 1)).astype(np.float32),
+                           "return": rng.normal(size=512).astype(np.float32),
+                           "discount": rng.choice([0.0, 0.97], 512).astype(np.float32),
+                           "next_obs": rng.normal(size=(512, 3)).astype(np.float32)})
+    return Learner(s, device, replay, lambda weights: None)
+
+
+def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back():
+    """What capture relies on (learner/cuda_graph.py): updates run during warm-up leave the
+    networks, the three optimizers' state, the sums and the noise generator as they were."""
+    from learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
+
+    learner = continuous_learner("sac", torch.device("cpu"), accumulation_steps=2)
+    step = learner.step
+    learner.train_epoch()  # Adam has state now: restored, not zeroed
+    before = [t.detach().clone() for t in step.training_tensors()]
+    moments = [t.clone() for optimizer in step.optimizers() for t in optimizer_state_tensors(optimizer)]
+    snapshot = TrainingStateSnapshot(step)
+    generator_state = step.generator.get_state()
+    next_noise = step.draw_noise()
+    step.generator.set_state(generator_state)
+    batch = learner.example_batch(np.random.default_rng(1))
+    for _ in range(3):
+        step(batch)
+    assert not torch.equal(before[0], step.training_tensors()[0])
+    snapshot.restore()
+    assert all(torch.equal(a, b) for a, b in zip(before, step.training_tensors(), strict=True))
+    now = [t for optimizer in step.optimizers() for t in optimizer_state_tensors(optimizer)]
+    assert len(moments) == len(now) > 0 and all(torch.equal(a, b) for a, b in zip(moments, now))
+    assert torch.equal(step.draw_noise(), next_noise)
+    assert all(p.grad is None for p in step.actor_params + step.critic_params)
+
+
+def test_td3_steps_its_actor_every_policy_delay_updates_and_sac_every_update():
+    for algo, actor_updates in (("td3", [False, True, False, True]), ("sac", [True] * 4)):
+        learner = continuous_learner(algo, torch.device("cpu"), updates_per_epoch=1)
+        seen = []
+        for _ in range(4):
+            seen.append(learner.step.with_actor_next())
+            before = [p.detach().clone() for p in learner.step.actor_params]
+            learner.train_epoch()
+            moved = any(not torch.equal(a, b) for a, b in zip(before, learner.step.actor_params))
+            assert moved == seen[-1]
+        assert seen == actor_updates and learner.step.updates == 4
+
+
+def test_the_learner_bench_offers_td3_and_sac_no_fp16():
+    from cluster.commands.bench import learner_variants
+    from cluster.commands.usage import UsageError
+
+    assert learner_variants("cuda", algo="td3") == [("fp32", "on"), ("fp32", "off"), ("bf16", "on"), ("bf16", "off")]
+    assert ("fp16", "on") in learner_variants("cuda")
+    with pytest.raises(UsageError, match="'fp16:on' does not run on cuda"):
+        learner_variants("cuda", [("fp16", "on")], "sac")

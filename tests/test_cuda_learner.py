@@ -151,3 +151,33 @@ def test_a_captured_prioritized_update_gives_the_replay_the_eager_errors():
         assert applied + learner.feedback.unsent == 2 * 8 * 16
     masses = [learner.replay.tree.get(np.arange(2 * 512)) for learner in pair]
     np.testing.assert_allclose(masses[0], masses[1], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision):
+    """Both graphs of a TD3 update (with and without the actor's step) and SAC's one, against
+    eager updates from the same weights, draws and noise."""
+    from tests.test_continuous import continuous_learner
+
+    pair = [continuous_learner(algo, CUDA, DeviceColumns(CUDA), cuda_graphs=graphs, precision=precision,
+                               accumulation_steps=2, updates_per_epoch=5, lr=1e-3, adam_eps=1e-3)
+            for graphs in ("on", "off")]
+    captured, eager = pair
+    for learner in pair:
+        learner.warmup()
+    assert captured.captured and not eager.captured and captured.feed.on_device
+    initial = [p.detach().clone() for p in eager.step.critic_params + eager.step.actor_params]
+    for _ in range(2):
+        m_captured, m_eager = captured.train_epoch(), eager.train_epoch()
+        assert m_captured["td_loss"] == pytest.approx(m_eager["td_loss"], rel=2e-2)
+        assert m_captured["actor_loss"] == pytest.approx(m_eager["actor_loss"], rel=5e-2, abs=1e-3)
+    assert captured.step.updates == eager.step.updates == 10
+    with torch.no_grad():
+        ours = captured.step.critic_params + captured.step.actor_params
+        theirs = eager.step.critic_params + eager.step.actor_params
+        gap = sum(float((a - b).norm() ** 2) for a, b in zip(ours, theirs)) ** 0.5
+        moved = sum(float((a - b).norm() ** 2) for a, b in zip(theirs, initial)) ** 0.5
+    assert moved > 0 and gap / moved < (1e-3 if precision == "fp32" else 2e-2)
+    if algo == "sac":
+        assert float(captured.step.alpha) == pytest.approx(float(eager.step.alpha), rel=1e-3)

@@ -295,9 +295,6 @@ class RunConfig(Section):
         if continuous and self.learner.target_update == "hard":
             raise ValueError(f"learner.target_update hard is for dqn; algo.name {self.algo.name} moves its targets by "
                              "learner.target_tau (polyak)")
-        if continuous and self.learner.cuda_graphs == "on":
-            raise ValueError(f"learner.cuda_graphs on is not built for algo.name {self.algo.name} yet (its updates "
-                             "run eagerly); use auto or off")
         if continuous and self.collectors.act_device == "cuda":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act in "
                              "numpy on their CPU; use auto or cpu")
