@@ -291,3 +291,24 @@ def test_the_learner_bench_offers_td3_and_sac_no_fp16():
     assert ("fp16", "on") in learner_variants("cuda")
     with pytest.raises(UsageError, match="'fp16:on' does not run on cuda"):
         learner_variants("cuda", [("fp16", "on")], "sac")
+
+
+@pytest.mark.parametrize("env_id,obs_dim,action_dim", [
+    ("Pendulum-v1", 3, 1), ("MountainCarContinuous-v0", 2, 1), ("HalfCheetah-v5", 17, 6), ("Hopper-v5", 11, 3),
+    ("Walker2d-v5", 17, 6), ("Ant-v5", 105, 8), ("Humanoid-v5", 348, 17)])
+def test_each_continuous_env_the_issue_names_runs_from_its_id_alone(env_id, obs_dim, action_dim):
+    """Gymnasium's continuous envs, MuJoCo's through the mujoco extra: a SAC collector steps each
+    from `env.id` and pushes float actions in [-1, 1] (the env got them in its own units)."""
+    from actors.collector import Collector
+    from cluster.config.settings import collector_settings
+
+    config = load_config(None, [f"env.id={env_id}", "algo.name=sac", "env.num_envs=2", "collectors.chunk_steps=4",
+                                "algo.n_step=1"])
+    spec = inspect_env(env_id, {})
+    assert (spec.obs_shape, spec.action_dim) == ((obs_dim,), action_dim)
+    chunks = []
+    collector = Collector(collector_settings(config, spec, 0), push=chunks.append, poll_weights=lambda: None)
+    collector.collect_chunk()
+    action = chunks[0]["action"]
+    assert action.dtype == np.float32 and action.shape == (8, action_dim) and np.abs(action).max() <= 1.0
+    assert chunks[0]["obs"].shape == (8, obs_dim) and collector.env_steps == 8
