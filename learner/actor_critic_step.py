@@ -3,7 +3,8 @@ every `policy_delay` updates for TD3) the actor's step, SAC's temperature step a
 move of the targets.
 
 Like the DQN update (learner/update_step.py) it accumulates G micro-batches' gradients (each loss
-scaled by 1/G), clips, steps fused Adam, keeps the reported sums on the device (read once per epoch)
+scaled by 1/G), scales fp16 losses on the device (one scale for the critics' step, one for the
+actor's), clips, steps fused Adam, keeps the reported sums on the device (read once per epoch)
 and, for prioritized replay, writes each transition's |TD error| (the first critic's) into one
 buffer. `update(batch, noise, with_actor)` is the part that runs on the device with nothing read
 back to the host, so on CUDA it is captured as two graphs, with and without the actor's step
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from learner.actor_critic_networks import MLPActor, TwinCritic
+from learner.loss_scale import DeviceLossScale
 from learner.precision import PrecisionPolicy
 from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from learner.settings import LearnerSettings
@@ -31,6 +33,10 @@ def _adam(params, lr: float, eps: float, cuda: bool) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=cuda)
 
 
+def _backward(loss: torch.Tensor, scale: DeviceLossScale | None) -> None:
+    (scale.scale_loss(loss) if scale is not None else loss).backward()
+
+
 class ActorCriticStep:
     """The networks, optimizers and one update of TD3 or SAC (settings.algo)."""
 
@@ -38,8 +44,6 @@ class ActorCriticStep:
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None):
         import copy
 
-        if precision.scaler is not None:
-            raise ValueError(f"learner.precision fp16 is not built for algo.name {settings.algo}; use bf16 or fp32")
         self.s = settings
         self.sac = settings.algo == "sac"
         self.gather = gather
@@ -56,6 +60,15 @@ class ActorCriticStep:
         self.log_alpha = torch.tensor(float(torch.tensor(settings.init_temperature).log()), device=device,
                                       requires_grad=True)
         self.alpha_optimizer = _adam([self.log_alpha], settings.lr, settings.adam_eps, cuda) if self.sac else None
+        # fp16: a loss scale for the critics' step and one for the actor's (and SAC's temperature):
+        # an overflow in one skips that step only, on the device (fused Adam reads found_inf)
+        self.critic_scale: DeviceLossScale | None = precision.scaler
+        self.actor_scale = DeviceLossScale(device) if precision.scaler is not None else None
+        if self.critic_scale is not None and self.actor_scale is not None:
+            self.critic_optimizer.found_inf = self.critic_scale.found_inf
+            self.actor_optimizer.found_inf = self.actor_scale.found_inf
+            if self.alpha_optimizer is not None:
+                self.alpha_optimizer.found_inf = self.actor_scale.found_inf
         self.updates = 0
         self.generator = torch.Generator(device=device).manual_seed(settings.seed + 17)
         self.loss_sum = torch.zeros((), device=device)  # the critics' loss, per micro-batch
@@ -115,14 +128,18 @@ class ActorCriticStep:
                     out = td3_critic_loss(self.critic, self.critic_target, self.actor_target, batch["obs"][g], action,
                                           batch["return"][g], batch["discount"][g], batch["next_obs"][g], weight,
                                           noise[0, g] * s.policy_noise, s.noise_clip)
-            (out.loss / groups).backward()
+            _backward(out.loss / groups, self.critic_scale)
             if self.td_abs is not None:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
+        if self.critic_scale is not None:
+            self.critic_scale.unscale_([p.grad for p in self.critic_params])
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
+        if self.critic_scale is not None:
+            self.critic_scale.update()
         if with_actor:
             self._actor_step(batch, groups, noise[1])
             targets = [*self.critic_target.parameters()]
@@ -141,24 +158,32 @@ class ActorCriticStep:
                 if self.sac:
                     actor_loss, temperature_loss = sac_actor_and_temperature_loss(
                         self.actor, self.critic, self.log_alpha, obs, noise[g], self.target_entropy)
-                    (temperature_loss / groups).backward()
+                    loss = (actor_loss + temperature_loss) / groups  # they share no parameter
                 else:
                     actor_loss = td3_actor_loss(self.actor, self.critic, obs)
-            (actor_loss / groups).backward()
+                    loss = actor_loss / groups
+            _backward(loss, self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
         self.critic.requires_grad_(True)
+        if self.actor_scale is not None:
+            self.actor_scale.unscale_([p.grad for p in self.actor_params]
+                                      + ([self.log_alpha.grad] if self.sac else []))
         nn.utils.clip_grad_norm_(self.actor_params, self.s.max_grad_norm, foreach=True)
         self.actor_optimizer.step()
         self.actor_optimizer.zero_grad(set_to_none=True)
         if self.alpha_optimizer is not None:
             self.alpha_optimizer.step()
             self.alpha_optimizer.zero_grad(set_to_none=True)
+        if self.actor_scale is not None:
+            self.actor_scale.update()
 
     def training_tensors(self) -> list[torch.Tensor]:
         """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
         networks = [self.actor, self.critic, self.critic_target, *([self.actor_target] if self.actor_target is not None else [])]
+        scales = [t for scale in (self.critic_scale, self.actor_scale) if scale is not None
+                  for t in (scale.scale, scale.growth_tracker, scale.found_inf)]
         return [*(p for net in networks for p in net.parameters()), self.log_alpha, self.loss_sum, self.q_sum,
-                self.actor_loss_sum, *([self.td_abs] if self.td_abs is not None else [])]
+                self.actor_loss_sum, *scales, *([self.td_abs] if self.td_abs is not None else [])]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers an update steps."""
@@ -192,6 +217,8 @@ class ActorCriticStep:
             state["actor_target"] = self.actor_target.state_dict()
         if self.alpha_optimizer is not None:
             state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        if self.critic_scale is not None and self.actor_scale is not None:
+            state["loss_scales"] = {"critic": self.critic_scale.state_dict(), "actor": self.actor_scale.state_dict()}
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -209,3 +236,7 @@ class ActorCriticStep:
             self.actor_target.load_state_dict(state["actor_target"])
         if self.alpha_optimizer is not None:
             self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        scales = state.get("loss_scales")
+        if scales is not None and self.critic_scale is not None and self.actor_scale is not None:
+            self.critic_scale.load_state_dict(scales["critic"])
+            self.actor_scale.load_state_dict(scales["actor"])

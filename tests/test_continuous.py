@@ -283,16 +283,6 @@ def test_td3_steps_its_actor_every_policy_delay_updates_and_sac_every_update():
         assert seen == actor_updates and learner.step.updates == 4
 
 
-def test_the_learner_bench_offers_td3_and_sac_no_fp16():
-    from cluster.commands.bench import learner_variants
-    from cluster.commands.usage import UsageError
-
-    assert learner_variants("cuda", algo="td3") == [("fp32", "on"), ("fp32", "off"), ("bf16", "on"), ("bf16", "off")]
-    assert ("fp16", "on") in learner_variants("cuda")
-    with pytest.raises(UsageError, match="'fp16:on' does not run on cuda"):
-        learner_variants("cuda", [("fp16", "on")], "sac")
-
-
 @pytest.mark.parametrize("env_id,obs_dim,action_dim", [
     ("Pendulum-v1", 3, 1), ("MountainCarContinuous-v0", 2, 1), ("HalfCheetah-v5", 17, 6), ("Hopper-v5", 11, 3),
     ("Walker2d-v5", 17, 6), ("Ant-v5", 105, 8), ("Humanoid-v5", 348, 17)])
@@ -312,3 +302,37 @@ def test_each_continuous_env_the_issue_names_runs_from_its_id_alone(env_id, obs_
     action = chunks[0]["action"]
     assert action.dtype == np.float32 and action.shape == (8, action_dim) and np.abs(action).max() <= 1.0
     assert chunks[0]["obs"].shape == (8, obs_dim) and collector.env_steps == 8
+
+
+def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
+    """fp16 for TD3/SAC: the critics' and the actor's steps each have a loss scale on the device; an
+    overflow skips that step alone and halves its scale (run on the CPU here, as on CUDA)."""
+    from learner.actor_critic_step import ActorCriticStep
+    from learner.loss_scale import DeviceLossScale
+    from learner.precision import PrecisionPolicy
+    from tests.test_learner import settings
+
+    cpu = torch.device("cpu")
+    s = settings(obs_shape=(3,), num_actions=0, algo="sac", action_low=(-2.0,), action_high=(2.0,), hidden=[16],
+                 target_update="polyak", micro_batch=32, accumulation_steps=2)
+    step = ActorCriticStep(s, cpu, PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
+    batch = {"obs": torch.randn(2, 32, 3), "action": torch.rand(2, 32, 1) * 2 - 1, "return": torch.randn(2, 32),
+             "discount": torch.full((2, 32), 0.97), "next_obs": torch.randn(2, 32, 3)}
+    for scale in (step.critic_scale, step.actor_scale):
+        scale.scale.fill_(2.0**8)  # (at the default 2^16 these tiny networks' first steps overflow and back off)
+    critic, actor = ([p.detach().clone() for p in params] for params in (step.critic_params, step.actor_params))
+    step(batch)
+    assert all(not torch.equal(a, b) for a, b in zip(critic, step.critic_params))  # both stepped
+    assert any(not torch.equal(a, b) for a, b in zip(actor, step.actor_params))
+    assert step.critic_scale.get_scale() == step.actor_scale.get_scale() == 2.0**8
+    step.critic_scale.scale.fill_(2.0**100)  # every critic gradient overflows fp16 at this scale
+    critic, actor = ([p.detach().clone() for p in params] for params in (step.critic_params, step.actor_params))
+    alpha = float(step.alpha)
+    step(batch)
+    assert all(torch.equal(a, b) for a, b in zip(critic, step.critic_params))  # skipped, on the device
+    assert step.critic_scale.get_scale() == 2.0**99
+    assert any(not torch.equal(a, b) for a, b in zip(actor, step.actor_params)) and float(step.alpha) != alpha
+    assert step.actor_scale.get_scale() == 2.0**8
+    again = ActorCriticStep(s, cpu, PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
+    again.load_state_dict(step.state_dict())
+    assert again.critic_scale.get_scale() == 2.0**99 and again.actor_scale.get_scale() == 2.0**8

@@ -154,7 +154,7 @@ def test_a_captured_prioritized_update_gives_the_replay_the_eager_errors():
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision):
     """Both graphs of a TD3 update (with and without the actor's step) and SAC's one, against
     eager updates from the same weights, draws and noise."""

@@ -139,7 +139,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.stage == "learner":
         bench = _bench_on_a_local_cluster(config, spec, progress)
         try:
-            variants = learner_variants(bench.device, wanted_variants, config.algo.name)
+            variants = learner_variants(bench.device, wanted_variants)
             results = bench.learner_variants(variants, plan.learner_s)
         finally:
             shutdown()
@@ -263,20 +263,18 @@ def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
     return ClusterBench(config, spec, progress, device)
 
 
-def learner_variants(device: str, chosen: list[tuple[str, str]] | None = None,
-                     algo: str = "dqn") -> list[tuple[str, str]]:
+def learner_variants(device: str, chosen: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """(precision, cuda_graphs) pairs `--stage learner` measures on `device`: the `chosen` ones
-    (each must run on `device`) or all that the device runs (td3 and sac: no fp16)."""
+    (each must run on `device`) or all that the device runs."""
     if chosen:
-        allowed = learner_variants(device, algo=algo)
+        allowed = learner_variants(device)
         for pair in chosen:
             if pair not in allowed:
                 raise UsageError(f"--variants: '{':'.join(pair)}' does not run on {device}; there: "
                                  f"{', '.join(':'.join(p) for p in allowed)}")
         return chosen
     if device == "cuda":
-        precisions = ("fp32", "bf16") if algo != "dqn" else ("fp32", "bf16", "fp16")
-        return [(precision, graphs) for precision in precisions for graphs in ("on", "off")]
+        return [(precision, graphs) for precision in ("fp32", "bf16", "fp16") for graphs in ("on", "off")]
     return [("fp32", "off"), ("bf16", "off")]
 
 

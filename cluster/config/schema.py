@@ -290,8 +290,6 @@ class RunConfig(Section):
         if self.learner.cuda_graphs == "on" and self.learner.device == "cpu":
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
         continuous = self.algo.name != "dqn"
-        if continuous and self.learner.precision == "fp16":
-            raise ValueError(f"learner.precision fp16 is not built for algo.name {self.algo.name} yet; use bf16 or fp32")
         if continuous and self.learner.target_update == "hard":
             raise ValueError(f"learner.target_update hard is for dqn; algo.name {self.algo.name} moves its targets by "
                              "learner.target_tau (polyak)")
