@@ -40,6 +40,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants
 from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
 from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
 from cluster.commands.usage import UsageError, split_positional
@@ -228,20 +229,6 @@ def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine) -> tup
     return rows, {"priority_replay_costs": costs, "priority_learner_fed": fed}
 
 
-def parse_variants(text: str) -> list[tuple[str, str]]:
-    """'fp16:on,bf16:off' -> [('fp16', 'on'), ('bf16', 'off')] (UsageError naming a bad item)."""
-    pairs = []
-    for item in text.split(","):
-        precision, colon, graphs = item.partition(":")
-        if not colon:
-            raise UsageError(f"--variants: '{item}' is not PRECISION:GRAPHS, e.g. fp16:on")
-        if precision not in ("fp32", "bf16", "fp16") or graphs not in ("on", "off"):
-            raise UsageError(f"--variants: '{item}' is not PRECISION:GRAPHS with PRECISION fp32, bf16 or fp16 "
-                             "and GRAPHS on or off")
-        pairs.append((precision, graphs))
-    return pairs
-
-
 def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
     """A fresh local Ray cluster and a ClusterBench for the device `raypex train` would choose
     (UsageError, with Ray shut down again, when the config asks for a device or more CPUs than
@@ -261,34 +248,6 @@ def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
         shutdown()
         raise UsageError(str(err)) from None
     return ClusterBench(config, spec, progress, device)
-
-
-def learner_variants(device: str, chosen: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
-    """(precision, cuda_graphs) pairs `--stage learner` measures on `device`: the `chosen` ones
-    (each must run on `device`) or all that the device runs."""
-    if chosen:
-        allowed = learner_variants(device)
-        for pair in chosen:
-            if pair not in allowed:
-                raise UsageError(f"--variants: '{':'.join(pair)}' does not run on {device}; there: "
-                                 f"{', '.join(':'.join(p) for p in allowed)}")
-        return chosen
-    if device == "cuda":
-        return [(precision, graphs) for precision in ("fp32", "bf16", "fp16") for graphs in ("on", "off")]
-    return [("fp32", "off"), ("bf16", "off")]
-
-
-def learner_rows(results: list[dict]) -> list[BenchRow]:
-    """Per variant: fed samples/s against from-memory samples/s, and the GPU's busy fraction."""
-    rows = []
-    for r in results:
-        name = f"learner_{r['precision']}_{'graph' if r['cuda_graphs'] == 'on' else 'eager'}"
-        fed, memory = r["fed"], r["memory"]
-        rows.append(BenchRow.against(name, fed["samples_per_s"], "samples/s", memory["samples_per_s"], ">= 0.8"))
-        if fed["gpu_busy"] is not None:
-            rows.append(BenchRow.against(f"{name}_gpu_busy", fed["gpu_busy"], "fraction", 1.0, ">= 0.9"))
-        rows.append(BenchRow(f"{name}_wait_fraction", fed["wait_fraction"], "fraction"))
-    return rows
 
 
 def _report(rows: list[BenchRow], details: dict, args: argparse.Namespace, progress: ProgressLine) -> int:

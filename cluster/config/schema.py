@@ -12,20 +12,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from cluster.config.collectors_section import CollectorsConfig
 from cluster.config.replay_section import ReplayConfig
-from cluster.config.section import Section
+from cluster.config.section import Section, on_off_from_yaml_bools
 
 # Bounds for settings under which a run could never make progress in any reasonable time.
 MAX_SAMPLES_PER_RUN = 1e12  # about 12 days at a million samples/s
 MAX_SAMPLES_PER_EPOCH = 1e9  # about 17 minutes at a million samples/s between weight broadcasts
 SLOW_EPOCH_SAMPLES = 1e7  # above this, an epoch lasts a minute or more on a CPU learner: warned
-MIN_GPU_SHARE = 1e-4  # the finest GPU fraction Ray allots
-
-
-def on_off_from_yaml_bools(value: Any) -> Any:
-    """An auto/on/off field's value: YAML 1.1 reads a bare on/off (in a file or a key=value
-    override) as true/false."""
-    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
 class EnvConfig(Section):
@@ -87,53 +81,6 @@ class NetworkConfig(Section):
     def _positive_layers(self) -> NetworkConfig:
         if any(h < 1 for h in self.hidden):
             raise ValueError("hidden: every layer size must be >= 1")
-        return self
-
-
-class CollectorsConfig(Section):
-    """The collector actors: how many, their exploration and how they push data."""
-
-    num: int = Field(2, ge=1, le=1024, description="Collector actors (each with its own shard).")
-    num_cpus: float = Field(0.4, gt=0.0, description="CPUs Ray reserves per collector.")
-    chunk_steps: int = Field(16, ge=1, description="Vector steps folded into one pushed chunk.")
-    max_pushes_in_flight: int = Field(2, ge=1, description="Chunk writes a collector may have pending.")
-    epsilon_base: float = Field(0.4, ge=0.0, le=1.0, description="Ape-X eps_base.")
-    epsilon_alpha: float = Field(7.0, ge=0.0, description="Ape-X alpha: eps_i = base^(1+alpha*i/(N-1)).")
-    epsilon_anneal_steps: int = Field(
-        0, ge=0, description="Env steps (per collector) to anneal from 1.0 down to eps_i; 0 = none."
-    )
-    act_precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="Dtype of the acting network: auto = bf16 where this CPU runs it at least 1.1x "
-        "faster than fp32 (timed when each collector starts), else fp32. An MLP (flat observations) acts in "
-        "numpy with auto or fp32, so collectors never import torch."
-    )
-    act_fusion: Literal["auto", "on", "off"] = Field(
-        "auto", description="Run the acting forward as a TorchScript trace with oneDNN Graph fusion: auto = for "
-        "image networks where it is at least 1.1x faster than eager (timed when each collector starts)."
-    )
-    act_device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where collectors run their acting network: auto = the GPU for image networks when the "
-        "learner trains on a GPU and every node of the cluster has one (each collector then asks Ray for num_gpus of "
-        "it), else the CPU. cuda: one host-to-device copy of each vector step's observations, one forward, actions "
-        "back (dqn only: td3 and sac act in numpy)."
-    )
-    num_gpus: float | Literal["auto"] = Field(
-        "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "
-        "the collectors (the learner takes the other half of its GPU)."
-    )
-    _act_fusion_on_off = field_validator("act_fusion", mode="before")(on_off_from_yaml_bools)
-
-    @field_validator("num_gpus")
-    @classmethod
-    def _gpu_share(cls, value: Any) -> Any:
-        if value != "auto" and not MIN_GPU_SHARE <= value <= 1.0:
-            raise ValueError(f"must be auto or a share of one GPU from {MIN_GPU_SHARE:g} to 1")
-        return value
-
-    @model_validator(mode="after")
-    def _fusion_is_for_cpus(self) -> CollectorsConfig:
-        if self.act_device == "cuda" and self.act_fusion == "on":
-            raise ValueError("act_fusion on is oneDNN's, for CPUs; with act_device cuda use auto or off")
         return self
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -10,3 +12,9 @@ class Section(BaseModel):
     NaN or infinity is never a value (a NaN target compares false with every return)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+def on_off_from_yaml_bools(value: Any) -> Any:
+    """An auto/on/off field's value: YAML 1.1 reads a bare on/off (in a file or a key=value
+    override) as true/false."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 
-from cluster.config.schema import MIN_GPU_SHARE, RunConfig
+from cluster.config.collectors_section import MIN_GPU_SHARE
+from cluster.config.schema import RunConfig
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
 
