@@ -22,15 +22,12 @@ import torch
 from torch import nn
 
 from learner.actor_critic_networks import MLPActor, TwinCritic
+from learner.host_adam import adam_for
 from learner.loss_scale import DeviceLossScale
 from learner.precision import PrecisionPolicy
 from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from learner.settings import LearnerSettings
 from learner.td3_loss import td3_actor_loss, td3_critic_loss
-
-
-def _adam(params, lr: float, eps: float, cuda: bool) -> torch.optim.Adam:
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=cuda)
 
 
 def _backward(loss: torch.Tensor, scale: DeviceLossScale | None) -> None:
@@ -48,18 +45,18 @@ class ActorCriticStep:
         self.sac = settings.algo == "sac"
         self.gather = gather
         self.precision = precision
-        obs_dim, action_dim, cuda = settings.obs_shape[0], settings.action_dim, device.type == "cuda"
+        obs_dim, action_dim = settings.obs_shape[0], settings.action_dim
         self.actor = MLPActor(obs_dim, action_dim, settings.hidden, gaussian=self.sac).to(device)
         self.critic = TwinCritic(obs_dim, action_dim, settings.hidden).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
         self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())
-        self.actor_optimizer = _adam(self.actor_params, settings.lr, settings.adam_eps, cuda)
-        self.critic_optimizer = _adam(self.critic_params, settings.lr, settings.adam_eps, cuda)
+        self.actor_optimizer = adam_for(self.actor_params, settings.lr, settings.adam_eps, device)
+        self.critic_optimizer = adam_for(self.critic_params, settings.lr, settings.adam_eps, device)
         self.target_entropy = float(-action_dim if settings.target_entropy is None else settings.target_entropy)
         self.log_alpha = torch.tensor(float(torch.tensor(settings.init_temperature).log()), device=device,
                                       requires_grad=True)
-        self.alpha_optimizer = _adam([self.log_alpha], settings.lr, settings.adam_eps, cuda) if self.sac else None
+        self.alpha_optimizer = adam_for([self.log_alpha], settings.lr, settings.adam_eps, device) if self.sac else None
         # fp16: a loss scale for the critics' step and one for the actor's (and SAC's temperature):
         # an overflow in one skips that step only, on the device (fused Adam reads found_inf)
         self.critic_scale: DeviceLossScale | None = precision.scaler

@@ -26,6 +26,7 @@ from torch import nn
 from learner.actor_critic_networks import ActionsInEnvUnits
 from learner.actor_critic_step import ActorCriticStep
 from learner.cuda_graph import CapturedActorCriticUpdate, CapturedUpdate, TrainingStateSnapshot
+from learner.host_adam import adam_for
 from learner.learner_state import learner_state, restore_learner_state
 from learner.networks import NatureCNNQNetwork, build_q_network
 from learner.policy_file import export_policy_archive
@@ -93,8 +94,7 @@ class Learner:
         self._online_params = list(self.online.parameters())
         self._target_params = list(self.target.parameters())
         # fused: one kernel for all parameters, its step counter on the device (so capturable).
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=settings.lr, eps=settings.adam_eps,
-                                          fused=True, capturable=cuda)
+        self.optimizer = adam_for(self.online.parameters(), settings.lr, settings.adam_eps, device)
         self.precision = make_precision(resolve_precision(settings.precision, device, pixels), device)
         online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
         target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
