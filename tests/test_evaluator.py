@@ -62,3 +62,14 @@ def test_known_max_returns_only_without_kwargs_that_could_change_them():
     assert known_max_return("CartPole-v1", {}) == 500.0
     assert known_max_return("CartPole-v1", {"max_episode_steps": 1000}) is None
     assert known_max_return("ALE/Breakout-v5", {}) is None
+
+
+def test_an_evaluation_given_no_weights_is_lost_not_a_crash():
+    """A weights ref answered by a learner Ray had just restarted holds None (it has published
+    nothing yet): the evaluator returns None, which the driver counts as a lost evaluation. It once
+    raised AttributeError and ended a run that was meant to end with 'the learner died'."""
+    from cluster.hosts.evaluator_actor import EvaluatorActor
+
+    evaluator = EvaluatorActor("CartPole-v1", {}, 2, 0, (4,), 2, [8], True, 0, 0.0)
+    assert evaluator.evaluate(None) is None
+    evaluator.evaluator.close()

@@ -66,20 +66,23 @@ class EvaluationScheduler:
         result is None when the evaluator died during it, or the learner before handing over its weights."""
         result_ref, weights_ref = self._in_flight
         self._in_flight = None
-        try:
-            return ray.get(result_ref), weights_ref
-        except LOST:
-            self.lost += 1
-            return None, weights_ref
+        return self._result(result_ref), weights_ref
 
     def evaluate_now(self, weights_ref) -> dict | None:
         """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
-        when the evaluator died during it."""
+        when the evaluator died during it, or the learner had no weights to give."""
+        return self._result(self.evaluator.evaluate.remote(weights_ref))
+
+    def _result(self, result_ref) -> dict | None:
+        # None from the evaluator: the weights ref was answered by a learner Ray had just restarted
+        # (a call sent while it restarts runs on the new process, which has published nothing yet)
         try:
-            return ray.get(self.evaluator.evaluate.remote(weights_ref))
+            result = ray.get(result_ref)
         except LOST:
+            result = None
+        if result is None:
             self.lost += 1
-            return None
+        return result
 
     def forget_weights(self) -> None:
         """The learner died: wait for its replacement's first epoch before the next evaluation."""

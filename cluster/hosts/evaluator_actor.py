@@ -58,13 +58,17 @@ class EvaluatorActor:
         return functools.partial(greedy_actions, self.torch_network)
 
     @QUIET  # several a second on small envs
-    def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict:
+    def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict | None:
         """Mean and min greedy return of a published Weights message (Ray resolves its ref).
 
         With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
         early and reports `complete: False` with no returns. With `record` the result carries
         the first episode's pictures as `frames` (uint8 [T, H, W(, 3)]) when the env has any.
+        None when there were no weights: the ref was a learner's answer given by the process Ray
+        had just restarted, before it published any (the driver counts that evaluation as lost).
         """
+        if weights is None:
+            return None
         returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record)
         version = weights.version
         if returns is None:
