@@ -335,7 +335,9 @@ def corridor_solved(ran: Ran) -> None:
 
 
 def corridor_evaluated(ran: Ran) -> None:
-    assert float(re.match(r"mean return (\S+) over 10 episodes", ran.out).group(1)) >= 0.9, ran.out
+    found = re.match(r"mean return (\S+) over 10 episodes \(min (\S+), max (\S+), std (\S+)\)", ran.out)
+    mean, low, high, _ = (float(v) for v in found.groups())
+    assert mean >= 0.9 and low <= mean <= high, ran.out  # as printed: 0.95 once came with "min 0.9, max 0.9"
 
 
 def api_returned_the_run(ran: Ran) -> None:

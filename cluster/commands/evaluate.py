@@ -44,6 +44,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UsageError(str(err), err.details) from None
     returns = evaluator.evaluate(greedy)
     evaluator.close()
+    # one precision for all four: "mean 0.95 (min 0.9, max 0.9)" once read as if the mean were out of range
     print(f"mean return {returns.mean():.2f} over {args.episodes} episodes "
-          f"(min {returns.min():.1f}, max {returns.max():.1f}, std {returns.std():.1f})")
+          f"(min {returns.min():.2f}, max {returns.max():.2f}, std {returns.std():.2f})")
     return 0
