@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from actors.device_errors import NoGpuHere
 from learner.networks import acting_copy, greedy_actions, refresh_acting_copy
 from learner.weights import load_arrays
 
@@ -70,7 +71,7 @@ class ActingPolicy:
 
     def _place_on_gpu(self, precision: str, example_obs: np.ndarray) -> None:
         if not torch.cuda.is_available():
-            raise RuntimeError(f"collectors.act_device cuda: this collector's process sees no GPU "
+            raise NoGpuHere(f"collectors.act_device cuda: this collector's process sees no GPU "
                                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
         self.network = self.network.to(self.device)
         if precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()):

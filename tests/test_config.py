@@ -258,3 +258,15 @@ def test_every_option_of_every_subcommand_says_what_it_does_and_its_default():
             shows_default = isinstance(parser.formatter_class, type) and issubclass(
                 parser.formatter_class, argparse.ArgumentDefaultsHelpFormatter)
             assert text and ("default" in text or shows_default), f"raypex {name} {action.option_strings[0]}: {text!r}"
+
+
+def test_bench_acting_on_a_gpu_this_machine_lacks_is_one_line_before_measuring(capsys):
+    """collectors.act_device cuda in the bench's in-process stage, on a machine without a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the stage would measure, not refuse")
+    assert main(["bench", "--stage", "collect", "collectors.act_device=cuda", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "raypex: error: collectors.act_device cuda: this collector's process sees no GPU " \
+                      f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})", err
