@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = _Parser(prog="raypex", description="Distributed Ape-X style DQN on Ray.")
+    parser = _Parser(prog="raypex", description="Distributed Ape-X style off-policy RL on Ray: DQN, TD3 and SAC.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser(
         "train", help="train a Q-network (starts a local Ray cluster unless --address)",
