@@ -68,9 +68,12 @@ def rss_bytes(pid: int) -> int | None:
 
 def object_store_mib() -> tuple[float, float]:
     """(MiB in use, MiB spilled) of the object store, from Ray's memory summary."""
+    import ray
     from ray._private.internal_api import memory_summary
 
-    text = memory_summary(stats_only=True)
+    # This cluster's GCS, by address: without one Ray follows /tmp/ray/ray_current_cluster, which a
+    # `ray start` stopped by a signal leaves behind pointing at a dead GCS (the soak then failed).
+    text = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
     used = re.search(r"Plasma memory usage (\d+) MiB", text)
     spilled = re.search(r"Spilled (\d+) MiB", text)
     return float(used.group(1)) if used else 0.0, float(spilled.group(1)) if spilled else 0.0

@@ -102,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             return run_configs(args)
         if args.command == "bench":
             from cluster.commands.bench import run_bench
+            from cluster.driver.supervisor import RunFailed
 
-            return run_bench(args)
+            try:
+                return run_bench(args)
+            except RunFailed as err:  # a training run the bench started (e2e, soak) failed
+                print(f"raypex: bench failed: a training run it started failed: {err}", file=sys.stderr)
+                return 1
         from cluster.commands.evaluate import run_eval
 
         return run_eval(args)
