@@ -71,8 +71,9 @@ class Run:
 
 @dataclass(frozen=True)
 class Elsewhere:
-    """Proven by another test (`tests/FILE.py::TEST`, whose source holds the text `holds`) or by
-    `.ci/run` (which holds it), because the line needs more than one process tree on one machine."""
+    """Proven by another test or check (`tests/FILE.py::FUNCTION`, whose source holds the text
+    `holds`) or by `.ci/run` (which holds it): the line needs more than one process tree on one
+    machine, or another documented line's run is this line's run with settings added."""
 
     where: str
     holds: str

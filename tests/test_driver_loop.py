@@ -19,7 +19,7 @@ from cluster.config.loading import load_config
 from cluster.driver.progress import ProgressLine
 from cluster.driver.run import RunObserver, TrainingRun
 from cluster.driver.signals import EXIT_INTERRUPTED
-from cluster.driver.wiring import connect, reserve_resources
+from cluster.driver.wiring import connect, reserve_resources, shutdown
 from cluster.hosts.learner_actor import LearnerActor
 
 EPOCHS_BEFORE_WAITING = 2
@@ -92,7 +92,7 @@ def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_
             driver.join(timeout=120)
         group.release()
     finally:
-        ray.shutdown()
+        shutdown()  # as raypex train ends a local cluster: at once, not with Ray's graceful wait
     assert kept_polling, "the driver stopped polling while the learner waited inside an epoch"
     assert codes == [EXIT_INTERRUPTED]
     assert run.summary()["epochs"] == EPOCHS_BEFORE_WAITING
