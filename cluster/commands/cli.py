@@ -9,6 +9,7 @@ reads arguments; components get explicit values.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -139,7 +140,13 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) 
 
 def console() -> None:
     """The console-script wrapper: exit with main's code. Output piped into a reader that stops
-    early (`raypex configs | head`) ends quietly, as other command-line tools do."""
+    early (`raypex configs | head`) ends quietly, as other command-line tools do.
+
+    It exits without the interpreter's teardown: with torch.export's modules loaded (`raypex eval`
+    loads policy.pt2 with them, the bench imports torch) tearing them down took about a second on
+    a 2-core box after everything was written (`raypex eval RUN --episodes 10`: 3.6 s before, 2.7 s
+    after). Ray is disconnected, logs and both streams flushed first; every file of ours is
+    closed by then (written whole, then renamed)."""
     try:
         code = main()
         sys.stdout.flush()
@@ -147,4 +154,9 @@ def console() -> None:
         # Python would report the failed flush of stdout at exit: point it at /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141  # what a shell reports for a command killed by SIGPIPE
-    sys.exit(code)
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # a joined cluster: disconnect as Ray's atexit would
+        ray.shutdown()
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(code)
