@@ -336,3 +336,25 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     again = ActorCriticStep(s, cpu, PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
     again.load_state_dict(step.state_dict())
     assert again.critic_scale.get_scale() == 2.0**99 and again.actor_scale.get_scale() == 2.0**8
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_policy_pt2_of_published_weights_acts_in_the_env_units(algo, tmp_path):
+    """policy.pt2 of a published version (not the learner's newest weights): the actor with
+    those weights, its [-1, 1] actions mapped to Pendulum's [-2, 2]."""
+    from learner.policy_file import load_policy
+    from learner.weights import export_arrays
+
+    learner = continuous_learner(algo, torch.device("cpu"))
+    learner.train_epoch()
+    published = export_arrays(learner.online)
+    learner.train_epoch()  # the learner moves on; the file holds the published version
+    path = tmp_path / "policy.pt2"
+    path.write_bytes(learner.export_policy(published))
+    learner.online.load_state_dict({name: torch.from_numpy(a) for name, a in published.items()})
+    policy = load_policy(path)
+    obs = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = 2.0 * learner.online(torch.from_numpy(obs)).numpy()
+    assert np.allclose(policy.act(obs), expected, atol=1e-5)
+    assert np.allclose(policy.act(obs[4]), expected[4], atol=1e-5) and np.abs(expected).max() <= 2.0
