@@ -371,7 +371,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "&& python -c 'import sys; print(sys.prefix)'", "prints the environment it activated", check=activated),
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": NotRun(
         "CI reaches PyPI only; .ci/run pins this machine's CPU torch with .ci/constraints.txt instead"),
-    'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"', "installs this, with .ci/constraints.txt and --no-compile"),
+    'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"', "installs this, with .ci/constraints.txt"),
     "raypex train configs/cartpole.yaml": Run(check=solved),
     "raypex configs": Run(check=configs_listed),
     "raypex config show pong collectors.num=4": Run(check=config_shown),
