@@ -176,7 +176,21 @@ BAD_BENCH_ARGS = [
      "--variants: 'fp8:on' is not PRECISION:GRAPHS with PRECISION fp32, bf16 or fp16 and GRAPHS on or off"),
     (["--stage", "learner", "--variants", "fp32"], "--variants: 'fp32' is not PRECISION:GRAPHS"),
     (["--variants", "fp32:off"], "--variants needs --stage learner"),
+    (["--window", "0"], "--window SECONDS takes a positive number of seconds"),
+    (["--window", "1", "--stage", "startup"], "not with --soak or --stage startup"),
+    (["--window", "1", "--soak", "1"], "not with --soak or --stage startup"),
 ]
+
+
+def test_a_bench_window_sets_every_measuring_window_and_keeps_the_training_runs():
+    from cluster.commands.bench import BenchPlan
+
+    quick, full = BenchPlan.choose(True), BenchPlan.choose(False)
+    assert quick.with_window(None) == quick
+    short = full.with_window(1.5)
+    assert (short.collect_s, short.feed_s, short.learner_s, short.local_s) == (1.5, 1.5, 1.5, 1.5)
+    assert (short.linearity_steps, short.broadcasts) == (full.linearity_steps, full.broadcasts)
+    assert full.with_window(20.0).local_s == full.local_s  # the one-process windows are never lengthened
 
 
 @pytest.mark.parametrize(("args", "expected"), BAD_BENCH_ARGS)

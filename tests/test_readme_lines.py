@@ -428,14 +428,14 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "--shapes 32x1 --seconds 1 --json matrix.json", "the GPU box's shapes take minutes on 2 cores",
         check=learner_matrix_measured),
     "raypex bench configs/cartpole.yaml --profile --json bench.json": Run(
-        "--quick", "a minute instead of two", check=bench_wrote_every_row),
+        "--quick --window 1", "a minute instead of two, 1 s windows", check=bench_wrote_every_row),
     "raypex bench configs/cartpole.yaml --stage learner --quick": Run(
-        "--json learner.json", "to read its rows back", check=learner_stage_measured),
+        "--window 1 --json learner.json", "1 s windows; rows read back", check=learner_stage_measured),
     "raypex bench configs/pong.yaml --stage collect collectors.num=2": Run(
-        "--quick --json collect.json env.num_envs=8", "shorter windows, 8 envs per collector; rows read back",
+        "--quick --window 1 --json collect.json env.num_envs=8", "1 s windows, 8 envs per collector; rows read back",
         check=collect_stage_measured),
     "raypex bench configs/cartpole.yaml --stage priorities": Run(
-        "--quick --json priorities.json", "shorter windows; rows read back", check=priority_costs_measured),
+        "--quick --window 1 --json priorities.json", "1 s windows; rows read back", check=priority_costs_measured),
     "raypex bench configs/cartpole.yaml --stage startup": Run(
         "--quick --json startup.json", "one run of three; rows read back", check=startup_measured),
     "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(

@@ -1,4 +1,4 @@
-"""`raypex bench [CONFIG] [--json PATH] [--quick | --soak MINUTES] [--profile] [key=value ...]`.
+"""`raypex bench [CONFIG] [--json PATH] [--quick | --soak MINUTES] [--window SECONDS] [--profile] [key=value ...]`.
 
 Every stage of the pipeline measured beside its own reference, in one process tree on a local Ray
 cluster, so ratios hold even when the machine's absolute speed drifts:
@@ -33,6 +33,7 @@ most 1.3x the uniform path's cost).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -66,6 +67,14 @@ class BenchPlan:
         if quick:
             return cls(local_s=1.0, collect_s=3.0, feed_s=3.0, learner_s=3.0, broadcasts=10, linearity_steps=12_000)
         return cls(local_s=3.0, collect_s=8.0, feed_s=8.0, learner_s=8.0, broadcasts=30, linearity_steps=40_000)
+
+    def with_window(self, seconds: float | None) -> BenchPlan:
+        """This plan with every measuring window `seconds` long (`--window`; the one-process env
+        windows no longer than that); the training runs keep their env steps."""
+        if seconds is None:
+            return self
+        return dataclasses.replace(self, local_s=min(self.local_s, seconds), collect_s=seconds, feed_s=seconds,
+                                   learner_s=seconds)
 
 
 def machine_info() -> dict:
@@ -110,7 +119,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.soak is not None and (args.soak <= 0 or args.stage != "all" or args.quick or args.profile):
         raise UsageError("--soak MINUTES takes a positive number of minutes and no --stage, --quick or --profile")
     progress = ProgressLine(sys.stderr)
-    plan = BenchPlan.choose(args.quick)
+    if args.window is not None and (not args.window > 0 or args.soak is not None or args.stage == "startup"):
+        raise UsageError("--window SECONDS takes a positive number of seconds, and not with --soak or "
+                         "--stage startup (they have no measuring windows)")
+    plan = BenchPlan.choose(args.quick).with_window(args.window)
 
     from cluster.config.settings import collector_settings
     from cluster.driver.wiring import shutdown

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="YAML config (default configs/cartpole.yaml) and dotted overrides")
     bench.add_argument("--json", type=Path, help="also write the rows to this JSON file (default: only the table on stderr)")
     bench.add_argument("--quick", action="store_true", help="shorter windows: about 1 minute on 2 cores instead of 2 (default: off)")
+    bench.add_argument("--window", type=float, metavar="SECONDS",
+                       help="each measuring window's length, per way and variant (default: 8; 3 with --quick); "
+                       "shorter is noisier")
     bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes, and what bounds throughput (default: off)")
     bench.add_argument("--stage", choices=["all", "collect", "learner", "priorities", "startup"], default="all",
                        help="collect: only env_raw, env_policy, collect and broadcast; learner: only the learner "
