@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from actors.apng import ApngWriter, EncodedVideo
 from actors.envs import make_vector_env
 from actors.episode_video import MAX_FRAMES, frame_of
 from actors.mujoco_video import draw_states, first_env_state, headless_rendering, is_mujoco
@@ -30,7 +31,7 @@ class Evaluator:
         self.env_id = env_id
         self.env_kwargs = env_kwargs
         self.stacked = stacked  # observations are frame stacks (pixels), for the video's frames
-        self.frames: np.ndarray | None = None  # the first episode's pictures of the last recorded evaluation
+        self.video: EncodedVideo | None = None  # the first episode of the last recorded evaluation
         self.episodes = episodes
         self.seed = seed
         # A small random-action rate keeps a greedy policy from stalling a game forever (Breakout
@@ -49,7 +50,8 @@ class Evaluator:
         the mean could no longer reach `target_mean` even if every unfinished episode scored
         `max_return`: a policy far from the target then costs a few dozen env steps instead of
         its longest episode. Without it every episode runs to its end. With `record`, the first
-        episode's pictures (actors/episode_video.py) are kept in `frames` (None: no picture).
+        episode's pictures (actors/episode_video.py) are kept in `video`, encoded as they come
+        (None: this env has no picture).
         """
         obs, _ = self.env.reset(seed=self.seed + 10_007 * self.runs)
         self.runs += 1
@@ -57,7 +59,7 @@ class Evaluator:
         running = np.ones(self.episodes, bool)
         # Total shortfall from max_return the finished episodes may have before the target is lost.
         allowed_shortfall = self.episodes * (give_up[1] - give_up[0]) if give_up else None
-        pictures: list[np.ndarray] | None = [] if record and not self.mujoco else None
+        pictures: ApngWriter | None = ApngWriter() if record and not self.mujoco else None
         states: list | None = [] if record and self.mujoco else None
         while running.any():
             if states is not None and running[0]:
@@ -67,7 +69,7 @@ class Evaluator:
                 if picture is None:
                     pictures = None  # this env has no picture
                 else:
-                    pictures.append(picture)
+                    pictures.add(picture)
             actions = policy(obs)
             if self.epsilon and self.num_actions:
                 explore = self.rng.random(self.episodes) < self.epsilon
@@ -78,9 +80,9 @@ class Evaluator:
             if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:
                 return None
         if states is not None:
-            self.frames = draw_states(self.env_id, self.env_kwargs, states)
+            self.video = draw_states(self.env_id, self.env_kwargs, states)
         elif record:
-            self.frames = np.stack(pictures) if pictures else None
+            self.video = pictures.finish() if pictures is not None else None
         return returns
 
     def close(self) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from actors.apng import ApngWriter, EncodedVideo
+
 MAX_PICTURES = 250  # 10 s at 25 fps; a 1000-step HalfCheetah episode shows every 4th step
 SIZE = (96, 128)  # height, width
 
@@ -43,9 +45,9 @@ def first_env_state(vector_env) -> tuple[np.ndarray, np.ndarray]:
     return data.qpos.copy(), data.qvel.copy()
 
 
-def draw_states(env_id: str, env_kwargs: dict[str, Any], states: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
-    """uint8 [T, H, W, 3] pictures of evenly spaced `states` (at most MAX_PICTURES), seen by the
-    env's own camera; None, with one warning, when MuJoCo cannot render here."""
+def draw_states(env_id: str, env_kwargs: dict[str, Any], states: list[tuple[np.ndarray, np.ndarray]]) -> EncodedVideo | None:
+    """The video of evenly spaced `states` (at most MAX_PICTURES RGB pictures), seen by the env's
+    own camera; None, with one warning, when MuJoCo cannot render here."""
     if not states:
         return None
     stride = math.ceil(len(states) / MAX_PICTURES)
@@ -56,11 +58,11 @@ def draw_states(env_id: str, env_kwargs: dict[str, Any], states: list[tuple[np.n
         return None
     try:
         env.reset(seed=0)
-        pictures = []
+        pictures = ApngWriter()
         for qpos, qvel in states[::stride]:
             env.unwrapped.set_state(qpos, qvel)
-            pictures.append(env.render())
-        return np.stack(pictures)
+            pictures.add(env.render())
+        return pictures.finish()
     except Exception as err:  # noqa: BLE001 - as above, when the context fails at the first picture
         warnings.warn(f"no video of {env_id}: MuJoCo cannot render here ({err})", stacklevel=2)
         return None

@@ -17,6 +17,7 @@ from learner.actor_critic_networks import MLPActor
 from learner.numpy_mlp import NumpyMLPActor
 from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from learner.td3_loss import td3_actor_loss, td3_critic_loss
+from tests.test_video import decode_apng
 
 
 class ConstantCritic(nn.Module):
@@ -209,15 +210,17 @@ def test_a_mujoco_evaluation_records_pictures_of_its_first_episode(monkeypatch):
 
     evaluator = Evaluator("HalfCheetah-v5", {"max_episode_steps": 30}, 2, 0)
     returns = evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
-    frames = evaluator.frames
-    assert returns.shape == (2,) and frames is not None and frames.dtype == np.uint8
-    assert frames.shape == (30, *mujoco_video.SIZE, 3)
+    video = evaluator.video
+    assert returns.shape == (2,) and video is not None
+    assert (video.count, video.height, video.width, video.channels) == (30, *mujoco_video.SIZE, 3)
+    count, frames = decode_apng(video.data)
+    assert count == 30 and frames[0].shape == (*mujoco_video.SIZE, 3)
     assert frames[0].std() > 10 and np.abs(frames[-1].astype(int) - frames[0]).mean() > 0.5  # a scene, and it moves
     evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32))  # not recorded: the last video stays
-    assert evaluator.frames is frames
+    assert evaluator.video is video
     monkeypatch.setattr(mujoco_video, "MAX_PICTURES", 4)  # a long episode: evenly spaced states are drawn
     evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
-    assert len(evaluator.frames) == 4  # every 8th of 30 states
+    assert evaluator.video.count == 4  # every 8th of 30 states
     evaluator.close()
 
 

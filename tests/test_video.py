@@ -1,13 +1,15 @@
 """The evaluation video: pictures of each kind of observation, and the animated PNG they become
-(decoded back here with zlib, as a browser would)."""
+(decoded back here with zlib, as a browser would), encoded frame by frame as an evaluation runs."""
 
 import struct
 import zlib
 
 import numpy as np
 
+import pytest
+
+from actors.apng import ApngWriter, apng
 from actors.episode_video import cartpole_frame, frame_of
-from cluster.driver.video import apng
 
 
 def decode_apng(data: bytes) -> tuple[int, list[np.ndarray]]:
@@ -42,6 +44,23 @@ def test_gray_and_colour_frames_come_back_from_the_animation_unchanged():
         count, decoded = decode_apng(apng(frames))
         assert count == len(frames) == len(decoded)
         assert all((d == f).all() for d, f in zip(decoded, frames))
+
+
+def test_a_video_written_frame_by_frame_keeps_only_compressed_rows_and_knows_its_size():
+    writer = ApngWriter()
+    assert writer.finish() is None  # no frame, no video
+    upright = cartpole_frame(np.zeros(4))
+    for angle in np.linspace(0.0, 0.2, 50):
+        writer.add(cartpole_frame(np.array([0.0, 0.0, angle, 0.0])))
+    video = writer.finish()
+    assert (video.height, video.width, video.channels, video.count) == (*upright.shape, 1, 50)
+    assert len(video.data) < 50 * upright.size / 10  # a flat picture compresses tenfold and more
+    count, decoded = decode_apng(video.data)
+    assert count == 50 and (decoded[0] == upright).all() and not (decoded[-1] == upright).all()
+    with pytest.raises(ValueError, match="one shape"):
+        writer.add(np.zeros((10, 10), np.uint8))
+    with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
+        ApngWriter().add(np.zeros((4, 10, 10), np.uint8))
 
 
 def test_each_kind_of_observation_has_its_picture():

@@ -230,7 +230,7 @@ class TrainingRun:
         if not result["complete"]:
             return False  # gave up: the target was out of reach
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
-        if "frames" in result:
+        if "video" in result:
             self._video(result)
         if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps):
             return False
@@ -240,8 +240,8 @@ class TrainingRun:
         return True
 
     def _video(self, result: dict) -> None:
-        path, encoded = write_video(self.outputs.run_dir, result["version"], result["frames"])
-        self.tb.summary(video_summary("eval/video", result["frames"], encoded), self.metrics.env_steps)
+        path = write_video(self.outputs.run_dir, result["version"], result["video"])
+        self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
         self.progress.message(f"video of weights version {result['version']}: {path}")
 
     def poll(self) -> bool:

@@ -63,7 +63,7 @@ class EvaluatorActor:
 
         With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
         early and reports `complete: False` with no returns. With `record` the result carries
-        the first episode's pictures as `frames` (uint8 [T, H, W(, 3)]) when the env has any.
+        the first episode as `video` (an EncodedVideo, actors/apng.py) when the env has pictures.
         None when there were no weights: the ref was a learner's answer given by the process Ray
         had just restarted, before it published any (the driver counts that evaluation as lost).
         """
@@ -74,8 +74,8 @@ class EvaluatorActor:
         if returns is None:
             return {"version": version, "complete": False, "mean": None, "min": None}
         result = {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}
-        if record and self.evaluator.frames is not None:
-            result["frames"] = self.evaluator.frames
+        if record and self.evaluator.video is not None:
+            result["video"] = self.evaluator.video
         return result
 
     def pid(self) -> int:
