@@ -5,7 +5,6 @@ import struct
 import zlib
 
 import numpy as np
-
 import pytest
 
 from actors.apng import ApngWriter, apng
