@@ -173,7 +173,7 @@ class Learner:
         try:
             while done < self.s.updates_per_epoch and not self._stop_requested:
                 t0 = clock()
-                with self.feed.update_slot() as batch:
+                with self.feed.update_slot(updates_left=self.s.updates_per_epoch - done) as batch:
                     t1 = clock()
                     self.update(batch)
                 if self.feedback is not None:

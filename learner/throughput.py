@@ -61,8 +61,8 @@ class CycledFeed:
         self.wait_s = self.fill_wait_s = 0.0
 
     @contextlib.contextmanager
-    def update_slot(self) -> Iterator[dict[str, torch.Tensor]]:
-        """The next batch of the cycle."""
+    def update_slot(self, updates_left: int = 1) -> Iterator[dict[str, torch.Tensor]]:
+        """The next batch of the cycle (`updates_left` as ReplayFeed's; nothing is drawn here)."""
         yield next(self._batches)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.replay_feed import ReplayFeed
+from learner.replay_feed import HOST_DRAW_AHEAD, ReplayFeed
 from replay.contracts import TrainingStopped
 from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
@@ -121,3 +121,33 @@ def test_on_the_gpu_only_indices_travel_and_the_gather_there_matches_the_host(pr
     assert torch.equal(fields["obs"][:, :, 0, 0, 0].cpu(), (ids % 256).to(torch.uint8))
     stored = host.gather(host.draw(1, 200))["action"]
     assert set(ids.ravel().tolist()) <= set(stored.ravel().tolist()) | set(range(60)) | set(range(100, 130))
+
+
+def test_a_cpu_learner_draws_the_next_updates_together_within_the_epoch_and_the_limiter():
+    rep = replay(SamplesPerInsertLimiter(0.0, 10, 1))  # no ratio: every draw is allowed
+    rep.add(0, chunk(0, 40))
+    rep.add(1, chunk(100, 40))
+    feed = ReplayFeed(rep, CPU, micro_batches=2, micro_batch=8)
+    assert feed.draw_ahead == HOST_DRAW_AHEAD > 1
+    handed = []
+    for left in (3, 2, 1):  # an epoch's last three updates: one draw for the three
+        with feed.update_slot(updates_left=left) as batch:
+            handed.append(batch["action"].clone())
+        assert rep.sampled == 3 * 16
+    assert all(b.shape == (2, 8) for b in handed) and len({tuple(b.flatten().tolist()) for b in handed}) == 3
+    with feed.update_slot(updates_left=100):
+        assert rep.sampled == 3 * 16 + HOST_DRAW_AHEAD * 16  # never more than HOST_DRAW_AHEAD at once
+
+    # spi 1, min_size 16, error_buffer 8: 40 inserted allow 40 - 8 = 32 samples, two updates of 16
+    limited = replay(SamplesPerInsertLimiter(1.0, min_size=16, error_buffer=8))
+    limited.add(0, chunk(0, 40))
+    feed = ReplayFeed(limited, CPU, micro_batches=2, micro_batch=8)
+    with feed.update_slot(updates_left=25):
+        assert limited.sampled == 32  # 8 would have passed the limiter: halved to what it allows
+    assert not limited.can_sample(1)
+
+    prioritized = replay(SamplesPerInsertLimiter(0.0, 10, 1), prioritized=True)
+    prioritized.add(0, chunk(0, 40))
+    feed = ReplayFeed(prioritized, CPU, micro_batches=2, micro_batch=8)
+    with feed.update_slot(updates_left=25):
+        assert prioritized.sampled == 16 and feed.keys.row.shape == (2, 8)  # priorities change per update
