@@ -315,15 +315,6 @@ def soak_measured(ran: Ran) -> None:
     assert details["full_at_s"] is not None and len(details["samples"]) >= 10
 
 
-def idle_ray_measured(ran: Ran) -> None:
-    """The soak's rows for an idle cluster's own processes and its four idle actors."""
-    found = rows(ran.workdir / "idle.json")
-    for name in ("idle_rss_raylet-0", "idle_rss_gcs_server-0", *(f"idle_rss_IdleActor-{i}" for i in range(4))):
-        assert found[name]["bar"] == "<= 1.05"
-        with_ratio(found[name])
-    assert "idle_rss_raylet-0" in ran.out
-
-
 def lockstep_solved(ran: Ran) -> None:
     assert "solved 1/1" in ran.out, ran.out
 
@@ -450,8 +441,6 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(
         "--soak 0.25 replay.capacity=300 --json soak.json", "15 seconds, replay full after a few",
         check=soak_measured),
-    "python -m cluster.bench.idle_ray --minutes 30": Run(
-        "--minutes 0.2 --json idle.json", "12 seconds of it", check=idle_ray_measured),
     "python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
         "--seeds 1", "one seed of ten", check=lockstep_solved),
     "python -m cluster.bench.scaling --pairs 2,8,16,32 --seconds 40": Run(

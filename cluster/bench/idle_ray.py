@@ -25,6 +25,7 @@ from cluster.driver import wiring
 from cluster.driver.reaper import TOKEN_VARIABLE
 
 SETTLE_S = 5.0  # a soak's reference is taken when replay is full: 4-6 s into a CartPole run
+MIN_MINUTES = 0.2  # samples are at least 1 s apart: SETTLE_S plus two ends of SAMPLES_PER_END each
 IDLE_ACTORS = 4
 
 
@@ -57,6 +58,13 @@ def sample_idle_cluster(minutes: float) -> tuple[list[BenchRow], list[dict]]:
             time.sleep(min(interval, max(0.0, minutes * 60.0 - elapsed)))  # the sampling clock
     finally:
         wiring.shutdown()
+    return growth_rows(samples), samples
+
+
+def growth_rows(samples: list[dict]) -> list[BenchRow]:
+    """The soak's rows for samples [{"t": s, "rss": {process: bytes}}]: the median of the first
+    SAMPLES_PER_END samples from SETTLE_S on against the median of the last ones, per process
+    present at both ends (SystemExit when there are too few samples to tell)."""
     after = [s for s in samples if s["t"] >= SETTLE_S]
     if len(after) < 2 * SAMPLES_PER_END:
         raise SystemExit(f"idle_ray: too few samples after {SETTLE_S:g}s ({len(after)}); run longer")
@@ -66,7 +74,7 @@ def sample_idle_cluster(minutes: float) -> tuple[list[BenchRow], list[dict]]:
         reference = statistics.median(s["rss"][name] for s in first if name in s["rss"])
         end = statistics.median(s["rss"][name] for s in last if name in s["rss"])
         rows.append(BenchRow.against(f"idle_rss_{name}", end, "bytes", reference, GROWTH_BAR))
-    return rows, samples
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, required=True, help="how long to watch the idle cluster")
     parser.add_argument("--json", type=Path, help="write the rows and samples here (raypex bench's JSON layout)")
     args = parser.parse_args(argv)
-    if args.minutes <= 0:
-        print(f"idle_ray: --minutes must be > 0, got {args.minutes:g}", file=sys.stderr)
+    if not args.minutes >= MIN_MINUTES:
+        print(f"idle_ray: --minutes must be at least {MIN_MINUTES:g} (a sample a second, judged from "
+              f"{SETTLE_S:g}s on), got {args.minutes:g}", file=sys.stderr)
         return 2
     rows, samples = sample_idle_cluster(args.minutes)
     print(format_table(rows))
