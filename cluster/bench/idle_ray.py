@@ -34,6 +34,7 @@ class IdleActor:
     """An actor that only answers that it is there."""
 
     def ready(self) -> bool:
+        """True, once the actor's process is up."""
         return True
 
 
