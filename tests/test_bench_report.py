@@ -135,15 +135,15 @@ def test_the_feed_profile_draws_from_a_filled_replay_both_ways(config, overrides
 
 
 def test_the_idle_control_judges_growth_as_the_soak_does_from_its_settling_time():
-    from cluster.bench.idle_ray import SETTLE_S, growth_rows, main
+    from cluster.bench.idle_ray import SETTLE_S, idle_growth_rows, main
 
     samples = [{"t": float(t), "rss": {"raylet-0": 30_000_000 + 100_000 * t, "gcs_server-0": 50_000_000}}
-               for t in range(0, 61)]
+               for t in range(61)]
     samples[0]["rss"]["raylet-0"] = 1  # before SETTLE_S: never the reference
-    found = {row.name: row for row in growth_rows(samples)}
+    found = {row.name: row for row in idle_growth_rows(samples)}
     first = [30_000_000 + 100_000 * t for t in range(int(SETTLE_S), int(SETTLE_S) + 3)]
     assert found["idle_rss_raylet-0"].reference == first[1] and found["idle_rss_raylet-0"].value == 30_000_000 + 100_000 * 59
     assert found["idle_rss_raylet-0"].passed is False and found["idle_rss_gcs_server-0"].passed is True
     with pytest.raises(SystemExit, match="too few samples"):
-        growth_rows(samples[:9])
+        idle_growth_rows(samples[:9])
     assert main(["--minutes", "0.05"]) == 2  # refused before any cluster starts

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,14 @@ from pathlib import Path
 import ray
 
 from cluster.bench.report import BenchRow, format_table, write_json
-from cluster.bench.soak import GROWTH_BAR, SAMPLES_PER_END, SAMPLES_PER_RUN, cluster_processes, rss_bytes
+from cluster.bench.soak import (
+    SAMPLES_PER_END,
+    SAMPLES_PER_RUN,
+    cluster_processes,
+    growth_rows,
+    label_new_processes,
+    rss_bytes,
+)
 from cluster.driver import wiring
 from cluster.driver.reaper import TOKEN_VARIABLE
 
@@ -49,9 +55,7 @@ def sample_idle_cluster(minutes: float) -> tuple[list[BenchRow], list[dict]]:
         start = time.time()
         while True:
             elapsed = time.time() - start
-            for pid, name in cluster_processes(token).items():
-                if pid not in names:
-                    names[pid] = f"{name}-{sum(1 for n in names.values() if n.split('-')[0] == name)}"
+            label_new_processes(names, cluster_processes(token))
             samples.append({"t": elapsed, "rss": {name: value for pid, name in names.items()
                                                   if (value := rss_bytes(pid)) is not None}})
             if elapsed >= minutes * 60.0:
@@ -59,23 +63,18 @@ def sample_idle_cluster(minutes: float) -> tuple[list[BenchRow], list[dict]]:
             time.sleep(min(interval, max(0.0, minutes * 60.0 - elapsed)))  # the sampling clock
     finally:
         wiring.shutdown()
-    return growth_rows(samples), samples
+    return idle_growth_rows(samples), samples
 
 
-def growth_rows(samples: list[dict]) -> list[BenchRow]:
+def idle_growth_rows(samples: list[dict]) -> list[BenchRow]:
     """The soak's rows for samples [{"t": s, "rss": {process: bytes}}]: the median of the first
     SAMPLES_PER_END samples from SETTLE_S on against the median of the last ones, per process
     present at both ends (SystemExit when there are too few samples to tell)."""
     after = [s for s in samples if s["t"] >= SETTLE_S]
     if len(after) < 2 * SAMPLES_PER_END:
         raise SystemExit(f"idle_ray: too few samples after {SETTLE_S:g}s ({len(after)}); run longer")
-    first, last = after[:SAMPLES_PER_END], after[-SAMPLES_PER_END:]
-    rows = []
-    for name in sorted(set(first[0]["rss"]) & set(last[-1]["rss"])):
-        reference = statistics.median(s["rss"][name] for s in first if name in s["rss"])
-        end = statistics.median(s["rss"][name] for s in last if name in s["rss"])
-        rows.append(BenchRow.against(f"idle_rss_{name}", end, "bytes", reference, GROWTH_BAR))
-    return rows
+    return growth_rows("idle_rss_", [s["rss"] for s in after[:SAMPLES_PER_END]],
+                       [s["rss"] for s in after[-SAMPLES_PER_END:]])
 
 
 def main(argv: list[str] | None = None) -> int:

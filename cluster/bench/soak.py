@@ -57,6 +57,26 @@ def process_name(cmdline: bytes) -> str:
     return Path(parts[0].split()[0]).name
 
 
+def label_new_processes(labels: dict[int, str], found: dict[int, str]) -> None:
+    """Label each process in `found` (pid -> name) not in `labels` yet by its name and how many of
+    that name came before it ('CollectorActor-1'), so a label stays one process's all run long."""
+    for pid, name in found.items():
+        if pid not in labels:
+            same = sum(1 for label in labels.values() if label.split("-")[0] == name)
+            labels[pid] = f"{name}-{same}"
+
+
+def growth_rows(prefix: str, first: list[dict[str, int]], last: list[dict[str, int]]) -> list[BenchRow]:
+    """A row per process present at both ends: the median of its resident memory over the `last`
+    samples (label -> bytes) against the median over the `first`, held to GROWTH_BAR."""
+    rows = []
+    for name in sorted(set(first[0]) & set(last[-1])):
+        start = statistics.median(s.get(name, 0) for s in first)
+        end = statistics.median(s.get(name, 0) for s in last)
+        rows.append(BenchRow.against(f"{prefix}{name}", end, "bytes", start, GROWTH_BAR))
+    return rows
+
+
 def rss_bytes(pid: int) -> int | None:
     """Resident memory of `pid` (None when it is gone)."""
     try:
@@ -113,10 +133,7 @@ class SoakRecorder(RunObserver):
         """Nothing: the last sample was taken on the clock."""
 
     def _sample(self, elapsed: float) -> None:
-        for pid, name in cluster_processes(self.token).items():
-            if pid not in self._names:
-                same = sum(1 for n in self._names.values() if n.split("-")[0] == name)
-                self._names[pid] = f"{name}-{same}"
+        label_new_processes(self._names, cluster_processes(self.token))
         self._names.setdefault(os.getpid(), "driver-0")
         rss = {name: value for pid, name in self._names.items() if (value := rss_bytes(pid)) is not None}
         used = spilled = None
@@ -133,11 +150,8 @@ class SoakRecorder(RunObserver):
         after = [s for s in self.samples if self.full_at is not None and s[0] >= self.full_at]
         rows = []
         if len(after) >= 2 * SAMPLES_PER_END:
-            first, last = after[:SAMPLES_PER_END], after[-SAMPLES_PER_END:]
-            for name in sorted(set(first[0][1]) & set(last[-1][1])):
-                start = statistics.median(s[1].get(name, 0) for s in first)
-                end = statistics.median(s[1].get(name, 0) for s in last)
-                rows.append(BenchRow.against(f"soak_rss_{name}", end, "bytes", start, GROWTH_BAR))
+            rows = growth_rows("soak_rss_", [s[1] for s in after[:SAMPLES_PER_END]],
+                               [s[1] for s in after[-SAMPLES_PER_END:]])
         else:
             self.progress.message(f"soak: too few samples after replay was full ({len(after)}); "
                                   "run longer or with a smaller replay.capacity")
