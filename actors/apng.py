@@ -82,13 +82,3 @@ class ApngWriter:
         out.append(_chunk(b"IEND", b""))
         return EncodedVideo(b"".join(out), height, width, 3 if colour == 2 else 1, len(self._compressed))
 
-
-def apng(frames: np.ndarray, fps: int = FPS) -> bytes:
-    """APNG bytes of uint8 frames [T, H, W] (gray) or [T, H, W, 3] (RGB), `fps` frames a second."""
-    writer = ApngWriter(fps)
-    for frame in frames:
-        writer.add(frame)
-    video = writer.finish()
-    if video is None:
-        raise ValueError("a video needs at least one frame")
-    return video.data
