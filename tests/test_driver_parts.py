@@ -200,6 +200,20 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     assert "env steps  251.0k (stopping) |" in third and "left" not in third
 
 
+
+def test_a_log_gets_the_first_line_with_a_loss_at_once_then_one_line_per_interval():
+    """Not a terminal: between the interval's lines, the first line that shows a loss (learning
+    has begun) is written at once; later losses wait for the interval."""
+    stream = io.StringIO()
+    progress = ProgressLine(stream, log_every_s=3600.0)
+    progress.update(1.0, 1_000, 1_000.0, None, None, None, None, filling=(1_000, 5_000))  # the first line
+    progress.update(2.0, 2_000, 1_000.0, None, None, None, None, filling=(2_000, 5_000))  # filling: waits
+    progress.update(3.0, 6_000, 1_000.0, 10.0, None, None, 0.0)  # filled, no loss yet: waits
+    progress.update(4.0, 7_000, 1_000.0, 10.0, None, 0.75, 0.0)  # the first loss: written
+    progress.update(5.0, 8_000, 1_000.0, 10.0, None, 0.5, 0.0)  # waits for the interval
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "filling replay 1.0k/5.0k" in lines[0] and "loss 0.7500" in lines[1], lines
+
 CPU = {"CPU": 1.0}
 PLACEMENT_TABLE = [
     # (shape, nodes, request: collectors, collector CPUs, learner CPUs, learner GPUs; learner node, pair strategy)

@@ -43,13 +43,15 @@ class ProgressLine:
         self.live = stream.isatty()
         self.log_every_s = log_every_s
         self._last_log = float("-inf")
+        self._logged_learning = False  # a logged line has shown a loss
         self._width = 0
 
     def update(self, elapsed_s: float, env_steps: int, sps: float, episode_return: float | None,
                eval_return: float | None, loss: float | None, lag: float | None,
                goal_steps: int | None = None, filling: tuple[int, int] | None = None,
                stopping: bool = False) -> None:
-        """Draw the line (in place on a TTY; every `log_every_s` otherwise). With `goal_steps`
+        """Draw the line (in place on a TTY; otherwise every `log_every_s`, and at once when the
+        first loss is known, so that a log shows when learning began). With `goal_steps`
         (stop.env_steps) it shows the share done and the time left at the current speed, or
         "stopping" once the run is ending (the speed then falls to nothing and the time left
         would be absurd); with `filling` (replay size, replay.min_size) it says replay is filling
@@ -69,8 +71,10 @@ class ProgressLine:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
             self.stream.flush()
-        elif time.monotonic() - self._last_log >= self.log_every_s:
+        elif (time.monotonic() - self._last_log >= self.log_every_s
+              or (loss is not None and not filling and not self._logged_learning)):
             self._last_log = time.monotonic()
+            self._logged_learning = self._logged_learning or (loss is not None and not filling)
             self.stream.write(line + "\n")
             self.stream.flush()
 
