@@ -22,6 +22,7 @@ from cluster.driver.placement import (
     PlacementError,
     ResourceRequest,
     best_learner_node,
+    check_cpus_fit_one_node,
     check_fits,
     pair_strategy,
     room_beside_learner,
@@ -174,6 +175,14 @@ def test_placement_check_names_what_is_missing():
     with pytest.raises(PlacementError, match="needs 3 CPUs on a single node but the largest node has 2"):
         check_fits(wide, [{"CPU": 2.0}, {"CPU": 2.0}])
     check_fits(ResourceRequest(2, 0.4, 1.0, 0), nodes)  # the default config fits a 2-CPU laptop
+
+
+def test_a_local_cluster_is_judged_by_its_cpus_before_it_starts():
+    """Before Ray starts only the CPUs are known: a GPU request passes, too many CPUs do not."""
+    check_cpus_fit_one_node(ResourceRequest(2, 0.4, 1.0, 1, 0.25), 2)
+    with pytest.raises(PlacementError, match=r"^the run needs 13.8 CPUs \(learner 1 \+ 32 x collector 0.4\) but the "
+                                             r"Ray cluster has 2; lower collectors.num or collectors.num_cpus$"):
+        check_cpus_fit_one_node(ResourceRequest(32, 0.4, 1.0, 1), 2)
 
 
 def test_progress_logs_lines_when_not_a_terminal():

@@ -165,13 +165,24 @@ def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monk
 
 
 def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
+    """More CPUs than this machine has: refused before a local cluster starts. A GPU this machine
+    lacks, which only Ray detects: refused once the cluster is up, and the cluster shut down."""
     run = tmp_path / "big"
     code = main(["train", "--run-dir", str(run), "collectors.num=8", "collectors.num_cpus=1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("raypex: error: the run needs 9 CPUs")
     assert "lower collectors.num or collectors.num_cpus" in err[-1]
-    assert not run.exists()
+    assert not run.exists() and not ray.is_initialized()
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the GPU half needs a machine without one
+    assert main(["train", "--run-dir", str(run), "learner.device=cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "raypex: error: learner.device is cuda but the Ray cluster has no GPU; use learner.device=auto " \
+                      "or cpu", err
+    assert not run.exists() and not ray.is_initialized()
 
 
 def _blocked_signals(pid: int) -> set[int]:

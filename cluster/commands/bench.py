@@ -252,8 +252,19 @@ def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
     from cluster.bench.ray_stages import ClusterBench
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.placement import PlacementError, check_fits
-    from cluster.driver.wiring import cluster_gpus, connect, node_resources, resource_request, shutdown
+    from cluster.driver.wiring import (
+        check_local_cluster_holds,
+        cluster_gpus,
+        connect,
+        node_resources,
+        resource_request,
+        shutdown,
+    )
 
+    try:
+        check_local_cluster_holds(config)
+    except PlacementError as err:
+        raise UsageError(str(err)) from None
     connect(None)
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)

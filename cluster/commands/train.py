@@ -90,7 +90,14 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.run import TrainingRun
     from cluster.driver.versions import VersionMismatch, check_node_versions
-    from cluster.driver.wiring import cluster_gpus, connect, node_resources, reserve_resources, shutdown
+    from cluster.driver.wiring import (
+        check_local_cluster_holds,
+        cluster_gpus,
+        connect,
+        node_resources,
+        reserve_resources,
+        shutdown,
+    )
 
     code_dir = code_to_ship(config.env.id)
     if address is None and (address := ray_job_address()) is not None:
@@ -99,8 +106,10 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     if code_dir is not None:
         progress.message(f"env.id {config.env.id}: {code_dir} goes to every actor as its working directory")
     try:
+        if address is None:
+            check_local_cluster_holds(config)
         started_local = connect(address, code_dir)
-    except ConnectError as err:
+    except (ConnectError, PlacementError) as err:
         raise UsageError(str(err)) from None
     startup.mark("ray_connected", time.time())
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit

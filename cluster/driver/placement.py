@@ -12,6 +12,7 @@ forever in Ray's pending state.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -141,6 +142,12 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
             "or add nodes"
         )
 
+
+def check_cpus_fit_one_node(request: ResourceRequest, cpus: float) -> None:
+    """check_fits' CPU half for a local cluster about to start with `cpus` CPUs: a run this machine
+    cannot hold is refused before Ray starts (seconds sooner); its GPUs, which only Ray detects,
+    are checked once it has."""
+    check_fits(dataclasses.replace(request, learner_gpus=0.0, collector_gpus=0.0), [{"CPU": float(cpus)}])
 
 def alive_nodes() -> list[tuple[str, dict[str, float]]]:
     """(node id, total resources) of each alive node of the connected cluster."""

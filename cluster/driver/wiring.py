@@ -24,7 +24,15 @@ from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
 from cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
 from cluster.driver.devices import gpu_requests
-from cluster.driver.placement import Reservation, ResourceRequest, alive_nodes, in_bundle, node_addresses, reserve
+from cluster.driver.placement import (
+    Reservation,
+    ResourceRequest,
+    alive_nodes,
+    check_cpus_fit_one_node,
+    in_bundle,
+    node_addresses,
+    reserve,
+)
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
@@ -69,7 +77,7 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         # "Memory over a long run"). Every process of a local cluster inherits this.
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         with sigterm_blocked_in_children():
-            ray.init(address="local", num_cpus=os.cpu_count(), **kwargs)
+            ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
         return True
     check_gcs_port(address)
     check_gcs_auth(address)
@@ -78,6 +86,17 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
     return False
+
+
+def local_cluster_cpus() -> int:
+    """The CPUs a local cluster gets: every core of this machine."""
+    return os.cpu_count() or 1
+
+
+def check_local_cluster_holds(config: RunConfig) -> None:
+    """PlacementError, before a local cluster is started, when its CPUs cannot hold the config's
+    actors (`raypex train pong` on a laptop is refused in a second, not after Ray's start)."""
+    check_cpus_fit_one_node(resource_request(config, "cpu"), local_cluster_cpus())
 
 
 @contextlib.contextmanager
