@@ -219,6 +219,11 @@ def learner_name(run_id: str) -> str:
     return f"raypex-{run_id}-learner"
 
 
+def collector_name(run_id: str, index: int) -> str:
+    """Collector `index`'s actor name in the raypex namespace (the learner publishes to it by name)."""
+    return f"raypex-{run_id}-collector-{index}"
+
+
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str,
                  learner_host: type = LearnerActor) -> RunActors:
     """Create the collectors, the learner (with the replay) and the evaluator as Ray actors,
@@ -226,21 +231,11 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     the bench host the learner in a subclass with its probes."""
     plan = plan_run(config, spec)
     request = resource_request(config, device)
-    collector_cls = ray.remote(CollectorActor)
-    collectors, names = [], []
-    for collector_plan in plan.collectors:
-        i = collector_plan.index
-        name = f"raypex-{run_id}-collector-{i}"
-        # collector i -> shard i in the learner (chunks): the sink goes with the constructor's
-        # arguments, which Ray passes again to a restarted collector, so the new process writes to
-        # the same shard.
-        collectors.append(collector_cls.options(
-            num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
-            scheduling_strategy=in_bundle(group.pairs, i), max_concurrency=4,
-            max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
-        ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
-        names.append(name)
     lp = plan.learner
+    names = [collector_name(run_id, c.index) for c in plan.collectors]
+    # Asked for first: Ray starts a local cluster with one idle worker process per CPU, and the
+    # first actors asked for take them. The learner's start (torch, then its first update) is
+    # the longer path to training; the collectors act in numpy and start quickly in a fresh process.
     # The learner hosts the replay (every shard) and publishes to every collector by name. Its
     # threads: the default one trains; "replay" takes chunks and counter reads; "control" takes
     # request_stop, which must not queue behind either.
@@ -249,6 +244,18 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         scheduling_strategy=in_bundle(group.learner, 0), name=learner_name(run_id),
         max_restarts=LEARNER_MAX_RESTARTS,
     ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
+    collector_cls = ray.remote(CollectorActor)
+    collectors = []
+    for collector_plan, name in zip(plan.collectors, names):
+        i = collector_plan.index
+        # collector i -> shard i in the learner (chunks): the sink goes with the constructor's
+        # arguments, which Ray passes again to a restarted collector, so the new process writes to
+        # the same shard.
+        collectors.append(collector_cls.options(
+            num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
+            scheduling_strategy=in_bundle(group.pairs, i), max_concurrency=4,
+            max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
+        ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
     # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
