@@ -231,12 +231,13 @@ class ClusterBench:
 
     def observed_run(self, config: RunConfig, run_dir: Path, observer) -> TrainingRun:
         """A whole training run of `config` on this cluster, watched by `observer` (a
-        RunObserver), its progress lines in run_dir/progress.log; returns the finished run."""
+        RunObserver), its progress lines in run_dir/progress.log; returns the finished run. It
+        ends without the final evaluation, checkpoint and policy.pt2, which nothing here measures."""
         group = reserve_resources(config, self.device)
         run_dir.mkdir(parents=True)
         with open(run_dir / "progress.log", "w") as log:
             run = TrainingRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log),
-                              observers=(observer,))
+                              observers=(observer,), final_files=False)
             try:
                 run.execute(config_text="bench")
             finally:

@@ -1,4 +1,5 @@
-"""How a run ends: collectors stopped, the final checkpoint, policy.pt2 and summary.json.
+"""How a run ends: collectors stopped, the final checkpoint, policy.pt2 and summary.json (the
+bench's runs write only the summary: TrainingRun's `final_files`).
 
 After a signal or a failure nothing new starts (no final evaluation: the best evaluated version
 is exported); parts that need a learner that died are skipped with a line saying so, and
@@ -47,8 +48,9 @@ def finish_run(run, new_work: bool) -> None:
     with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
         run.poll()
     try:
-        _final_checkpoint(run)
-        _export(run, new_work)
+        if run.final_files:
+            _final_checkpoint(run)
+            _export(run, new_work)
     except OutputNotWritten as err:
         _not_written(run, "no policy.pt2", err)
     except ray.exceptions.RayError as err:

@@ -68,8 +68,12 @@ class TrainingRun:
     def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
-                 kept_policy: tuple | None = None, startup: StartupTimeline | None = None):
+                 kept_policy: tuple | None = None, startup: StartupTimeline | None = None,
+                 final_files: bool = True):
+        """`final_files` False: the bench's runs, measured while they train, end without a final
+        evaluation, checkpoint or policy.pt2 (summary.json is still written)."""
         self.config, self.spec, self.group, self.device = config, spec, group, device
+        self.final_files = final_files
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
         self.progress = progress
         self.resume = resume
