@@ -47,6 +47,20 @@ class RunningTrain:
             raise AssertionError(f"still waiting for {prefix!r}; the run printed:\n{self.output}") from None
         raise AssertionError(f"run ended before {prefix!r}:\n{self.output}")
 
+    def wait_for_inserts(self, shard: int, beyond: int, timeout_s: float = 60) -> None:
+        """Until shard `shard` has taken more than `beyond` transitions (its restarted collector
+        writes), asking the learner's replay; fails after `timeout_s`."""
+        placement = json.loads((self.run_dir / "placement.json").read_text())
+        ray.init(address=placement["ray_address"], namespace=placement["namespace"])
+        try:
+            learner = ray.get_actor(f"raypex-{placement['run_id']}-learner")
+            deadline = time.monotonic() + timeout_s
+            while ray.get(learner.replay_stats.remote())[shard]["inserted"] <= beyond:
+                assert time.monotonic() < deadline, f"shard {shard} took nothing new in {timeout_s}s:\n{self.output}"
+                time.sleep(0.05)  # a poll's pace, not synchronization: the loop ends on the counter
+        finally:
+            ray.shutdown()
+
     def kill_actor(self, role: str) -> dict:
         """kill -9 (no restart asked) the process of actor `role` (e.g. "collector-0"); returns
         shard 0's counters read just after from the learner's replay, with the driver still running
@@ -127,7 +141,7 @@ def test_a_collector_killed_three_times_is_restarted_and_counted_each_time(runni
     for _ in range(3):
         at_kill = run.kill_actor("collector-0")
         run.read_until("collector 0 stopped")  # the driver saw the death and restarted its loop
-    run.read_until("[")  # a progress line after the last restart
+    run.wait_for_inserts(0, beyond=at_kill["inserted"])  # the last restarted collector writes
     run.proc.send_signal(signal.SIGINT)
     assert run.finish() == 130, run.output
     result = run.summary()
