@@ -7,8 +7,7 @@ reads every actor's counters a few times a second, writes all TensorBoard scalar
 collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps`, on an
 evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
 flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot recover from
-(RunFailed, after the same final files). The exported policy is the version the deciding
-evaluation ran on.
+(RunFailed, after the same final files). It exports the version the deciding evaluation ran on.
 """
 
 from __future__ import annotations
@@ -70,10 +69,8 @@ class TrainingRun:
                  observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
                  kept_policy: tuple | None = None, startup: StartupTimeline | None = None,
                  final_files: bool = True):
-        """`final_files` False: the bench's runs, measured while they train, end without a final
-        evaluation, checkpoint or policy.pt2 (summary.json is still written)."""
         self.config, self.spec, self.group, self.device = config, spec, group, device
-        self.final_files = final_files
+        self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
         self.progress = progress
         self.resume = resume
