@@ -33,16 +33,32 @@ def _until(condition, timeout_s: float, what: str):
     raise AssertionError(f"no {what} within {timeout_s:g}s")
 
 
-@pytest.fixture
-def head(monkeypatch):
-    """A Ray head with its job server, started by `ray start --head`; yields its dashboard URL, a
-    job client and its GCS address."""
+@pytest.fixture(scope="module")
+def head():
+    """A Ray head with its job server, started by `ray start --head` once for this file's tests
+    (each leaves it as it found it: its runs and jobs end); yields its dashboard URL, a job client
+    and its GCS address."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield from _head(monkeypatch)
+    _reread_ray_config()  # RAY_AUTH_MODE as it was
+
+
+def _reread_ray_config() -> None:
+    """This process's Ray reads RAY_AUTH_MODE once, at its first use (or at a ray.init): read it
+    again, so that the job client and `ray.util.state` here speak as the variable now says."""
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
+def _head(monkeypatch):
     port, dashboard = free_port(), free_port()
     address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     address_file_existed = address_file.exists()
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # what a user sets to reach a token cluster
     # the job's entrypoint finds `raypex` on the PATH the head was started with
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    _reread_ray_config()
     proc = subprocess.Popen([*RAY, "start", "--head", f"--port={port}", f"--dashboard-port={dashboard}",
                              "--dashboard-host=127.0.0.1", "--num-cpus=2", "--disable-usage-stats", "--block"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
