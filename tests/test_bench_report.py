@@ -147,3 +147,13 @@ def test_the_idle_control_judges_growth_as_the_soak_does_from_its_settling_time(
     with pytest.raises(SystemExit, match="too few samples"):
         idle_growth_rows(samples[:9])
     assert main(["--minutes", "0.05"]) == 2  # refused before any cluster starts
+
+
+def test_a_startup_run_joins_the_cluster_it_is_given_and_otherwise_starts_its_own(tmp_path):
+    from cluster.bench.startup import startup_argv
+
+    own = startup_argv(["configs/cartpole.yaml", "seed=1"], tmp_path / "r", 256, None)
+    joining = startup_argv(["configs/cartpole.yaml", "seed=1"], tmp_path / "r", 256, "127.0.0.1:6379")
+    assert "--address" not in own and own[-2:] == ["stop.env_steps=512", "stop.eval_return=null"]
+    assert joining[joining.index("--address") + 1] == "127.0.0.1:6379"
+    assert [a for a in joining if a not in ("--address", "127.0.0.1:6379")] == own

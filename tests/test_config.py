@@ -179,6 +179,7 @@ BAD_BENCH_ARGS = [
     (["--window", "0"], "--window SECONDS takes a positive number of seconds"),
     (["--window", "1", "--stage", "startup"], "not with --soak or --stage startup"),
     (["--window", "1", "--soak", "1"], "not with --soak or --stage startup"),
+    (["--address", "127.0.0.1:6379"], "--address ADDRESS goes with --stage startup only"),
 ]
 
 

@@ -1,7 +1,8 @@
 """`raypex bench --stage startup`: where the seconds from `raypex train` to training go.
 
 Each run is the command itself, as a user types it, in a fresh process (its imports, a fresh
-local Ray cluster), stopped soon after the learner's first update; summary.json's `startup_s`
+local Ray cluster, or with `--address` the cluster a user keeps up between runs), stopped soon
+after the learner's first update; summary.json's `startup_s`
 says when each moment of the start came (cluster/driver/startup.py). The rows are the medians
 over the runs; the two the issue set bars for are held against them: the first env step within
 2 s of the command's start, the first update within 3 s.
@@ -29,15 +30,23 @@ def train_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "cluster"]
 
 
-def startup_rows(config_args: list[str], min_size: int, runs: int, progress: ProgressLine) -> tuple[list[BenchRow], dict]:
-    """Run `raypex train CONFIG_ARGS` `runs` times, each stopped at twice replay.min_size env
-    steps; a row per start-up moment (median seconds since the command started)."""
+def startup_argv(config_args: list[str], run_dir: Path, min_size: int, address: str | None) -> list[str]:
+    """One measured run: `raypex train CONFIG_ARGS`, stopped at twice replay.min_size env steps,
+    joining `address` when given (else starting its own local cluster)."""
+    joining = ["--address", address] if address is not None else []
+    return [*train_command(), "train", *config_args, *joining, "--run-dir", str(run_dir),
+            f"stop.env_steps={2 * min_size}", "stop.eval_return=null"]
+
+
+def startup_rows(config_args: list[str], min_size: int, runs: int, progress: ProgressLine,
+                 address: str | None = None) -> tuple[list[BenchRow], dict]:
+    """Run `raypex train CONFIG_ARGS` `runs` times (startup_argv); a row per start-up moment
+    (median seconds since the command started)."""
     per_run: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="raypex-startup-") as scratch:
         for i in range(runs):
             run_dir = Path(scratch) / f"run{i}"
-            argv = [*train_command(), "train", *config_args, "--run-dir", str(run_dir),
-                    f"stop.env_steps={2 * min_size}", "stop.eval_return=null"]
+            argv = startup_argv(config_args, run_dir, min_size, address)
             progress.message(f"bench: start-up, run {i + 1} of {runs}: {' '.join(argv[1:])}")
             done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
             if done.returncode != 0:

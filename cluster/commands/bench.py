@@ -18,7 +18,8 @@ collector chose). `--stage learner` measures only the learner on its device (the
 cluster has one), per precision x CUDA-graph capture: fed by the replay with collectors running at a
 high replay ratio (`learner_<precision>_<capture>` vs the same loop fed from batches already made,
 on a GPU replay indices already on the GPU), and the GPU's busy fraction while fed.
-`--stage startup` runs `raypex train` itself (3 times; --quick: once): each start-up moment's seconds.
+`--stage startup` runs `raypex train` itself (3 times; --quick: once): each start-up moment's seconds
+(`--address`: each run joins that cluster, kept up between runs, instead of starting its own).
 
 `--stage priorities` measures what prioritized replay costs: the replay's add, draw and update
 per transition with and without priorities (one process, real chunks of the config's env), and
@@ -116,6 +117,9 @@ def run_bench(args: argparse.Namespace) -> int:
     wanted_variants = parse_variants(args.variants) if args.variants else None
     if args.variants and args.stage != "learner":
         raise UsageError("--variants needs --stage learner")
+    if args.address is not None and args.stage != "startup":
+        raise UsageError("--address ADDRESS goes with --stage startup only (the other stages start a local cluster "
+                         "of their own)")
     if args.soak is not None and (args.soak <= 0 or args.stage != "all" or args.quick or args.profile):
         raise UsageError("--soak MINUTES takes a positive number of minutes and no --stage, --quick or --profile")
     progress = ProgressLine(sys.stderr)
@@ -143,7 +147,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.stage == "startup":
         from cluster.bench.startup import startup_rows
 
-        rows, startup_details = startup_rows(args.args, config.replay.min_size, 1 if args.quick else 3, progress)
+        rows, startup_details = startup_rows(args.args, config.replay.min_size, 1 if args.quick else 3, progress,
+                                             args.address)
         details.update(startup_details)
         return _report(rows, details, args, progress)
     if args.stage == "priorities":
