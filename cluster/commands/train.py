@@ -1,8 +1,8 @@
 """`raypex train`: validate everything, connect, reserve, then hand over to TrainingRun.
 
 Order matters for "nothing half-written": the config, the env and the run directory are checked
-first, then Ray is connected and the placement group reserved; only when all of that succeeded is
-the run directory created.
+first, then Ray is connected and the placement group reserved (on a joined cluster, every node's
+versions checked too); only when all of that succeeded is the run directory created.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     from cluster.driver.address import ConnectError
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.run import TrainingRun
-    from cluster.driver.versions import VersionMismatch, check_node_versions
+    from cluster.driver.versions import VersionMismatch
     from cluster.driver.wiring import (
         check_local_cluster_holds,
         cluster_gpus,
@@ -119,14 +120,13 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         run_config = with_act_device(config, act_device)
         group = reserve_resources(run_config, device)
         startup.mark("resources_reserved", time.time())
-        if not started_local:  # a cluster others set up: its nodes may run other versions
-            check_node_versions(group)
+        actors = None if started_local else start_checked_actors(run_config, spec, group, device, startup)
         run_dir.mkdir(parents=True, exist_ok=True)
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         run = TrainingRun(run_config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
+                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup, actors=actors)
         code = run.execute(config_text)
         written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
         summary = json.loads(written.read_text()) if written.is_file() else run.summary()
@@ -137,6 +137,24 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     finally:
         if started_local:
             shutdown()
+
+
+def start_checked_actors(config: RunConfig, spec, group, device: str, startup: StartupTimeline):
+    """On a cluster others set up, whose nodes may run other versions: the version probes go first,
+    the run's actors right behind them, and the probes' answers are read while the actors start;
+    VersionMismatch (the actors killed) before the run directory is made."""
+    from cluster.driver.versions import ask_node_versions, check_node_versions
+    from cluster.driver.wiring import start_actors
+
+    probes = ask_node_versions(group)
+    actors = start_actors(config, spec, group, device, uuid.uuid4().hex[:8])
+    startup.mark("actors_asked", time.time())
+    try:
+        check_node_versions(probes)
+    except BaseException:
+        actors.kill_all()
+        raise
+    return actors
 
 
 def _summary_line(summary: dict, run_dir: Path) -> str:

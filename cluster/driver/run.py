@@ -68,13 +68,11 @@ class TrainingRun:
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
                  kept_policy: tuple | None = None, startup: StartupTimeline | None = None,
-                 final_files: bool = True):
+                 final_files: bool = True, actors: RunActors | None = None):
         self.config, self.spec, self.group, self.device = config, spec, group, device
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
-        self.progress = progress
-        self.resume = resume
-        self.observers = observers
+        self.progress, self.resume, self.observers = progress, resume, observers
         self.learner_host = learner_host  # the learner's Ray host class (the bench and tests subclass it)
         self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
         self.tb = TensorBoardLog(run_dir / "tensorboard")
@@ -84,7 +82,7 @@ class TrainingRun:
         self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
         self.collect_start: float | None = None
         self.collect_end: float | None = None  # when the collectors were told to stop
-        self.actors: RunActors | None = None
+        self.actors = actors  # asked for already (a joined cluster's version check), else by _start
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
         self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
@@ -129,9 +127,10 @@ class TrainingRun:
         return exit_code(interrupt) if interrupt is not None else 0
 
     def _start(self) -> None:
-        self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
-                                   self.learner_host)
-        self.metrics.startup.mark("actors_asked", time.time())
+        if self.actors is None:
+            self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
+                                       self.learner_host)
+            self.metrics.startup.mark("actors_asked", time.time())
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
                                               self.progress)
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
