@@ -157,3 +157,13 @@ def test_a_startup_run_joins_the_cluster_it_is_given_and_otherwise_starts_its_ow
     assert "--address" not in own and own[-2:] == ["stop.env_steps=512", "stop.eval_return=null"]
     assert joining[joining.index("--address") + 1] == "127.0.0.1:6379"
     assert [a for a in joining if a not in ("--address", "127.0.0.1:6379")] == own
+
+
+def test_a_process_keeps_its_label_unless_it_was_an_idle_worker_that_now_holds_an_actor():
+    from cluster.bench.soak import label_new_processes
+
+    labels: dict[int, str] = {}
+    label_new_processes(labels, {10: "CollectorActor", 11: "default_worker", 12: "raylet"})
+    label_new_processes(labels, {10: "CollectorActor", 11: "EvaluatorActor", 12: "raylet", 13: "CollectorActor"})
+    label_new_processes(labels, {10: "worker", 11: "default_worker", 12: "raylet"})  # titles come and go
+    assert labels == {10: "CollectorActor-0", 11: "EvaluatorActor-0", 12: "raylet-0", 13: "CollectorActor-1"}

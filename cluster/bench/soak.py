@@ -3,9 +3,10 @@
 About SAMPLES_PER_RUN times in the run the resident memory of each process of the local Ray
 cluster (those carrying the token cluster/driver/reaper.py puts in their environment and their
 descendants: workers, GCS, raylet, agents) and of the driver is read, with the object store's use
-and spilling. Growth is judged from the time
-every shard is full (before that, replay filling up is meant to grow) to the end: the median of
-the first SAMPLES_PER_END samples after that point against the median of the last ones.
+and spilling. Growth is judged from the time every shard is full (before that, replay filling up
+is meant to grow) and a first evaluation has come back (the evaluator, asked for once the learner
+is warm, has started and done its work once) to the end: the median of the first SAMPLES_PER_END
+samples after that point against the median of the last ones.
 """
 
 from __future__ import annotations
@@ -57,12 +58,18 @@ def process_name(cmdline: bytes) -> str:
     return Path(parts[0].split()[0]).name
 
 
+IDLE_WORKER = "default_worker"  # process_name of a Ray worker that holds no actor yet
+
+
 def label_new_processes(labels: dict[int, str], found: dict[int, str]) -> None:
     """Label each process in `found` (pid -> name) not in `labels` yet by its name and how many of
-    that name came before it ('CollectorActor-1'), so a label stays one process's all run long."""
+    that name came before it ('CollectorActor-1'), so a label stays one process's all run long; a
+    process first seen as an idle Ray worker is labelled again once it holds an actor (the
+    evaluator takes one after the run has started)."""
     for pid, name in found.items():
-        if pid not in labels:
-            same = sum(1 for label in labels.values() if label.split("-")[0] == name)
+        idle_then = labels.get(pid, "").split("-")[0] == IDLE_WORKER
+        if pid not in labels or (idle_then and name != IDLE_WORKER):
+            same = sum(1 for other, label in labels.items() if other != pid and label.split("-")[0] == name)
             labels[pid] = f"{name}-{same}"
 
 
@@ -110,7 +117,7 @@ class SoakRecorder(RunObserver):
         self.token = os.environ.get(TOKEN_VARIABLE, "")
         # t, rss by process, object store MiB and spilled MiB (None between store readings)
         self.samples: list[tuple[float, dict[str, int], float | None, float | None]] = []
-        self.full_at: float | None = None  # seconds into the run when every shard was full
+        self.full_at: float | None = None  # seconds into the run when every shard was full and an evaluation done
         self._names: dict[int, str] = {}
         self._next = 0.0
 
@@ -120,9 +127,11 @@ class SoakRecorder(RunObserver):
             return
         elapsed = time.time() - run.collect_start
         sizes = run.metrics.shard_sizes
-        if self.full_at is None and sizes and min(sizes) >= self.replay_capacity:
+        evaluated = run.evaluations.started > 1 or (run.evaluations.started == 1 and run.evaluations.pending is None)
+        if self.full_at is None and sizes and min(sizes) >= self.replay_capacity and evaluated:
             self.full_at = elapsed
-            self.progress.message(f"soak: replay full after {elapsed:.0f}s; growth is measured from here")
+            self.progress.message(f"soak: replay full and a first evaluation done after {elapsed:.0f}s; growth is "
+                                  "measured from here")
         if elapsed >= self._next:
             self._next = elapsed + self.interval
             self._sample(elapsed)
