@@ -99,8 +99,6 @@ def _export(run, new_work: bool) -> None:
         if result is not None:
             outcome.note_evaluation(result, final)
             run.tb.scalars(run.metrics.evaluation(result), run.metrics.env_steps)
-            if "video" in result:
-                run.write_eval_video(result)
     choice = outcome.to_export()
     if choice is None and outcome.policy is not None and outcome.policy[0] is not None:
         best = "none" if outcome.best is None else f"{outcome.best[2]:.1f}"

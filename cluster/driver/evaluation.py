@@ -6,8 +6,7 @@ Weights the learner returns by value when asked: that ref is the driver's own, i
 learner, and no ref travels inside a reply. With a give-up bound (eval.max_return known), an
 evaluation may stop once stop.eval_return is out of reach, except every FULL_EVAL_EVERY-th, which
 runs to the end so eval/return_mean keeps a curve, and every `eval.video_every`-th, which runs to
-the end and records its first episode's pictures for the run's video (the final evaluation records
-when no video came back before it, so that a short run has one too).
+the end and records its first episode's pictures for the run's video.
 
 Evaluation is optional to training: when the evaluator dies, Ray restarts it (wiring.py) and the
 evaluation it was running is lost, counted in `lost`; the next one goes to the new process.
@@ -37,7 +36,6 @@ class EvaluationScheduler:
         self.video_every = video_every  # every this many evaluations one is recorded (0: none)
         self.published = False  # whether the learner now running has published weights
         self.started = 0
-        self.video_taken = False  # whether a finished evaluation brought back a recorded episode
         self.lost = 0  # evaluations lost to the evaluator's death
         self._due = False
         self._in_flight: tuple | None = None  # (result ref, weights ref)
@@ -71,12 +69,9 @@ class EvaluationScheduler:
         return self._result(result_ref), weights_ref
 
     def evaluate_now(self, weights_ref) -> dict | None:
-        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation), recording
-        its first episode when videos are on and none has come back yet (a run too short for a
-        scheduled one still leaves a video); None when the evaluator died during it, or the
-        learner had no weights to give."""
-        record = self.video_every > 0 and not self.video_taken
-        return self._result(self.evaluator.evaluate.remote(weights_ref, None, record))
+        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
+        when the evaluator died during it, or the learner had no weights to give."""
+        return self._result(self.evaluator.evaluate.remote(weights_ref))
 
     def _result(self, result_ref) -> dict | None:
         # None from the evaluator: the weights ref was answered by a learner Ray had just restarted
@@ -87,8 +82,6 @@ class EvaluationScheduler:
             result = None
         if result is None:
             self.lost += 1
-        elif "video" in result:
-            self.video_taken = True
         return result
 
     def forget_weights(self) -> None:

@@ -36,7 +36,7 @@ from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_f
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
-from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors, start_evaluator
+from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 from cluster.hosts.learner_actor import LearnerActor
 
 POLL_EVERY_S = 0.5
@@ -133,19 +133,19 @@ class TrainingRun:
             self.metrics.startup.mark("actors_asked", time.time())
         self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
                                               self.progress)
-        state = self.resume.learner_state if self.resume else None
-        warmup = self.actors.learner.warmup.remote(state)
-        if self.resume and self.resume.replay_files:
-            self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
-        # The collectors start at once (an MLP's at random, a CNN's with its own initial network):
-        # replay fills while the learner warms up, up to min_size + error_buffer (the limiter).
-        self.supervisor.start()
-        self.metrics.startup.learner(info := ray.get(warmup))
-        start_evaluator(self.actors, self.config, self.spec, self.group)
         self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
+        state = self.resume.learner_state if self.resume else None
+        warmup = self.actors.learner.warmup.remote(state)
+        if self.resume and self.resume.replay_files:
+            self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
+        # The collectors start at once (an MLP's at random, a CNN's with its own initial network,
+        # until the learner publishes): replay reaches min_size while the learner warms up,
+        # and the limiter stops them min_size + error_buffer transitions later.
+        self.supervisor.start()
+        self.metrics.startup.learner(info := ray.get(warmup))
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
@@ -231,7 +231,7 @@ class TrainingRun:
             return False  # gave up: the target was out of reach
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         if "video" in result:
-            self.write_eval_video(result)
+            self._video(result)
         if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps):
             return False
         self.progress.message(
@@ -239,8 +239,7 @@ class TrainingRun:
             f"{result['version']}) after {self.outcome.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
         return True
 
-    def write_eval_video(self, result: dict) -> None:
-        """An evaluation's recorded episode: in videos/, in TensorBoard, and said."""
+    def _video(self, result: dict) -> None:
         path = write_video(self.outputs.run_dir, result["version"], result["video"])
         self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
         self.progress.message(f"video of weights version {result['version']}: {path}")

@@ -3,8 +3,7 @@
 What connects to what is planned once in cluster/config/topology.py (the local wiring in
 cluster/local/wiring.py builds the same plan without Ray); this file makes those connections with
 Ray's actors: the learner hosts the replay, each collector gets the learner's name and its shard's
-index (chunks), the learner gets every collector's name (weights), the driver keeps the evaluator
-(asked for once the learner is warm).
+index (chunks), the learner gets every collector's name (weights), the driver keeps the evaluator.
 """
 
 from __future__ import annotations
@@ -181,12 +180,12 @@ class RunActors:
     run_id: str
     collectors: list
     learner: object
-    evaluator: object | None = None  # asked for once the learner is warm (start_evaluator)
+    evaluator: object
     learner_restarts: int = 0
 
     def all(self) -> list:
         """Every actor handle."""
-        return [*self.collectors, self.learner] + ([self.evaluator] if self.evaluator is not None else [])
+        return [*self.collectors, self.learner, self.evaluator]
 
     def kill_all(self) -> None:
         """End every actor of the run for good (Ray restarts none of them)."""
@@ -195,9 +194,7 @@ class RunActors:
 
     def role_of(self, actor_id: str | None) -> str:
         """What the actor with this hex id is in the run ("collector 1", "the learner", ...)."""
-        roles = {self.learner._actor_id.hex(): "the learner"}
-        if self.evaluator is not None:
-            roles[self.evaluator._actor_id.hex()] = "the evaluator"
+        roles = {self.learner._actor_id.hex(): "the learner", self.evaluator._actor_id.hex(): "the evaluator"}
         roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors)})
         return roles.get(actor_id or "", "an actor of the run")
 
@@ -229,9 +226,9 @@ def collector_name(run_id: str, index: int) -> str:
 
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str,
                  learner_host: type = LearnerActor) -> RunActors:
-    """Create the collectors and the learner (with the replay) as Ray actors, connected as
-    cluster/config/topology.py plans (they start in parallel); the evaluator comes later
-    (start_evaluator). `learner_host` lets the bench host the learner in a subclass with its probes."""
+    """Create the collectors, the learner (with the replay) and the evaluator as Ray actors,
+    connected as cluster/config/topology.py plans (they start in parallel). `learner_host` lets
+    the bench host the learner in a subclass with its probes."""
     plan = plan_run(config, spec)
     request = resource_request(config, device)
     lp = plan.learner
@@ -259,18 +256,12 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
             scheduling_strategy=in_bundle(group.pairs, i), max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
         ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
-    return RunActors(run_id, collectors, learner)
-
-
-def start_evaluator(actors: RunActors, config: RunConfig, spec: EnvSpec, group: Reservation) -> None:
-    """Ask for the run's evaluator (actors.evaluator), the driver's to hand published weights to
-    (cluster/driver/evaluation.py). Asked for once the learner is warm: its start (a process,
-    gymnasium, the env) then does not compete with the learner's and the collectors' on a small
-    machine (the first update 0.25 s sooner on 2 cores, BENCHMARKS.md). Evaluation shares the
-    learner's node and reservation: it runs while the learner trains, in what CPU time the
-    collectors (throttled to the replay ratio) leave free. It is optional to training: Ray restarts
-    a dead evaluator, at the cost of one evaluation."""
-    actors.evaluator = ray.remote(EvaluatorActor).options(
+    # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
+    # the learner's node and reservation: it runs while the learner trains, in what CPU time the
+    # collectors (throttled to the replay ratio) leave free.
+    # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.
+    evaluator = ray.remote(EvaluatorActor).options(
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
-        name=f"raypex-{actors.run_id}-evaluator",
-    ).remote(*plan_run(config, spec).evaluator_args)
+        name=f"raypex-{run_id}-evaluator",
+    ).remote(*plan.evaluator_args)
+    return RunActors(run_id, collectors, learner, evaluator)
