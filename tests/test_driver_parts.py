@@ -209,7 +209,6 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     assert "env steps  251.0k (stopping) |" in third and "left" not in third
 
 
-
 def test_a_log_gets_the_first_line_with_a_loss_at_once_then_one_line_per_interval():
     """Not a terminal: between the interval's lines, the first line that shows a loss (learning
     has begun) is written at once; later losses wait for the interval."""
@@ -222,6 +221,7 @@ def test_a_log_gets_the_first_line_with_a_loss_at_once_then_one_line_per_interva
     progress.update(5.0, 8_000, 1_000.0, 10.0, None, 0.5, 0.0)  # waits for the interval
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and "filling replay 1.0k/5.0k" in lines[0] and "loss 0.7500" in lines[1], lines
+
 
 CPU = {"CPU": 1.0}
 PLACEMENT_TABLE = [

@@ -4,9 +4,9 @@ About SAMPLES_PER_RUN times in the run the resident memory of each process of th
 cluster (those carrying the token cluster/driver/reaper.py puts in their environment and their
 descendants: workers, GCS, raylet, agents) and of the driver is read, with the object store's use
 and spilling. Growth is judged from the time every shard is full (before that, replay filling up
-is meant to grow) and a first evaluation has come back (the evaluator, asked for once the learner
-is warm, has started and done its work once) to the end: the median of the first SAMPLES_PER_END
-samples after that point against the median of the last ones.
+is meant to grow) and a first evaluation has come back (every actor has done its work once) to the
+end: the median of the first SAMPLES_PER_END samples after that point against the median of the
+last ones.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ IDLE_WORKER = "default_worker"  # process_name of a Ray worker that holds no act
 def label_new_processes(labels: dict[int, str], found: dict[int, str]) -> None:
     """Label each process in `found` (pid -> name) not in `labels` yet by its name and how many of
     that name came before it ('CollectorActor-1'), so a label stays one process's all run long; a
-    process first seen as an idle Ray worker is labelled again once it holds an actor (the
-    evaluator takes one after the run has started)."""
+    process first seen as an idle Ray worker is labelled again once it holds an actor (an actor
+    may take one of those after the first sample)."""
     for pid, name in found.items():
         idle_then = labels.get(pid, "").split("-")[0] == IDLE_WORKER
         if pid not in labels or (idle_then and name != IDLE_WORKER):

@@ -2,8 +2,8 @@
 
 Each run is the command itself, as a user types it, in a fresh process (its imports, a fresh
 local Ray cluster, or with `--address` the cluster a user keeps up between runs), stopped soon
-after the learner's first update; summary.json's `startup_s`
-says when each moment of the start came (cluster/driver/startup.py). The rows are the medians
+after the learner's first update; summary.json's `startup_s` says when each moment of the start
+came (cluster/driver/startup.py). The rows are the medians
 over the runs; the two the issue set bars for are held against them: the first env step within
 2 s of the command's start, the first update within 3 s.
 """

@@ -28,8 +28,8 @@ most 1.3x the uniform path's cost).
 
 `--soak MINUTES` is one training run of that long (no stop on evaluation or env steps):
 `soak_rss_<process>` is each process's resident memory at the end vs when every shard was full
-and a first evaluation had come back
-(Ray's GCS, raylet and agents included), with the object store's peak use and spilling.
+and a first evaluation had come back (Ray's GCS, raylet and agents included), with the object
+store's peak use and spilling.
 """
 
 from __future__ import annotations

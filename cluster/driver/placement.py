@@ -149,6 +149,7 @@ def check_cpus_fit_one_node(request: ResourceRequest, cpus: float) -> None:
     are checked once it has."""
     check_fits(dataclasses.replace(request, learner_gpus=0.0, collector_gpus=0.0), [{"CPU": float(cpus)}])
 
+
 def alive_nodes() -> list[tuple[str, dict[str, float]]]:
     """(node id, total resources) of each alive node of the connected cluster."""
     return [(n["NodeID"], n["Resources"]) for n in ray.nodes() if n.get("Alive")]

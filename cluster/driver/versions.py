@@ -5,8 +5,8 @@ Checked when joining a cluster (`--address`, or a Ray job), with one small task 
 the placement uses: asked before the actors, read while they start (0.35 s sooner to the first env
 step, BENCHMARKS.md), and before the run directory exists. A node set up differently is then one
 line naming it and what differs (its actors killed), instead of actors that fail to unpickle their
-arguments, or load weights of another shape, minutes into the run. torch is
-compared by release (a CPU build and a CUDA build of one release load each other's weights).
+arguments, or load weights of another shape, minutes into the run. torch is compared by release
+(a CPU build and a CUDA build of one release load each other's weights).
 """
 
 from __future__ import annotations
