@@ -5,6 +5,7 @@ Each test starts the real command, waits for a line it prints, joins its Ray clu
 actor's process, and checks how the run ended: what it printed, its exit code, summary.json.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -47,36 +48,38 @@ class RunningTrain:
             raise AssertionError(f"still waiting for {prefix!r}; the run printed:\n{self.output}") from None
         raise AssertionError(f"run ended before {prefix!r}:\n{self.output}")
 
-    def wait_for_inserts(self, shard: int, beyond: int, timeout_s: float = 60) -> None:
-        """Until shard `shard` has taken more than `beyond` transitions (its restarted collector
-        writes), asking the learner's replay; fails after `timeout_s`."""
+    @contextlib.contextmanager
+    def joined(self):
+        """This process joined to the run's Ray cluster (from placement.json); yields the prefix of
+        the run's actor names ("raypex-<run id>")."""
         placement = json.loads((self.run_dir / "placement.json").read_text())
         ray.init(address=placement["ray_address"], namespace=placement["namespace"])
         try:
-            learner = ray.get_actor(f"raypex-{placement['run_id']}-learner")
+            yield f"raypex-{placement['run_id']}"
+        finally:
+            ray.shutdown()
+
+    def wait_for_inserts(self, shard: int, beyond: int, timeout_s: float = 60) -> None:
+        """Until shard `shard` has taken more than `beyond` transitions (its restarted collector
+        writes), asking the learner's replay; fails after `timeout_s`."""
+        with self.joined() as prefix:
+            learner = ray.get_actor(f"{prefix}-learner")
             deadline = time.monotonic() + timeout_s
             while ray.get(learner.replay_stats.remote())[shard]["inserted"] <= beyond:
                 assert time.monotonic() < deadline, f"shard {shard} took nothing new in {timeout_s}s:\n{self.output}"
                 time.sleep(0.05)  # a poll's pace, not synchronization: the loop ends on the counter
-        finally:
-            ray.shutdown()
 
     def kill_actor(self, role: str) -> dict:
         """kill -9 (no restart asked) the process of actor `role` (e.g. "collector-0"); returns
         shard 0's counters read just after from the learner's replay, with the driver still running
         (nothing for the learner itself)."""
-        placement = json.loads((self.run_dir / "placement.json").read_text())
-        ray.init(address=placement["ray_address"], namespace=placement["namespace"])
-        try:
-            prefix = f"raypex-{placement['run_id']}"
+        with self.joined() as prefix:
             actor = ray.get_actor(f"{prefix}-{role}")
             if role == "learner":  # the driver decides whether it goes on (Ray restarts it meanwhile)
                 os.kill(ray.get(actor.pid.remote()), signal.SIGKILL)
                 return {}
             self._kill_process(actor)
             return ray.get(ray.get_actor(f"{prefix}-learner").replay_stats.remote())[0]
-        finally:
-            ray.shutdown()
 
     @staticmethod
     def _kill_process(actor) -> None:

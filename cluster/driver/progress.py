@@ -62,6 +62,7 @@ class ProgressLine:
         elif goal_steps:
             left = (goal_steps - env_steps) / sps if sps > 0 else None
             done = f" ({min(env_steps / goal_steps, 1.0):4.0%}, {_fmt_duration(left)} left)"
+        shows_loss = loss is not None and not filling
         learning = (f"filling replay {_fmt_count(filling[0])}/{_fmt_count(filling[1])}" if filling
                     else f"loss {_fmt(loss, '.4f')}")
         line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7}{done} | {_fmt_count(sps):>6} steps/s | "
@@ -71,10 +72,9 @@ class ProgressLine:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
             self.stream.flush()
-        elif (time.monotonic() - self._last_log >= self.log_every_s
-              or (loss is not None and not filling and not self._logged_learning)):
+        elif time.monotonic() - self._last_log >= self.log_every_s or (shows_loss and not self._logged_learning):
             self._last_log = time.monotonic()
-            self._logged_learning = self._logged_learning or (loss is not None and not filling)
+            self._logged_learning = self._logged_learning or shows_loss
             self.stream.write(line + "\n")
             self.stream.flush()
 
