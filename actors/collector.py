@@ -1,6 +1,7 @@
 """The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network: an MLP in
 numpy (actors/numpy_acting.py, no torch in the process), a CNN in torch (in bf16 where this CPU
-acts faster so, actors/acting.py).
+acts faster so, actors/acting.py); or, for td3/sac, with the published actor and its exploration
+(actors/continuous_acting.py).
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
@@ -35,7 +36,8 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own
     random initial weights."""
     if s.action_dim:
-        return ContinuousActingPolicy(s.algo, s.action_dim, s.action_noise, np.random.default_rng(seed + 1))
+        return ContinuousActingPolicy(s.algo, s.action_dim, s.action_noise, np.random.default_rng(seed + 1),
+                                      tuple(s.obs_shape), s.obs_dtype, s.hidden)
     if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
         return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
     import torch

@@ -1,4 +1,5 @@
-"""ContinuousActingPolicy: a TD3 or SAC collector's actor, in numpy (its process never imports torch).
+"""ContinuousActingPolicy: a TD3 or SAC collector's actor: in numpy for flat observations (the
+process never imports torch), in torch on the CPU for images (numpy has no convolutions).
 
 Actions are in [-1, 1] here and in replay (the collector maps them to the env's bounds with
 actors/action_scaling.py). Until the learner's first weights arrive the policy acts uniformly at
@@ -18,15 +19,29 @@ class ContinuousActingPolicy:
     """Exploring actions of the published actor weights, in [-1, 1]."""
 
     precision = "fp32"
-    form = "numpy"
 
-    def __init__(self, algo: str, action_dim: int, noise: float, rng: np.random.Generator):
+    def __init__(self, algo: str, action_dim: int, noise: float, rng: np.random.Generator,
+                 obs_shape: tuple[int, ...] = (), obs_dtype: str = "float32", hidden: list[int] | None = None):
         self.algo, self.action_dim, self.noise, self.rng = algo, action_dim, noise, rng
-        self.network: NumpyMLPActor | None = None
+        self.network = None  # a NumpyMLPActor or TorchActorForward once weights arrived
+        self._image_actor = None
+        if len(obs_shape) > 1:
+            import torch
+
+            from learner.actor_critic_networks import TorchActorForward
+
+            torch.set_num_threads(1)
+            self._image_actor = TorchActorForward(tuple(obs_shape), obs_dtype, action_dim, list(hidden or []),
+                                                  gaussian=algo == "sac")
+
+    @property
+    def form(self) -> str:
+        """What acts, in words (the start-up line's acting form)."""
+        return "numpy" if self._image_actor is None else "fp32, torch"
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
-        """Act with these actor weights (MLPActor's state-dict arrays) from now on."""
-        self.network = NumpyMLPActor(arrays)
+        """Act with these actor weights (ActorNetwork's state-dict arrays) from now on."""
+        self.network = NumpyMLPActor(arrays) if self._image_actor is None else self._image_actor.load(arrays)
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         """[B, action_dim] float32 actions in [-1, 1] to step the envs with."""

@@ -86,9 +86,10 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str) -> None:
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
                              f"space of shape ({spec.action_dim},): use algo.name td3 or sac "
                              "(configs/pendulum.yaml has settings for both)")
-    if algo in CONTINUOUS_ALGOS and len(spec.obs_shape) != 1:
-        raise UnsupportedEnv(f"algo.name {algo} learns from flat (1-D) observations; env.id '{env_id}' has "
-                             f"observations of shape {spec.obs_shape}")
+    if algo in CONTINUOUS_ALGOS and spec.frame_stack:
+        raise UnsupportedEnv(f"algo.name {algo} learns from flat (1-D) observations and rank-3 images; env.id "
+                             f"'{env_id}' has 2-D frames of {spec.obs_shape[1]}x{spec.obs_shape[2]}, which raypex "
+                             "stacks for dqn only: give its observations a channel axis (H, W, 1)")
 
 
 def _register_minatar(env_id: str) -> None:

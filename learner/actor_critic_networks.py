@@ -1,18 +1,27 @@
-"""The networks of TD3 and SAC: an MLP actor (deterministic, or SAC's squashed Gaussian) and twin
-MLP critics Q1(s, a), Q2(s, a). Actions are in [-1, 1] (actors/action_scaling.py maps them to the
-env's units). The actor's parameter names are what the collectors' and evaluator's numpy forward
-reads (learner/numpy_mlp.py NumpyMLPActor); a test keeps the two equal.
+"""The networks of TD3 and SAC: an actor (deterministic, or SAC's squashed Gaussian) and twin
+critics Q1(s, a), Q2(s, a). Actions are in [-1, 1] (actors/action_scaling.py maps them to the
+env's units).
+
+Flat observations go straight into MLPs. Images [C, H, W] first go through an `ImageEncoder` (the
+DQN CNNs' convolutions, learner/networks.py, chosen by image size): the actor has its own, trained
+by the actor's loss, and the twin critics share one, trained by the critics' loss (the actor's loss
+does not move it). For flat observations the actor's parameter names are what the collectors' and
+evaluator's numpy forward reads (learner/numpy_mlp.py NumpyMLPActor; a test keeps the two equal);
+image actors act in torch (`TorchActorForward`).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from learner.networks import conv_output_width, image_convs, scaled_input
 from learner.numpy_mlp import squashed_log_std
+from learner.weights import load_arrays
 
 
 def _torso(width: int, hidden: list[int]) -> tuple[nn.Sequential, int]:
@@ -23,23 +32,52 @@ def _torso(width: int, hidden: list[int]) -> tuple[nn.Sequential, int]:
     return nn.Sequential(*layers), width
 
 
-class MLPActor(nn.Module):
-    """obs [B, obs_dim] -> tanh(mean) [B, action_dim]; with `gaussian`, also a log-std head for
+class ImageEncoder(nn.Module):
+    """Images [B, C, H, W] -> flat features [B, width]: uint8 scaled to [0, 1] on the network's
+    device (what crosses processes stays a quarter of float32's bytes), float images as they are."""
+
+    def __init__(self, obs_shape: tuple[int, ...], obs_dtype: str):
+        super().__init__()
+        self.input_scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
+        self.convs = image_convs(obs_shape)
+        self.width = conv_output_width(self.convs, obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale))
+
+
+def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str) -> tuple[ImageEncoder | None, int]:
+    """An ImageEncoder and its feature width for images; (None, obs_dim) for flat observations."""
+    if len(obs_shape) == 1:
+        return None, obs_shape[0]
+    encoder = ImageEncoder(obs_shape, obs_dtype)
+    return encoder, encoder.width
+
+
+class ActorNetwork(nn.Module):
+    """obs [B, *obs_shape] -> tanh(mean) [B, action_dim]; with `gaussian`, also a log-std head for
     SAC's `sample`."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int], gaussian: bool):
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], gaussian: bool,
+                 obs_dtype: str = "float32"):
         super().__init__()
-        self.torso, width = _torso(obs_dim, hidden)
+        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype)
+        self.torso, width = _torso(width, hidden)
         self.mean = nn.Linear(width, action_dim)
         self.log_std = nn.Linear(width, action_dim) if gaussian else None
 
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.encoder is not None:
+            obs = self.encoder(obs)
+        return self.torso(obs.to(self.mean.weight.dtype))
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.mean(self.torso(obs.to(self.mean.weight.dtype))))
+        return torch.tanh(self.mean(self._features(obs)))
 
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(tanh(mean + std * noise), its log-probability [B]) for standard normal `noise`; the
         log-probability includes the tanh's change of variables."""
-        features = self.torso(obs.to(self.mean.weight.dtype))
+        features = self._features(obs)
         mean = self.mean(features)
         log_std = squashed_log_std(self.log_std(features))
         pre_tanh = mean + log_std.exp() * noise
@@ -50,16 +88,20 @@ class MLPActor(nn.Module):
 
 
 class TwinCritic(nn.Module):
-    """Two independent MLPs of (obs, action) -> Q; forward returns both [B] Q-values."""
+    """Two independent MLPs of (obs, action) -> Q (for images, of the features of one encoder they
+    share); forward returns both [B] Q-values."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], obs_dtype: str = "float32"):
         super().__init__()
-        self.q1_torso, width = _torso(obs_dim + action_dim, hidden)
-        self.q2_torso, _ = _torso(obs_dim + action_dim, hidden)
-        self.q1_out = nn.Linear(width, 1)
-        self.q2_out = nn.Linear(width, 1)
+        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype)
+        self.q1_torso, out_width = _torso(width + action_dim, hidden)
+        self.q2_torso, _ = _torso(width + action_dim, hidden)
+        self.q1_out = nn.Linear(out_width, 1)
+        self.q2_out = nn.Linear(out_width, 1)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.encoder is not None:
+            obs = self.encoder(obs)
         x = torch.cat([obs.to(self.q1_out.weight.dtype), action.to(self.q1_out.weight.dtype)], dim=1)
         return self.q1_out(self.q1_torso(x)).squeeze(1), self.q2_out(self.q2_torso(x)).squeeze(1)
 
@@ -68,7 +110,7 @@ class ActionsInEnvUnits(nn.Module):
     """The deterministic actor with its [-1, 1] output mapped to the env's [low, high]: what
     policy.pt2 holds for TD3 and SAC."""
 
-    def __init__(self, actor: MLPActor, low: tuple[float, ...], high: tuple[float, ...]):
+    def __init__(self, actor: ActorNetwork, low: tuple[float, ...], high: tuple[float, ...]):
         super().__init__()
         self.actor = actor
         low_t, high_t = torch.tensor(low, dtype=torch.float32), torch.tensor(high, dtype=torch.float32)
@@ -77,3 +119,32 @@ class ActionsInEnvUnits(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.center + self.half_range * self.actor(obs)
+
+
+class TorchActorForward:
+    """An ActorNetwork on the CPU acting on numpy batches: deterministic actions and SAC's samples,
+    as NumpyMLPActor gives them for flat observations. Collectors and the evaluator act with it
+    when observations are images (numpy has no convolutions)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int, hidden: list[int],
+                 gaussian: bool):
+        self.network = ActorNetwork(obs_shape, action_dim, hidden, gaussian, obs_dtype).eval()
+        self.action_dim = action_dim
+
+    def load(self, arrays: dict[str, np.ndarray]) -> TorchActorForward:
+        """Act with these published actor weights from now on."""
+        load_arrays(self.network, arrays)
+        return self
+
+    def actions(self, obs: np.ndarray) -> np.ndarray:
+        """[B, *obs_shape] -> [B, action_dim] deterministic actions in [-1, 1]."""
+        with torch.inference_mode():
+            return self.network(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
+
+    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """SAC's squashed Gaussian sample in [-1, 1], its noise drawn from `rng`."""
+        if self.network.log_std is None:
+            raise ValueError("these actor weights have no log_std head (a TD3 actor): nothing to sample")
+        noise = torch.from_numpy(rng.standard_normal((len(obs), self.action_dim)).astype(np.float32))
+        with torch.inference_mode():
+            return self.network.sample(torch.from_numpy(np.ascontiguousarray(obs)), noise)[0].numpy()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from learner.actor_critic_networks import MLPActor, TwinCritic
+from learner.actor_critic_networks import ActorNetwork, TwinCritic
 from learner.host_adam import adam_for
 from learner.loss_scale import DeviceLossScale
 from learner.precision import PrecisionPolicy
@@ -45,9 +45,9 @@ class ActorCriticStep:
         self.sac = settings.algo == "sac"
         self.gather = gather
         self.precision = precision
-        obs_dim, action_dim = settings.obs_shape[0], settings.action_dim
-        self.actor = MLPActor(obs_dim, action_dim, settings.hidden, gaussian=self.sac).to(device)
-        self.critic = TwinCritic(obs_dim, action_dim, settings.hidden).to(device)
+        obs_shape, obs_dtype, action_dim = tuple(settings.obs_shape), settings.obs_dtype, settings.action_dim
+        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype).to(device)
+        self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
         self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())

@@ -55,16 +55,9 @@ class NatureCNNQNetwork(nn.Module):
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool,
                  input_scale: float = 1.0 / 255.0):
         super().__init__()
-        channels, height, width = obs_shape
         self.input_scale = input_scale
-        self.convs = nn.Sequential(
-            nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            width = self.convs(torch.zeros(1, channels, height, width)).shape[1]
+        self.convs = nature_convs(obs_shape[0])
+        width = conv_output_width(self.convs, obs_shape)
         self.head = MLPQNetwork(width, num_actions, hidden, dueling)
         self.channels_last = False
 
@@ -88,13 +81,43 @@ class SmallCNNQNetwork(nn.Module):
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool,
                  input_scale: float = 1.0 / 255.0):
         super().__init__()
-        channels, height, width = obs_shape
         self.input_scale = input_scale
-        self.convs = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
-        self.head = MLPQNetwork(16 * (height - 2) * (width - 2), num_actions, hidden, dueling)
+        self.convs = small_convs(obs_shape[0])
+        self.head = MLPQNetwork(conv_output_width(self.convs, obs_shape), num_actions, hidden, dueling)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale)))
+
+
+def nature_convs(channels: int) -> nn.Sequential:
+    """The Nature-DQN convolutions (32x8x8/4, 64x4x4/2, 64x3x3/1), flattened."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+def small_convs(channels: int) -> nn.Sequential:
+    """MinAtar's one 3x3 convolution with 16 channels, stride 1, flattened."""
+    return nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+
+
+def conv_output_width(convs: nn.Sequential, obs_shape: tuple[int, ...]) -> int:
+    """The flat feature width `convs` gives for one [C, H, W] image."""
+    with torch.no_grad():
+        return int(convs(torch.zeros(1, *obs_shape)).shape[1])
+
+
+def image_convs(obs_shape: tuple[int, ...]) -> nn.Sequential:
+    """The convolutions for images [C, H, W]: the Nature CNN's from 36x36 up, the small CNN's below."""
+    if min(obs_shape[1:]) >= NATURE_CNN_MIN_SIDE:
+        return nature_convs(obs_shape[0])
+    if min(obs_shape[1:]) >= SMALL_CNN_MIN_SIDE:
+        return small_convs(obs_shape[0])
+    raise ValueError(f"no CNN for images of {obs_shape[1]}x{obs_shape[2]}: at least "
+                     f"{SMALL_CNN_MIN_SIDE}x{SMALL_CNN_MIN_SIDE}")
 
 
 def scaled_input(obs: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:

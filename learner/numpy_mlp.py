@@ -56,8 +56,9 @@ class NumpyMLPQ:
 
 
 class NumpyMLPActor:
-    """The deterministic action of `MLPActor` (learner/actor_critic_networks.py), tanh(mean) in
-    [-1, 1], and SAC's sampled action, for weights given as its state-dict arrays."""
+    """The deterministic action of `ActorNetwork` on flat observations
+    (learner/actor_critic_networks.py), tanh(mean) in [-1, 1], and SAC's sampled action, for
+    weights given as its state-dict arrays."""
 
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.hidden = torso_layers(arrays)

@@ -1,10 +1,16 @@
-"""A tiny synthetic pixel game the tests register, so CI drives the pixel path without Atari's cost.
+"""Tiny synthetic pixel games the tests register, so CI drives the pixel paths without Atari's cost.
 
 PixelCatch-v0: a ball falls down a 9x9 grid drawn as a 36x36 grayscale frame (4x4 pixels per cell);
 the agent moves a paddle on the bottom row (0 left, 1 stay, 2 right). A caught ball scores +3 and a
 missed one -3 (outside [-1, 1], so reward clipping shows), and an episode is three balls, so
 episode boundaries come every 27 steps. Runs use it as `env.id: pixel_env:PixelCatch-v0` with
 this directory on PYTHONPATH (Ray's workers import the module from there).
+
+PixelReach-v0: continuous actions (td3, sac) from images with channels. A 12x12 picture of two
+channels (height x width x channels, Gymnasium's image order) shows the agent's column in the first
+channel and the target's in the second; the action in [-2, 2] moves the agent that many cells along
+the row. Each of the 16 steps pays minus the distance to the target in cells, over 12: a policy
+that walks straight to the target scores about -0.3, one acting at random or standing still about -5.
 """
 
 from __future__ import annotations
@@ -52,3 +58,36 @@ class PixelCatch(gym.Env):
 
 
 gym.register(id="PixelCatch-v0", entry_point=PixelCatch)
+
+
+REACH_SIDE, REACH_STEPS = 12, 16
+
+
+class PixelReach(gym.Env):
+    """Box(0, 255, (12, 12, 2), uint8) observations; Box(-2, 2, (1,)) actions."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 255, (REACH_SIDE, REACH_SIDE, 2), np.uint8)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def _image(self) -> np.ndarray:
+        image = np.zeros((REACH_SIDE, REACH_SIDE, 2), np.uint8)
+        image[:, round(self.position), 0] = 255
+        image[:, self.target, 1] = 255
+        return image
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = float(self.np_random.integers(REACH_SIDE))
+        self.target, self.steps = int(self.np_random.integers(REACH_SIDE)), 0
+        return self._image(), {}
+
+    def step(self, action):
+        move = float(np.clip(np.asarray(action, np.float32).reshape(-1)[0], -2.0, 2.0))
+        self.position = float(np.clip(self.position + move, 0, REACH_SIDE - 1))
+        self.steps += 1
+        reward = -abs(self.position - self.target) / REACH_SIDE
+        return self._image(), reward, False, self.steps == REACH_STEPS, {}
+
+
+gym.register(id="PixelReach-v0", entry_point=PixelReach)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("actors", "learner", "replay", "cluster")
 MAX_LINES = 300
 CONTRACTS = "replay.contracts"
-MODEL_DEFINITIONS = ("learner.networks", "learner.weights", "learner.numpy_mlp")  # what collectors act with
+MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp")  # what collectors act with
 
 
 def product_modules() -> dict[str, Path]:

@@ -13,7 +13,7 @@ from actors.action_scaling import ActionScale
 from actors.action_spaces import action_fields
 from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.loading import ConfigError, load_config
-from learner.actor_critic_networks import MLPActor
+from learner.actor_critic_networks import ActorNetwork
 from learner.numpy_mlp import NumpyMLPActor
 from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from learner.td3_loss import td3_actor_loss, td3_critic_loss
@@ -80,7 +80,7 @@ def test_sac_losses_match_a_hand_computation():
 
 def test_the_squashed_gaussian_log_probability_matches_the_change_of_variables():
     torch.manual_seed(0)
-    actor = MLPActor(3, 2, [8], gaussian=True)
+    actor = ActorNetwork((3,), 2, [8], gaussian=True)
     obs, noise = torch.randn(4, 3), torch.randn(4, 2)
     action, log_prob = actor.sample(obs, noise)
     features = actor.torso(obs)
@@ -103,7 +103,7 @@ def test_actions_scale_to_the_env_bounds_and_back():
 
 def test_the_numpy_actor_acts_as_the_torch_actor():
     torch.manual_seed(1)
-    actor = MLPActor(3, 2, [16, 16], gaussian=True)
+    actor = ActorNetwork((3,), 2, [16, 16], gaussian=True)
     arrays = {name: value.detach().numpy() for name, value in actor.state_dict().items()}
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     numpy_actor = NumpyMLPActor(arrays)
@@ -134,8 +134,11 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
         check_algo_fits("dqn", pendulum, "Pendulum-v1")
     with pytest.raises(UnsupportedEnv, match="algo.name sac needs a Box action space; env.id 'CartPole-v1' has 2"):
         check_algo_fits("sac", inspect_env("CartPole-v1", {}), "CartPole-v1")
-    with pytest.raises(UnsupportedEnv, match="flat"):
-        check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0")
+    check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0")
+    frames = EnvSpec((4, 36, 36), "uint8", 0, frame_stack=4, action_low=(-1.0,), action_high=(1.0,))
+    with pytest.raises(UnsupportedEnv, match="has 2-D frames of 36x36, which raypex stacks for dqn only: give its "
+                                             r"observations a channel axis \(H, W, 1\)"):
+        check_algo_fits("sac", frames, "Frames-v0")
 
 
 @pytest.mark.parametrize("overrides, says", [
@@ -224,9 +227,10 @@ def test_a_mujoco_evaluation_records_pictures_of_its_first_episode(monkeypatch):
     evaluator.close()
 
 
-def continuous_learner(algo: str, device: torch.device, columns=None, **overrides):
+def continuous_learner(algo: str, device: torch.device, columns=None, images: bool = False, **overrides):
     """A TD3 or SAC Learner over two shards of the same random Pendulum-shaped data for the same
-    seed (so the same draws), its columns where `columns` keeps them (None: host memory)."""
+    seed (so the same draws), its columns where `columns` keeps them (None: host memory); with
+    `images`, the observations are uint8 pictures [2, 12, 12] (PixelReach's) instead of 3 floats."""
     from learner.learner import Learner
     from replay.rate_limit import SamplesPerInsertLimiter
     from replay.shard import StorageSpec
@@ -234,25 +238,32 @@ def continuous_learner(algo: str, device: torch.device, columns=None, **override
     from tests.test_learner import settings
 
     rng = np.random.default_rng(0)
-    s = settings(obs_shape=(3,), num_actions=0, algo=algo, action_low=(-2.0,), action_high=(2.0,), hidden=[32, 32],
-                 target_update="polyak", policy_delay=2, **overrides)
-    replay = ShardedReplay(2, StorageSpec(512, (3,), "float32", action_dim=1), SamplesPerInsertLimiter(0.0, 1, 1), 0,
-                           None, None, *([columns] if columns is not None else []))
+    obs_shape, obs_dtype = ((2, 12, 12), "uint8") if images else ((3,), "float32")
+
+    def observations() -> np.ndarray:
+        if images:
+            return rng.integers(0, 256, (512, *obs_shape)).astype(np.uint8)
+        return rng.normal(size=(512, *obs_shape)).astype(np.float32)
+
+    s = settings(obs_shape=obs_shape, obs_dtype=obs_dtype, num_actions=0, algo=algo, action_low=(-2.0,),
+                 action_high=(2.0,), hidden=[32, 32], target_update="polyak", policy_delay=2, **overrides)
+    replay = ShardedReplay(2, StorageSpec(512, obs_shape, obs_dtype, action_dim=1), SamplesPerInsertLimiter(0.0, 1, 1),
+                           0, None, None, *([columns] if columns is not None else []))
     for shard in range(2):
-        replay.add(shard, {"obs": rng.normal(size=(512, 3)).astype(np.float32),
-                           "action": rng.uniform(-1, 1, (512, 1)).astype(np.float32),
+        replay.add(shard, {"obs": observations(), "action": rng.uniform(-1, 1, (512, 1)).astype(np.float32),
                            "return": rng.normal(size=512).astype(np.float32),
-                           "discount": rng.choice([0.0, 0.97], 512).astype(np.float32),
-                           "next_obs": rng.normal(size=(512, 3)).astype(np.float32)})
+                           "discount": rng.choice([0.0, 0.97], 512).astype(np.float32), "next_obs": observations()})
     return Learner(s, device, replay, lambda weights: None)
 
 
-def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back():
+@pytest.mark.parametrize("images", [False, True], ids=["flat", "images"])
+def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images):
     """What capture relies on (learner/cuda_graph.py): updates run during warm-up leave the
-    networks, the three optimizers' state, the sums and the noise generator as they were."""
+    networks (image encoders included), the three optimizers' state, the sums and the noise
+    generator as they were."""
     from learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
 
-    learner = continuous_learner("sac", torch.device("cpu"), accumulation_steps=2)
+    learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2)
     step = learner.step
     learner.train_epoch()  # Adam has state now: restored, not zeroed
     before = [t.detach().clone() for t in step.training_tensors()]

@@ -155,12 +155,14 @@ def test_a_captured_prioritized_update_gives_the_replay_the_eager_errors():
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision):
+@pytest.mark.parametrize("images", [False, True], ids=["flat", "images"])
+def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision, images):
     """Both graphs of a TD3 update (with and without the actor's step) and SAC's one, against
-    eager updates from the same weights, draws and noise."""
+    eager updates from the same weights, draws and noise; on flat observations and on uint8
+    pictures (the image encoders inside the graphs)."""
     from tests.test_continuous import continuous_learner
 
-    pair = [continuous_learner(algo, CUDA, DeviceColumns(CUDA), cuda_graphs=graphs, precision=precision,
+    pair = [continuous_learner(algo, CUDA, DeviceColumns(CUDA), images, cuda_graphs=graphs, precision=precision,
                                accumulation_steps=2, updates_per_epoch=5, lr=1e-3, adam_eps=1e-3)
             for graphs in ("on", "off")]
     captured, eager = pair

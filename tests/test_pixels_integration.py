@@ -1,7 +1,8 @@
-"""The pixel path end to end on a real local Ray cluster, on the test pixel game (real ALE Pong runs
-through the README's lines, tests/test_readme_lines.py).
+"""The pixel paths end to end on a real local Ray cluster, on the test pixel games: frame stacks for
+DQN, images with channels for TD3 (real ALE Pong runs through the README's lines,
+tests/test_readme_lines.py).
 
-PixelCatch (tests/pixel_env.py) is registered by the tests; Ray's worker processes find it through
+PixelCatch and PixelReach (tests/pixel_env.py) are registered by the tests; Ray's worker processes find them through
 PYTHONPATH, which the local cluster started by `raypex train` inherits from this process.
 """
 
@@ -10,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cluster.commands.cli import main
@@ -52,3 +54,29 @@ def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, caps
     assert main(["eval", str(run), "--episodes", "16"]) == 0
     mean = float(re.match(r"mean return (-?\d+\.\d+)", capsys.readouterr().out).group(1))
     assert mean >= 4.0
+
+
+def test_td3_learns_to_reach_from_pictures_on_a_local_ray_cluster(tmp_path, monkeypatch, capsys):
+    """Continuous actions from images with channels: collectors act with the image actor in torch,
+    replay stores the uint8 pictures, the learner trains both encoders, the evaluator scores the
+    published actor, and policy.pt2 acts on a picture in the env's units."""
+    with_tests_on_pythonpath(monkeypatch)
+    run = tmp_path / "reach"
+    # a random or motionless policy scores about -5.2, one walking straight to the target -0.3
+    assert main(["train", "configs/pendulum.yaml", "--run-dir", str(run), "env.id=pixel_env:PixelReach-v0",
+                 "algo.name=td3", "network.hidden=[64]", "learner.micro_batch=64", "replay.samples_per_insert=16",
+                 "replay.min_size=500", "eval.episodes=10", "eval.every_epochs=2", "stop.env_steps=40000",
+                 "stop.eval_return=-2.0"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["time_to_solve_s"] is not None, summary
+    assert any(run.glob("videos/eval-v*.png"))
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "20"]) == 0
+    mean = float(re.match(r"mean return (-?\d+\.\d+)", capsys.readouterr().out).group(1))
+    assert mean >= -3.0
+    from learner.policy_file import load_policy
+
+    picture = np.zeros((2, 12, 12), np.uint8)  # the agent in column 2, the target in column 9
+    picture[0, :, 2], picture[1, :, 9] = 255, 255
+    action = load_policy(run / "policy.pt2").act(picture)
+    assert action.shape == (1,) and 0.0 < float(action[0]) <= 2.0  # towards the target, inside the bounds

@@ -48,9 +48,9 @@ def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     from learner.weights import export_arrays
 
     if s.action_dim:
-        from learner.actor_critic_networks import MLPActor
+        from learner.actor_critic_networks import ActorNetwork
 
-        return export_arrays(MLPActor(s.obs_shape[0], s.action_dim, s.hidden, gaussian=s.algo == "sac"))
+        return export_arrays(ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, s.algo == "sac", s.obs_dtype))
     from learner.networks import build_q_network
 
     return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype))

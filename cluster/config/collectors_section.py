@@ -37,7 +37,7 @@ class CollectorsConfig(Section):
         "auto", description="Where collectors run their acting network: auto = the GPU for image networks when the "
         "learner trains on a GPU and every node of the cluster has one (each collector then asks Ray for num_gpus of "
         "it), else the CPU. cuda: one host-to-device copy of each vector step's observations, one forward, actions "
-        "back (dqn only: td3 and sac act in numpy)."
+        "back (dqn only: td3 and sac act on the CPU, in numpy for flat observations)."
     )
     num_gpus: float | Literal["auto"] = Field(
         "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "

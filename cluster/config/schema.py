@@ -241,8 +241,8 @@ class RunConfig(Section):
             raise ValueError(f"learner.target_update hard is for dqn; algo.name {self.algo.name} moves its targets by "
                              "learner.target_tau (polyak)")
         if continuous and self.collectors.act_device == "cuda":
-            raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act in "
-                             "numpy on their CPU; use auto or cpu")
+            raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act on their CPU "
+                             "(numpy for flat observations, torch for images); use auto or cpu")
         if self.collectors.act_device == "cuda" and self.learner.device == "cpu":
             raise ValueError("collectors.act_device cuda shares the learner's GPU, and learner.device is cpu; "
                              "use collectors.act_device auto or cpu, or learner.device auto or cuda")

@@ -3,9 +3,10 @@
 The learner never pauses training to evaluate: the driver hands this actor a published weights
 version (a Weights message the learner returned) and reads the returns when they are done.
 One evaluation runs at a time and the driver always sends the newest version, so evaluations
-never queue up behind a busy evaluator. MLP Q-networks are evaluated in numpy
-(learner/numpy_mlp.py), so for flat observations this process never imports torch; it starts
-while the learner warms up, on the same cores. Pixel networks are evaluated with torch.
+never queue up behind a busy evaluator. MLP Q-networks and td3/sac actors on flat observations are
+evaluated in numpy (learner/numpy_mlp.py), so for flat observations this process never imports
+torch; it starts while the learner warms up, on the same cores. Networks on images are evaluated
+with torch.
 """
 
 from __future__ import annotations
@@ -31,21 +32,21 @@ class EvaluatorActor:
         # Box actions: the published weights are a td3/sac actor, acted with deterministically
         self.action_scale = ActionScale(*action_bounds) if action_bounds[0] else None
 
-        self.torch_network = None
+        self.obs_shape, self.obs_dtype, self.hidden = tuple(obs_shape), obs_dtype, hidden
+        self.torch_network = None  # a CNN Q-network, or an image actor (TorchActorForward)
         if len(obs_shape) != 1:
             import torch
 
-            from learner.networks import build_q_network
-
             torch.set_num_threads(1)
-            self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling, obs_dtype).eval()
+            if self.action_scale is None:
+                from learner.networks import build_q_network
+
+                self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling, obs_dtype).eval()
         self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon, stacked)
 
     def _policy(self, arrays: dict[str, np.ndarray]):
         if self.action_scale is not None:
-            from learner.numpy_mlp import NumpyMLPActor
-
-            actor, scale = NumpyMLPActor(arrays), self.action_scale
+            actor, scale = self._actor(arrays), self.action_scale
             return lambda obs: scale.to_env(actor.actions(obs))
         if self.torch_network is None:
             from learner.numpy_mlp import NumpyMLPQ
@@ -56,6 +57,20 @@ class EvaluatorActor:
 
         load_arrays(self.torch_network, arrays)
         return functools.partial(greedy_actions, self.torch_network)
+
+    def _actor(self, arrays: dict[str, np.ndarray]):
+        """The deterministic actor of td3/sac weights: numpy for flat observations, torch for images
+        (built once, on the first weights: whether it has SAC's log-std head is in their names)."""
+        if len(self.obs_shape) == 1:
+            from learner.numpy_mlp import NumpyMLPActor
+
+            return NumpyMLPActor(arrays)
+        if self.torch_network is None:
+            from learner.actor_critic_networks import TorchActorForward
+
+            self.torch_network = TorchActorForward(self.obs_shape, self.obs_dtype, len(self.action_scale.low),
+                                                   self.hidden, gaussian="log_std.weight" in arrays)
+        return self.torch_network.load(arrays)
 
     @QUIET  # several a second on small envs
     def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict | None:

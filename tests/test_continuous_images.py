@@ -1,0 +1,80 @@
+"""TD3 and SAC on images with channels (any rank-3 Box observation): the networks' image encoders,
+the CPU actor collectors and the evaluator act with, and a run in one process from PixelReach's
+pictures to chunks, a trained epoch, published weights, an evaluation and policy.pt2 (the same
+game through a real local Ray cluster: tests/test_pixels_integration.py)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import tests.pixel_env  # noqa: F401 - registers PixelReach-v0
+from actors.envs import inspect_env
+from cluster.config.loading import load_config
+from learner.actor_critic_networks import ActorNetwork, TorchActorForward, TwinCritic
+from learner.weights import export_arrays
+
+IMAGE = (2, 12, 12)
+
+
+def test_image_networks_encode_uint8_pictures_and_the_cpu_actor_acts_as_the_learners():
+    torch.manual_seed(0)
+    actor = ActorNetwork(IMAGE, 2, [32], gaussian=True, obs_dtype="uint8")
+    critic = TwinCritic(IMAGE, 2, [32], obs_dtype="uint8")
+    assert sum(name.endswith("convs.0.weight") for name in critic.state_dict()) == 1  # the twins share one encoder
+    assert "encoder.convs.0.weight" in actor.state_dict()
+    obs = np.random.default_rng(0).integers(0, 256, (5, *IMAGE)).astype(np.uint8)
+    q1, q2 = critic(torch.from_numpy(obs), torch.zeros(5, 2))
+    assert q1.shape == q2.shape == (5,) and not torch.equal(q1, q2)
+    # uint8 0..255 is the float image 0..1: the encoder scales on the network's device
+    assert torch.allclose(actor(torch.from_numpy(obs)), actor.torso(actor.encoder.convs(torch.from_numpy(obs) / 255.0))
+                          .matmul(actor.mean.weight.T).add(actor.mean.bias).tanh(), atol=1e-6)
+    acting = TorchActorForward(IMAGE, "uint8", 2, [32], gaussian=True).load(export_arrays(actor))
+    with torch.no_grad():
+        assert np.allclose(acting.actions(obs), actor(torch.from_numpy(obs)).numpy(), atol=1e-6)
+        noise = np.random.default_rng(7).standard_normal((5, 2)).astype(np.float32)
+        expected, _ = actor.sample(torch.from_numpy(obs), torch.from_numpy(noise))
+    assert np.allclose(acting.sample(obs, np.random.default_rng(7)), expected.numpy(), atol=1e-6)
+    deterministic = TorchActorForward(IMAGE, "uint8", 2, [32], gaussian=False)
+    with pytest.raises(ValueError, match="no log_std head"):
+        deterministic.sample(obs, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_and_policy_pt2(algo, tmp_path):
+    from cluster.config.topology import plan_run
+    from cluster.local.wiring import build_local
+    from learner.policy_file import load_policy
+    from replay.contracts import Weights
+
+    config = load_config(Path("configs/pendulum.yaml"), [
+        "env.id=PixelReach-v0", f"algo.name={algo}", "env.num_envs=4", "collectors.chunk_steps=4",
+        "replay.min_size=128", "learner.micro_batch=32", "learner.updates_per_epoch=2", "network.hidden=[32]",
+        "eval.episodes=2"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.action_low) == (IMAGE, "uint8", 0, (-2.0,))
+    run = build_local(plan_run(config, spec))
+    for _ in range(5):
+        for collector in run.collectors:
+            collector.collect_chunk()
+    shard = run.replay.shards[0]
+    stored = shard.storage.columns["obs"][: shard.size]
+    assert stored.dtype == np.uint8 and stored.shape[1:] == IMAGE and set(np.unique(stored)) == {0, 255}
+    assert run.collectors[0].policy.form == "fp32, torch"
+    metrics = run.learner.train_epoch()
+    assert metrics["updates_in_epoch"] == 2 and np.isfinite([metrics["td_loss"], metrics["actor_loss"]]).all()
+    for collector in run.collectors:
+        collector.collect_chunk()
+        assert collector.version == 1  # acting with the published image actor now
+    arrays = export_arrays(run.learner.online)
+    result = run.evaluator.evaluate(Weights(1, arrays))
+    assert result["complete"] and -16.0 <= result["min"] <= result["mean"] <= 0.0
+    path = tmp_path / "policy.pt2"
+    path.write_bytes(run.learner.export_policy(arrays))
+    policy = load_policy(path)
+    pictures = stored[:3]
+    with torch.no_grad():
+        expected = 2.0 * run.learner.online(torch.from_numpy(pictures)).numpy()
+    assert np.allclose(policy.act(pictures), expected, atol=1e-5) and np.abs(expected).max() <= 2.0
+    assert policy.act(pictures[0]).shape == (1,)
