@@ -107,10 +107,10 @@ class FrameAdder:
 
     def __init__(self, n: int, gamma: float, num_envs: int, frame_shape: tuple[int, ...], chunk_steps: int,
                  first_stacks: np.ndarray, clip_rewards: bool = False, life_loss: bool = False,
-                 lives: np.ndarray | None = None, with_priorities: bool = False):
+                 lives: np.ndarray | None = None, with_priorities: bool = False, action_dim: int = 0):
         self.num_envs = num_envs
         self.folder = NStepFolder(n, gamma, num_envs, (), np.int64, chunk_steps, with_env=True,
-                                  with_priorities=with_priorities)
+                                  with_priorities=with_priorities, action_dim=action_dim)
         self.learning = _Learning(clip_rewards, life_loss, lives)
         self.frames = np.zeros((chunk_steps + 1, num_envs, *frame_shape), np.uint8)
         self.frame_step = np.zeros((chunk_steps + 1, num_envs), np.int32)

@@ -78,7 +78,8 @@ CONTINUOUS_ALGOS = ("td3", "sac")
 
 
 def check_algo_fits(algo: str, spec: EnvSpec, env_id: str) -> None:
-    """One line when `algo` cannot learn on the env `spec` describes (action space, observations)."""
+    """One line when `algo` cannot learn on the env `spec` describes: td3/sac need Box actions, dqn
+    Discrete ones (every observation `inspect_env` accepts serves all three)."""
     if algo in CONTINUOUS_ALGOS and not spec.action_dim:
         raise UnsupportedEnv(f"algo.name {algo} needs a Box action space; env.id '{env_id}' has "
                              f"{spec.num_actions} Discrete actions: use algo.name dqn")
@@ -86,10 +87,6 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str) -> None:
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
                              f"space of shape ({spec.action_dim},): use algo.name td3 or sac "
                              "(configs/pendulum.yaml has settings for both)")
-    if algo in CONTINUOUS_ALGOS and spec.frame_stack:
-        raise UnsupportedEnv(f"algo.name {algo} learns from flat (1-D) observations and rank-3 images; env.id "
-                             f"'{env_id}' has 2-D frames of {spec.obs_shape[1]}x{spec.obs_shape[2]}, which raypex "
-                             "stacks for dqn only: give its observations a channel axis (H, W, 1)")
 
 
 def _register_minatar(env_id: str) -> None:

@@ -32,7 +32,7 @@ Chunk = TypedDict(
     "Chunk",
     {
         "obs": np.ndarray,  # [N, *obs_shape]
-        "action": np.ndarray,  # [N] int64
+        "action": np.ndarray,  # [N] int64 (dqn), or [N, action_dim] float32 in [-1, 1] (td3, sac)
         "return": np.ndarray,  # [N] float32
         "discount": np.ndarray,  # [N] float32
         "next_obs": np.ndarray,  # [N, *obs_shape]
@@ -48,7 +48,7 @@ FrameChunk = TypedDict(
         "first_index": int,
         "env": np.ndarray,  # [N] int64, which env each transition came from
         "obs": np.ndarray,  # [N] int64 stream number of the obs frame (the newest of its stack)
-        "action": np.ndarray,
+        "action": np.ndarray,  # as in Chunk
         "return": np.ndarray,
         "discount": np.ndarray,
         "next_obs": np.ndarray,  # [N] int64 stream number of the next_obs frame
@@ -60,7 +60,7 @@ Batch = TypedDict(
     {
         # Every field has the leading shape [G, B] (G micro-batches of B transitions).
         "obs": np.ndarray,  # [G, B, *obs_shape] (pixel stacks uint8)
-        "action": np.ndarray,  # [G, B] int64
+        "action": np.ndarray,  # [G, B] int64, or [G, B, action_dim] float32
         "return": np.ndarray,  # [G, B] float32
         "discount": np.ndarray,  # [G, B] float32
         "next_obs": np.ndarray,  # [G, B, *obs_shape]

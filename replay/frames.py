@@ -31,6 +31,7 @@ import numpy as np
 
 from replay.columns import ColumnBackend, HostColumns
 from replay.priorities import Placement
+from replay.ring import action_layout
 
 # The host bookkeeping per slot: name -> dtype.
 _SLOT_BOOKKEEPING = {
@@ -41,9 +42,10 @@ _SLOT_BOOKKEEPING = {
 }
 
 
-def frame_layout(frame_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The columns of a frame storage (per row: one slot of one env), in the column backend."""
-    return {"frames": (tuple(frame_shape), np.dtype(np.uint8)), "action": ((), np.dtype(np.int64)),
+def frame_layout(frame_shape: tuple[int, ...], action_dim: int = 0) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The columns of a frame storage (per row: one slot of one env), in the column backend; the
+    action is an int64 index, or `action_dim` float32s (td3, sac)."""
+    return {"frames": (tuple(frame_shape), np.dtype(np.uint8)), "action": action_layout(action_dim),
             "return": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32))}
 
 
@@ -80,9 +82,10 @@ def stack_index(rows: np.ndarray, frame_step: np.ndarray, next_offset: np.ndarra
     return {"row": rows, "obs_frames": stack_rows(slot), "next_frames": stack_rows(next_slot)}
 
 
-def frame_bytes_per_slot(frame_shape: tuple[int, ...]) -> int:
+def frame_bytes_per_slot(frame_shape: tuple[int, ...], action_dim: int = 0) -> int:
     """Bytes one slot costs: its columns and its bookkeeping."""
-    columns = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in frame_layout(frame_shape).values())
+    layout = frame_layout(frame_shape, action_dim)
+    columns = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout.values())
     return columns + sum(np.dtype(dtype).itemsize for dtype in _SLOT_BOOKKEEPING.values())
 
 
@@ -103,7 +106,7 @@ class FrameStorage:
 
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int,
                  backend: ColumnBackend | None = None, columns: dict | None = None,
-                 bookkeeping: dict[str, np.ndarray] | None = None):
+                 bookkeeping: dict[str, np.ndarray] | None = None, action_dim: int = 0):
         if capacity < 1 or num_envs < 1 or stack < 1:
             raise ValueError(f"need capacity, num_envs, stack >= 1, got {capacity}, {num_envs}, {stack}")
         E = num_envs
@@ -114,7 +117,7 @@ class FrameStorage:
         self.backend = backend or HostColumns()
         self.columns = columns if columns is not None else {
             name: self.backend.allocate((self.capacity, *shape), dtype)
-            for name, (shape, dtype) in frame_layout(frame_shape).items()}
+            for name, (shape, dtype) in frame_layout(frame_shape, action_dim).items()}
         arrays = bookkeeping if bookkeeping is not None else frame_bookkeeping(E, K)
         for name in _SLOT_BOOKKEEPING:
             setattr(self, name, arrays[name])

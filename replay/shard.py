@@ -49,7 +49,7 @@ class StorageSpec:
     def layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each column's shape per row and dtype."""
         if self.frame_stack:
-            return frame_layout(tuple(self.obs_shape[1:]))
+            return frame_layout(tuple(self.obs_shape[1:]), self.action_dim)
         return transition_layout(self.obs_shape, self.obs_dtype, self.action_dim)
 
 
@@ -59,7 +59,7 @@ def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None, colum
     a frame storage also on `bookkeeping` (its envs' rows of a replay's) when given."""
     if spec.frame_stack:
         return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack,
-                            backend, columns, bookkeeping)
+                            backend, columns, bookkeeping, spec.action_dim)
     return RingStorage(spec.capacity, spec.layout(), backend, columns)
 
 

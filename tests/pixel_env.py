@@ -11,6 +11,7 @@ channels (height x width x channels, Gymnasium's image order) shows the agent's 
 channel and the target's in the second; the action in [-2, 2] moves the agent that many cells along
 the row. Each of the 16 steps pays minus the distance to the target in cells, over 12: a policy
 that walks straight to the target scores about -0.3, one acting at random or standing still about -5.
+PixelReachFrames-v0 is the same game as one grayscale frame per step, for the stacked-frames path.
 """
 
 from __future__ import annotations
@@ -64,13 +65,22 @@ REACH_SIDE, REACH_STEPS = 12, 16
 
 
 class PixelReach(gym.Env):
-    """Box(0, 255, (12, 12, 2), uint8) observations; Box(-2, 2, (1,)) actions."""
+    """Box(0, 255, (12, 12, 2), uint8) observations; Box(-2, 2, (1,)) actions. With `frames`, one
+    grayscale frame (12, 12) instead: the agent's column 255, the target's 128 (where they meet, 255),
+    which raypex stacks as it stacks Atari's."""
 
-    def __init__(self):
-        self.observation_space = gym.spaces.Box(0, 255, (REACH_SIDE, REACH_SIDE, 2), np.uint8)
+    def __init__(self, frames: bool = False):
+        self.frames = frames
+        shape = (REACH_SIDE, REACH_SIDE) if frames else (REACH_SIDE, REACH_SIDE, 2)
+        self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
         self.action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 
     def _image(self) -> np.ndarray:
+        if self.frames:
+            frame = np.zeros((REACH_SIDE, REACH_SIDE), np.uint8)
+            frame[:, self.target] = 128
+            frame[:, round(self.position)] = 255
+            return frame
         image = np.zeros((REACH_SIDE, REACH_SIDE, 2), np.uint8)
         image[:, round(self.position), 0] = 255
         image[:, self.target, 1] = 255
@@ -91,3 +101,4 @@ class PixelReach(gym.Env):
 
 
 gym.register(id="PixelReach-v0", entry_point=PixelReach)
+gym.register(id="PixelReachFrames-v0", entry_point=PixelReach, kwargs={"frames": True})

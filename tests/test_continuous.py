@@ -135,10 +135,8 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
     with pytest.raises(UnsupportedEnv, match="algo.name sac needs a Box action space; env.id 'CartPole-v1' has 2"):
         check_algo_fits("sac", inspect_env("CartPole-v1", {}), "CartPole-v1")
     check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0")
-    frames = EnvSpec((4, 36, 36), "uint8", 0, frame_stack=4, action_low=(-1.0,), action_high=(1.0,))
-    with pytest.raises(UnsupportedEnv, match="has 2-D frames of 36x36, which raypex stacks for dqn only: give its "
-                                             r"observations a channel axis \(H, W, 1\)"):
-        check_algo_fits("sac", frames, "Frames-v0")
+    check_algo_fits("sac", EnvSpec((4, 36, 36), "uint8", 0, frame_stack=4, action_low=(-1.0,), action_high=(1.0,)),
+                    "Frames-v0")  # images and stacked frames: tests/test_continuous_images.py
 
 
 @pytest.mark.parametrize("overrides, says", [

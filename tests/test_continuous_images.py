@@ -41,28 +41,37 @@ def test_image_networks_encode_uint8_pictures_and_the_cpu_actor_acts_as_the_lear
         deterministic.sample(obs, np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_and_policy_pt2(algo, tmp_path):
+@pytest.mark.parametrize(("algo", "env_id"), [("td3", "PixelReach-v0"), ("sac", "PixelReach-v0"),
+                                             ("td3", "PixelReachFrames-v0")])
+def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_and_policy_pt2(algo, env_id, tmp_path):
+    """Images with channels are stored as they come, channels first; grayscale frames are stored
+    once each and stacked 4 deep (frame-once replay, with float actions), as DQN's Atari frames."""
     from cluster.config.topology import plan_run
     from cluster.local.wiring import build_local
     from learner.policy_file import load_policy
     from replay.contracts import Weights
 
     config = load_config(Path("configs/pendulum.yaml"), [
-        "env.id=PixelReach-v0", f"algo.name={algo}", "env.num_envs=4", "collectors.chunk_steps=4",
+        f"env.id={env_id}", f"algo.name={algo}", "env.num_envs=4", "collectors.chunk_steps=4",
         "replay.min_size=128", "learner.micro_batch=32", "learner.updates_per_epoch=2", "network.hidden=[32]",
         "eval.episodes=2"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.action_low) == (IMAGE, "uint8", 0, (-2.0,))
+    frames = env_id == "PixelReachFrames-v0"
+    shape = (4, 12, 12) if frames else IMAGE
+    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.action_low) == (shape, "uint8", 4 * frames, (-2.0,))
     run = build_local(plan_run(config, spec))
     for _ in range(5):
         for collector in run.collectors:
             collector.collect_chunk()
     shard = run.replay.shards[0]
-    stored = shard.storage.columns["obs"][: shard.size]
-    assert stored.dtype == np.uint8 and stored.shape[1:] == IMAGE and set(np.unique(stored)) == {0, 255}
+    stored = shard.storage.columns["frames" if frames else "obs"]
+    assert stored.dtype == np.uint8 and stored.shape[1:] == (shape[1:] if frames else shape)
+    action = shard.storage.columns["action"]
+    assert action.dtype == np.float32 and action.shape[1:] == (1,)
     assert run.collectors[0].policy.form == "fp32, torch"
     metrics = run.learner.train_epoch()
+    pictures = run.replay.gather(run.replay.draw(1, 3))["obs"][0]  # stacks rebuilt from the frames
+    assert pictures.shape == (3, *shape) and set(np.unique(pictures)) == ({0, 128, 255} if frames else {0, 255})
     assert metrics["updates_in_epoch"] == 2 and np.isfinite([metrics["td_loss"], metrics["actor_loss"]]).all()
     for collector in run.collectors:
         collector.collect_chunk()
@@ -73,8 +82,9 @@ def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_
     path = tmp_path / "policy.pt2"
     path.write_bytes(run.learner.export_policy(arrays))
     policy = load_policy(path)
-    pictures = stored[:3]
     with torch.no_grad():
         expected = 2.0 * run.learner.online(torch.from_numpy(pictures)).numpy()
     assert np.allclose(policy.act(pictures), expected, atol=1e-5) and np.abs(expected).max() <= 2.0
     assert policy.act(pictures[0]).shape == (1,)
+    if frames:  # the evaluation's first episode as a video of the newest frame of each stack
+        assert run.evaluator.evaluate(Weights(2, arrays), record=True)["video"].channels == 1
