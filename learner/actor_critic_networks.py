@@ -5,9 +5,11 @@ env's units).
 Flat observations go straight into MLPs. Images [C, H, W] first go through an `ImageEncoder` (the
 DQN CNNs' convolutions, learner/networks.py, chosen by image size): the actor has its own, trained
 by the actor's loss, and the twin critics share one, trained by the critics' loss (the actor's loss
-does not move it). For flat observations the actor's parameter names are what the collectors' and
-evaluator's numpy forward reads (learner/numpy_mlp.py NumpyMLPActor; a test keeps the two equal);
-image actors act in torch (`TorchActorForward`).
+does not move it). Flat observations can be normalized first (`network.obs_norm`: a
+RunningObsNorm in the encoder's place, learner/obs_norm.py). For flat observations the actor's
+parameter and buffer names are what the collectors' and evaluator's numpy forward reads
+(learner/numpy_mlp.py NumpyMLPActor; a test keeps the two equal); image actors act in torch
+(`TorchActorForward`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 
 from learner.networks import conv_output_width, image_convs, scaled_input
 from learner.numpy_mlp import squashed_log_std
+from learner.obs_norm import RunningObsNorm
 from learner.weights import load_arrays
 
 
@@ -46,22 +49,26 @@ class ImageEncoder(nn.Module):
         return self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale))
 
 
-def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str) -> tuple[ImageEncoder | None, int]:
-    """An ImageEncoder and its feature width for images; (None, obs_dim) for flat observations."""
+def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str,
+                 obs_norm: bool) -> tuple[ImageEncoder | RunningObsNorm | None, int]:
+    """What observations go through first, and the width it gives: an ImageEncoder for images; for
+    flat observations a RunningObsNorm with `obs_norm`, else nothing."""
     if len(obs_shape) == 1:
-        return None, obs_shape[0]
+        return (RunningObsNorm(obs_shape[0]) if obs_norm else None), obs_shape[0]
+    if obs_norm:
+        raise ValueError("obs_norm is for flat observations; images are scaled by their encoder")
     encoder = ImageEncoder(obs_shape, obs_dtype)
     return encoder, encoder.width
 
 
 class ActorNetwork(nn.Module):
     """obs [B, *obs_shape] -> tanh(mean) [B, action_dim]; with `gaussian`, also a log-std head for
-    SAC's `sample`."""
+    SAC's `sample`; with `obs_norm`, flat observations are normalized first (learner/obs_norm.py)."""
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], gaussian: bool,
-                 obs_dtype: str = "float32"):
+                 obs_dtype: str = "float32", obs_norm: bool = False):
         super().__init__()
-        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype)
+        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
         self.torso, width = _torso(width, hidden)
         self.mean = nn.Linear(width, action_dim)
         self.log_std = nn.Linear(width, action_dim) if gaussian else None
@@ -91,9 +98,10 @@ class TwinCritic(nn.Module):
     """Two independent MLPs of (obs, action) -> Q (for images, of the features of one encoder they
     share); forward returns both [B] Q-values."""
 
-    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], obs_dtype: str = "float32"):
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], obs_dtype: str = "float32",
+                 obs_norm: bool = False):
         super().__init__()
-        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype)
+        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
         self.q1_torso, out_width = _torso(width + action_dim, hidden)
         self.q2_torso, _ = _torso(width + action_dim, hidden)
         self.q1_out = nn.Linear(out_width, 1)

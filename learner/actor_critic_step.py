@@ -1,6 +1,7 @@
 """One whole TD3 or SAC update from a [G, B] batch: the critics' step, then (every update for SAC,
 every `policy_delay` updates for TD3) the actor's step, SAC's temperature step and the Polyak
-move of the targets.
+move of the targets. With `network.obs_norm` each update first merges its batch's observations
+into the running statistics, which every network then reads (learner/obs_norm.py).
 
 Like the DQN update (learner/update_step.py) it accumulates G micro-batches' gradients (each loss
 scaled by 1/G), scales fp16 losses on the device (one scale for the critics' step, one for the
@@ -24,6 +25,7 @@ from torch import nn
 from learner.actor_critic_networks import ActorNetwork, TwinCritic
 from learner.host_adam import adam_for
 from learner.loss_scale import DeviceLossScale
+from learner.obs_norm import RunningObsNorm
 from learner.precision import PrecisionPolicy
 from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from learner.settings import LearnerSettings
@@ -46,11 +48,14 @@ class ActorCriticStep:
         self.gather = gather
         self.precision = precision
         obs_shape, obs_dtype, action_dim = tuple(settings.obs_shape), settings.obs_dtype, settings.action_dim
-        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype).to(device)
-        self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype).to(device)
+        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype, settings.obs_norm).to(device)
+        self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
         self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())
+        # network.obs_norm: the actor's statistics are updated from each batch, then copied to the others
+        networks = (self.actor, self.critic, self.critic_target, self.actor_target)
+        self.normalizers = [net.encoder for net in networks if net is not None and isinstance(net.encoder, RunningObsNorm)]
         self.actor_optimizer = adam_for(self.actor_params, settings.lr, settings.adam_eps, device)
         self.critic_optimizer = adam_for(self.critic_params, settings.lr, settings.adam_eps, device)
         self.target_entropy = float(-action_dim if settings.target_entropy is None else settings.target_entropy)
@@ -109,6 +114,8 @@ class ActorCriticStep:
         """The device work of one update: nothing read back, no branch on a tensor's value."""
         if self.gather is not None:
             batch = self.gather(batch)
+        if self.normalizers:
+            self._update_normalizers(batch["obs"])
         groups = batch["action"].shape[0]
         if self.s.prioritized and self.td_abs is None:
             self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)
@@ -147,6 +154,12 @@ class ActorCriticStep:
             with torch.no_grad():
                 torch._foreach_lerp_(targets, sources, s.target_tau)
 
+    def _update_normalizers(self, obs: torch.Tensor) -> None:
+        first, *others = self.normalizers
+        first.update(obs)
+        for other in others:
+            torch._foreach_copy_(list(other.buffers()), list(first.buffers()))
+
     def _actor_step(self, batch: Mapping[str, torch.Tensor], groups: int, noise: torch.Tensor) -> None:
         self.critic.requires_grad_(False)  # the actor's loss moves the actor only
         for g in range(groups):
@@ -179,7 +192,8 @@ class ActorCriticStep:
         networks = [self.actor, self.critic, self.critic_target, *([self.actor_target] if self.actor_target is not None else [])]
         scales = [t for scale in (self.critic_scale, self.actor_scale) if scale is not None
                   for t in (scale.scale, scale.growth_tracker, scale.found_inf)]
-        return [*(p for net in networks for p in net.parameters()), self.log_alpha, self.loss_sum, self.q_sum,
+        return [*(p for net in networks for p in net.parameters()), *(b for net in networks for b in net.buffers()),
+                self.log_alpha, self.loss_sum, self.q_sum,
                 self.actor_loss_sum, *scales, *([self.td_abs] if self.td_abs is not None else [])]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# network.obs_norm (learner/obs_norm.py): normalized observations are (obs - mean) / sqrt(var + NORM_EPS),
+# clipped to +-NORM_CLIP; here so that this torch-free module and the torch one apply the same
+NORM_EPS = 1e-8
+NORM_CLIP = 10.0
+
 
 def linear_layer(arrays: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
     """(W transposed, bias) of layer `name`: transposed once here so every call is x @ W."""
@@ -64,8 +69,14 @@ class NumpyMLPActor:
         self.hidden = torso_layers(arrays)
         self.mean = linear_layer(arrays, "mean")
         self.log_std = linear_layer(arrays, "log_std") if "log_std.weight" in arrays else None
+        self.norm = None  # network.obs_norm: (mean, 1 / std) of learner/obs_norm.py's RunningObsNorm
+        if "encoder.mean" in arrays:
+            scale = 1.0 / np.sqrt(np.asarray(arrays["encoder.var"], np.float32) + NORM_EPS)
+            self.norm = (np.asarray(arrays["encoder.mean"], np.float32), scale.astype(np.float32))
 
     def _features(self, obs: np.ndarray) -> np.ndarray:
+        if self.norm is not None:
+            obs = np.clip((np.asarray(obs, np.float32) - self.norm[0]) * self.norm[1], -NORM_CLIP, NORM_CLIP)
         return torso_forward(self.hidden, obs)
 
     def actions(self, obs: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ class LearnerSettings:
     policy_delay: int = 2  # td3: critic updates per actor update
     target_entropy: float | None = None  # sac: None is minus the action dimensions
     init_temperature: float = 1.0  # sac
+    obs_norm: bool = False  # td3/sac: running observation normalization inside the networks (learner/obs_norm.py)
 
     @property
     def action_dim(self) -> int:

@@ -114,6 +114,32 @@ def test_the_numpy_actor_acts_as_the_torch_actor():
     assert np.allclose(numpy_actor.sample(obs, rng), sampled.detach().numpy(), atol=1e-5)
 
 
+def test_running_observation_statistics_merge_batches_exactly_and_the_numpy_actor_applies_them():
+    from learner.obs_norm import RunningObsNorm
+    from learner.weights import export_arrays
+
+    rng = np.random.default_rng(0)
+    batches = [rng.normal([5.0, -3.0, 0.0], [10.0, 0.1, 1.0], size=(size, 3)).astype(np.float32) for size in (7, 64, 1)]
+    norm = RunningObsNorm(3)
+    for batch in batches:
+        norm.update(torch.from_numpy(batch))
+    every = np.concatenate(batches)
+    assert np.allclose(norm.mean.numpy(), every.mean(0), rtol=1e-4, atol=1e-4)
+    # exact but for the prior (mean 0, var 1, weight 1e-4 of a sample), which moves a var of 0.008 by 1.4e-5
+    assert np.allclose(norm.var.numpy(), every.var(0), rtol=1e-3, atol=5e-5)
+    scaled = norm(torch.tensor([[5.0, -3.0, 100.0]]))
+    assert abs(float(scaled[0, 0])) < 0.2 and float(scaled[0, 2]) == 10.0  # clipped
+    torch.manual_seed(2)
+    actor = ActorNetwork((3,), 2, [16], gaussian=False, obs_norm=True)
+    actor.encoder.load_state_dict(norm.state_dict())
+    obs = batches[1][:5]
+    with torch.no_grad():
+        assert np.allclose(NumpyMLPActor(export_arrays(actor)).actions(obs), actor(torch.from_numpy(obs)).numpy(), atol=1e-5)
+    with pytest.raises(UnsupportedEnv, match="network.obs_norm is for flat observations; env.id 'Img-v0' has images"):
+        check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0",
+                        obs_norm=True)
+
+
 @pytest.mark.parametrize("space, says", [
     (gym.spaces.MultiDiscrete([3, 2]), "MultiDiscrete action space of shape (2,)"),
     (gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), "Dict action space"),
@@ -143,6 +169,7 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
     (["algo.name=ppo"], "algo.name"),
     (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
     (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn"),
+    (["network.obs_norm=true"], "network.obs_norm is for algo.name td3 and sac"),
 ])
 def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
     with pytest.raises(ConfigError, match=says):
@@ -254,14 +281,15 @@ def continuous_learner(algo: str, device: torch.device, columns=None, images: bo
     return Learner(s, device, replay, lambda weights: None)
 
 
-@pytest.mark.parametrize("images", [False, True], ids=["flat", "images"])
-def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images):
+@pytest.mark.parametrize("images, obs_norm", [(False, False), (True, False), (False, True)],
+                         ids=["flat", "images", "obs_norm"])
+def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images, obs_norm):
     """What capture relies on (learner/cuda_graph.py): updates run during warm-up leave the
-    networks (image encoders included), the three optimizers' state, the sums and the noise
-    generator as they were."""
+    networks (image encoders and observation statistics included), the three optimizers' state,
+    the sums and the noise generator as they were."""
     from learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
 
-    learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2)
+    learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2, obs_norm=obs_norm)
     step = learner.step
     learner.train_epoch()  # Adam has state now: restored, not zeroed
     before = [t.detach().clone() for t in step.training_tensors()]
@@ -350,16 +378,19 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     assert again.critic_scale.get_scale() == 2.0**99 and again.actor_scale.get_scale() == 2.0**8
 
 
-@pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_policy_pt2_of_published_weights_acts_in_the_env_units(algo, tmp_path):
+@pytest.mark.parametrize("algo, obs_norm", [("td3", False), ("sac", False), ("td3", True)])
+def test_policy_pt2_of_published_weights_acts_in_the_env_units(algo, obs_norm, tmp_path):
     """policy.pt2 of a published version (not the learner's newest weights): the actor with
-    those weights, its [-1, 1] actions mapped to Pendulum's [-2, 2]."""
+    those weights (and observation statistics), its [-1, 1] actions mapped to Pendulum's [-2, 2]."""
     from learner.policy_file import load_policy
     from learner.weights import export_arrays
 
-    learner = continuous_learner(algo, torch.device("cpu"))
+    learner = continuous_learner(algo, torch.device("cpu"), obs_norm=obs_norm)
     learner.train_epoch()
     published = export_arrays(learner.online)
+    assert ("encoder.count" in published) == obs_norm
+    if obs_norm:  # the statistics of every observation the epoch trained on (3 updates of 16)
+        assert published["encoder.count"] == pytest.approx(48, abs=1e-3)
     learner.train_epoch()  # the learner moves on; the file holds the published version
     path = tmp_path / "policy.pt2"
     path.write_bytes(learner.export_policy(published))

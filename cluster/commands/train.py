@@ -79,7 +79,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     (cluster/api.py) both start runs here."""
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-        check_algo_fits(config.algo.name, spec, config.env.id)
+        check_algo_fits(config.algo.name, spec, config.env.id, config.network.obs_norm)
     except UnsupportedEnv as err:
         raise UsageError(str(err), err.details) from None
     startup = StartupTimeline(clock_start)

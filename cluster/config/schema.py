@@ -76,6 +76,9 @@ class NetworkConfig(Section):
 
     hidden: list[int] = Field([64, 64], min_length=1, description="MLP hidden layer sizes.")
     dueling: bool = Field(True, description="Dueling value/advantage head.")
+    obs_norm: bool = Field(False, description="td3/sac on flat observations: normalize each dimension by its "
+                           "running mean and std over the batches the learner trains on; the statistics live in the "
+                           "networks, so collectors, evaluations and policy.pt2 apply them.")
 
     @model_validator(mode="after")
     def _positive_layers(self) -> NetworkConfig:
@@ -246,6 +249,8 @@ class RunConfig(Section):
         if self.collectors.act_device == "cuda" and self.learner.device == "cpu":
             raise ValueError("collectors.act_device cuda shares the learner's GPU, and learner.device is cpu; "
                              "use collectors.act_device auto or cpu, or learner.device auto or cuda")
+        if self.network.obs_norm and not continuous:
+            raise ValueError("network.obs_norm is for algo.name td3 and sac")
         if continuous and self.replay.prioritized and self.replay.initial_priority == "td":
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")

@@ -67,7 +67,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
         policy_noise=config.algo.policy_noise, noise_clip=config.algo.noise_clip, policy_delay=config.algo.policy_delay,
         target_entropy=None if config.algo.target_entropy == "auto" else config.algo.target_entropy,
-        init_temperature=config.algo.init_temperature,
+        init_temperature=config.algo.init_temperature, obs_norm=config.network.obs_norm,
     )
 
 
