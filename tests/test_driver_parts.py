@@ -163,6 +163,20 @@ def test_metrics_rates_lag_and_episode_means():
     assert metrics.samples_per_s == pytest.approx(640 / 0.5) and metrics.wait_fraction == pytest.approx(0.1)
 
 
+def test_env_steps_per_s_spans_the_rate_window_not_one_poll():
+    """Collectors held by the ratio limiter report in bursts: a run making 100 env steps/s must
+    not show 0 between two bursts."""
+    metrics = RunMetrics()
+    shards = [{"size": 0, "inserted": 0, "sampled": 0, "nbytes": 0, "capacity": 1}]
+    collector = {"env_steps": 0, "epsilon": 0.4, "version": 0, "episode_returns": [], "episode_lengths": []}
+    for t in range(0, 25):  # a burst of 200 steps every 2 s, polled every 0.5 s
+        collector["env_steps"] = 200 * (t // 4)
+        scalars = metrics.poll([collector], shards, now=t * 0.5)
+    assert scalars["charts/SPS"] == pytest.approx((200 * 6 - 200 * 1) / (12.0 - 2.0))  # the window's oldest: 2.0 s
+    collector["env_steps"] = 200 * 6
+    assert metrics.poll([collector], shards, now=12.5)["charts/SPS"] > 0  # no burst since the last poll
+
+
 def test_placement_check_names_what_is_missing():
     nodes = [{"CPU": 2.0}]
     request = ResourceRequest(num_collectors=4, collector_cpus=1.0, learner_cpus=1.0, learner_gpus=0)
