@@ -9,7 +9,9 @@ reported; nothing falls back silently.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -42,14 +44,35 @@ class PrecisionPolicy:
 
 def resolve_precision(precision: str, device: torch.device, pixels: bool) -> str:
     """`precision`, with 'auto' replaced by the fastest measured (BENCHMARKS.md, "The learner on
-    its GPU"): fp16 for the CNN on CUDA (1.4x fp32 captured and compiled on an H100, where bf16
-    was no faster than fp32), bf16 for it on CPU (1.5x fp32 here), fp32 for an MLP (the casts
-    cost more than a small MLP's matmuls save)."""
+    its GPU" and "bf16 on a CPU without bf16 units"): fp16 for the CNN on CUDA (1.4x fp32 captured
+    and compiled on an H100, where bf16 was no faster than fp32); for it on a CPU, bf16 where the
+    CPU has bf16 matrix instructions (1.5x fp32 on an AVX512-BF16 box) and fp32 where it does not
+    (there bf16 is emulated: 9x slower than fp32 on an AVX2-only EPYC); fp32 for an MLP (the
+    casts cost more than a small MLP's matmuls save)."""
     if precision != "auto":
         return precision
     if not pixels:
         return "fp32"
-    return "fp16" if device.type == "cuda" else "bf16"
+    if device.type == "cuda":
+        return "fp16"
+    return "bf16" if cpu_has_bf16_units() else "fp32"
+
+
+@functools.cache
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU runs bf16 matrix products natively (x86 AVX512-BF16 or AMX, read from
+    /proc/cpuinfo). False where that cannot be read (other systems): fp32 is never the slow
+    choice, bf16 without the units is."""
+    try:
+        return bf16_units_in(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return False
+
+
+def bf16_units_in(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo's text lists a bf16 matrix instruction set among its CPU's flags."""
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def make_precision(precision: str, device: torch.device) -> PrecisionPolicy:

@@ -12,7 +12,7 @@ from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
 from learner.policy_file import PolicyFileError, load_policy
-from learner.precision import PrecisionPolicy, make_precision
+from learner.precision import PrecisionPolicy, bf16_units_in, cpu_has_bf16_units, make_precision, resolve_precision
 from learner.settings import LearnerSettings
 from learner.throughput import CycledFeed
 from learner.update_step import StepSettings, UpdateStep
@@ -447,3 +447,15 @@ def test_the_host_adam_steps_as_torch_adam_does_and_reads_its_checkpoints():
         assert all(torch.allclose(a[key], b[key], atol=1e-7) for key in a)
     with pytest.raises(ValueError, match="optimizer state for 2 parameters, this one has 1"):
         HostAdam([torch.nn.Parameter(torch.zeros(1))], lr=1e-2, eps=1e-8).load_state_dict(host.state_dict())
+
+
+def test_auto_precision_on_a_cpu_is_bf16_only_where_the_cpu_has_bf16_units():
+    """Emulated bf16 trained the Nature CNN 9x slower than fp32 on an AVX2-only EPYC (BENCHMARKS.md)."""
+    sapphire = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
+    epyc = "processor\t: 0\nflags\t\t: fpu avx avx2 sha_ni\n"
+    assert bf16_units_in(sapphire) and not bf16_units_in(epyc) and not bf16_units_in("")
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu, pixels=True) == ("bf16" if cpu_has_bf16_units() else "fp32")
+    assert resolve_precision("auto", cpu, pixels=False) == "fp32"
+    assert resolve_precision("auto", torch.device("cuda"), pixels=True) == "fp16"
+    assert resolve_precision("bf16", cpu, pixels=True) == "bf16"  # asked for: kept

@@ -67,6 +67,11 @@ def measure_variant(settings, device, seconds: float, host_batches: int, spec) -
     learner.warmup()
     row = {"warmup_s": time.perf_counter() - start, "captured": learner.captured}
     row["device_samples_per_s"], row["device_gpu_busy"] = on_device(learner, seconds)
+    # The epoch loop measures whole epochs: at most a quarter of the clock each, so a slow variant
+    # (bf16 emulated on a CPU without bf16 units: 1.5 updates/s) is not held for minutes.
+    updates_per_s = row["device_samples_per_s"] / (settings.micro_batch * settings.accumulation_steps)
+    epoch = max(1, min(settings.updates_per_epoch, int(updates_per_s * seconds / 4)))
+    learner.s = dataclasses.replace(learner.s, updates_per_epoch=epoch)
     batches = [learner.example_batch(np.random.default_rng(seed)) for seed in range(host_batches)]
     row["memory_samples_per_s"], row["memory_gpu_busy"] = from_memory(learner, batches, seconds)
     del learner, batches
