@@ -26,7 +26,8 @@ def finish_run(run, new_work: bool) -> None:
 
     `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
     the exported policy is the best evaluated version (the newest weights if none was). Parts
-    that need a dead learner are skipped, and the summary still says how the run ended.
+    that need a dead learner are skipped, and the summary still says how the run ended. After a
+    signal summary.json is written as soon as the checkpoint is, and again after policy.pt2.
     """
     if run.actors is None:
         _write_summary(run, run.summary())
@@ -50,6 +51,8 @@ def finish_run(run, new_work: bool) -> None:
     try:
         if run.final_files:
             _final_checkpoint(run)
+            if not new_work:  # after a signal a SIGKILL may follow (`ray job stop`: 3 s): the summary first
+                _write_summary(run, run.summary())
             _export(run, new_work)
     except OutputNotWritten as err:
         _not_written(run, "no policy.pt2", err)
