@@ -114,7 +114,11 @@ class Collector:
         t0 = time.perf_counter()
         weights = self.poll_weights()
         if weights is not None and weights.version > self.version:
-            self.policy.load(weights.arrays)
+            # A DQN collector acts with any network (epsilon-greedy Ape-X style); a continuous one
+            # with a fresh learner's untrained actor would fill the warm-up with one near-constant
+            # action per picture, so it stays uniformly random until trained weights come.
+            if not (weights.untrained and self.s.algo != "dqn"):
+                self.policy.load(weights.arrays)
             self.version = weights.version
             self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
             self.max_weight_load_s = max(self.max_weight_load_s, time.perf_counter() - t0)

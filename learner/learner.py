@@ -231,7 +231,7 @@ class Learner:
         """Publish the online network as a new version (one put, one reference to all)."""
         self.version += 1
         start = time.perf_counter()
-        self.publish(Weights(self.version, export_arrays(self.online)))
+        self.publish(Weights(self.version, export_arrays(self.online), untrained=self.updates == 0))
         self.broadcast_ms = (time.perf_counter() - start) * 1e3
 
     def warmup(self) -> None:

@@ -77,6 +77,9 @@ class Weights:
 
     version: int
     arrays: dict[str, np.ndarray]
+    # A fresh learner's starting weights, published before any update: TD3 and SAC collectors keep
+    # acting uniformly at random until trained weights come (the replay warm-up)
+    untrained: bool = False
 
 
 class TrainingStopped(Exception):

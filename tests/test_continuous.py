@@ -344,6 +344,34 @@ def test_each_continuous_env_the_issue_names_runs_from_its_id_alone(env_id, obs_
     assert chunks[0]["obs"].shape == (8, obs_dim) and collector.env_steps == 8
 
 
+def test_collectors_act_at_random_until_trained_weights_come():
+    """A fresh learner publishes its starting actor at once; acting with it (one near-constant
+    action per observation plus a little noise) instead of the uniform warm-up left TD3 on
+    pictures stuck in one run of three on a slower box."""
+    from actors.collector import Collector
+    from cluster.config.settings import collector_settings
+    from learner.weights import export_arrays
+    from replay.contracts import Weights
+
+    config = load_config(None, ["env.id=Pendulum-v1", "algo.name=td3", "env.num_envs=16", "collectors.chunk_steps=4",
+                                "algo.n_step=1", "network.hidden=[8]"])
+    spec = inspect_env("Pendulum-v1", {})
+    actor = ActorNetwork(spec.obs_shape, 1, [8], gaussian=False)
+    for p in actor.parameters():
+        nn.init.zeros_(p)  # action 0 for every observation
+    published = []
+    chunks = []
+    collector = Collector(collector_settings(config, spec, 0), push=chunks.append,
+                          poll_weights=lambda: published[-1] if published else None)
+    spread = []
+    for weights in (Weights(1, export_arrays(actor), untrained=True), Weights(2, export_arrays(actor))):
+        published.append(weights)
+        collector.collect_chunk()
+        assert collector.version == weights.version
+        spread.append(float(np.abs(chunks[-1]["action"]).mean()))
+    assert spread[0] > 0.3 and spread[1] < 0.1, spread  # uniform on [-1, 1]: 0.5; zero plus noise 0.1/3
+
+
 def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     """fp16 for TD3/SAC: the critics' and the actor's steps each have a loss scale on the device; an
     overflow skips that step alone and halves its scale (run on the CPU here, as on CUDA)."""

@@ -169,7 +169,7 @@ def test_env_steps_per_s_spans_the_rate_window_not_one_poll():
     metrics = RunMetrics()
     shards = [{"size": 0, "inserted": 0, "sampled": 0, "nbytes": 0, "capacity": 1}]
     collector = {"env_steps": 0, "epsilon": 0.4, "version": 0, "episode_returns": [], "episode_lengths": []}
-    for t in range(0, 25):  # a burst of 200 steps every 2 s, polled every 0.5 s
+    for t in range(25):  # a burst of 200 steps every 2 s, polled every 0.5 s
         collector["env_steps"] = 200 * (t // 4)
         scalars = metrics.poll([collector], shards, now=t * 0.5)
     assert scalars["charts/SPS"] == pytest.approx((200 * 6 - 200 * 1) / (12.0 - 2.0))  # the window's oldest: 2.0 s

@@ -96,7 +96,8 @@ class LearnerConfig(Section):
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for the learner.")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds loss scaling), fp32 = off; auto = "
-        "the fastest measured: fp16 for CNNs on CUDA, bf16 for CNNs on CPU, fp32 for MLPs."
+        "the fastest measured: fp16 for CNNs on CUDA, bf16 for CNNs on a CPU with bf16 units (AVX512-BF16 or AMX; "
+        "elsewhere bf16 is emulated, 9x slower than fp32 on an AVX2 EPYC, so fp32), fp32 for MLPs."
     )
     lr: float = Field(0.02, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
