@@ -116,7 +116,7 @@ class Collector:
         if weights is not None and weights.version > self.version:
             # A DQN collector acts with any network (epsilon-greedy Ape-X style); a continuous one
             # with a fresh learner's untrained actor would fill the warm-up with one near-constant
-            # action per picture, so it stays uniformly random until trained weights come.
+            # action per observation, so it stays uniformly random until trained weights come.
             if not (weights.untrained and self.s.algo != "dqn"):
                 self.policy.load(weights.arrays)
             self.version = weights.version
