@@ -1,8 +1,10 @@
-"""Test-session guards."""
+"""Test-session guards, and the local Ray cluster runs join instead of each starting one."""
 
 import signal
 
 import pytest
+
+from tests.kept_up_cluster import JOIN_ENVIRONMENT, kept_up_cluster
 
 TEST_TIMEOUT_S = 600  # far above the slowest test (about 60 s); a hang fails one test, not CI
 
@@ -19,3 +21,20 @@ def fail_instead_of_hanging():
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="session")
+def kept_up_ray() -> str:
+    """The address of one local Ray cluster kept up for the session (tests/kept_up_cluster.py),
+    started by the first test that asks for it."""
+    from cluster.driver.wiring import local_cluster_cpus
+
+    with kept_up_cluster(local_cluster_cpus()) as address:
+        yield address
+
+
+@pytest.fixture
+def joining_environment(kept_up_ray) -> dict[str, str]:
+    """The environment variables that make a run started in a new process join the kept-up
+    cluster (tests/kept_up_cluster.py)."""
+    return {"RAYPEX_ADDRESS": kept_up_ray, **JOIN_ENVIRONMENT}

@@ -46,7 +46,8 @@ class Run:
     then `check` what it did. `extra_from` computes the extra text from the working directory
     when it depends on an earlier line's run. `serves`: the line starts a server that runs until
     stopped; it is checked once it prints its URL, then stopped. `saves`: the block is a file the
-    user saves (`# NAME.py` on its first line)."""
+    user saves (`# NAME.py` on its first line). `own_cluster`: the line's run starts its own local
+    Ray cluster, as a new user's does; the others join the one the suite keeps up (RAYPEX_ADDRESS)."""
 
     extra: str = ""
     why: str = ""
@@ -56,17 +57,19 @@ class Run:
     serves: bool = False
     timeout_s: int = 300
     saves: str | None = None  # a python block the user saves as this file: written, then imported
+    own_cluster: bool = False
 
     def describe(self) -> str:
         """The README table's cell for this line."""
+        own = "; its own local Ray cluster" if self.own_cluster else ""
         if self.saves:
             return f"saved as `{self.saves}` in the working directory, then imported"
         if self.exit_code:
-            return f"as written; exit {self.exit_code} here: {self.why}"
+            return f"as written; exit {self.exit_code} here: {self.why}{own}"
         if not (self.extra or self.extra_from):
-            return "as written"
+            return f"as written{own}"
         shown = f"`{self.extra}`" if self.extra else "an override"
-        return f"with {shown}: {self.why}"
+        return f"with {shown}: {self.why}{own}"
 
 
 @dataclass(frozen=True)

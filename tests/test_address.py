@@ -7,7 +7,16 @@ import threading
 import pytest
 
 from cluster.commands.cli import main
-from cluster.driver.address import JOB_VARIABLE, ConnectError, check_gcs_port, host_port, join_failed, ray_job_address
+from cluster.driver.address import (
+    ADDRESS_VARIABLE,
+    JOB_VARIABLE,
+    ConnectError,
+    check_gcs_port,
+    host_port,
+    join_failed,
+    kept_up_address,
+    ray_job_address,
+)
 
 
 def test_addresses_ray_resolves_itself_pass_and_malformed_ones_are_named():
@@ -90,6 +99,20 @@ def test_train_with_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_
     said = (f"raypex: error: --address 127.0.0.1:{port}: nothing listens there (connection refused); "
             "start the head with `ray start --head --port PORT` and pass its HOST:PORT")
     assert err == [said]
+    assert not run.exists()
+
+
+def test_raypex_address_is_the_default_address_and_a_wrong_one_is_named(tmp_path, capsys, monkeypatch):
+    assert kept_up_address({}) is None and kept_up_address({ADDRESS_VARIABLE: " "}) is None
+    assert kept_up_address({ADDRESS_VARIABLE: "10.0.0.5:6379", "RAY_ADDRESS": "10.0.0.6:6379"}) == "10.0.0.5:6379"
+    port = free_port()
+    monkeypatch.setenv(ADDRESS_VARIABLE, f"127.0.0.1:{port}")
+    run = tmp_path / "nowhere"
+    assert main(["train", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"raypex: error: --address 127.0.0.1:{port}: nothing listens there (connection refused); "
+                       "start the head with `ray start --head --port PORT` and pass its HOST:PORT "
+                       "(RAYPEX_ADDRESS in the environment)"), err
     assert not run.exists()
 
 

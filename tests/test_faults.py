@@ -114,11 +114,14 @@ class RunningTrain:
 
 
 @pytest.fixture
-def running(tmp_path):
+def running(tmp_path, joining_environment):
+    """Starts `raypex train` runs that join the suite's kept-up cluster (RAYPEX_ADDRESS), or with
+    `own_cluster` start their own local one."""
     runs: list[RunningTrain] = []
 
-    def start(*overrides: str, env: dict | None = None) -> RunningTrain:
-        runs.append(RunningTrain(tmp_path / f"run{len(runs)}", *overrides, env=env))
+    def start(*overrides: str, env: dict | None = None, own_cluster: bool = False) -> RunningTrain:
+        joining = {} if own_cluster else joining_environment
+        runs.append(RunningTrain(tmp_path / f"run{len(runs)}", *overrides, env={**joining, **(env or {})}))
         return runs[-1]
 
     yield start
@@ -212,7 +215,7 @@ def test_killing_the_driver_leaves_no_process_of_the_run(running):
     descends from one that did: Ray's agents overwrite theirs with their process title)."""
     marker = f"RAYPEX_FAULT_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
-    run = running("stop.env_steps=100000000", env={key: value})
+    run = running("stop.env_steps=100000000", env={key: value}, own_cluster=True)
     run.read_until("[")
     started = cluster_processes(marker)
     names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in started}

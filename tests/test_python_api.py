@@ -1,9 +1,10 @@
 """cluster.api from a script: a run started without blocking hands each epoch to its callback and
 stops cleanly when asked; Ctrl-C (a notebook's interrupt) ends a blocking run cleanly and returns
-its result; mistakes raise the command's one-line UsageError before anything is
+its result, and the process's next run starts as usual; mistakes raise the command's one-line UsageError before anything is
 written. (The README's example, run by tests/test_readme_lines.py, covers a blocking run.)"""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -51,20 +52,31 @@ def test_configs_come_as_names_dicts_or_configs_and_mistakes_raise_one_line(tmp_
     assert not (tmp_path / "bad").exists()  # nothing half-written
 
 
-def test_ctrl_c_ends_a_blocking_run_cleanly_and_returns_its_result(tmp_path):
-    run = tmp_path / "run"
+def test_ctrl_c_ends_a_blocking_run_cleanly_and_returns_its_result(tmp_path, joining_environment):
+    """On a cluster kept up between runs (RAYPEX_ADDRESS), as a sweep script's runs: after the
+    interrupted run, the same process's next run joins again."""
+    run, again = tmp_path / "run", tmp_path / "again"
     script = (f"from cluster.api import train\n"
               f"result = train('cartpole', {[*SHORT, 'stop.env_steps=100000000']!r}, run_dir={str(run)!r})\n"
-              "print('ended', result.ended, result.exit_code, result.policy.act([0.0, 0.0, 0.0, 0.0]))\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              "print('ended', result.ended, result.exit_code, result.policy.act([0.0, 0.0, 0.0, 0.0]))\n"
+              f"second = train('cartpole', {[*SHORT, 'stop.env_steps=1000']!r}, run_dir={str(again)!r})\n"
+              "print('then', second.ended, second.summary['env_steps'])\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **joining_environment})
+    seen = []
     try:
         for line in proc.stderr:  # the first progress line: training has started
+            seen.append(line)
             if "env steps" in line:
                 break
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, rest = proc.communicate(timeout=120)
     finally:
         proc.kill()
+    err = "".join(seen) + rest
     assert proc.returncode == 0 and out.startswith("ended interrupted 130 "), (out, err[-3000:])
+    then, ended, steps = out.splitlines()[1].split()
+    assert (then, ended) == ("then", "env_steps") and int(steps) >= 1000, out
+    assert err.count(f"RAYPEX_ADDRESS: joining the Ray cluster at {joining_environment['RAYPEX_ADDRESS']}") == 2, err
     assert json.loads((run / "summary.json").read_text())["ended"] == "interrupted"
     assert list((run / "checkpoints").glob("ckpt-*.json"))  # the final checkpoint was written

@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         "'Config reference'). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
     train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                        help="YAML file or shipped config name (default: the CartPole config) and dotted overrides")
-    train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379; default: start a local one, "
-                       "or join the job's cluster inside `ray job submit`)")
+    train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379; default: "
+                       "$RAYPEX_ADDRESS when set, else the job's cluster inside `ray job submit`, else a local one "
+                       "started for the run)")
     train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet; default: runs/ENV-DATE-TIME-sSEED)")
     train.add_argument("--seed", type=int, help="seed (same as seed=N; default: the config's, 0 in the shipped ones)")
     train.add_argument("--debug", action="store_true", help="with an error in your own env's code, print its "
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one training run of MINUTES; every process's memory growth once replay is full "
                        "(default: no soak)")
     bench.add_argument("--address", help="with --stage startup: each run joins this Ray cluster, kept up between "
-                       "runs (`ray start --head`), instead of starting its own (default: its own local cluster)")
+                       "runs (`ray start --head`), instead of starting its own (default: $RAYPEX_ADDRESS when set, as "
+                       "`raypex train` does, else its own local cluster)")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
     sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)",

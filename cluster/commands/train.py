@@ -21,7 +21,7 @@ from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
 from cluster.config.schema import RunConfig, config_warnings
-from cluster.driver.address import ray_job_address
+from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_write
 from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
@@ -95,13 +95,17 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         check_local_cluster_holds,
         cluster_gpus,
         connect,
+        disconnect,
         node_resources,
         reserve_resources,
         shutdown,
     )
 
     code_dir = code_to_ship(config.env.id)
-    if address is None and (address := ray_job_address()) is not None:
+    from_variable = address is None and (address := kept_up_address()) is not None
+    if from_variable:
+        progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
+    elif address is None and (address := ray_job_address()) is not None:
         progress.message(f"inside a Ray job: joining its cluster at {address}")
         code_dir = None  # the job's own working directory (ray job submit --working-dir) is the actors' already
     if code_dir is not None:
@@ -111,7 +115,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
             check_local_cluster_holds(config)
         started_local = connect(address, code_dir)
     except (ConnectError, PlacementError) as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(f"{err} ({ADDRESS_VARIABLE} in the environment)" if from_variable else str(err)) from None
     startup.mark("ray_connected", time.time())
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:
@@ -137,6 +141,8 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     finally:
         if started_local:
             shutdown()
+        else:
+            disconnect()
 
 
 def start_checked_actors(config: RunConfig, spec, group, device: str, startup: StartupTimeline):

@@ -18,6 +18,10 @@ import os
 import socket
 
 CONNECT_TIMEOUT_S = 3.0
+# The default for --address, for a cluster kept up between runs (`ray start --head` once, then
+# every run joins it and skips a local cluster's start). Ray's own RAY_ADDRESS is not followed:
+# a `ray start` left running, or a variable exported for another tool, must not capture a run.
+ADDRESS_VARIABLE = "RAYPEX_ADDRESS"
 # Set by Ray's job supervisor in the environment of a job's entrypoint (with RAY_ADDRESS, the
 # cluster's GCS address): `ray job submit -- raypex train ...` runs raypex inside a job.
 JOB_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -37,6 +41,11 @@ def ray_job_address(environ=os.environ) -> str | None:
     if JOB_VARIABLE not in environ:
         return None
     return environ.get("RAY_ADDRESS") or "auto"
+
+
+def kept_up_address(environ=os.environ) -> str | None:
+    """RAYPEX_ADDRESS when it is set and not empty, else None."""
+    return environ.get(ADDRESS_VARIABLE, "").strip() or None
 
 
 def host_port(address: str) -> tuple[str, int] | None:

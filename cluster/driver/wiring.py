@@ -118,6 +118,12 @@ def sigterm_blocked_in_children():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def disconnect() -> None:
+    """Leave a joined cluster: this run's job ends (Ray removes its actors and placement groups),
+    the cluster stays up, and a Python caller's next run in this process can connect again."""
+    ray.shutdown()
+
+
 def shutdown() -> None:
     """ray.shutdown() of the local cluster `connect(None)` started, without Ray's graceful wait.
 
