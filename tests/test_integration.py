@@ -115,27 +115,27 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     assert re.match(r"mean return \d+\.\d+ over 5 episodes", capsys.readouterr().out)
 
 
-def train_on_three_one_cpu_nodes(run: Path, *overrides: str) -> tuple[int, set[str]]:
+def train_on_three_one_cpu_nodes(run: Path, *overrides: str) -> int:
     """`raypex train --address` with 3 collectors on a simulated cluster of three 1-CPU nodes;
-    (exit code, the nodes' ids)."""
+    the exit code, once the run has left the cluster (disconnected, the cluster still up)."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     try:
         code = main(["train", "--address", cluster.address, "--run-dir", str(run), "collectors.num=3", *overrides])
-        node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert not ray.is_initialized()  # a joined run disconnects: this process may join again
     finally:
         ray.shutdown()
         cluster.shutdown()
-    return code, node_ids
+    return code
 
 
 def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
     """The learner fills one node; three 0.4-CPU collectors need the other two, two on one of them:
     STRICT_SPREAD over three nodes (which once made this run fail) cannot hold them."""
     run = tmp_path / "packed"
-    code, _ = train_on_three_one_cpu_nodes(run, "learner.num_cpus=1", "stop.env_steps=4000", *SHORT)
+    code = train_on_three_one_cpu_nodes(run, "learner.num_cpus=1", "stop.env_steps=4000", *SHORT)
     assert code == 0
     placement = json.loads((run / "placement.json").read_text())
     assert placement["pair_strategy"] == "SPREAD"
