@@ -8,11 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from learner.cpu_features import bf16_units_in, cpu_has_bf16_units
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
 from learner.policy_file import PolicyFileError, load_policy
-from learner.precision import PrecisionPolicy, bf16_units_in, cpu_has_bf16_units, make_precision, resolve_precision
+from learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from learner.settings import LearnerSettings
 from learner.throughput import CycledFeed
 from learner.update_step import StepSettings, UpdateStep

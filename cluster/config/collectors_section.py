@@ -26,8 +26,9 @@ class CollectorsConfig(Section):
     )
     act_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Dtype of the acting network: auto = bf16 where this CPU runs it at least 1.1x "
-        "faster than fp32 (timed when each collector starts), else fp32. An MLP (flat observations) acts in "
-        "numpy with auto or fp32, so collectors never import torch."
+        "faster than fp32 (timed when each collector starts; a CPU without AVX512-BF16 or AMX gets fp32 "
+        "untimed), else fp32. An MLP (flat observations) acts in numpy with auto or fp32, so collectors never "
+        "import torch."
     )
     act_fusion: Literal["auto", "on", "off"] = Field(
         "auto", description="Run the acting forward as a TorchScript trace with oneDNN Graph fusion: auto = for "
