@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.test_address import free_port
+
 STARTED_LINE = "Ray runtime started."
 # What a process that joins needs besides RAYPEX_ADDRESS: token authentication off, as on the
 # cluster. A local cluster started in the test process (`raypex train` called in-process) sets
@@ -29,13 +30,6 @@ STARTED_LINE = "Ray runtime started."
 # its driver then refused the GCS's calls, and the GCS destroyed every actor it asked for.
 JOIN_ENVIRONMENT = {"RAY_AUTH_MODE": "disabled"}
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    """A local port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager

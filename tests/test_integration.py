@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psutil
@@ -22,7 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.commands.cli import main
 from cluster.driver.startup import PHASES
-from tests.test_address import free_port
+from tests.kept_up_cluster import kept_up_cluster
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1",
@@ -147,20 +146,9 @@ def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
 def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monkeypatch):
     """`ray start` on this machine (1 CPU, and RAY_ADDRESS pointing at it) must not be joined:
     the default run needs about 2 CPUs and would fail placement there."""
-    port = free_port()
-    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    address_file_existed = address_file.exists()
-    head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
-                             "--num-cpus=1", "--include-dashboard=false", "--block"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with kept_up_cluster(1) as address:  # up (`ray start` said so) before the run starts
+        monkeypatch.setenv("RAY_ADDRESS", address)
         assert main(["train", "--run-dir", str(tmp_path / "local"), "stop.env_steps=2000", *SHORT]) == 0
-    finally:
-        head.send_signal(signal.SIGTERM)
-        head.wait(timeout=60)
-        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
-            address_file.unlink(missing_ok=True)
     assert summary(tmp_path / "local")["env_steps"] >= 2000
 
 
