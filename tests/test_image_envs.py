@@ -2,6 +2,8 @@
 and trains on, and the network chosen by frame size (MinAtar through a real local Ray cluster runs
 through the README's lines, tests/test_readme_lines.py)."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -66,6 +68,20 @@ def test_minatar_trains_from_its_id_alone_as_channels_first_bytes():
     np.testing.assert_array_equal(obs[0], np.moveaxis(first, -1, 0).astype(np.uint8) * 255)
     obs, *_ = env.step(np.zeros(3, np.int64))
     assert obs.shape == (3, 4, 10, 10)
+
+
+def test_a_process_makes_minatar_envs_without_its_display_imports_and_may_import_them_after():
+    """MinAtar imports matplotlib and seaborn for its display alone (2.2 s of each process's start
+    on a slow box); raypex never draws its games, and a user's code can still import both."""
+    code = ("import sys\nfrom actors.envs import make_vector_env\n"
+            "make_vector_env('MinAtar/Asterix-v1', 2, {}).reset(seed=0)\n"
+            "print([n for n in sys.modules if n.split('.')[0] in ('matplotlib', 'seaborn')])\n"
+            "import matplotlib.colors\nprint(matplotlib.colors.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "matplotlib.colors"], done.stdout
+    assert "Cannot import" not in done.stderr  # MinAtar's warning about its display stays out of the output
 
 
 def test_a_channels_first_float_image_env_is_kept_as_float32():
