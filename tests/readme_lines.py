@@ -76,7 +76,8 @@ class Run:
 class Elsewhere:
     """Proven by another test or check (`tests/FILE.py::FUNCTION`, whose source holds the text
     `holds`) or by `.ci/run` (which holds it): the line needs more than one process tree on one
-    machine, or another documented line's run is this line's run with settings added."""
+    machine, another documented line's run is this line's run with settings added, or `.ci/run`
+    itself does what the line does (a fresh virtual environment, activated)."""
 
     where: str
     holds: str

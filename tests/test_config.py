@@ -179,7 +179,8 @@ BAD_BENCH_ARGS = [
     (["--window", "0"], "--window SECONDS takes a positive number of seconds"),
     (["--window", "1", "--stage", "startup"], "not with --soak or --stage startup"),
     (["--window", "1", "--soak", "1"], "not with --soak or --stage startup"),
-    (["--address", "127.0.0.1:6379"], "--address ADDRESS goes with --stage startup only"),
+    (["--address", "127.0.0.1:6379", "--soak", "1"], "--address ADDRESS does not go with --soak"),
+    (["--stage", "collect", "--address", "127.0.0.1:1"], "127.0.0.1:1"),  # nothing answers there
 ]
 
 

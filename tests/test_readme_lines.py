@@ -58,10 +58,6 @@ def with_ratio(row: dict) -> None:
 
 # ---- checks: what each line's sentence says it does
 
-def activated(ran: Ran) -> None:
-    assert ran.out.strip().endswith(".venv"), ran.out
-
-
 def solved(ran: Ran) -> dict:
     """CartPole solved within the config's generous stop.env_steps, no shard starved and every
     collector kept taking new weights (a shard the learner never sampled once left its collector
@@ -367,8 +363,8 @@ PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
 
 PLAN: dict[str, Run | Elsewhere | NotRun] = {
-    "python3 -m venv .venv && source .venv/bin/activate": Run(
-        "&& python -c 'import sys; print(sys.prefix)'", "prints the environment it activated", check=activated),
+    "python3 -m venv .venv && source .venv/bin/activate": Elsewhere(
+        ".ci/run", "python3 -m venv .ci-venv", "its first step, as `.ci-venv`, then `source .ci-venv/bin/activate`"),
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": NotRun(
         "CI reaches PyPI only; .ci/run pins this machine's CPU torch with .ci/constraints.txt instead"),
     'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"', "installs this, with .ci/constraints.txt"),

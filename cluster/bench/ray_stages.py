@@ -118,11 +118,14 @@ def _fractions(seconds: dict[str, float]) -> dict[str, float]:
 class ClusterBench:
     """Runs the Ray stages against one connected local cluster."""
 
-    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine, device: str = "cpu"):
+    def __init__(self, config: RunConfig, spec: EnvSpec, progress: ProgressLine, device: str = "cpu",
+                 leave_cluster: Callable[[], None] = lambda: None):
         self.config = config
         self.spec = spec
         self.progress = progress
         self.device = device  # the learner's, as `raypex train` would choose it
+        # ends this process's part in the cluster: a local one shut down, a joined one left up
+        self.leave_cluster = leave_cluster
         self.act_precisions: list[str] = []  # each collector's acting dtype in the collect stage
         self.act_forms: list[str] = []  # ... and its dtype with whether its forward was fused
 

@@ -18,8 +18,11 @@ collector chose). `--stage learner` measures only the learner on its device (the
 cluster has one), per precision x CUDA-graph capture: fed by the replay with collectors running at a
 high replay ratio (`learner_<precision>_<capture>` vs the same loop fed from batches already made,
 on a GPU replay indices already on the GPU), and the GPU's busy fraction while fed.
-`--stage startup` runs `raypex train` itself (3 times; --quick: once): each start-up moment's seconds
-(`--address`: each run joins that cluster, kept up between runs, instead of starting its own).
+`--stage startup` runs `raypex train` itself (3 times; --quick: once): each start-up moment's seconds.
+
+With `--address` (or RAYPEX_ADDRESS, as `raypex train` reads it) the stages join that cluster, kept
+up between runs, instead of starting a local one; `--soak` always starts its own, since it measures
+that cluster's own processes.
 
 `--stage priorities` measures what prioritized replay costs: the replay's add, draw and update
 per transition with and without priorities (one process, real chunks of the config's env), and
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.device_errors import NoGpuHere
+from cluster.bench.joining import bench_on_a_cluster, checked_address
 from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants
 from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
 from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
@@ -118,9 +122,9 @@ def run_bench(args: argparse.Namespace) -> int:
     wanted_variants = parse_variants(args.variants) if args.variants else None
     if args.variants and args.stage != "learner":
         raise UsageError("--variants needs --stage learner")
-    if args.address is not None and args.stage != "startup":
-        raise UsageError("--address ADDRESS goes with --stage startup only (the other stages start a local cluster "
-                         "of their own)")
+    if args.address is not None and args.soak is not None:
+        raise UsageError("--address ADDRESS does not go with --soak (a soak measures the processes of a local "
+                         "cluster of its own)")
     if args.soak is not None and (args.soak <= 0 or args.stage != "all" or args.quick or args.profile):
         raise UsageError("--soak MINUTES takes a positive number of minutes and no --stage, --quick or --profile")
     progress = ProgressLine(sys.stderr)
@@ -128,41 +132,44 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError("--window SECONDS takes a positive number of seconds, and not with --soak or "
                          "--stage startup (they have no measuring windows)")
     plan = BenchPlan.choose(args.quick).with_window(args.window)
+    address = checked_address(args.address, args.soak is not None)
 
     from cluster.config.settings import collector_settings
-    from cluster.driver.wiring import shutdown
+    from cluster.driver.address import ADDRESS_VARIABLE
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}
     if args.soak is not None:
         from cluster.bench.soak import soak
 
-        bench = _bench_on_a_local_cluster(config, spec, progress)
+        if address is not None:
+            progress.message(f"bench: --soak starts a local Ray cluster of its own ({ADDRESS_VARIABLE} not followed)")
+        bench = bench_on_a_cluster(config, spec, progress, None)
         try:
             with tempfile.TemporaryDirectory(prefix="raypex-soak-") as scratch:
                 rows, soak_details = soak(bench, Path(scratch) / "soak", args.soak)
         finally:
-            shutdown()
+            bench.leave_cluster()
         details.update(soak_details)
         return _report(rows, details, args, progress)
     if args.stage == "startup":
         from cluster.bench.startup import startup_rows
 
         rows, startup_details = startup_rows(args.args, config.replay.min_size, 1 if args.quick else 3, progress,
-                                             args.address)
+                                             address)
         details.update(startup_details)
         return _report(rows, details, args, progress)
     if args.stage == "priorities":
-        rows, priority_details = _priority_rows(config, spec, plan, progress)
+        rows, priority_details = _priority_rows(config, spec, plan, progress, address)
         details.update(priority_details)
         return _report(rows, details, args, progress)
     if args.stage == "learner":
-        bench = _bench_on_a_local_cluster(config, spec, progress)
+        bench = bench_on_a_cluster(config, spec, progress, address)
         try:
             variants = learner_variants(bench.device, wanted_variants)
             results = bench.learner_variants(variants, plan.learner_s)
         finally:
-            shutdown()
+            bench.leave_cluster()
         rows = learner_rows(results)
         details["device"], details["learner_variants"] = bench.device, results
         return _report(rows, details, args, progress)
@@ -179,7 +186,7 @@ def run_bench(args: argparse.Namespace) -> int:
     details["env_policy_phases"] = policy_phases
     progress.message(f"bench: env_policy acted in {policy_precision}")
 
-    bench = _bench_on_a_local_cluster(config, spec, progress)
+    bench = bench_on_a_cluster(config, spec, progress, address)
     try:
         details["device"] = bench.device
         concurrent = min(config.collectors.num, os.cpu_count() or 1)
@@ -220,16 +227,16 @@ def run_bench(args: argparse.Namespace) -> int:
             rows += profile_rows
             details["bound_by"] = bound
     finally:
-        shutdown()
+        bench.leave_cluster()
     return _report(rows, details, args, progress)
 
 
-def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine) -> tuple[list[BenchRow], dict]:
+def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine,
+                   address: str | None) -> tuple[list[BenchRow], dict]:
     """`--stage priorities`: replay costs in one process, then the learner fed both ways in a run."""
     from cluster.bench.priority_costs import replay_costs
     from cluster.bench.ray_stages import LEARNER_STAGE_RATIO
     from cluster.config.loading import with_overrides
-    from cluster.driver.wiring import shutdown
 
     progress.message("bench: replay add, draw and update with and without priorities (one process, no Ray)")
     costs = replay_costs(config, spec, plan.local_s)
@@ -237,7 +244,7 @@ def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine) -> tup
                              costs["uniform"][f"{what}_us"], None) for what in ("add", "sample")]
     rows.append(BenchRow("replay_update_prioritized", costs["prioritized"]["update_us"], "us/transition"))
     fed = {}
-    bench = _bench_on_a_local_cluster(config, spec, progress)
+    bench = bench_on_a_cluster(config, spec, progress, address)
     try:
         for name, on in (("uniform", "false"), ("prioritized", "true")):
             progress.message(f"bench: learner fed by the replay, {name} ({plan.feed_s:g}s)")
@@ -245,42 +252,10 @@ def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine) -> tup
                                            *(["replay.initial_priority=max"] if spec.action_dim else [])])
             fed[name] = bench.learner_feed(plan.feed_s, both, from_memory=False)["fed"]
     finally:
-        shutdown()
+        bench.leave_cluster()
     rows.append(BenchRow.against("learner_feed_prioritized", fed["prioritized"]["samples_per_s"], "samples/s",
                                  fed["uniform"]["samples_per_s"], ">= 0.77"))
     return rows, {"priority_replay_costs": costs, "priority_learner_fed": fed}
-
-
-def _bench_on_a_local_cluster(config, spec, progress: ProgressLine):
-    """A fresh local Ray cluster and a ClusterBench for the device `raypex train` would choose
-    (UsageError, with Ray shut down again, when the config asks for a device or more CPUs than
-    the cluster has: said before any stage runs, not when the first one asks Ray for them)."""
-    from cluster.bench.ray_stages import ClusterBench
-    from cluster.driver.devices import choose_act_device, choose_device, with_act_device
-    from cluster.driver.placement import PlacementError, check_fits
-    from cluster.driver.wiring import (
-        check_local_cluster_holds,
-        cluster_gpus,
-        connect,
-        node_resources,
-        resource_request,
-        shutdown,
-    )
-
-    try:
-        check_local_cluster_holds(config)
-    except PlacementError as err:
-        raise UsageError(str(err)) from None
-    connect(None)
-    try:
-        device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
-        nodes = node_resources()
-        config = with_act_device(config, choose_act_device(config, nodes, device, len(spec.obs_shape) == 3, progress))
-        check_fits(resource_request(config, device), nodes)
-    except PlacementError as err:
-        shutdown()
-        raise UsageError(str(err)) from None
-    return ClusterBench(config, spec, progress, device)
 
 
 def _report(rows: list[BenchRow], details: dict, args: argparse.Namespace, progress: ProgressLine) -> int:

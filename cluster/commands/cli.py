@@ -66,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--soak", type=float, metavar="MINUTES",
                        help="one training run of MINUTES; every process's memory growth once replay is full "
                        "(default: no soak)")
-    bench.add_argument("--address", help="with --stage startup: each run joins this Ray cluster, kept up between "
-                       "runs (`ray start --head`), instead of starting its own (default: $RAYPEX_ADDRESS when set, as "
-                       "`raypex train` does, else its own local cluster)")
+    bench.add_argument("--address", help="join this Ray cluster, kept up between runs (`ray start --head`), instead "
+                       "of starting a local one; not with --soak, which measures a cluster of its own (default: "
+                       "$RAYPEX_ADDRESS when set, as `raypex train` does, else a local cluster)")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
     sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)",
