@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tests.test_address import free_port
 
+TESTS = Path(__file__).parent
 STARTED_LINE = "Ray runtime started."
 # What a process that joins needs besides RAYPEX_ADDRESS: token authentication off, as on the
 # cluster. A local cluster started in the test process (`raypex train` called in-process) sets
@@ -40,7 +41,10 @@ def kept_up_cluster(num_cpus: int) -> Iterator[str]:
     port = free_port()
     address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     address_file_existed = address_file.exists()
-    env = {**os.environ, **JOIN_ENVIRONMENT, "MALLOC_ARENA_MAX": "2"}
+    # tests/ on its workers' path: the test pixel games (tests/pixel_env.py) resolve there as a
+    # user's env module on PYTHONPATH must resolve on a cluster's nodes (README, "Your own environment")
+    python_path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **JOIN_ENVIRONMENT, "MALLOC_ARENA_MAX": "2", "PYTHONPATH": python_path}
     env.pop("RAY_ADDRESS", None)
     # Ray's fixed default ports go to free ones: a local cluster started beside this one (a test of
     # `raypex train` without an address) would otherwise find its dashboard agent's port taken,
@@ -77,3 +81,13 @@ def kept_up_cluster(num_cpus: int) -> Iterator[str]:
         head.wait()
         if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
             address_file.unlink(missing_ok=True)
+
+
+def raypex_joined(args: list[str], joining: dict[str, str], env: dict[str, str] | None = None,
+                  timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """`raypex ARGS` in a process of its own that joins the kept-up cluster (`joining`: the
+    conftest fixture joining_environment), as a user's run joins one through RAYPEX_ADDRESS;
+    its output captured as text. A test process cannot join in-process (see above)."""
+    return subprocess.run([sys.executable, "-m", "cluster", *args], env={**os.environ, **joining, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
+

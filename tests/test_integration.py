@@ -1,6 +1,7 @@
 """raypex train/eval end to end on real Ray clusters (a local one, and three simulated nodes).
 
-Each test runs the real command in this process. The runs are short (a few thousand env steps);
+Each test runs the real command, in this process or (joining the suite's kept-up cluster,
+tests/kept_up_cluster.py) in one of its own. The runs are short (a few thousand env steps);
 the README's own lines (solving CartPole, the bench stages) run as a user types them in
 tests/test_readme_lines.py.
 """
@@ -21,7 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.commands.cli import main
 from cluster.driver.startup import PHASES
-from tests.kept_up_cluster import kept_up_cluster
+from tests.kept_up_cluster import kept_up_cluster, raypex_joined
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1",
@@ -45,10 +46,11 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
+def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining_environment):
     run = tmp_path / "run"
-    assert main(["train", "--run-dir", str(run), "--seed", "3", "stop.env_steps=4000", *SHORT,
-                 "eval.video_every=3"]) == 0
+    done = raypex_joined(["train", "--run-dir", str(run), "--seed", "3", "stop.env_steps=4000", *SHORT,
+                          "eval.video_every=3"], joining_environment)
+    assert done.returncode == 0, done.stderr[-3000:]
     first = summary(run)
     assert first["env_steps"] >= 4000 and first["seed"] == 3 and first["time_to_solve_s"] is None
     assert min(first["replay_size_per_shard"]) > 0  # every collector's shard is filled
@@ -90,9 +92,9 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys):
     assert len(checkpoints) >= 2
     checkpoints[-1].write_bytes(checkpoints[-1].read_bytes()[:1000])
     last = json.loads(checkpoints[-2].with_suffix(".json").read_text())
-    capsys.readouterr()
-    assert main(["train", "--resume", str(run), "stop.env_steps=8000"]) == 0
-    err = capsys.readouterr().err
+    resumed = raypex_joined(["train", "--resume", str(run), "stop.env_steps=8000"], joining_environment)
+    err = resumed.stderr
+    assert resumed.returncode == 0, err[-3000:]
     assert f"checkpoint {checkpoints[-1].stem} is damaged" in err
     # replay came back with the set: the shards went on from what they held then
     restored = re.search(rf"replay restored from the checkpoint of epoch {last['epochs']} \((\d+) transitions", err)
@@ -182,7 +184,8 @@ def _blocked_signals(pid: int) -> set[int]:
 @pytest.mark.parametrize(("signum", "to_group", "code", "said", "ended"), [
     (signal.SIGINT, True, 130, "Ctrl-C", "interrupted"),
     (signal.SIGTERM, True, 143, "SIGTERM", "terminated")], ids=["ctrl-c", "sigterm-to-group"])
-def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, to_group, code, said, ended):
+def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, to_group, code, said, ended,
+                                                              joining_environment):
     """Ctrl-C and SIGTERM (kill, timeout, SLURM, Kubernetes, `ray job stop`) take the same clean
     path: final checkpoint, TensorBoard flushed, summary.json and policy.pt2, no new evaluation.
     A terminal's Ctrl-C, `timeout`, SLURM and systemd signal every process of the run, Ray's
@@ -231,7 +234,9 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
         accounted = sum(first[f"priority_updates_{kind}"] for kind in ("applied", "stale", "unsent"))
         assert accounted == first["learner_samples"] > 0, first
     if signum == signal.SIGTERM:  # a resume continues the counters of the final checkpoint
-        assert main(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"]) == 0
+        resumed = raypex_joined(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"],
+                                joining_environment)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
         second = summary(run)
         assert second["env_steps"] >= final["env_steps"] + 2000 and second["epochs"] > final["epochs"]
         assert second["ended"] == "env_steps"

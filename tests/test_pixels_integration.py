@@ -1,9 +1,10 @@
-"""The pixel paths end to end on a real local Ray cluster, on the test pixel games: frame stacks for
-DQN, images with channels for TD3 (real ALE Pong runs through the README's lines,
-tests/test_readme_lines.py).
+"""The pixel paths end to end on a real Ray cluster (the suite's kept-up local one), on the test
+pixel games: frame stacks for DQN, images with channels for TD3 (real ALE Pong runs through the
+README's lines, tests/test_readme_lines.py).
 
-PixelCatch and PixelReach (tests/pixel_env.py) are registered by the tests; Ray's worker processes find them through
-PYTHONPATH, which the local cluster started by `raypex train` inherits from this process.
+PixelCatch and PixelReach (tests/pixel_env.py) are found through PYTHONPATH: the run's driver gets
+tests/ on it from this test, and the kept-up cluster's workers from the cluster's own environment
+(tests/kept_up_cluster.py), as a user's env module on PYTHONPATH must be on a cluster's nodes.
 """
 
 import json
@@ -16,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cluster.commands.cli import main
 from replay.frames import frame_bytes_per_slot
+from tests.kept_up_cluster import raypex_joined
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -34,15 +36,16 @@ def with_tests_on_pythonpath(monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
 
 
-def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, capsys):
+def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, capsys, joining_environment):
     """Frames stored once, stacks rebuilt in the shards, uint8 to the CNN: and it learns the game."""
     with_tests_on_pythonpath(monkeypatch)
     run = tmp_path / "catch"
     # 7 of 9 points over 8 greedy episodes (one ball missed in eight games); a random policy
     # scores about -6. Asking 8.0 (near perfect) took 61-66 s here against 40-46 s for 7.0, and
     # the policies 7.0 saved scored 7.5 over 16 fresh episodes and 7.86 over 100.
-    assert main(["train", "--run-dir", str(run), *PIXEL_CATCH, "eval.every_epochs=2", "stop.env_steps=150000",
-                 "stop.eval_return=7.0"]) == 0
+    done = raypex_joined(["train", "--run-dir", str(run), *PIXEL_CATCH, "eval.every_epochs=2",
+                          "stop.env_steps=150000", "stop.eval_return=7.0"], joining_environment)
+    assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["time_to_solve_s"] is not None, summary
     assert summary["replay_bytes_per_transition"] == frame_bytes_per_slot((36, 36))
@@ -59,17 +62,18 @@ def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, caps
     assert mean >= 4.0
 
 
-def test_td3_learns_to_reach_from_pictures_on_a_local_ray_cluster(tmp_path, monkeypatch, capsys):
+def test_td3_learns_to_reach_from_pictures_on_a_ray_cluster(tmp_path, monkeypatch, capsys, joining_environment):
     """Continuous actions from images with channels: collectors act with the image actor in torch,
     replay stores the uint8 pictures, the learner trains both encoders, the evaluator scores the
     published actor, and policy.pt2 acts on a picture in the env's units."""
     with_tests_on_pythonpath(monkeypatch)
     run = tmp_path / "reach"
     # a random or motionless policy scores about -5.2, one walking straight to the target -0.3
-    assert main(["train", "configs/pendulum.yaml", "--run-dir", str(run), "env.id=pixel_env:PixelReach-v0",
-                 "algo.name=td3", "network.hidden=[64]", "learner.micro_batch=64", "replay.samples_per_insert=16",
-                 "replay.min_size=500", "eval.episodes=10", "eval.every_epochs=2", "stop.env_steps=40000",
-                 "stop.eval_return=-2.0"]) == 0
+    done = raypex_joined(["train", "configs/pendulum.yaml", "--run-dir", str(run), "env.id=pixel_env:PixelReach-v0",
+                          "algo.name=td3", "network.hidden=[64]", "learner.micro_batch=64",
+                          "replay.samples_per_insert=16", "replay.min_size=500", "eval.episodes=10",
+                          "eval.every_epochs=2", "stop.env_steps=40000", "stop.eval_return=-2.0"], joining_environment)
+    assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["time_to_solve_s"] is not None, summary
     assert any(run.glob("videos/eval-v*.png"))
