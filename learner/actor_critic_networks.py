@@ -3,7 +3,8 @@ critics Q1(s, a), Q2(s, a). Actions are in [-1, 1] (actors/action_scaling.py map
 env's units).
 
 Flat observations go straight into MLPs. Images [C, H, W] first go through an `ImageEncoder` (the
-DQN CNNs' convolutions, learner/networks.py, chosen by image size): the actor has its own, trained
+DQN CNNs' convolutions, learner/networks.py, chosen by image size, then a normalized projection to
+IMAGE_FEATURES): the actor has its own, trained
 by the actor's loss, and the twin critics share one, trained by the critics' loss (the actor's loss
 does not move it). Flat observations can be normalized first (`network.obs_norm`: a
 RunningObsNorm in the encoder's place, learner/obs_norm.py). For flat observations the actor's
@@ -35,18 +36,32 @@ def _torso(width: int, hidden: list[int]) -> tuple[nn.Sequential, int]:
     return nn.Sequential(*layers), width
 
 
+IMAGE_FEATURES = 50  # the width images are projected to before the MLPs
+
+
 class ImageEncoder(nn.Module):
-    """Images [B, C, H, W] -> flat features [B, width]: uint8 scaled to [0, 1] on the network's
-    device (what crosses processes stays a quarter of float32's bytes), float images as they are."""
+    """Images [B, C, H, W] -> features [B, IMAGE_FEATURES]: the convolutions, then a linear
+    projection, LayerNorm and tanh. uint8 is scaled to [0, 1] on the network's device (what
+    crosses processes stays a quarter of float32's bytes), float images are taken as they are.
+
+    Why the normalized projection: the convolutions' ReLU features are never negative, and Adam
+    moves every weight of the next layer by about the learning rate per step, so a few steps of
+    one sign in the actor's gradient shifted a hidden unit's input for every picture at once. In
+    PixelReach runs that killed the actor's hidden ReLUs (all 64 dead in a stuck run: a constant
+    action for every picture, and nothing left to train them back), whereas features in [-1, 1]
+    of both signs do not move together."""
 
     def __init__(self, obs_shape: tuple[int, ...], obs_dtype: str):
         super().__init__()
         self.input_scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
         self.convs = image_convs(obs_shape)
-        self.width = conv_output_width(self.convs, obs_shape)
+        self.projection = nn.Linear(conv_output_width(self.convs, obs_shape), IMAGE_FEATURES)
+        self.norm = nn.LayerNorm(IMAGE_FEATURES)
+        self.width = IMAGE_FEATURES
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale))
+        features = self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale))
+        return torch.tanh(self.norm(self.projection(features)))
 
 
 def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str,
