@@ -11,7 +11,13 @@ def checked_address(given: str | None, soak: bool) -> str | None:
     """The cluster the stages join (`given`, the --address, else RAYPEX_ADDRESS; None: a local
     one), checked to answer before anything is measured (UsageError in one line when it does
     not). A soak starts its own whatever is given."""
-    from cluster.driver.address import ADDRESS_VARIABLE, ConnectError, check_gcs_auth, check_gcs_port, kept_up_address
+    from cluster.driver.address import (
+        ConnectError,
+        check_gcs_auth,
+        check_gcs_port,
+        connect_error_line,
+        kept_up_address,
+    )
 
     address = given if given is not None else kept_up_address()
     if address is None or soak:
@@ -20,8 +26,7 @@ def checked_address(given: str | None, soak: bool) -> str | None:
         check_gcs_port(address)
         check_gcs_auth(address)
     except ConnectError as err:
-        said = str(err) if given is not None else f"{err} ({ADDRESS_VARIABLE} in the environment)"
-        raise UsageError(said) from None
+        raise UsageError(connect_error_line(err, from_variable=given is None)) from None
     return address
 
 

@@ -87,7 +87,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
-    from cluster.driver.address import ConnectError
+    from cluster.driver.address import ConnectError, connect_error_line
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.run import TrainingRun
     from cluster.driver.versions import VersionMismatch
@@ -115,7 +115,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
             check_local_cluster_holds(config)
         started_local = connect(address, code_dir)
     except (ConnectError, PlacementError) as err:
-        raise UsageError(f"{err} ({ADDRESS_VARIABLE} in the environment)" if from_variable else str(err)) from None
+        raise UsageError(connect_error_line(err, from_variable)) from None
     startup.mark("ray_connected", time.time())
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:

@@ -48,6 +48,12 @@ def kept_up_address(environ=os.environ) -> str | None:
     return environ.get(ADDRESS_VARIABLE, "").strip() or None
 
 
+def connect_error_line(err: Exception, from_variable: bool) -> str:
+    """The one line for an address that does not answer: naming RAYPEX_ADDRESS when the address
+    came from it, as the user typed no --address to look for."""
+    return f"{err} ({ADDRESS_VARIABLE} in the environment)" if from_variable else str(err)
+
+
 def host_port(address: str) -> tuple[str, int] | None:
     """(host, port) of a HOST:PORT address; None for what Ray resolves itself ("auto", ray://)."""
     if address == "auto" or "://" in address:
