@@ -3,9 +3,7 @@
 Two choices, each timed on the collector's own batch shape when it starts, so that the same config
 is right on a laptop and on a GPU box's cores:
 - precision: on a CPU with native bf16 matrix units (AVX512-BF16, AMX) a bf16 copy of the Nature
-  CNN chooses actions 2-2.5x faster than float32. On others bf16 is emulated and never the faster
-  form (the Nature CNN at 32 envs, AVX2-only EPYC: 140-168 ms a forward against 11 ms in fp32), so
-  `auto` is fp32 there without timing it: that timing cost each Atari collector 1.4-1.75 s of its start.
+  CNN chooses actions 2-2.5x faster than float32; on others bf16 is emulated and slower.
 - fusion: the acting network traced once with TorchScript and run through oneDNN Graph, which
   fuses each convolution with its ReLU and keeps the weights in the layout its kernels want
   (1.6-2x on the Nature CNN in bf16; nothing for MLPs, so `auto` traces image networks only).
@@ -31,7 +29,6 @@ import torch
 from torch import nn
 
 from actors.device_errors import NoGpuHere
-from learner.cpu_features import cpu_has_bf16_units
 from learner.networks import acting_copy, greedy_actions, refresh_acting_copy
 from learner.weights import load_arrays
 
@@ -64,7 +61,7 @@ class ActingPolicy:
         obs = torch.from_numpy(np.ascontiguousarray(example_obs))
         if precision == "bf16":
             self.fast = acting_copy(network, torch.bfloat16)
-        elif precision == "auto" and cpu_has_bf16_units():
+        elif precision == "auto":
             self.fast = self._bf16_if_faster(obs)
         self.precision = "bf16" if self.fast is not None else "fp32"
         if fusion == "on":

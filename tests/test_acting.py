@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from actors import acting
 from actors.acting import AUTO_MIN_GAIN, ActingPolicy, fused_trace
 from learner.networks import acting_copy, build_q_network
 from learner.weights import export_arrays
@@ -57,9 +56,8 @@ def test_published_weights_reach_the_acting_copy():
     assert np.all(chosen >= q_trained.max(axis=1) - 2 * tolerance)
 
 
-def test_auto_times_both_precisions_where_the_cpu_has_bf16_units_and_fp32_builds_no_copy(monkeypatch):
+def test_auto_times_both_precisions_and_fp32_builds_no_copy():
     network = build_q_network((4, 84, 84), 6, [64], True, "uint8")
-    monkeypatch.setattr(acting, "cpu_has_bf16_units", lambda: True)
     auto = ActingPolicy(network, "auto", _obs((4, 84, 84), "uint8", 8))
     assert set(auto.timings_ms) == {"fp32", "bf16"} and auto.fused is None and all(t > 0 for t in auto.timings_ms.values())
     faster = auto.timings_ms["fp32"] >= AUTO_MIN_GAIN * auto.timings_ms["bf16"]
@@ -69,16 +67,6 @@ def test_auto_times_both_precisions_where_the_cpu_has_bf16_units_and_fp32_builds
     assert plain.fast is None and plain.precision == "fp32" and plain.timings_ms == {}
     with pytest.raises(ValueError, match="one of auto, fp32, bf16"):
         ActingPolicy(network, "fp16", _obs((4, 84, 84), "uint8", 8))
-
-
-def test_auto_is_fp32_untimed_where_the_cpu_has_no_bf16_units_and_asked_precisions_are_kept(monkeypatch):
-    """Emulated bf16 is never faster; timing it cost each Atari collector 1.4-1.75 s (BENCHMARKS.md)."""
-    network = build_q_network((4, 84, 84), 6, [64], True, "uint8")
-    monkeypatch.setattr(acting, "cpu_has_bf16_units", lambda: False)
-    auto = ActingPolicy(network, "auto", _obs((4, 84, 84), "uint8", 8))
-    assert auto.precision == "fp32" and auto.fast is None and auto.timings_ms == {}
-    asked = ActingPolicy(network, "bf16", _obs((4, 84, 84), "uint8", 8))
-    assert asked.precision == "bf16" and asked.fast is not None
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
