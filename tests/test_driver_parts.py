@@ -476,18 +476,18 @@ def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():
 def test_a_collectors_host_makes_auto_fp32_where_the_cpu_has_no_bf16_units(monkeypatch):
     """Emulated bf16 is never faster; the collector would time it for 1.4-1.75 s (BENCHMARKS.md)."""
     from actors.settings import CollectorSettings
-    from cluster.hosts import collector_actor
+    from cluster.hosts import acting_precision
 
     settings = CollectorSettings(
         index=0, num_collectors=1, env_id="MinAtar/Breakout-v1", env_kwargs={}, num_envs=2, obs_shape=(4, 10, 10),
         obs_dtype="uint8", num_actions=3, hidden=[8], dueling=True, n_step=1, gamma=0.99, chunk_steps=1,
         epsilon_base=0.4, epsilon_alpha=7.0, epsilon_anneal_steps=0, seed=0)
-    monkeypatch.setattr(collector_actor, "cpu_has_bf16_units", lambda: False)
-    assert collector_actor.act_precision_for_this_cpu(settings).act_precision == "fp32"
+    monkeypatch.setattr(acting_precision, "cpu_has_bf16_units", lambda: False)
+    assert acting_precision.act_precision_for_this_cpu(settings).act_precision == "fp32"
     for asked in ("bf16", "fp32"):  # asked for: kept
-        assert collector_actor.act_precision_for_this_cpu(
+        assert acting_precision.act_precision_for_this_cpu(
             dataclasses.replace(settings, act_precision=asked)).act_precision == asked
     on_gpu = dataclasses.replace(settings, act_device="cuda")
-    assert collector_actor.act_precision_for_this_cpu(on_gpu).act_precision == "auto"  # the GPU's to decide
-    monkeypatch.setattr(collector_actor, "cpu_has_bf16_units", lambda: True)
-    assert collector_actor.act_precision_for_this_cpu(settings).act_precision == "auto"  # timed by the collector
+    assert acting_precision.act_precision_for_this_cpu(on_gpu).act_precision == "auto"  # the GPU's to decide
+    monkeypatch.setattr(acting_precision, "cpu_has_bf16_units", lambda: True)
+    assert acting_precision.act_precision_for_this_cpu(settings).act_precision == "auto"  # timed by the collector

@@ -62,8 +62,11 @@ def _head(monkeypatch):
     # the job's entrypoint finds `raypex` on the PATH the head was started with
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     _reread_ray_config()
+    # the dashboard agent on a free port too: on Ray's fixed default (52365) it could not start beside
+    # another Ray cluster on this machine, and every submission then failed with "No available agent"
     proc = subprocess.Popen([*RAY, "start", "--head", f"--port={port}", f"--dashboard-port={dashboard}",
-                             "--dashboard-host=127.0.0.1", "--num-cpus=2", "--disable-usage-stats", "--block"],
+                             f"--dashboard-agent-listen-port={free_port()}", "--dashboard-host=127.0.0.1",
+                             "--num-cpus=2", "--disable-usage-stats", "--block"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{dashboard}"
     try:

@@ -278,6 +278,10 @@ def collect_stage_measured(ran: Ran) -> None:
     precisions, forms = details["act_precision"], details["act_form"]
     assert len(precisions) == 2 and set(precisions) <= {"fp32", "bf16"}
     assert len(forms) == 2 and all(form in (p, f"{p}, fused") for form, p in zip(forms, precisions, strict=True))
+    from learner.cpu_features import cpu_has_bf16_units
+
+    if not cpu_has_bf16_units():  # the one-process stage decides as the collectors' hosts do, untimed
+        assert set(precisions) == {"fp32"} and "bench: env_policy acted in fp32" in ran.err, ran.err[-2000:]
 
 
 def priority_costs_measured(ran: Ran) -> None:

@@ -61,8 +61,10 @@ def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple
     the form it chose to act in (dtype, fused or not). It acts with a network's weights from its
     first step (a numpy collector would act at random until weights come)."""
     from actors.collector import PHASES, Collector
+    from cluster.hosts.acting_precision import act_precision_for_this_cpu
     from replay.contracts import Weights
 
+    settings = act_precision_for_this_cpu(settings)  # as a collector's host decides it on this machine
     pending = [Weights(0, _first_weights(settings))]
     collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: pending.pop() if pending else None)
     collector.collect_chunk()  # first chunk: allocations, lazy imports

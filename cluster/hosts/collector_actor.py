@@ -10,7 +10,6 @@ driver, which names this class, never pays for it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -18,19 +17,9 @@ import time
 import ray
 
 from actors.settings import CollectorSettings
+from cluster.hosts.acting_precision import act_precision_for_this_cpu
 from cluster.hosts.ray_seams import QUIET, ChunkSink, WeightInbox
 from cluster.process_clock import process_start_time
-from learner.cpu_features import cpu_has_bf16_units
-
-
-def act_precision_for_this_cpu(settings: CollectorSettings) -> CollectorSettings:
-    """The settings with `act_precision: auto` made fp32 where this node's CPU has no bf16 units:
-    emulated bf16 is never the faster form there (the Nature CNN at 32 envs, AVX2-only EPYC: 140-168
-    ms a forward against 11 ms in fp32), and timing it cost each Atari collector 1.4-1.75 s of its
-    start. Elsewhere the collector times both, as before; GPU acting is not the CPU's to decide."""
-    if settings.act_device == "cpu" and settings.act_precision == "auto" and not cpu_has_bf16_units():
-        return dataclasses.replace(settings, act_precision="fp32")
-    return settings
 
 
 class CollectorActor:
