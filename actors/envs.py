@@ -20,7 +20,6 @@ actors/env_ids.py and are checked by actors/env_check.py before any actor starts
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from actors.env_check import check_user_env
 from actors.env_ids import UnsupportedEnv, names_code, registered_id
 from actors.frames import FrameStacker
 from actors.images import ImageVectorEnv, image_layout
+from actors.minatar_ids import register_minatar
 from actors.mujoco_quiet import quiet_known_mujoco_warnings
 
 # Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
@@ -92,39 +92,6 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, obs_norm: bool = Fals
     if obs_norm and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"network.obs_norm is for flat observations; env.id '{env_id}' has images of shape "
                              f"{spec.obs_shape}, which their encoder scales")
-
-
-# What MinAtar imports only to draw its games on screen; raypex never renders them.
-MINATAR_DISPLAY_MODULES = ("matplotlib", "seaborn")
-
-
-def _register_minatar(env_id: str) -> None:
-    """MinAtar registers its Gymnasium ids only when asked to.
-
-    MinAtar imports matplotlib and seaborn at its own import, for its display alone: 2.2 s of
-    every process that makes a MinAtar env on a slow 2-core box (the driver, each collector, the
-    evaluator), against 0.01 s for the rest. Where this process has not imported them already they
-    are hidden for that import, which MinAtar allows (it then only cannot draw its games), and
-    importable again after it.
-    """
-    if not env_id.startswith("MinAtar/") or env_id in gym.envs.registry:
-        return
-    import logging
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.ERROR))  # minatar warns on the root logger when seaborn is missing
-    hidden = [name for name in MINATAR_DISPLAY_MODULES if name not in sys.modules]
-    sys.modules.update(dict.fromkeys(hidden))  # a None entry: `import name` raises ImportError
-    try:
-        from minatar.gym import register_envs
-    except ImportError:
-        raise UnsupportedEnv(f"env.id '{env_id}' needs MinAtar: pip install 'raypex[minatar]'") from None
-    finally:
-        root.setLevel(level)
-        for name in hidden:
-            del sys.modules[name]
-    register_envs()
 
 
 def is_ale(env_id: str) -> bool:
@@ -202,7 +169,7 @@ def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     if is_ale(env_id):
         return _make_ale(env_id, num_envs, kwargs)
     env_id = registered_id(env_id)
-    _register_minatar(env_id)
+    register_minatar(env_id)
     quiet_known_mujoco_warnings(env_id)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
@@ -256,7 +223,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
     if names_code(env_id):
         check_user_env(env_id, kwargs)
     given, env_id = env_id, registered_id(env_id)
-    _register_minatar(env_id)
+    register_minatar(env_id)
     if env_id not in gym.envs.registry:
         close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; similar: {', '.join(sorted(close)[:5])}" if close else ""

@@ -2,6 +2,7 @@
 and trains on, and the network chosen by frame size (MinAtar through a real local Ray cluster runs
 through the README's lines, tests/test_readme_lines.py)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,47 @@ def test_a_process_makes_minatar_envs_without_its_display_imports_and_may_import
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "matplotlib.colors"], done.stdout
     assert "Cannot import" not in done.stderr  # MinAtar's warning about its display stays out of the output
+
+
+FAKE_MINATAR_GYM = """import seaborn  # unguarded, as a MinAtar release might import it
+import gymnasium as gym
+import numpy as np
+
+
+class Env(gym.Env):
+    observation_space = gym.spaces.Box(0, 1, (10, 10, 4), bool)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((10, 10, 4), bool), {}
+
+    def step(self, action):
+        return np.zeros((10, 10, 4), bool), 0.0, True, False, {}
+
+
+def register_envs():
+    gym.register("MinAtar/Breakout-v1", entry_point=Env)
+"""
+
+
+@pytest.mark.parametrize("installed", ["needing seaborn", "missing"])
+def test_a_minatar_that_needs_its_display_imports_still_loads_and_a_missing_one_is_one_line(installed, tmp_path):
+    if installed == "needing seaborn":
+        (tmp_path / "minatar").mkdir()
+        (tmp_path / "minatar" / "__init__.py").write_text("")
+        (tmp_path / "minatar" / "gym.py").write_text(FAKE_MINATAR_GYM)
+    else:  # a package that shadows MinAtar and fails as a missing one does
+        (tmp_path / "minatar.py").write_text("raise ModuleNotFoundError(\"No module named 'minatar'\", name='minatar')")
+    code = ("from actors.envs import UnsupportedEnv, inspect_env\ntry:\n"
+            "    print(inspect_env('MinAtar/Breakout-v1', {}).obs_shape)\n"
+            "except UnsupportedEnv as err:\n    print(err)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=False, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    assert done.returncode == 0, done.stderr
+    expected = "(4, 10, 10)" if installed == "needing seaborn" else \
+        "env.id 'MinAtar/Breakout-v1' needs MinAtar: pip install 'raypex[minatar]'"
+    assert done.stdout.strip() == expected, done.stdout
 
 
 def test_a_channels_first_float_image_env_is_kept_as_float32():
