@@ -1,7 +1,8 @@
 """What a learner checkpoint holds, and putting it back: a DQN learner's online and target
 networks, optimizer and fp16 scaler, or a TD3/SAC learner's networks, optimizers and temperature
 (learner/actor_critic_step.py); the counters and torch's RNG for both. A checkpoint of one kind
-refused by the other is a one-line error (a resume with a different algo.name)."""
+refused by the other is a one-line error (a resume with a different algo.name), and so is one
+whose networks have other shapes (other network settings, or an older raypex's networks)."""
 
 from __future__ import annotations
 
@@ -25,16 +26,21 @@ def restore_learner_state(learner, state: dict) -> None:
     if learner.actor_critic != ("actor_critic" in state):
         saved = "td3 or sac" if "actor_critic" in state else "dqn"
         raise ValueError(f"this checkpoint is of a {saved} learner; this run's algo.name is {learner.s.algo}")
-    if learner.actor_critic:
-        learner.step.load_state_dict(state["actor_critic"])
-    else:
-        learner.online.load_state_dict(state["online"])
-        learner.target.load_state_dict(state["target"])
-        learner.optimizer.load_state_dict(state["optimizer"])
-        for group in learner.optimizer.param_groups:  # a CPU run's checkpoint says capturable=False
-            group["capturable"] = learner.device.type == "cuda"
-        if learner.precision.scaler is not None and state["scaler"] is not None:
-            learner.precision.scaler.load_state_dict(state["scaler"])
+    try:
+        if learner.actor_critic:
+            learner.step.load_state_dict(state["actor_critic"])
+        else:
+            learner.online.load_state_dict(state["online"])
+            learner.target.load_state_dict(state["target"])
+            learner.optimizer.load_state_dict(state["optimizer"])
+            for group in learner.optimizer.param_groups:  # a CPU run's checkpoint says capturable=False
+                group["capturable"] = learner.device.type == "cuda"
+            if learner.precision.scaler is not None and state["scaler"] is not None:
+                learner.precision.scaler.load_state_dict(state["scaler"])
+    except RuntimeError as err:  # torch's missing keys, unexpected keys or size mismatches, one per line
+        lines = [line.strip() for line in str(err).strip().splitlines()]
+        raise ValueError(f"this checkpoint's networks do not fit this run's (other network settings, or saved by a "
+                         f"raypex whose networks differ): {lines[1] if len(lines) > 1 else lines[0]}") from None
     counters = state["counters"]
     learner.updates, learner.epochs, learner.version = counters["updates"], counters["epochs"], counters["version"]
     torch.set_rng_state(state["torch_rng"].cpu())  # loaded with map_location=cuda on a GPU

@@ -191,6 +191,19 @@ def test_state_roundtrip_resumes_counters_and_weights():
         assert torch.equal(a, b)
 
 
+def test_a_checkpoint_of_other_network_shapes_is_refused_in_one_line():
+    """A resume whose networks differ from the checkpoint's (other network settings, or an older
+    raypex's networks: the image encoder gained a projection) says so in one line, not torch's
+    list of mismatches."""
+    learner, _ = make_learner(hidden=[32, 32])
+    other, _ = make_learner(hidden=[16, 16])
+    with pytest.raises(ValueError) as refused:
+        other.load_state_bytes(learner.state_bytes())
+    said = str(refused.value)
+    assert said.startswith("this checkpoint's networks do not fit this run's") and "size mismatch for" in said
+    assert "\n" not in said
+
+
 def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
     """policy.pt2: torch.export.load's program takes a float32 batch; load_policy takes one
     observation or a batch, numpy or torch, and says which shapes it takes when neither fits."""
