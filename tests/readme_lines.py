@@ -37,6 +37,7 @@ class Ran:
     err: str
     new_runs: list[Path]
     url: str | None = None
+    ray_address: str | None = None  # RAY_ADDRESS in the line's environment (own_cluster lines)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class Run:
     when it depends on an earlier line's run. `serves`: the line starts a server that runs until
     stopped; it is checked once it prints its URL, then stopped. `saves`: the block is a file the
     user saves (`# NAME.py` on its first line). `own_cluster`: the line's run starts its own local
-    Ray cluster, as a new user's does; the others join the one the suite keeps up (RAYPEX_ADDRESS)."""
+    Ray cluster, as a new user's does, with RAY_ADDRESS naming the suite's kept-up one (a cluster
+    `ray start`ed on the machine must not capture a run that names no address); the others join
+    the kept-up one (RAYPEX_ADDRESS)."""
 
     extra: str = ""
     why: str = ""
@@ -61,7 +64,7 @@ class Run:
 
     def describe(self) -> str:
         """The README table's cell for this line."""
-        own = "; its own local Ray cluster" if self.own_cluster else ""
+        own = "; its own local Ray cluster, with RAY_ADDRESS naming another" if self.own_cluster else ""
         if self.saves:
             return f"saved as `{self.saves}` in the working directory, then imported"
         if self.exit_code:

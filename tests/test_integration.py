@@ -145,17 +145,6 @@ def test_three_one_cpu_nodes_hold_the_learner_and_three_pairs(tmp_path):
     assert summary(run)["env_steps"] >= 4000
 
 
-def test_a_running_local_ray_cluster_does_not_capture_a_local_run(tmp_path, monkeypatch, kept_up_ray):
-    """`ray start` on this machine (the suite's kept-up cluster, with RAY_ADDRESS pointing at it)
-    must not be joined by a run that names no address: it starts a local cluster of its own."""
-    monkeypatch.setenv("RAY_ADDRESS", kept_up_ray)
-    monkeypatch.delenv("RAYPEX_ADDRESS", raising=False)
-    assert main(["train", "--run-dir", str(tmp_path / "local"), "stop.env_steps=2000", *SHORT]) == 0
-    assert summary(tmp_path / "local")["env_steps"] >= 2000
-    ran_on = json.loads((tmp_path / "local" / "placement.json").read_text())["ray_address"]
-    assert ran_on.rpartition(":")[2] != kept_up_ray.rpartition(":")[2], (ran_on, kept_up_ray)
-
-
 def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
     """More CPUs than this machine has: refused before a local cluster starts. A GPU this machine
     lacks, which only Ray detects: refused once the cluster is up, and the cluster shut down."""
