@@ -178,13 +178,13 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
 
 
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
-    run = running("stop.env_steps=40000", "checkpoint.every_epochs=2")
+    run = running("stop.env_steps=20000", "checkpoint.every_epochs=2")
     run.read_until("[")
     run.kill_actor("learner")
     revived = run.read_until("the learner died; a new one continues from")
     assert run.finish() == 0, run.output
     result = run.summary()
-    assert result["ended"] == "env_steps" and result["env_steps"] >= 40000 and result["learner_restarts"] == 1
+    assert result["ended"] == "env_steps" and result["env_steps"] >= 20000 and result["learner_restarts"] == 1
     assert "Traceback" not in run.output
     # the replay died with the learner: it came back from the checkpoint set, or refilled; either
     # way the summary counts what collectors sent that died with it, and the counts add up

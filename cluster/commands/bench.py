@@ -71,7 +71,7 @@ class BenchPlan:
     def choose(cls, quick: bool) -> BenchPlan:
         """The quick or the full plan."""
         if quick:
-            return cls(local_s=1.0, collect_s=3.0, feed_s=3.0, learner_s=3.0, broadcasts=10, linearity_steps=12_000)
+            return cls(local_s=1.0, collect_s=3.0, feed_s=3.0, learner_s=3.0, broadcasts=10, linearity_steps=6_000)
         return cls(local_s=3.0, collect_s=8.0, feed_s=8.0, learner_s=8.0, broadcasts=30, linearity_steps=40_000)
 
     def with_window(self, seconds: float | None) -> BenchPlan:
