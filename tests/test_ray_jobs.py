@@ -122,7 +122,10 @@ def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkp
     assert os.path.isfile(run / "policy.pt2")
 
 
-def test_a_token_cluster_without_the_token_is_one_line_at_once_and_with_it_the_run_works(tmp_path, head):
+def test_a_token_cluster_without_the_token_is_one_line_at_once(tmp_path, head):
+    """Joined without the token: one line naming RAY_AUTH_MODE=token, within seconds, nothing
+    written. (With the token a run joins and trains: tests/test_separate_hosts.py, whose hosts
+    run with token authentication.)"""
     _, _, address = head
     command = [sys.executable, "-m", "cluster", "train", "--address", address]
     started = time.monotonic()
@@ -134,8 +137,3 @@ def test_a_token_cluster_without_the_token_is_one_line_at_once_and_with_it_the_r
     assert "uses token authentication" in lines[0] and "RAY_AUTH_MODE=token" in lines[0], lines
     assert took < 10, took
     assert not (tmp_path / "refused").exists()
-
-    joined = subprocess.run([*command, "--run-dir", str(tmp_path / "joined"), "stop.env_steps=3000", *SHORT],
-                            check=False, capture_output=True, text=True, timeout=300)  # RAY_AUTH_MODE=token (fixture)
-    assert joined.returncode == 0, joined.stderr
-    assert json.loads((tmp_path / "joined" / "summary.json").read_text())["env_steps"] >= 3000
