@@ -215,14 +215,13 @@ def test_the_benchs_in_process_stages_step_box_action_envs(algo):
     """`raypex bench`'s in-process rows for a Box action space: env_raw, env_policy and the replay
     costs of --stage priorities (each once assumed Discrete actions and ended the bench with a
     traceback)."""
-    from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
+    from cluster.bench.local_stages import local_rates
     from cluster.config.settings import collector_settings
 
     config = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2"])
-    assert env_raw_steps_per_s("Pendulum-v1", {}, 2, 0.05) > 0
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-    steps_per_s, phases, form = env_policy_steps_per_s(collector_settings(config, spec, 0), 0.05)
-    assert steps_per_s > 0 and form == "numpy" and phases["act"] > 0
+    rates = local_rates(collector_settings(config, spec, 0), 0.05)
+    assert rates.policy > 0 and rates.raw > 0 and rates.form == "numpy" and rates.phases["act"] > 0
     from cluster.bench.priority_costs import replay_costs
 
     small = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2", "replay.capacity=512",

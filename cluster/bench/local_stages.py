@@ -1,37 +1,45 @@
 """The in-process measurements of `raypex bench` (no Ray): the ceilings the distributed rows are
 compared with.
 
-- `env_raw`: steps/s of the configured vector env alone (ALE's own vector env for Atari, without
-  raypex's frame stacking), random actions, no policy.
 - `env_policy`: a real Collector (action selection, env step, n-step folding) whose chunks go
   nowhere: the most one collector process can do.
+- `env_raw`: steps/s of that Collector's vector env alone (ALE's own vector env for Atari, without
+  raypex's frame stacking), random actions, no policy. Stepped after env_policy, not built again:
+  ALE's vector env takes seconds to build and reset (3.1 s for 8 Pong envs on the 2-core box).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from actors.envs import make_raw_vector_env
 from actors.settings import CollectorSettings
 
 
-def env_raw_steps_per_s(env_id: str, env_kwargs: dict, num_envs: int, seconds: float, seed: int = 0) -> float:
-    """Env steps per second (summed over the vector env's envs) with uniformly random actions."""
-    env = make_raw_vector_env(env_id, num_envs, env_kwargs)  # ALE: its vector env alone, no stacking
-    try:
-        env.reset(seed=seed)
-        actions = random_actions(env.single_action_space, num_envs, 64, np.random.default_rng(seed))
-        steps = 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for a in actions:
-                env.step(a)
-            steps += len(actions)
-        return steps * num_envs / (time.perf_counter() - start)
-    finally:
-        env.close()
+@dataclass(frozen=True)
+class LocalRates:
+    """What the in-process stages measured: env_policy's env steps/s, its phase fractions and
+    the form it acted in (dtype, fused or not), and env_raw's env steps/s."""
+
+    policy: float
+    phases: dict[str, float]
+    form: str
+    raw: float
+
+
+def env_raw_steps_per_s(env, seconds: float, seed: int = 0) -> float:
+    """Env steps per second (summed over the envs) of a reset vector env with uniformly random
+    actions."""
+    actions = random_actions(env.single_action_space, env.num_envs, 64, np.random.default_rng(seed))
+    steps = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for a in actions:
+            env.step(a)
+        steps += len(actions)
+    return steps * env.num_envs / (time.perf_counter() - start)
 
 
 def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -56,10 +64,25 @@ def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype))
 
 
-def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple[float, dict[str, float], str]:
-    """Env steps per second of one Collector whose chunks are dropped, its phase fractions and
-    the form it chose to act in (dtype, fused or not). It acts with a network's weights from its
-    first step (a numpy collector would act at random until weights come)."""
+def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
+    """env_policy, then env_raw on the same envs, `seconds` each."""
+    from actors.envs import FrameStackVectorEnv
+    from actors.images import ImageVectorEnv
+
+    collector, rate, phases = _collector_rate(settings, seconds)
+    wrapped = collector.env
+    raw_env = wrapped.env if isinstance(wrapped, FrameStackVectorEnv | ImageVectorEnv) else wrapped
+    try:
+        raw = env_raw_steps_per_s(raw_env, seconds, settings.seed)
+    finally:
+        wrapped.close()
+    return LocalRates(rate, phases, collector.policy.form, raw)
+
+
+def _collector_rate(settings: CollectorSettings, seconds: float):
+    """One Collector whose chunks are dropped, its env steps per second and phase fractions. It
+    acts with a network's weights from its first step (a numpy collector would act at random
+    until weights come)."""
     from actors.collector import PHASES, Collector
     from cluster.hosts.acting_precision import act_precision_for_this_cpu
     from replay.contracts import Weights
@@ -77,4 +100,4 @@ def env_policy_steps_per_s(settings: CollectorSettings, seconds: float) -> tuple
     spent = {p: collector.phase_s[p] - first_phase[p] for p in PHASES}
     total = sum(spent.values()) or 1.0
     phases = {p: t / total for p, t in spent.items()}
-    return (collector.env_steps - first_steps) / elapsed, phases, collector.policy.form
+    return collector, (collector.env_steps - first_steps) / elapsed, phases

@@ -49,7 +49,7 @@ from pathlib import Path
 from actors.device_errors import NoGpuHere
 from cluster.bench.joining import bench_on_a_cluster, checked_address
 from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants
-from cluster.bench.local_stages import env_policy_steps_per_s, env_raw_steps_per_s
+from cluster.bench.local_stages import local_rates
 from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
 from cluster.commands.usage import UsageError, split_positional
 from cluster.config.loading import ConfigError, config_to_yaml, load_config
@@ -176,15 +176,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
     progress.message("bench: env_policy, env_raw (one process, no Ray)")
     try:  # collectors.act_device cuda acts on this process's GPU too (auto: on its CPU, as a CPU node would)
-        policy, policy_phases, policy_precision = env_policy_steps_per_s(collector_settings(config, spec, 0),
-                                                                         plan.local_s)
+        local = local_rates(collector_settings(config, spec, 0), plan.local_s)
     except NoGpuHere as err:  # said before any measuring: env_policy is first
         raise UsageError(str(err)) from None
-    raw = env_raw_steps_per_s(config.env.id, config.env.kwargs, config.env.num_envs, plan.local_s, config.seed)
+    policy, raw = local.policy, local.raw
     rows.append(BenchRow("env_raw", raw, "env steps/s"))
     rows.append(BenchRow.against("env_policy", policy, "env steps/s", raw, None))
-    details["env_policy_phases"] = policy_phases
-    progress.message(f"bench: env_policy acted in {policy_precision}")
+    details["env_policy_phases"] = local.phases
+    progress.message(f"bench: env_policy acted in {local.form}")
 
     bench = bench_on_a_cluster(config, spec, progress, address)
     try:
