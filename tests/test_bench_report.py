@@ -167,3 +167,15 @@ def test_a_process_keeps_its_label_unless_it_was_an_idle_worker_that_now_holds_a
     label_new_processes(labels, {10: "CollectorActor", 11: "EvaluatorActor", 12: "raylet", 13: "CollectorActor"})
     label_new_processes(labels, {10: "worker", 11: "default_worker", 12: "raylet"})  # titles come and go
     assert labels == {10: "CollectorActor-0", 11: "EvaluatorActor-0", 12: "raylet-0", 13: "CollectorActor-1"}
+
+
+def test_the_learner_stage_leaves_bf16_out_only_on_a_cpu_without_bf16_units_and_only_by_default():
+    from cluster.bench.learner_variants import learner_variants
+    from cluster.commands.usage import UsageError
+
+    assert learner_variants("cpu", None, cpu_bf16_units=False) == [("fp32", "off")]
+    assert learner_variants("cpu", None, cpu_bf16_units=True) == [("fp32", "off"), ("bf16", "off")]
+    assert len(learner_variants("cuda", None, cpu_bf16_units=False)) == 6  # the GPU's own units decide there
+    assert learner_variants("cpu", [("bf16", "off")], cpu_bf16_units=False) == [("bf16", "off")]  # asked for
+    with pytest.raises(UsageError, match="'fp16:off' does not run on cpu; there: fp32:off, bf16:off"):
+        learner_variants("cpu", [("fp16", "off")], cpu_bf16_units=False)

@@ -113,6 +113,19 @@ def copy_bandwidth(megabytes: int = 256) -> dict:
     return result
 
 
+def default_precisions(device) -> list[str]:
+    """The precisions the matrix measures unless told: fp16 on CUDA only, bf16 on CUDA or a CPU
+    with bf16 units (said on stderr when left out)."""
+    if device.type == "cuda":
+        return ["fp32", "bf16", "fp16"]
+    from learner.cpu_features import cpu_has_bf16_units
+
+    if cpu_has_bf16_units():
+        return ["fp32", "bf16"]
+    print("bf16 left out: this CPU has no bf16 units (--precisions fp32,bf16 times it anyway)", file=sys.stderr)
+    return ["fp32"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure every requested variant; print a table; optionally write JSON."""
     parser = argparse.ArgumentParser(prog="python -m cluster.bench.learner_matrix", description=__doc__.splitlines()[0])
@@ -120,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")
     parser.add_argument("--shapes", default=None, help="MICROxSTEPS,... (default: the config's)")
-    parser.add_argument("--precisions", default="fp32,bf16,fp16")
+    parser.add_argument("--precisions", default=None,
+                        help="fp32, bf16, fp16, comma-separated (default: those the device runs, without bf16 on "
+                             "a CPU that has no bf16 units: emulated there, 9x slower than fp32)")
     parser.add_argument("--graphs", default="on,off", help="cuda_graphs settings to measure")
     parser.add_argument("--channels-last", default="on", help="on, off or on,off (CNNs on CUDA)")
     parser.add_argument("--compile", default="off", help="on, off or on,off")
@@ -144,11 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     base = learner_settings(config, spec)
+    precisions = args.precisions.split(",") if args.precisions else default_precisions(device)
     if args.copy:
         print("copy GB/s: " + json.dumps({k: round(v, 1) for k, v in copy_bandwidth().items()}), flush=True)
     rows = []
     for micro, steps in shapes:
-        for precision in args.precisions.split(","):
+        for precision in precisions:
             if precision == "fp16" and device.type != "cuda":
                 continue
             for graphs in args.graphs.split(","):

@@ -164,7 +164,13 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.stage == "learner":
         bench = bench_on_a_cluster(config, spec, progress, address)
         try:
-            variants = learner_variants(bench.device, wanted_variants)
+            from learner.cpu_features import cpu_has_bf16_units
+
+            bf16_units = cpu_has_bf16_units()
+            variants = learner_variants(bench.device, wanted_variants, bf16_units)
+            if bench.device != "cuda" and not bf16_units and not wanted_variants:
+                progress.message("bench: bf16 left out: this machine's CPU has no bf16 units, so a learner's "
+                                 "precision auto is fp32 (--variants bf16:off times it anyway)")
             results = bench.learner_variants(variants, plan.learner_s)
         finally:
             bench.leave_cluster()
