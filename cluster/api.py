@@ -27,8 +27,9 @@ from cluster.commands.run_dir import check_writable
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import ConfigError, apply_overrides, apply_values, read_yaml, validate
 from cluster.config.schema import RunConfig
+from cluster.driver.observer import RunObserver
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run import RunObserver, TrainingRun
+from cluster.driver.run import TrainingRun
 from cluster.driver.supervisor import RunFailed
 
 __all__ = ["RunFailed", "RunResult", "RunningRun", "UsageError", "load_policy", "resolve_run_config", "train"]

@@ -40,7 +40,7 @@ def restore_learner_state(learner, state: dict) -> None:
     except RuntimeError as err:  # torch's missing keys, unexpected keys or size mismatches, one per line
         lines = [line.strip() for line in str(err).strip().splitlines()]
         raise ValueError(f"this checkpoint's networks do not fit this run's (other network settings, or saved by a "
-                         f"raypex whose networks differ): {lines[1] if len(lines) > 1 else lines[0]}") from None
+                         f"raypex whose networks differ): {(lines[1] if len(lines) > 1 else lines[0]).rstrip('.')}") from None
     counters = state["counters"]
     learner.updates, learner.epochs, learner.version = counters["updates"], counters["epochs"], counters["version"]
     torch.set_rng_state(state["torch_rng"].cpu())  # loaded with map_location=cuda on a GPU

@@ -16,8 +16,9 @@ from ray import cloudpickle
 
 from actors.envs import inspect_env
 from cluster.config.loading import load_config
+from cluster.driver.observer import RunObserver
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run import RunObserver, TrainingRun
+from cluster.driver.run import TrainingRun
 from cluster.driver.signals import EXIT_INTERRUPTED
 from cluster.driver.wiring import connect, reserve_resources, shutdown
 from cluster.hosts.learner_actor import LearnerActor

@@ -87,9 +87,22 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     assert first["policy_eval_return"] == pytest.approx(max(e.value for e in tags["eval/return_mean"]))
     first_policy = (run / "policy.pt2").read_bytes()
 
+    # A newest checkpoint whose networks this raypex's learner cannot take (an older raypex's, say:
+    # intact, its manifest agrees) is refused once the learner has it, in one line, and the run
+    # directory is left as it was: the final checkpoint of the learner that refused it once
+    # replaced it under the same name.
+    assert len(checkpoints) >= 2
+    with_other_networks(checkpoints[-1])
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    refused = raypex_joined(["train", "--resume", str(run), "stop.env_steps=8000"], joining_environment)
+    said = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and said[-1].startswith(f"raypex: error: --resume {run}: this checkpoint's "
+                                                           "networks do not fit"), refused.stderr[-3000:]
+    assert said[-1].endswith(f"nothing in {run} was changed") and "Traceback" not in refused.stderr
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+
     # Resume from a damaged newest checkpoint (cut short): it falls back to the one before, and
     # counters continue from there; the run goes on to the new stop.
-    assert len(checkpoints) >= 2
     checkpoints[-1].write_bytes(checkpoints[-1].read_bytes()[:1000])
     last = json.loads(checkpoints[-2].with_suffix(".json").read_text())
     resumed = raypex_joined(["train", "--resume", str(run), "stop.env_steps=8000"], joining_environment)
@@ -114,6 +127,26 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     capsys.readouterr()
     assert main(["eval", str(run), "--episodes", "5"]) == 0
     assert re.match(r"mean return \d+\.\d+ over 5 episodes", capsys.readouterr().out)
+
+
+def with_other_networks(checkpoint: Path) -> None:
+    """Rewrite a DQN checkpoint so that its first layer has 3 units, with a manifest that agrees
+    (size and SHA-256): intact, but of networks the run's learner does not build."""
+    import hashlib
+    import io
+
+    import torch
+
+    state = torch.load(checkpoint, weights_only=False)
+    first = next(key for key in state["online"] if key.endswith("weight"))
+    state["online"][first] = torch.zeros(3, *state["online"][first].shape[1:])
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    checkpoint.write_bytes(buffer.getvalue())
+    manifest = checkpoint.with_suffix(".json")
+    written = json.loads(manifest.read_text())
+    written.update(learner_bytes=len(buffer.getvalue()), learner_sha256=hashlib.sha256(buffer.getvalue()).hexdigest())
+    manifest.write_text(json.dumps(written))
 
 
 def train_on_three_one_cpu_nodes(run: Path, *overrides: str) -> int:

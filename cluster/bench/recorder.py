@@ -8,7 +8,8 @@ import time
 import psutil
 import ray
 
-from cluster.driver.run import RunObserver, TrainingRun
+from cluster.driver.observer import RunObserver
+from cluster.driver.run import TrainingRun
 from cluster.driver.wiring import RunActors
 
 

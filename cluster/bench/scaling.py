@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cluster.driver.run import RunObserver
+from cluster.driver.observer import RunObserver
 
 SCALING_OVERRIDES = ["collectors.num_cpus=0.03", "learner.num_cpus=0.5", "env.num_envs=4",
                      "stop.eval_return=null", "stop.env_steps=10000000000", "eval.every_epochs=1000000"]

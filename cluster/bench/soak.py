@@ -20,8 +20,8 @@ from pathlib import Path
 from cluster.bench.report import BenchRow
 from cluster.config.loading import with_overrides
 from cluster.driver import reaper
+from cluster.driver.observer import RunObserver
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable
-from cluster.driver.run import RunObserver
 
 SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
 SAMPLES_PER_END = 3

@@ -90,6 +90,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     from cluster.driver.address import ConnectError, connect_error_line
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.run import TrainingRun
+    from cluster.driver.supervisor import CheckpointRefused
     from cluster.driver.versions import VersionMismatch
     from cluster.driver.wiring import (
         check_local_cluster_holds,
@@ -127,6 +128,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         actors = None if started_local else start_checked_actors(run_config, spec, group, device, startup)
         run_dir.mkdir(parents=True, exist_ok=True)
         config_text = config_to_yaml(config)
+        found_config = (run_dir / "config.yaml").read_bytes() if resume else None
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         run = TrainingRun(run_config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
@@ -138,6 +140,9 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         return code, summary
     except (PlacementError, VersionMismatch) as err:
         raise UsageError(str(err)) from None
+    except CheckpointRefused as err:  # found by the learner, once Ray was up: the directory goes back as it was
+        atomic_write(run_dir / "config.yaml", found_config)
+        raise UsageError(f"--resume {run_dir}: {err}; nothing in {run_dir} was changed") from None
     finally:
         if started_local:
             shutdown()

@@ -17,6 +17,19 @@ from __future__ import annotations
 import ray
 
 from cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
+from cluster.driver.supervisor import CheckpointRefused
+
+
+def warmed_up(warmup_ref, restoring: bool) -> dict:
+    """The learner's answer to `warmup`; CheckpointRefused when the checkpoint it was given to
+    restore does not fit it (restore_learner_state's one-line ValueError)."""
+    try:
+        return ray.get(warmup_ref)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if restoring and isinstance(cause, ValueError):
+            raise CheckpointRefused(str(cause).strip().splitlines()[0]) from None
+        raise
 
 
 class LearnerRevival:

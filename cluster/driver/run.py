@@ -26,13 +26,14 @@ from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.metrics import RunMetrics
+from cluster.driver.observer import RunObserver
 from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
-from cluster.driver.revival import LearnerRevival, restore_replay
+from cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
 from cluster.driver.signals import exit_code, signal_name
 from cluster.driver.startup import StartupTimeline
-from cluster.driver.supervisor import CollectorSupervisor, RunFailed, describe_failure
+from cluster.driver.supervisor import CheckpointRefused, CollectorSupervisor, RunFailed, describe_failure
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
@@ -41,19 +42,6 @@ from cluster.hosts.learner_actor import LearnerActor
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
-
-
-class RunObserver:
-    """Watches a run from the driver (bench recorders, the Python API); hooks do nothing by default."""
-
-    def after_poll(self, run: TrainingRun) -> None:
-        """Called after every poll of the actors' counters (a few times a second)."""
-
-    def before_finish(self, run: TrainingRun) -> None:
-        """Called once learning has ended, before the collectors stop and the final files."""
-
-    def after_epoch(self, run: TrainingRun, epoch: int, scalars: dict[str, float]) -> None:
-        """Called after each epoch's metrics were recorded (`scalars`: its TensorBoard scalars)."""
 
 
 class TrainingRun:
@@ -100,6 +88,10 @@ class TrainingRun:
         try:
             self._start()
             self._loop()
+        except CheckpointRefused:  # no final files: they would replace the checkpoint it refused
+            self.actors.kill_all()
+            self.tb.discard()
+            raise
         except KeyboardInterrupt as caught:
             interrupt = caught
             self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
@@ -145,7 +137,7 @@ class TrainingRun:
         # until the learner publishes): replay reaches min_size while the learner warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
-        self.metrics.startup.learner(info := ray.get(warmup))
+        self.metrics.startup.learner(info := warmed_up(warmup, restoring=state is not None))
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready

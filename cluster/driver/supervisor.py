@@ -19,6 +19,11 @@ class RunFailed(Exception):
     """The run cannot go on (a collector keeps dying, the learner died); one-line message."""
 
 
+class CheckpointRefused(Exception):
+    """The learner could not restore the checkpoint a resume gave it (networks of other shapes:
+    saved by a raypex whose networks differ); one-line message. Nothing of the run is written."""
+
+
 def describe_failure(err: Exception, role_of) -> str:
     """One line for an error that ends the run: which actor died, or the error's first line.
 

@@ -22,7 +22,9 @@ class TensorBoardLog:
 
     def __init__(self, log_dir: Path, flush_secs: float = 5.0):
         log_dir.mkdir(parents=True, exist_ok=True)
+        earlier = set(log_dir.glob("events.out.tfevents.*"))
         self._writer = EventFileWriter(str(log_dir), flush_secs=flush_secs)
+        self._files = set(log_dir.glob("events.out.tfevents.*")) - earlier  # this writer's own
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         """Write several scalars at one global step (env steps)."""
@@ -50,3 +52,10 @@ class TensorBoardLog:
     def close(self) -> None:
         """Flush and close the event file."""
         self._writer.close()
+
+    def discard(self) -> None:
+        """Close and delete this writer's event file (a resume refused once Ray was up leaves the
+        run directory as it found it)."""
+        self._writer.close()
+        for path in self._files:
+            path.unlink(missing_ok=True)
