@@ -48,7 +48,7 @@ from pathlib import Path
 
 from actors.device_errors import NoGpuHere
 from cluster.bench.joining import bench_on_a_cluster, checked_address
-from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants
+from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants, runnable_variants
 from cluster.bench.local_stages import local_rates
 from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
 from cluster.commands.usage import UsageError, split_positional
@@ -166,9 +166,8 @@ def run_bench(args: argparse.Namespace) -> int:
         try:
             from learner.cpu_features import cpu_has_bf16_units
 
-            bf16_units = cpu_has_bf16_units()
-            variants = learner_variants(bench.device, wanted_variants, bf16_units)
-            if bench.device != "cuda" and not bf16_units and not wanted_variants:
+            variants = learner_variants(bench.device, wanted_variants, cpu_has_bf16_units())
+            if len(variants) < len(runnable_variants(bench.device)) and not wanted_variants:  # it left bf16 out
                 progress.message("bench: bf16 left out: this machine's CPU has no bf16 units, so a learner's "
                                  "precision auto is fp32 (--variants bf16:off times it anyway)")
             results = bench.learner_variants(variants, plan.learner_s)
