@@ -395,7 +395,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         ".ci/run", "python3 -m venv .ci-venv", "its first step, as `.ci-venv`, then `source .ci-venv/bin/activate`"),
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": NotRun(
         "CI reaches PyPI only; .ci/run pins this machine's CPU torch with .ci/constraints.txt instead"),
-    'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"', "installs this, with .ci/constraints.txt"),
+    'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"',
+                                      "installs the same requirements with uv pip, and .ci/constraints.txt"),
     "raypex train configs/cartpole.yaml": Run(check=solved_on_a_cluster_of_its_own, own_cluster=True),
     "raypex configs": Run(check=configs_listed),
     "raypex config show pong collectors.num=4": Run(check=config_shown),
