@@ -16,6 +16,7 @@ torch; `obs[None]` through "model" is the public way).
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +41,42 @@ class _OneObservation(nn.Module):
 OUTPUTS_FILE = "raypex_outputs"  # an extra file of the archive: "q_values" (dqn) or "actions" (td3, sac)
 
 
+_warming: threading.Thread | None = None  # warm_exporter's thread, in this process
+
+
+def warm_exporter() -> None:
+    """Start importing what torch.export needs on a thread of its own, and return at once.
+
+    torch.export's first use in a process imports torch._dynamo and sympy, 1.9 s here (later
+    exports take 0.15 s). A run's end calls this as the learner stops, so that import runs while the
+    last epoch ends and the final evaluation runs. Imports only: an export traced on this thread
+    while the learner's own thread still trains or saves could see tracing's patched torch."""
+    global _warming
+    if _warming is None:
+        _warming = threading.Thread(target=_import_exporter, name="warm-exporter", daemon=True)
+        _warming.start()
+
+
+def _import_exporter() -> None:
+    import torch.export._trace  # noqa: F401  (torch._dynamo, sympy)
+
+    try:
+        from torch.export.pt2_archive._package import package_pt2  # noqa: F401
+    except ImportError:
+        pass
+
+
 def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values") -> bytes:
     """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode) whose output is
     `outputs`: Q-values (dqn) or actions in the env's units (td3, sac). With a torch older than the
     multi-program archive, the batch program alone (`load_policy` still takes one observation;
     a Q-values program is assumed)."""
+    if _warming is not None:
+        _warming.join()  # Python's import lock would wait too; this says so
+    return _export_archive(network, obs_shape, outputs)
+
+
+def _export_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values") -> bytes:
     batch = torch.export.Dim("batch", min=1)
     batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
     buffer = io.BytesIO()

@@ -8,11 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from learner import policy_file
 from learner.cpu_features import bf16_units_in, cpu_has_bf16_units
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
-from learner.policy_file import PolicyFileError, load_policy
+from learner.policy_file import PolicyFileError, export_policy_archive, load_policy
 from learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from learner.settings import LearnerSettings
 from learner.throughput import CycledFeed
@@ -312,6 +313,22 @@ def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports(tmp_path):
     path.write_bytes(learner.export_policy())
     single = load_policy(path).q_values(frames[2].to(torch.uint8).numpy())  # one uint8 stack, as the env gives
     torch.testing.assert_close(single, expected[2])
+
+
+def test_the_exporter_warmed_on_a_thread_is_started_once_and_waited_for_by_the_export(tmp_path):
+    """What a run's end does (LearnerActor.warm_exporter, then export_policy): the warm-up runs on
+    one thread however often it is asked for, and the export after it writes a policy that acts."""
+    policy_file.warm_exporter()
+    thread = policy_file._warming
+    policy_file.warm_exporter()
+    assert thread is not None and policy_file._warming is thread
+    network = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    path = tmp_path / "policy.pt2"
+    path.write_bytes(export_policy_archive(network, (4,)))
+    assert not thread.is_alive()
+    obs = torch.randn(4)
+    with torch.inference_mode():
+        torch.testing.assert_close(load_policy(path).q_values(obs.numpy()), network(obs[None])[0])
 
 
 def scaled_step(learner: Learner) -> tuple[UpdateStep, DeviceLossScale]:

@@ -37,6 +37,8 @@ def finish_run(run, new_work: bool) -> None:
     # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
     # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
     run.actors.learner.request_stop.remote()
+    if run.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
+        run.actors.learner.warm_exporter.remote()
     run.supervisor.stop()
     run.collect_end = time.time()
     run.supervisor.wait_stopped()

@@ -107,6 +107,14 @@ class LearnerActor:
         at once (served on its own thread, so it does not queue behind those epochs)."""
         self.learner.request_stop()
 
+    @ray.method(concurrency_group="control")
+    def warm_exporter(self) -> None:
+        """Start importing torch.export's modules on a thread while the run ends (learner/policy_file.py):
+        `export_policy`, after the final checkpoint and evaluation, then skips most of its first use."""
+        from learner.policy_file import warm_exporter
+
+        warm_exporter()
+
     # -- training -----------------------------------------------------------------------------
     def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
         """Restore a checkpoint if given, warm the networks up, publish the starting weights.
