@@ -465,7 +465,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex bench configs/cartpole.yaml --stage startup": Run(
         "--quick --json startup.json", "one run of three; rows read back", check=startup_measured, own_cluster=True),
     "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(
-        "--soak 0.25 replay.capacity=300 --json soak.json", "15 seconds, replay full after a few",
+        "--soak 0.2 replay.capacity=300 --json soak.json", "12 seconds, replay full after a few",
         check=soak_measured),
     "python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
         "--seeds 1", "one seed of ten", check=lockstep_solved),
