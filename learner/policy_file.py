@@ -73,10 +73,6 @@ def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], output
     a Q-values program is assumed)."""
     if _warming is not None:
         _warming.join()  # Python's import lock would wait too; this says so
-    return _export_archive(network, obs_shape, outputs)
-
-
-def _export_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values") -> bytes:
     batch = torch.export.Dim("batch", min=1)
     batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
     buffer = io.BytesIO()
