@@ -2,7 +2,8 @@
 kill -9 of a collector, the evaluator, the learner (which holds the replay), and the driver itself.
 
 Each test starts the real command, waits for a line it prints, joins its Ray cluster to kill one
-actor's process, and checks how the run ended: what it printed, its exit code, summary.json.
+actor's process, and checks how the run ended: what it printed, its exit code, summary.json. One
+drives the driver's evaluation scheduler itself against an evaluator that Ray restarts slowly.
 """
 
 import contextlib
@@ -19,6 +20,7 @@ import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.reaper import cluster_processes, still_running
 
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
@@ -175,6 +177,55 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
     assert result["env_steps"] == sum(result["replay_inserted_per_shard"]), result
     axis = env_step_axis(run.run_dir)
     assert axis == sorted(axis), "the env-step axis went backwards"
+
+
+@ray.remote(max_restarts=-1)
+class SlowToRestartEvaluator:
+    """An evaluator whose restart takes seconds, as a real one's does on a busy 2-core box."""
+
+    def __init__(self):
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            time.sleep(3)  # the restart's slowness, not synchronization: nothing waits on it
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def evaluate(self, weights, give_up=None, record=False) -> dict:
+        return {"weights": weights, "pid": os.getpid()}
+
+
+def test_an_evaluation_due_while_the_evaluator_restarts_waits_for_the_new_process(kept_up_ray):
+    """The evaluator killed: the evaluation it ran is lost, and the next one is not started while
+    Ray restarts it (Ray refuses calls to a restarting actor at once: it would be lost too), but
+    goes to the new process once that is up; so is the run's final evaluation."""
+    ray.init(address=kept_up_ray, namespace=f"restart-{uuid.uuid4().hex[:8]}")
+    try:
+        evaluator = SlowToRestartEvaluator.remote()
+        first = ray.get(evaluator.pid.remote())
+        weights = ray.put("weights v1")
+        evaluations = EvaluationScheduler(evaluator, every_epochs=1, give_up=None, newest_weights=lambda: weights)
+        os.kill(first, signal.SIGKILL)
+        evaluations.on_epoch(1)
+        evaluations.maybe_start()  # sent to the dead process: lost
+        assert evaluations.take() == (None, weights) and evaluations.lost == 1
+        evaluations.on_epoch(2)
+        evaluations.maybe_start()
+        assert evaluations.pending is None  # not started while the evaluator restarts
+        deadline = time.monotonic() + 60
+        while evaluations.pending is None:
+            assert time.monotonic() < deadline, "the due evaluation never started"
+            time.sleep(0.05)  # the driver loop's pace; the loop ends on the scheduler's own state
+            evaluations.maybe_start()
+        result, _ = evaluations.take()
+        assert result["weights"] == "weights v1" and result["pid"] != first and evaluations.lost == 1
+        os.kill(result["pid"], signal.SIGKILL)
+        evaluations.on_epoch(3)
+        evaluations.maybe_start()
+        assert evaluations.take()[0] is None and evaluations.lost == 2
+        final = evaluations.evaluate_now(weights)  # waits for the restart, then runs
+        assert final is not None and final["pid"] not in (first, result["pid"]) and evaluations.lost == 2
+    finally:
+        ray.shutdown()
 
 
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):

@@ -9,7 +9,9 @@ runs to the end so eval/return_mean keeps a curve, and every `eval.video_every`-
 the end and records its first episode's pictures for the run's video.
 
 Evaluation is optional to training: when the evaluator dies, Ray restarts it (wiring.py) and the
-evaluation it was running is lost, counted in `lost`; the next one goes to the new process.
+evaluation it was running is lost, counted in `lost`; the next one waits until the new process is
+up. Ray refuses a call made while the actor restarts (ActorUnavailableError, at once), so an
+evaluation started then would be lost too: on a busy 2-core box a restart takes seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ FULL_EVAL_EVERY = 5
 # An evaluation is lost when the evaluator dies during it, or when the object holding its
 # weights was lost (the node that held it died).
 LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
+EVALUATOR_BACK_S = 60  # the run's final evaluation waits this long for a restarting evaluator
 
 
 class EvaluationScheduler:
@@ -39,6 +42,7 @@ class EvaluationScheduler:
         self.lost = 0  # evaluations lost to the evaluator's death
         self._due = False
         self._in_flight: tuple | None = None  # (result ref, weights ref)
+        self._evaluator_back = None  # after a loss: a ref answered once the evaluator is up again
 
     @property
     def pending(self):
@@ -53,7 +57,7 @@ class EvaluationScheduler:
 
     def maybe_start(self) -> None:
         """Start the due evaluation on the newest weights, if none is running."""
-        if self._due and self._in_flight is None and self.published:
+        if self._due and self._in_flight is None and self.published and self._evaluator_up(timeout_s=0):
             weights_ref = self.newest_weights()
             record = self.video_every > 0 and self.started % self.video_every == 0
             give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None
@@ -71,7 +75,17 @@ class EvaluationScheduler:
     def evaluate_now(self, weights_ref) -> dict | None:
         """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
         when the evaluator died during it, or the learner had no weights to give."""
+        self._evaluator_up(timeout_s=EVALUATOR_BACK_S)
         return self._result(self.evaluator.evaluate.remote(weights_ref))
+
+    def _evaluator_up(self, timeout_s: float) -> bool:
+        """Whether the evaluator answers calls: False while Ray still restarts it after a loss."""
+        if self._evaluator_back is not None:
+            ready, _ = ray.wait([self._evaluator_back], timeout=timeout_s)
+            if not ready:
+                return False
+            self._evaluator_back = None
+        return True
 
     def _result(self, result_ref) -> dict | None:
         # None from the evaluator: the weights ref was answered by a learner Ray had just restarted
@@ -82,6 +96,9 @@ class EvaluationScheduler:
             result = None
         if result is None:
             self.lost += 1
+            # Ray retries the readiness call until the restarted process answers it; a call that
+            # fails at once (the evaluator is gone for good) ends the wait too.
+            self._evaluator_back = self.evaluator.__ray_ready__.options(max_task_retries=-1).remote()
         return result
 
     def forget_weights(self) -> None:
