@@ -1,6 +1,6 @@
-"""One local Ray cluster kept up for the whole test session, which runs join through
-RAYPEX_ADDRESS as README's "many short runs" advice has users do: each run then skips a local
-cluster's start (5 s on a slow 2-core box) and its shutdown.
+"""One local Ray cluster kept up for the whole test session (one in each pytest-xdist worker), which
+runs join through RAYPEX_ADDRESS as README's "many short runs" advice has users do: each run then
+skips a local cluster's start (5 s on a slow 2-core box) and its shutdown.
 
 Runs that test a local cluster's own start, end, signals or processes do not join it; they
 start their own as `raypex train` does without an address. Only runs in processes of their own
@@ -79,8 +79,17 @@ def kept_up_cluster(num_cpus: int) -> Iterator[str]:
         # group; nothing is left to save, so they are killed at once (a SIGTERM took 33 s).
         os.killpg(head.pid, signal.SIGKILL)
         head.wait()
-        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
+        # `ray start` leaves it behind, and plain ray.init() would follow it; the other worker's
+        # cluster may have written it after this one did
+        if not address_file_existed or _names_port(address_file, port):
             address_file.unlink(missing_ok=True)
+
+
+def _names_port(address_file: Path, port: int) -> bool:
+    try:
+        return address_file.read_text().strip().endswith(f":{port}")
+    except FileNotFoundError:
+        return False
 
 
 def raypex_joined(args: list[str], joining: dict[str, str], env: dict[str, str] | None = None,
