@@ -471,7 +471,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "--seeds 1", "one seed of ten", check=lockstep_solved),
     "python -m cluster.bench.scaling --pairs 2,8,16,32 --seconds 40": Run(
         "--pairs 1,2 --seconds 1 --json scaling.json", "32 pairs need more than 2 cores", check=scaling_measured),
-    "python -m pytest -q": Elsewhere(".ci/run", "python -m pytest -q", "CI's own command; this test is one of its"),
+    "python -m pytest -q -n 2 --dist loadfile": Elsewhere(".ci/run", "python -m pytest -q -n 2 --dist loadfile",
+                                                          "CI's own command; this test is one of its"),
     "raypex train configs/breakout.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32": Run(
         SHORTER, HOURS, check=trained_until_stopped("ALE/Breakout-v5")),
     "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32": Elsewhere(
