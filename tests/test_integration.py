@@ -199,6 +199,28 @@ def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
     assert not run.exists() and not ray.is_initialized()
 
 
+def test_a_joined_cluster_with_other_software_is_refused_in_one_line(tmp_path, capsys, monkeypatch, kept_up_ray):
+    """`raypex train` and `raypex bench` joining a cluster whose nodes run another torch release
+    than the driver: one line naming the node and what differs, exit 2, nothing written. The
+    driver's release is changed here; the nodes' probes report what they really run."""
+    from cluster.driver import versions
+
+    real_release = versions._release
+    monkeypatch.setattr(versions, "_release", lambda name: "0.0.1" if name == "torch" else real_release(name))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the kept-up cluster's, read again by ray.init
+    differs = r"raypex: error: node \S+ has torch \S+ \(the driver has 0\.0\.1\); install the same versions on every node"
+    run = tmp_path / "run"
+    assert main(["train", "--address", kept_up_ray, "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(differs, err[-1]), err
+    assert not run.exists() and not ray.is_initialized()
+    bench_json = tmp_path / "bench.json"
+    assert main(["bench", "--stage", "learner", "--address", kept_up_ray, "--json", str(bench_json)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(differs, err[-1]), err
+    assert not bench_json.exists() and not ray.is_initialized()
+
+
 def _blocked_signals(pid: int) -> set[int]:
     status = Path(f"/proc/{pid}/status").read_text()
     mask = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.MULTILINE).group(1), 16)

@@ -34,11 +34,13 @@ def bench_on_a_cluster(config, spec, progress: ProgressLine, address: str | None
     """A ClusterBench for the device `raypex train` would choose, on a fresh local Ray cluster or
     (`address`) on the cluster there. UsageError, with Ray left again, when the address does not
     answer or the config asks for a device or more CPUs than the cluster has: said before any
-    stage runs, not when the first one asks Ray for them."""
+    stage runs, not when the first one asks Ray for them. On a joined cluster every node's software
+    is checked against this process's first, as `raypex train` checks it (cluster/driver/versions.py)."""
     from cluster.bench.ray_stages import ClusterBench
     from cluster.driver.address import ConnectError
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.placement import PlacementError, check_fits
+    from cluster.driver.versions import VersionMismatch, ask_every_node_versions, check_node_versions
     from cluster.driver.wiring import (
         check_local_cluster_holds,
         cluster_gpus,
@@ -59,11 +61,13 @@ def bench_on_a_cluster(config, spec, progress: ProgressLine, address: str | None
         raise UsageError(str(err)) from None
     leave = shutdown if started_local else disconnect
     try:
+        if not started_local:
+            check_node_versions(ask_every_node_versions())
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
         nodes = node_resources()
         config = with_act_device(config, choose_act_device(config, nodes, device, len(spec.obs_shape) == 3, progress))
         check_fits(resource_request(config, device), nodes)
-    except PlacementError as err:
+    except (PlacementError, VersionMismatch) as err:
         leave()
         raise UsageError(str(err)) from None
     return ClusterBench(config, spec, progress, device, leave)

@@ -3,10 +3,11 @@ actors, against the driver's.
 
 Checked when joining a cluster (`--address`, or a Ray job), with one small task pinned to each node
 the placement uses: asked before the actors, read while they start (0.35 s sooner to the first env
-step, BENCHMARKS.md), and before the run directory exists. A node set up differently is then one
-line naming it and what differs (its actors killed), instead of actors that fail to unpickle their
-arguments, or load weights of another shape, minutes into the run. torch is compared by release
-(a CPU build and a CUDA build of one release load each other's weights).
+step, BENCHMARKS.md), and before the run directory exists; the bench asks every live node before
+its first stage. A node set up differently is then one line naming it and what differs (its
+actors killed), instead of actors that fail to unpickle their arguments, or load weights of another
+shape, minutes into the run. torch is compared by release (a CPU build and a CUDA build of one
+release load each other's weights).
 """
 
 from __future__ import annotations
@@ -59,6 +60,16 @@ def ask_node_versions(reservation) -> dict:
     node_ids: set[str] = set()
     for group in (reservation.learner, reservation.pairs):
         node_ids |= set(placement_group_table(group)["bundles_to_node_id"].values())
+    return _ask(node_ids)
+
+
+def ask_every_node_versions() -> dict:
+    """The version probe sent to every live node of the cluster (the bench, whose stages each
+    reserve their own nodes), for `check_node_versions`."""
+    return _ask({n["NodeID"] for n in ray.nodes() if n["Alive"]})
+
+
+def _ask(node_ids: set[str]) -> dict:
     probe = ray.remote(num_cpus=0, max_retries=0)(software_versions)
     return {node_id: probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
             for node_id in node_ids}
