@@ -199,33 +199,42 @@ def test_an_evaluation_due_while_the_evaluator_restarts_waits_for_the_new_proces
     Ray restarts it (Ray refuses calls to a restarting actor at once: it would be lost too), but
     goes to the new process once that is up; so is the run's final evaluation."""
     ray.init(address=kept_up_ray, namespace=f"restart-{uuid.uuid4().hex[:8]}")
+    # Detached: owned by the GCS, not by this process. A local cluster an earlier test started in
+    # this process leaves its token authentication in the process's Ray, which then refuses the
+    # GCS's questions about actors it owns, and the GCS destroys them at once.
+    evaluator = SlowToRestartEvaluator.options(lifetime="detached").remote()
     try:
-        evaluator = SlowToRestartEvaluator.remote()
-        first = ray.get(evaluator.pid.remote())
-        weights = ray.put("weights v1")
-        evaluations = EvaluationScheduler(evaluator, every_epochs=1, give_up=None, newest_weights=lambda: weights)
-        os.kill(first, signal.SIGKILL)
-        evaluations.on_epoch(1)
-        evaluations.maybe_start()  # sent to the dead process: lost
-        assert evaluations.take() == (None, weights) and evaluations.lost == 1
-        evaluations.on_epoch(2)
-        evaluations.maybe_start()
-        assert evaluations.pending is None  # not started while the evaluator restarts
-        deadline = time.monotonic() + 60
-        while evaluations.pending is None:
-            assert time.monotonic() < deadline, "the due evaluation never started"
-            time.sleep(0.05)  # the driver loop's pace; the loop ends on the scheduler's own state
-            evaluations.maybe_start()
-        result, _ = evaluations.take()
-        assert result["weights"] == "weights v1" and result["pid"] != first and evaluations.lost == 1
-        os.kill(result["pid"], signal.SIGKILL)
-        evaluations.on_epoch(3)
-        evaluations.maybe_start()
-        assert evaluations.take()[0] is None and evaluations.lost == 2
-        final = evaluations.evaluate_now(weights)  # waits for the restart, then runs
-        assert final is not None and final["pid"] not in (first, result["pid"]) and evaluations.lost == 2
+        evaluations_wait_for_the_restarted_evaluator(evaluator)
     finally:
+        ray.kill(evaluator, no_restart=True)
         ray.shutdown()
+
+
+def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
+    """The test's steps, in this process joined to the kept-up cluster."""
+    first = ray.get(evaluator.pid.remote())
+    weights = ray.put("weights v1")
+    evaluations = EvaluationScheduler(evaluator, every_epochs=1, give_up=None, newest_weights=lambda: weights)
+    os.kill(first, signal.SIGKILL)
+    evaluations.on_epoch(1)
+    evaluations.maybe_start()  # sent to the dead process: lost
+    assert evaluations.take() == (None, weights) and evaluations.lost == 1
+    evaluations.on_epoch(2)
+    evaluations.maybe_start()
+    assert evaluations.pending is None  # not started while the evaluator restarts
+    deadline = time.monotonic() + 60
+    while evaluations.pending is None:
+        assert time.monotonic() < deadline, "the due evaluation never started"
+        time.sleep(0.05)  # the driver loop's pace; the loop ends on the scheduler's own state
+        evaluations.maybe_start()
+    result, _ = evaluations.take()
+    assert result["weights"] == "weights v1" and result["pid"] != first and evaluations.lost == 1
+    os.kill(result["pid"], signal.SIGKILL)
+    evaluations.on_epoch(3)
+    evaluations.maybe_start()
+    assert evaluations.take()[0] is None and evaluations.lost == 2
+    final = evaluations.evaluate_now(weights)  # waits for the restart, then runs
+    assert final is not None and final["pid"] not in (first, result["pid"]) and evaluations.lost == 2
 
 
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
