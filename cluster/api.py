@@ -30,7 +30,7 @@ from cluster.config.schema import RunConfig
 from cluster.driver.observer import RunObserver
 from cluster.driver.progress import ProgressLine
 from cluster.driver.run import TrainingRun
-from cluster.driver.supervisor import RunFailed
+from cluster.driver.run_errors import RunFailed
 
 __all__ = ["RunFailed", "RunResult", "RunningRun", "UsageError", "load_policy", "resolve_run_config", "train"]
 

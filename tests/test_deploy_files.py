@@ -18,8 +18,9 @@ from cluster.commands.usage import split_positional
 from cluster.config.loading import load_config
 from cluster.config.schema import RunConfig
 from cluster.driver.devices import choose_act_device, with_act_device
-from cluster.driver.placement import PlacementError, ResourceRequest, check_fits
+from cluster.driver.placement import ResourceRequest, check_fits
 from cluster.driver.progress import ProgressLine
+from cluster.driver.run_errors import PlacementError
 from cluster.driver.wiring import resource_request
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -78,10 +78,22 @@ def solved(ran: Ran) -> dict:
 
 def solved_on_a_cluster_of_its_own(ran: Ran) -> None:
     """The first line: solved on a local cluster it started, though RAY_ADDRESS named the one
-    `ray start` left running on the machine."""
-    solved(ran)
+    `ray start` left running on the machine; it trained from its first second, in the head start
+    (cluster/local/head_start.py), and the learner actor went on from there."""
+    result = solved(ran)
     ran_on = json.loads((the_run(ran) / "placement.json").read_text())["ray_address"]
     assert ran_on.rpartition(":")[2] != ran.ray_address.rpartition(":")[2], (ran_on, ran.ray_address)
+    head, start = result["head_start"], result["startup_s"]
+    assert head["updates"] > 0 and 0 < head["env_steps"] <= result["env_steps"], head
+    assert f"head start: {head['updates']} updates on {head['env_steps']} env steps" in ran.err, ran.err[-3000:]
+    # it stepped before Ray was up and updated before the learner actor was built, which took over then
+    assert start["first_env_step"] < start["ray_connected"] and start["first_update"] < start["learner_constructed"], start
+    assert start["learner_constructed"] <= start["handed_over"] <= start["learner_warmed_up"], start
+    assert result["epochs"] > head["epochs"]
+    losses = EventAccumulator(str(the_run(ran) / "tensorboard"), size_guidance={"scalars": 0})
+    losses.Reload()
+    steps = [event.step for event in losses.Scalars("losses/td_loss")]
+    assert steps[0] <= head["env_steps"] < steps[-1], (steps[:3], head)  # its curve, then the learner actor's
 
 
 def configs_listed(ran: Ran) -> None:

@@ -39,7 +39,8 @@ def bench_on_a_cluster(config, spec, progress: ProgressLine, address: str | None
     from cluster.bench.ray_stages import ClusterBench
     from cluster.driver.address import ConnectError
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
-    from cluster.driver.placement import PlacementError, check_fits
+    from cluster.driver.placement import check_fits
+    from cluster.driver.run_errors import PlacementError
     from cluster.driver.versions import VersionMismatch, ask_every_node_versions, check_node_versions
     from cluster.driver.wiring import (
         check_local_cluster_holds,

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_configs(args)
         if args.command == "bench":
             from cluster.commands.bench import run_bench
-            from cluster.driver.supervisor import RunFailed
+            from cluster.driver.run_errors import RunFailed
 
             try:
                 return run_bench(args)

@@ -23,11 +23,11 @@ from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml,
 from cluster.config.schema import RunConfig, config_warnings
 from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_write
-from cluster.driver.placement import PlacementError
 from cluster.driver.progress import ProgressLine
+from cluster.driver.run_errors import CheckpointRefused, PlacementError, RunFailed
 from cluster.driver.signals import install_stop_signals
 from cluster.driver.startup import StartupTimeline
-from cluster.driver.supervisor import RunFailed
+from cluster.local.head_start import maybe_head_start
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
@@ -87,10 +87,18 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
 
+    code_dir = code_to_ship(config.env.id)
+    from_variable = address is None and (address := kept_up_address()) is not None
+    if from_variable:
+        progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
+    elif address is None and (address := ray_job_address()) is not None:
+        progress.message(f"inside a Ray job: joining its cluster at {address}")
+        code_dir = None  # the job's own working directory (ray job submit --working-dir) is the actors' already
+    # Before Ray is imported here: the fork shares this process's imports, and Ray's import is 0.4 s.
+    head_start = maybe_head_start(config, spec, address is None, resume is not None, progress.message)
     from cluster.driver.address import ConnectError, connect_error_line
     from cluster.driver.devices import choose_act_device, choose_device, with_act_device
     from cluster.driver.run import TrainingRun
-    from cluster.driver.supervisor import CheckpointRefused
     from cluster.driver.versions import VersionMismatch
     from cluster.driver.wiring import (
         check_local_cluster_holds,
@@ -102,21 +110,18 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         shutdown,
     )
 
-    code_dir = code_to_ship(config.env.id)
-    from_variable = address is None and (address := kept_up_address()) is not None
-    if from_variable:
-        progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
-    elif address is None and (address := ray_job_address()) is not None:
-        progress.message(f"inside a Ray job: joining its cluster at {address}")
-        code_dir = None  # the job's own working directory (ray job submit --working-dir) is the actors' already
     if code_dir is not None:
         progress.message(f"env.id {config.env.id}: {code_dir} goes to every actor as its working directory")
     try:
         if address is None:
             check_local_cluster_holds(config)
         started_local = connect(address, code_dir)
-    except (ConnectError, PlacementError) as err:
-        raise UsageError(connect_error_line(err, from_variable)) from None
+    except BaseException as err:
+        if head_start is not None:
+            head_start.close()
+        if isinstance(err, (ConnectError, PlacementError)):
+            raise UsageError(connect_error_line(err, from_variable)) from None
+        raise
     startup.mark("ray_connected", time.time())
     install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:
@@ -132,7 +137,8 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         atomic_write(run_dir / "config.yaml", config_text.encode())
         progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         run = TrainingRun(run_config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup, actors=actors)
+                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup, actors=actors,
+                          head_start=head_start)
         code = run.execute(config_text)
         written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
         summary = json.loads(written.read_text()) if written.is_file() else run.summary()
@@ -144,6 +150,8 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         atomic_write(run_dir / "config.yaml", found_config)
         raise UsageError(f"--resume {run_dir}: {err}; nothing in {run_dir} was changed") from None
     finally:
+        if head_start is not None:
+            head_start.close()
         if started_local:
             shutdown()
         else:

@@ -116,8 +116,13 @@ class LearnerConfig(Section):
     cuda_graphs: Literal["auto", "on", "off"] = Field(
         "auto", description="Capture the whole update as one CUDA graph during warm-up; auto = on for CUDA."
     )
+    head_start: Literal["auto", "off"] = Field(
+        "auto", description="auto: a run that starts its own local cluster, with flat observations, trains in a "
+        "process forked from the driver while Ray and the actors start, then hands the learner its state and replay."
+    )
 
     _cuda_graphs_on_off = field_validator("cuda_graphs", mode="before")(on_off_from_yaml_bools)
+    _head_start_off = field_validator("head_start", mode="before")(on_off_from_yaml_bools)
 
 
 class EvalConfig(Section):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ray
 
 from cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
-from cluster.driver.supervisor import CheckpointRefused
+from cluster.driver.run_errors import CheckpointRefused
 
 
 def warmed_up(warmup_ref, restoring: bool) -> dict:

@@ -25,20 +25,23 @@ from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
+from cluster.driver.handover import hand_over, take_head_start
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.observer import RunObserver
 from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
+from cluster.driver.run_errors import CheckpointRefused, RunFailed
 from cluster.driver.signals import exit_code, signal_name
 from cluster.driver.startup import StartupTimeline
-from cluster.driver.supervisor import CheckpointRefused, CollectorSupervisor, RunFailed, describe_failure
+from cluster.driver.supervisor import CollectorSupervisor, describe_failure
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
 from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
 from cluster.hosts.learner_actor import LearnerActor
+from cluster.local.head_start import HeadStart
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
@@ -56,7 +59,7 @@ class TrainingRun:
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
                  kept_policy: tuple | None = None, startup: StartupTimeline | None = None,
-                 final_files: bool = True, actors: RunActors | None = None):
+                 final_files: bool = True, actors: RunActors | None = None, head_start: HeadStart | None = None):
         self.config, self.spec, self.group, self.device = config, spec, group, device
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
@@ -71,6 +74,7 @@ class TrainingRun:
         self.collect_start: float | None = None
         self.collect_end: float | None = None  # when the collectors were told to stop
         self.actors = actors  # asked for already (a joined cluster's version check), else by _start
+        self.head_start = head_start  # training in a forked process until the learner actor is built
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
         self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
@@ -130,6 +134,9 @@ class TrainingRun:
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
         state = self.resume.learner_state if self.resume else None
+        if self.head_start is not None and (handed := hand_over(self.head_start, self.actors.learner,
+                                                                self.progress.message)) is not None:
+            state = take_head_start(self, handed)
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
             self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
@@ -137,7 +144,7 @@ class TrainingRun:
         # until the learner publishes): replay reaches min_size while the learner warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
-        self.metrics.startup.learner(info := warmed_up(warmup, restoring=state is not None))
+        self.metrics.startup.learner(info := warmed_up(warmup, restoring=self.resume is not None))
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready

@@ -13,15 +13,7 @@ from __future__ import annotations
 import ray
 
 from cluster.driver.progress import ProgressLine
-
-
-class RunFailed(Exception):
-    """The run cannot go on (a collector keeps dying, the learner died); one-line message."""
-
-
-class CheckpointRefused(Exception):
-    """The learner could not restore the checkpoint a resume gave it (networks of other shapes:
-    saved by a raypex whose networks differ); one-line message. Nothing of the run is written."""
+from cluster.driver.run_errors import RunFailed
 
 
 def describe_failure(err: Exception, role_of) -> str:

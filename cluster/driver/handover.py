@@ -1,0 +1,47 @@
+"""The head start's handover: when a run's learner actor is built, the training the driver's forked
+process did while the cluster started (cluster/local/head_start.py) goes into it, as a resume's
+checkpoint does: the learner's state, every shard's replay, the env steps and the epochs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+from cluster.local.head_start import HeadStart, HeadStartResult
+
+HANDOVER_TIMEOUT_S = 60.0  # an epoch of an MLP takes well under a second; this is for a stuck process
+
+
+def hand_over(head_start: HeadStart, learner, message) -> HeadStartResult | None:
+    """Wait until the learner actor is built (the head start trains meanwhile), then take what the
+    head start made and load it into the learner's replay; None (and a line saying why) when it
+    made nothing. The caller sends `learner_state` with the learner's warm-up."""
+    ray.get(learner.__ray_ready__.remote())
+    result = head_start.hand_over(HANDOVER_TIMEOUT_S)
+    if result.error is not None:
+        message(f"the head start failed ({result.error}); training starts from the actors' own start")
+        return None
+    ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(result.replay_states)])
+    message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and the actors "
+            "started; the learner goes on from them")
+    return result
+
+
+
+def take_head_start(run, result: HeadStartResult) -> bytes:
+    """Count what the head start did as the run's own: its env steps and epochs go on, its loss
+    curve goes to TensorBoard, its first env step and update are the run's start-up moments
+    (summary.json's `head_start` says how much of the run it was). Returns the learner state for
+    the learner actor's warm-up."""
+    run.metrics.env_steps_offset = run.metrics.env_steps = result.env_steps
+    run.metrics.head_start = {"env_steps": result.env_steps, "updates": result.updates, "epochs": result.epochs}
+    run.epochs_done = result.epochs
+    startup = run.metrics.startup
+    startup.mark("first_env_step", result.first_step_at)
+    startup.mark("first_update", result.first_update_at)
+    startup.mark("handed_over", time.time())
+    for env_steps, td_loss, q_values in result.curve:
+        run.tb.scalars({"losses/td_loss": td_loss, "losses/q_values": q_values}, env_steps)
+    return result.learner_state

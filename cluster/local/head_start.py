@@ -1,0 +1,194 @@
+"""The head start: a run's first seconds of training, in a process forked from the driver while
+its local Ray cluster starts.
+
+Starting a local cluster and the run's actors takes seconds before the learner can update
+(BENCHMARKS.md, "CartPole: where a run's seconds go": 5-6 s of `ray.init` and 3-4 s of actors
+importing torch on a 2-core laptop). The same collectors, replay and learner as the run's, wired
+in one process (cluster/local/wiring.py's parts, in lockstep as cluster/local/lockstep.py runs
+them), train meanwhile: the collectors step at random before torch is even imported, the learner
+updates as soon as replay holds `replay.min_size`. When the run's learner actor is built the
+driver asks for what the head start made; the learner's state (networks, optimizer, counters),
+every shard's replay and the env steps go to the actors as a resume's checkpoint does, and the
+process ends. No Ray here: the driver's side is cluster/driver/handover.py.
+
+Which runs get one (`learner.head_start: auto`, `maybe_head_start`): only a run that starts its
+own local cluster on this machine, whose start is what the head start hides (a joined cluster's
+driver may run on a small head node whose cores are not the learner's); with flat observations
+(an MLP trains fast on a CPU core, a CNN would only take the cores Ray's start needs); not a
+resumed run (its checkpoint is ahead already). The process is forked before the driver imports
+Ray, so it shares the driver's other imports and starts in milliseconds; a fork is only safe from
+a process with one thread and no torch loaded (the `raypex` command), and the Python API in a
+process that has either starts without a head start.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from actors.collector import Collector
+from actors.envs import EnvSpec
+from cluster.config.schema import RunConfig
+from cluster.config.topology import plan_run
+from cluster.local.seams import WeightBoard
+
+HAND_OVER = "hand over"
+
+
+@dataclass
+class HeadStartResult:
+    """What the head start made, or why it made nothing (`error`)."""
+
+    learner_state: bytes = b""
+    replay_states: list[dict] = field(default_factory=list)
+    env_steps: int = 0
+    epochs: int = 0
+    updates: int = 0
+    first_step_at: float | None = None  # wall clock, as the actors' start-up moments
+    first_update_at: float | None = None
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (env steps, td loss, q value) per epoch
+    error: str | None = None
+
+
+def available() -> tuple[bool, str]:
+    """(whether this process may fork a head start, why not when it may not)."""
+    if "torch" in sys.modules:
+        return False, "torch is loaded in this process (a fork would share its threads)"
+    if threading.active_count() > 1:
+        return False, "this process runs other threads (a fork could copy a held lock)"
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False, "this platform cannot fork"
+    return True, ""
+
+
+def maybe_head_start(config: RunConfig, spec: EnvSpec, starts_local_cluster: bool, resuming: bool,
+                     message) -> HeadStart | None:
+    """A HeadStart training in a forked process, when this run gets one (the module docstring says
+    which do); `message` says why not when only this process is the reason."""
+    if config.learner.head_start == "off" or not starts_local_cluster or resuming or len(spec.obs_shape) != 1:
+        return None
+    may_fork, why_not = available()
+    if not may_fork:
+        message(f"learner.head_start auto: none ({why_not}); training starts once the actors are up")
+        return None
+    return HeadStart(config, spec)
+
+
+class HeadStart:
+    """A forked process training the run's parts until `hand_over` asks for them."""
+
+    def __init__(self, config: RunConfig, spec: EnvSpec):
+        context = multiprocessing.get_context("fork")
+        self._conn, child_conn = context.Pipe()
+        self._process = context.Process(target=_child, args=(config, spec, child_conn, os.getpid()), name="raypex-head-start",
+                                         daemon=True)
+        self._process.start()
+        child_conn.close()
+
+    def hand_over(self, timeout_s: float) -> HeadStartResult:
+        """Stop training after the epoch in progress and return what was made (its `error` says
+        why nothing was: the process failed, or did not answer within `timeout_s`)."""
+        try:
+            self._conn.send(HAND_OVER)
+        except OSError:
+            pass  # it ended already (reached stop.env_steps, or failed): its result may be waiting
+        try:
+            if not self._conn.poll(timeout_s):
+                return HeadStartResult(error=f"no answer within {timeout_s:g}s")
+            return self._conn.recv()
+        except (EOFError, OSError):
+            return HeadStartResult(error=f"its process ended without a result (exit code {self._process.exitcode})")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the process (at once, whatever it is doing) and wait for it."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join(timeout=5)
+        self._conn.close()
+
+
+def _child(config: RunConfig, spec: EnvSpec, conn, driver_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the driver, which ends this process
+    _die_with_parent(driver_pid)
+    try:
+        result = _train_until_asked(config, spec, conn)
+    except BaseException as err:  # noqa: BLE001 - reported to the driver, which goes on without it
+        result = HeadStartResult(error=f"{type(err).__name__}: {err}")
+    try:
+        conn.send(result)
+    except OSError:
+        pass  # the driver is gone
+
+
+def _die_with_parent(driver_pid: int) -> None:
+    """On Linux, the kernel kills this process when the driver dies (kill -9 included); elsewhere
+    the closed pipe ends it at its next epoch."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != driver_pid:  # the driver died before the line above: nobody will ask
+        os._exit(0)
+
+
+def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResult:
+    plan = plan_run(config, spec)
+    board = WeightBoard()
+    early: list[tuple[int, dict]] = []  # chunks collected before the replay exists
+    replay = None
+
+    def push_to(index: int):
+        def push(chunk) -> None:
+            if replay is None:
+                early.append((index, chunk))
+            else:
+                replay.add(index, chunk)
+        return push
+
+    collectors = [Collector(c.settings, push_to(c.index), board.reader()) for c in plan.collectors]
+    # At random (no weights yet), before torch is imported: what the limiter lets the run's
+    # collectors insert ahead of the learner's first update.
+    ahead = config.replay.min_size + config.replay.error_buffer
+    while sum(c.env_steps for c in collectors) < ahead:
+        for collector in collectors:
+            collector.collect_chunk()
+    import torch
+
+    from learner.learner import Learner
+
+    torch.set_num_threads(1)
+    replay, _ = plan.learner.replay.build(torch.device("cpu"))
+    for index, chunk in early:
+        replay.add(index, chunk)
+
+    def every_collector_collects() -> None:
+        for collector in collectors:
+            collector.collect_chunk()
+
+    learner = Learner(plan.learner.settings, torch.device("cpu"), replay, board.publish,
+                      starved=every_collector_collects)
+    learner.publish_weights()
+    curve = []
+    env_steps = 0
+    while env_steps < config.stop.env_steps:
+        while replay.insert_room() > 0:
+            every_collector_collects()
+        metrics = learner.train_epoch()
+        env_steps = sum(c.env_steps for c in collectors)
+        curve.append((env_steps, float(metrics["td_loss"]), float(metrics["q_values"])))
+        if conn.poll():  # asked (or the driver is gone: EOF)
+            break
+    # Transitions still inside the collectors' n-step windows are not handed over: their env
+    # steps are not counted, as a collector counts only what reached replay.
+    return HeadStartResult(
+        learner_state=learner.state_bytes(), replay_states=[replay.get_state(i) for i in range(len(collectors))],
+        env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
+        first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
+        curve=curve)

@@ -1,0 +1,141 @@
+"""The head start (cluster/local/head_start.py): a forked process trains the run's parts while Ray
+starts, hands over a learner state and replay the run's own classes load, ends itself at
+stop.env_steps, reports a failure instead of hanging, and dies with the driver.
+
+Each test drives it from a fresh Python process, as `raypex train` does: the pytest process has
+torch loaded and more than one thread, where the driver would not fork one (`available()`).
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from actors.envs import inspect_env
+from cluster.config.loading import load_config
+from cluster.config.topology import plan_run
+from cluster.local.head_start import available
+
+SMALL = ["replay.capacity=2000", "env.num_envs=4", "collectors.chunk_steps=8", "replay.min_size=64", "replay.error_buffer=64",
+         "learner.micro_batch=32", "learner.updates_per_epoch=5"]
+
+DRIVER = """
+import pickle, sys
+from actors.envs import inspect_env
+from cluster.config.loading import load_config
+from cluster.local.head_start import HeadStart, available
+
+mode, overrides = sys.argv[1], sys.argv[2:]
+config = load_config(None, overrides)
+spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+assert available() == (True, ""), available()
+head = HeadStart(config, spec)
+if mode == "orphan":
+    print(head._process.pid, flush=True)
+    sys.stdin.read()  # until the test kills this process
+if mode == "after_its_end":  # it stops by itself (stop.env_steps, a failure) and sends before it is asked
+    print("sent before asked:", head._conn.poll(120), file=sys.stderr)
+result = head.hand_over(60)
+assert not head._process.is_alive()
+sys.stdout.buffer.write(pickle.dumps(result))
+"""
+
+
+def run_driver(mode: str, overrides: list[str], env: dict | None = None):
+    done = subprocess.run([sys.executable, "-c", DRIVER, mode, *overrides], check=False, capture_output=True,
+                          timeout=180,
+                          env={**os.environ, **(env or {})})
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return pickle.loads(done.stdout), done.stderr.decode()
+
+
+def test_the_handover_is_a_learner_state_and_replay_the_runs_own_classes_load():
+    result, _ = run_driver("at_once", SMALL)
+    assert result.error is None, result.error
+    # asked at once: it stops after its first epoch, at random before that (min_size + error_buffer ahead)
+    assert result.epochs == 1 and result.updates == 5 and len(result.curve) == 1
+    assert result.env_steps >= 128 and result.first_step_at < result.first_update_at
+    import torch
+
+    from learner.learner import Learner
+
+    config = load_config(None, SMALL)
+    plan = plan_run(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack))
+    replay, _ = plan.learner.replay.build(torch.device("cpu"))
+    for shard, state in enumerate(result.replay_states):
+        replay.set_state(shard, state)
+    assert replay.inserted == result.env_steps and replay.sampled == 5 * 32
+    learner = Learner(plan.learner.settings, torch.device("cpu"), replay, lambda weights: None)
+    learner.load_state_bytes(result.learner_state)
+    assert learner.updates == 5 and learner.epochs == 1
+    assert learner.train_epoch()["updates_in_epoch"] == 5  # trains on from the handed-over replay
+
+
+def test_it_ends_by_itself_at_stop_env_steps_and_its_result_waits():
+    result, err = run_driver("after_its_end", [*SMALL, "stop.env_steps=1000"])
+    assert err.strip().splitlines()[-1] == "sent before asked: True"
+    assert result.error is None and 1000 <= result.env_steps < 1000 + 2 * 4 * 8 + 200, result.env_steps
+    assert result.curve[-1][0] == result.env_steps
+
+
+def test_a_failure_in_it_comes_back_as_one_line(tmp_path):
+    (tmp_path / "breaks_later.py").write_text(
+        "import gymnasium as gym\n"
+        "class Breaks(gym.Wrapper):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super().__init__(gym.make('CartPole-v1'))\n"
+        "        self.steps = 0\n"
+        "    def step(self, action):\n"
+        "        self.steps += 1\n"
+        "        if self.steps > 200:\n"
+        "            raise RuntimeError('the env broke')\n"
+        "        return self.env.step(action)\n")
+    result, _ = run_driver("after_its_end", [*SMALL, "env.id=breaks_later:Breaks"],
+                           env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert result.error is not None and "the env broke" in result.error and "\n" not in result.error
+    assert result.learner_state == b"" and result.replay_states == []
+
+
+def test_it_dies_with_the_driver():
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, "orphan", *SMALL], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(driver.stdout.readline())
+        assert gone_or_zombie(pid) is False
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 10
+    while not gone_or_zombie(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # waiting out a deadline: the kernel delivers the death signal on its own
+    assert gone_or_zombie(pid), f"the head start ({pid}) outlived its driver"
+
+
+def gone_or_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def test_this_pytest_process_may_not_fork_one():
+    """Where torch is loaded (here, by other tests' imports) a fork would share its thread pools:
+    `available()` refuses and says why, and `raypex train` goes on without a head start."""
+    import torch  # noqa: F401
+
+    may, why = available()
+    assert may is False and "torch is loaded" in why
+
+
+@pytest.mark.parametrize("value", ["on", "true"])
+def test_head_start_takes_auto_or_off(value):
+    from cluster.config.loading import ConfigError
+
+    with pytest.raises(ConfigError, match="learner.head_start"):
+        load_config(None, [f"learner.head_start={value}"])
+    assert load_config(None, ["learner.head_start=off"]).learner.head_start == "off"
