@@ -39,9 +39,10 @@ if mode == "orphan":
     sys.stdin.read()  # until the test kills this process
 if mode == "after_its_end":  # it stops by itself (stop.env_steps, a failure) and sends before it is asked
     print("sent before asked:", head._conn.poll(120), file=sys.stderr)
+peeked = head.newest_weights(60) if mode != "at_once" else None
 result = head.hand_over(60)
 assert not head._process.is_alive()
-sys.stdout.buffer.write(pickle.dumps(result))
+sys.stdout.buffer.write(pickle.dumps((result, peeked)))
 """
 
 
@@ -50,11 +51,12 @@ def run_driver(mode: str, overrides: list[str], env: dict | None = None):
                           timeout=180,
                           env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return pickle.loads(done.stdout), done.stderr.decode()
+    result, peeked = pickle.loads(done.stdout)
+    return result, peeked, done.stderr.decode()
 
 
 def test_the_handover_is_a_learner_state_and_replay_the_runs_own_classes_load():
-    result, _ = run_driver("at_once", SMALL)
+    result, _, _ = run_driver("at_once", SMALL)
     assert result.error is None, result.error
     # asked at once: it stops after its first epoch, at random before that (min_size + error_buffer ahead)
     assert result.epochs == 1 and result.updates == 5 and len(result.curve) == 1
@@ -76,10 +78,21 @@ def test_the_handover_is_a_learner_state_and_replay_the_runs_own_classes_load():
 
 
 def test_it_ends_by_itself_at_stop_env_steps_and_its_result_waits():
-    result, err = run_driver("after_its_end", [*SMALL, "stop.env_steps=1000"])
+    result, peeked, err = run_driver("after_its_end", [*SMALL, "stop.env_steps=1000"])
     assert err.strip().splitlines()[-1] == "sent before asked: True"
     assert result.error is None and 1000 <= result.env_steps < 1000 + 2 * 4 * 8 + 200, result.env_steps
     assert result.curve[-1][0] == result.env_steps
+    weights, env_steps = peeked  # asked for its weights after it ended: those of its result
+    assert env_steps == result.env_steps and weights.version == result.weights.version == result.epochs + 1
+
+
+def test_its_newest_weights_come_while_it_trains_on():
+    """What the run's evaluator evaluates before the learner actor is built."""
+    result, (weights, env_steps), _ = run_driver("peek", SMALL)
+    assert weights.version >= 2 and not weights.untrained  # it answers between epochs: after its first
+    assert 0 < env_steps <= result.env_steps and weights.version < result.weights.version
+    assert set(weights.arrays) == set(result.weights.arrays)
+    assert result.epochs >= 1 and result.error is None  # it went on after answering, until the handover
 
 
 def test_a_failure_in_it_comes_back_as_one_line(tmp_path):
@@ -94,7 +107,7 @@ def test_a_failure_in_it_comes_back_as_one_line(tmp_path):
         "        if self.steps > 200:\n"
         "            raise RuntimeError('the env broke')\n"
         "        return self.env.step(action)\n")
-    result, _ = run_driver("after_its_end", [*SMALL, "env.id=breaks_later:Breaks"],
+    result, _, _ = run_driver("after_its_end", [*SMALL, "env.id=breaks_later:Breaks"],
                            env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert result.error is not None and "the env broke" in result.error and "\n" not in result.error
     assert result.learner_state == b"" and result.replay_states == []

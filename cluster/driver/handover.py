@@ -1,6 +1,7 @@
 """The head start's handover: when a run's learner actor is built, the training the driver's forked
 process did while the cluster started (cluster/local/head_start.py) goes into it, as a resume's
-checkpoint does: the learner's state, every shard's replay, the env steps and the epochs.
+checkpoint does: the learner's state, every shard's replay, the env steps and the epochs. Until
+then the evaluator, once built, evaluates the head start's newest weights.
 """
 
 from __future__ import annotations
@@ -9,25 +10,41 @@ import time
 
 import ray
 
-from cluster.local.head_start import HeadStart, HeadStartResult
+from cluster.local.head_start import HeadStartResult
 
 HANDOVER_TIMEOUT_S = 60.0  # an epoch of an MLP takes well under a second; this is for a stuck process
 
 
-def hand_over(head_start: HeadStart, learner, message) -> HeadStartResult | None:
-    """Wait until the learner actor is built (the head start trains meanwhile), then take what the
-    head start made and load it into the learner's replay; None (and a line saying why) when it
-    made nothing. The caller sends `learner_state` with the learner's warm-up."""
-    ray.get(learner.__ray_ready__.remote())
-    result = head_start.hand_over(HANDOVER_TIMEOUT_S)
-    if result.error is not None:
-        message(f"the head start failed ({result.error}); training starts from the actors' own start")
-        return None
-    ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(result.replay_states)])
-    message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and the actors "
-            "started; the learner goes on from them")
-    return result
+def hand_over(run) -> HeadStartResult | None:
+    """Wait until the run's learner actor is built, then take what `run.head_start` made and load it
+    into the learner's replay; None (and a line saying why) when it made nothing. The caller sends
+    `learner_state` with the learner's warm-up.
 
+    The evaluator is usually built first: it evaluates the head start's newest weights meanwhile,
+    and the run takes that evaluation as any other (one that reaches stop.eval_return solves the
+    run before the learner actor exists, and the run stops at its first poll)."""
+    learner_ready = run.actors.learner.__ray_ready__.remote()
+    waiting = [learner_ready, run.actors.evaluator.__ray_ready__.remote()]
+    while learner_ready in waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1)
+        if learner_ready in ready:
+            break
+        if ready[0] == run.evaluations.pending and run.on_evaluation():
+            continue  # solved: no more evaluations
+        # the evaluator is up, or its evaluation of the head start's weights came back: the newest next
+        weights, env_steps = run.head_start.newest_weights(HANDOVER_TIMEOUT_S)
+        run.metrics.env_steps = max(run.metrics.env_steps, env_steps)  # where the evaluation is plotted
+        if weights is not None and run.evaluations.start_on(ray.put(weights)):
+            waiting.append(run.evaluations.pending)
+    result = run.head_start.hand_over(HANDOVER_TIMEOUT_S)
+    if result.error is not None:
+        run.progress.message(f"the head start failed ({result.error}); training starts from the actors' own start")
+        return None
+    learner = run.actors.learner
+    ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(result.replay_states)])
+    run.progress.message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and the "
+                         "actors started; the learner goes on from them")
+    return result
 
 
 def take_head_start(run, result: HeadStartResult) -> bytes:

@@ -134,8 +134,7 @@ class TrainingRun:
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
         state = self.resume.learner_state if self.resume else None
-        if self.head_start is not None and (handed := hand_over(self.head_start, self.actors.learner,
-                                                                self.progress.message)) is not None:
+        if self.head_start is not None and (handed := hand_over(self)) is not None:
             state = take_head_start(self, handed)
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
@@ -171,7 +170,7 @@ class TrainingRun:
             timeout = max(0.0, next_poll - time.perf_counter())
             ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
             finished = evaluations.pending is not None and evaluations.pending in ready
-            if finished and self._on_eval(*evaluations.take()):
+            if finished and self.on_evaluation():
                 stopping = self._stop_learning()
             try:
                 if checkpoint is not None and checkpoint[0] in ready:
@@ -220,8 +219,9 @@ class TrainingRun:
         if epoch % self.config.checkpoint.every_epochs == 0:
             self.request_checkpoint()
 
-    def _on_eval(self, result: dict, weights_ref) -> bool:
-        """Record one evaluation; True when it reached stop.eval_return."""
+    def on_evaluation(self) -> bool:
+        """Record the evaluation that has just finished; True when it reached stop.eval_return."""
+        result, weights_ref = self.evaluations.take()
         if result is None:
             self.progress.message("an evaluation was lost (the evaluator died, or the learner it took weights from); "
                                   "the next one runs as usual")

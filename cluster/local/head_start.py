@@ -6,8 +6,9 @@ Starting a local cluster and the run's actors takes seconds before the learner c
 importing torch on a 2-core laptop). The same collectors, replay and learner as the run's, wired
 in one process (cluster/local/wiring.py's parts, in lockstep as cluster/local/lockstep.py runs
 them), train meanwhile: the collectors step at random before torch is even imported, the learner
-updates as soon as replay holds `replay.min_size`. When the run's learner actor is built the
-driver asks for what the head start made; the learner's state (networks, optimizer, counters),
+updates as soon as replay holds `replay.min_size`. Between two epochs it answers the driver's
+questions: its newest weights (`newest_weights`, which the run's evaluator evaluates as soon as it
+is built), or what it made (`hand_over`, when the run's learner actor is built): the learner's state (networks, optimizer, counters),
 every shard's replay and the env steps go to the actors as a resume's checkpoint does, and the
 process ends. No Ray here: the driver's side is cluster/driver/handover.py.
 
@@ -35,8 +36,10 @@ from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
 from cluster.local.seams import WeightBoard
+from replay.contracts import Weights
 
 HAND_OVER = "hand over"
+NEWEST_WEIGHTS = "newest weights"
 
 
 @dataclass
@@ -51,6 +54,7 @@ class HeadStartResult:
     first_step_at: float | None = None  # wall clock, as the actors' start-up moments
     first_update_at: float | None = None
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (env steps, td loss, q value) per epoch
+    weights: Weights | None = None  # the newest it published
     error: str | None = None
 
 
@@ -88,10 +92,32 @@ class HeadStart:
                                          daemon=True)
         self._process.start()
         child_conn.close()
+        self._result: HeadStartResult | None = None  # what it sent when it ended before being asked
+
+    def newest_weights(self, timeout_s: float) -> tuple[Weights | None, int]:
+        """(the newest weights it published, the env steps it had collected then), asked between
+        two epochs while it trains on; (None, 0) when it has not answered within `timeout_s` or
+        has failed."""
+        if self._result is not None:
+            return self._result.weights, self._result.env_steps
+        try:
+            self._conn.send(NEWEST_WEIGHTS)
+            if not self._conn.poll(timeout_s):
+                return None, 0
+            answer = self._conn.recv()
+        except (EOFError, OSError):
+            return None, 0
+        if isinstance(answer, HeadStartResult):  # it had ended by itself: its result came instead
+            self._result = answer
+            return answer.weights, answer.env_steps
+        return answer
 
     def hand_over(self, timeout_s: float) -> HeadStartResult:
         """Stop training after the epoch in progress and return what was made (its `error` says
         why nothing was: the process failed, or did not answer within `timeout_s`)."""
+        if self._result is not None:
+            self.close()
+            return self._result
         try:
             self._conn.send(HAND_OVER)
         except OSError:
@@ -183,12 +209,18 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
         metrics = learner.train_epoch()
         env_steps = sum(c.env_steps for c in collectors)
         curve.append((env_steps, float(metrics["td_loss"]), float(metrics["q_values"])))
-        if conn.poll():  # asked (or the driver is gone: EOF)
-            break
+        if conn.poll():  # a question, or EOF: the driver is gone
+            try:
+                question = conn.recv()
+            except EOFError:
+                break
+            if question != NEWEST_WEIGHTS:
+                break
+            conn.send((board.latest, env_steps))
     # Transitions still inside the collectors' n-step windows are not handed over: their env
     # steps are not counted, as a collector counts only what reached replay.
     return HeadStartResult(
         learner_state=learner.state_bytes(), replay_states=[replay.get_state(i) for i in range(len(collectors))],
         env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
         first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
-        curve=curve)
+        curve=curve, weights=board.latest)
