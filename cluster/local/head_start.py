@@ -18,8 +18,8 @@ driver may run on a small head node whose cores are not the learner's); with fla
 (an MLP trains fast on a CPU core, a CNN would only take the cores Ray's start needs); not a
 resumed run (its checkpoint is ahead already). The process is forked before the driver imports
 Ray, so it shares the driver's other imports and starts in milliseconds; a fork is only safe from
-a process with one thread and no torch loaded (the `raypex` command), and the Python API in a
-process that has either starts without a head start.
+a process with one thread and no torch loaded (the `raypex` command) and on Linux; the Python API
+in a process that has either, and other platforms, start without a head start.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def available() -> tuple[bool, str]:
         return False, "torch is loaded in this process (a fork would share its threads)"
     if threading.active_count() > 1:
         return False, "this process runs other threads (a fork could copy a held lock)"
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return False, "this platform cannot fork"
+    if not sys.platform.startswith("linux"):  # macOS's system libraries are not safe to use after a fork
+        return False, f"it forks the driver, which raypex does only on Linux (this is {sys.platform})"
     return True, ""
 
 
@@ -88,8 +88,8 @@ class HeadStart:
     def __init__(self, config: RunConfig, spec: EnvSpec):
         context = multiprocessing.get_context("fork")
         self._conn, child_conn = context.Pipe()
-        self._process = context.Process(target=_child, args=(config, spec, child_conn, os.getpid()), name="raypex-head-start",
-                                         daemon=True)
+        self._process = context.Process(target=_child, args=(config, spec, child_conn, os.getpid()),
+                                         name="raypex-head-start", daemon=True)
         self._process.start()
         child_conn.close()
         self._result: HeadStartResult | None = None  # what it sent when it ended before being asked
@@ -153,18 +153,18 @@ def _child(config: RunConfig, spec: EnvSpec, conn, driver_pid: int) -> None:
 
 
 def _die_with_parent(driver_pid: int) -> None:
-    """On Linux, the kernel kills this process when the driver dies (kill -9 included); elsewhere
-    the closed pipe ends it at its next epoch."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+    """The kernel kills this process when the driver dies (kill -9 included)."""
+    import ctypes
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     if os.getppid() != driver_pid:  # the driver died before the line above: nobody will ask
         os._exit(0)
 
 
 def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResult:
+    """The forked process's work: collect at random, import torch, then epochs in lockstep until
+    the driver asks for the handover (or stop.env_steps); the newest weights when it asks for them."""
     plan = plan_run(config, spec)
     board = WeightBoard()
     early: list[tuple[int, dict]] = []  # chunks collected before the replay exists
