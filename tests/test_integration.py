@@ -285,3 +285,27 @@ def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, 
         second = summary(run)
         assert second["env_steps"] >= final["env_steps"] + 2000 and second["epochs"] > final["epochs"]
         assert second["ended"] == "env_steps"
+
+
+def test_ctrl_c_before_the_handover_keeps_the_head_starts_training(tmp_path):
+    """Ctrl-C while the learner actor is still being built (the run directory is made, the head
+    start trains on): the learner first takes the head start's state and replay, then the run ends
+    as after any Ctrl-C, and its final checkpoint holds what the head start trained."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.eval_return=null"],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("run directory:"):
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    assert "learner ready" not in rest and "Traceback" not in rest, rest  # the signal came before the handover
+    result = summary(run)
+    head = result["head_start"]
+    assert result["ended"] == "interrupted" and head["updates"] > 0 and result["env_steps"] == head["env_steps"], result
+    final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
+    assert final["env_steps"] == head["env_steps"] and final["epochs"] == head["epochs"], final
+    assert sum(result["replay_inserted_per_shard"]) == head["env_steps"], result  # its replay came over whole

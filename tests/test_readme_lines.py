@@ -89,11 +89,13 @@ def solved_on_a_cluster_of_its_own(ran: Ran) -> None:
     # it stepped before Ray was up and updated before the learner actor was built, which took over then
     assert start["first_env_step"] < start["ray_connected"] and start["first_update"] < start["learner_constructed"], start
     assert start["learner_constructed"] <= start["handed_over"] <= start["learner_warmed_up"], start
-    assert result["epochs"] > head["epochs"]
+    assert result["epochs"] >= head["epochs"] and result["env_steps"] >= head["env_steps"]
     losses = EventAccumulator(str(the_run(ran) / "tensorboard"), size_guidance={"scalars": 0})
     losses.Reload()
     steps = [event.step for event in losses.Scalars("losses/td_loss")]
-    assert steps[0] <= head["env_steps"] < steps[-1], (steps[:3], head)  # its curve, then the learner actor's
+    head_curve, after = steps[:head["epochs"]], steps[head["epochs"]:]  # its epochs, then the learner actor's
+    assert head_curve == sorted(head_curve) and head_curve[-1] == head["env_steps"], (steps[:5], head)
+    assert all(step >= head["env_steps"] for step in after), (after[:5], head)
 
 
 def configs_listed(ran: Ran) -> None:

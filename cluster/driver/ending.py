@@ -39,17 +39,20 @@ def finish_run(run, new_work: bool) -> None:
     run.actors.learner.request_stop.remote()
     if run.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
         run.actors.learner.warm_exporter.remote()
-    run.supervisor.stop()
-    run.collect_end = time.time()
-    run.supervisor.wait_stopped()
+    collecting = run.supervisor is not None  # None: a signal came before the collectors were started
+    if collecting:
+        run.supervisor.stop()
+        run.collect_end = time.time()
+        run.supervisor.wait_stopped()
     with contextlib.suppress(ray.exceptions.RayError):  # a dead learner's epochs are lost with it
         run.drain_epochs(timeout_s=EPOCH_END_S)
     if run.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
         with contextlib.suppress(ray.exceptions.RayError):
             unsent = ray.get(run.actors.learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
             run.metrics.priority_updates["priority_updates_unsent"] = unsent
-    with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
-        run.poll()
+    if collecting:
+        with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
+            run.poll()
     try:
         if run.final_files:
             _final_checkpoint(run)

@@ -10,6 +10,7 @@ import time
 
 import ray
 
+from cluster.driver.revival import warmed_up
 from cluster.local.head_start import HeadStartResult
 
 HANDOVER_TIMEOUT_S = 60.0  # an epoch of an MLP takes well under a second; this is for a stuck process
@@ -24,11 +25,30 @@ def hand_over(run) -> HeadStartResult | None:
     and the run takes that evaluation as any other (one that reaches stop.eval_return solves the
     run before the learner actor exists, and the run stops at its first poll)."""
     learner_ready = run.actors.learner.__ray_ready__.remote()
+    _evaluate_its_weights(run, learner_ready)
+    return _take(run)
+
+
+def hand_over_before_stopping(run) -> None:
+    """Ctrl-C or SIGTERM came before the handover: the learner still takes the head start's training
+    and warms up from it, so that the run's final checkpoint holds it (a second signal aborts, as
+    everywhere). Nothing to do when the handover was made, or no actor was asked for yet."""
+    if run.head_start is None or run.actors is None:
+        return
+    ray.get(run.actors.learner.__ray_ready__.remote())
+    result = _take(run)
+    if result is not None:
+        warmed_up(run.actors.learner.warmup.remote(take_head_start(run, result)), restoring=False)
+
+
+def _evaluate_its_weights(run, learner_ready) -> None:
+    """Until the learner actor is built: the head start's newest weights to the evaluator, one
+    evaluation after another, each recorded as the run's."""
     waiting = [learner_ready, run.actors.evaluator.__ray_ready__.remote()]
     while learner_ready in waiting:
         ready, waiting = ray.wait(waiting, num_returns=1)
         if learner_ready in ready:
-            break
+            return
         if ready[0] == run.evaluations.pending and run.on_evaluation():
             continue  # solved: no more evaluations
         # the evaluator is up, or its evaluation of the head start's weights came back: the newest next
@@ -36,7 +56,11 @@ def hand_over(run) -> HeadStartResult | None:
         run.metrics.env_steps = max(run.metrics.env_steps, env_steps)  # where the evaluation is plotted
         if weights is not None and run.evaluations.start_on(ray.put(weights)):
             waiting.append(run.evaluations.pending)
+
+
+def _take(run) -> HeadStartResult | None:
     result = run.head_start.hand_over(HANDOVER_TIMEOUT_S)
+    run.head_start = None  # taken, whatever it made
     if result.error is not None:
         run.progress.message(f"the head start failed ({result.error}); training starts from the actors' own start")
         return None

@@ -25,7 +25,7 @@ from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
-from cluster.driver.handover import hand_over, take_head_start
+from cluster.driver.handover import hand_over, hand_over_before_stopping, take_head_start
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.observer import RunObserver
 from cluster.driver.outcome import RunOutcome
@@ -83,13 +83,13 @@ class TrainingRun:
     def execute(self, config_text: str) -> int:
         """Run to the end; returns the exit code (0, or 130/143 after SIGINT/SIGTERM). Raises
         RunFailed, after the final files, when an actor died in a way the run cannot recover."""
-        self.tb.text("config", config_text)
-        self.tb.summary(custom_layout())
-        for summary in hparams_summaries(self.config, self.outputs.run_dir.name):
-            self.tb.summary(summary)
         interrupt: KeyboardInterrupt | None = None
         failure: RunFailed | None = None
         try:
+            self.tb.text("config", config_text)
+            self.tb.summary(custom_layout())
+            for summary in hparams_summaries(self.config, self.outputs.run_dir.name):
+                self.tb.summary(summary)
             self._start()
             self._loop()
         except CheckpointRefused:  # no final files: they would replace the checkpoint it refused
@@ -98,6 +98,7 @@ class TrainingRun:
             raise
         except KeyboardInterrupt as caught:
             interrupt = caught
+            hand_over_before_stopping(self)
             self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
             self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
                                   "(send it again to abort at once)")
