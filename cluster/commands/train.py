@@ -130,7 +130,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         run_config = with_act_device(config, act_device)
         group = reserve_resources(run_config, device)
         startup.mark("resources_reserved", time.time())
-        actors = start_checked_actors(run_config, spec, group, device, startup, check_versions=not started_local)
+        actors = ask_for_actors(run_config, spec, group, device, startup, check_versions=not started_local)
         run_dir.mkdir(parents=True, exist_ok=True)
         config_text = config_to_yaml(config)
         found_config = (run_dir / "config.yaml").read_bytes() if resume else None
@@ -138,7 +138,6 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         run = TrainingRun(run_config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
                           kept_policy=kept_policy(run_dir) if resume else None, startup=startup, actors=actors,
                           head_start=head_start)
-        progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         code = run.execute(config_text)
         written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
         summary = json.loads(written.read_text()) if written.is_file() else run.summary()
@@ -158,7 +157,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
             disconnect()
 
 
-def start_checked_actors(config: RunConfig, spec, group, device: str, startup: StartupTimeline,
+def ask_for_actors(config: RunConfig, spec, group, device: str, startup: StartupTimeline,
                          check_versions: bool = True):
     """The run's actors, asked for before the run directory is made (a signal from then on finds them
     there to end the run with). On a cluster others set up, whose nodes may run other versions

@@ -50,9 +50,11 @@ def finish_run(run, new_work: bool) -> None:
         with contextlib.suppress(ray.exceptions.RayError):
             unsent = ray.get(run.actors.learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
             run.metrics.priority_updates["priority_updates_unsent"] = unsent
-    if collecting:
-        with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
+    with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
+        if collecting:
             run.poll()
+        else:  # the replay's counts (a head start's, handed over) still go to summary.json
+            run.metrics.poll([], ray.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
     try:
         if run.final_files:
             _final_checkpoint(run)

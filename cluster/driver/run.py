@@ -73,7 +73,7 @@ class TrainingRun:
         self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
         self.collect_start: float | None = None
         self.collect_end: float | None = None  # when the collectors were told to stop
-        self.actors = actors  # asked for already (a joined cluster's version check), else by _start
+        self.actors = actors  # asked for already by `raypex train` (before its run directory), else by _start
         self.head_start = head_start  # training in a forked process until the learner actor is built
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
@@ -85,10 +85,11 @@ class TrainingRun:
         RunFailed, after the final files, when an actor died in a way the run cannot recover."""
         interrupt: KeyboardInterrupt | None = None
         failure: RunFailed | None = None
-        try:
+        try:  # from the line below on, a signal ends the run with its final files
+            run_dir = self.outputs.run_dir
+            self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
             self.tb.text("config", config_text)
-            self.tb.summary(custom_layout())
-            for summary in hparams_summaries(self.config, self.outputs.run_dir.name):
+            for summary in [custom_layout(), *hparams_summaries(self.config, run_dir.name)]:
                 self.tb.summary(summary)
             self._start()
             self._loop()

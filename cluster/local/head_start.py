@@ -140,7 +140,10 @@ class HeadStart:
 
 
 def _child(config: RunConfig, spec: EnvSpec, conn, driver_pid: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the driver, which ends this process
+    # Ctrl-C and a SIGTERM to the whole group (timeout, SLURM) reach the driver too, which hands over
+    # before it ends the run, and then ends this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(driver_pid)
     try:
         result = _train_until_asked(config, spec, conn)
