@@ -325,10 +325,11 @@ def test_the_reaper_finds_and_kills_descendants_that_lost_the_variable():
     Ray's agents look once their title overwrote theirs): both are the cluster's, and both die."""
     marker = f"RAYPEX_REAPER_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
+    # the parent outlives its child (it then waits on its stdin): killed in either order, it dies by SIGKILL
     spawn_child = ("import subprocess, sys; child = subprocess.Popen(['sleep', '60'], env={}); "
-                   "print(child.pid, flush=True); child.wait()")
+                   "print(child.pid, flush=True); child.wait(); sys.stdin.read()")
     parent = subprocess.Popen([sys.executable, "-c", spawn_child], env={**os.environ, key: value},
-                              stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
         found = cluster_processes(marker)
