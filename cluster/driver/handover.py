@@ -6,6 +6,7 @@ then the evaluator, once built, evaluates the head start's newest weights.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import ray
@@ -35,10 +36,11 @@ def hand_over_before_stopping(run) -> None:
     everywhere). Nothing to do when the handover was made, or no actor was asked for yet."""
     if run.head_start is None or run.actors is None:
         return
-    ray.get(run.actors.learner.__ray_ready__.remote())
-    result = _take(run)
-    if result is not None:
-        warmed_up(run.actors.learner.warmup.remote(take_head_start(run, result)), restoring=False)
+    with contextlib.suppress(ray.exceptions.RayError):  # a learner that died first: the run's end says so
+        ray.get(run.actors.learner.__ray_ready__.remote())
+        result = _take(run)
+        if result is not None:
+            warmed_up(run.actors.learner.warmup.remote(take_head_start(run, result)), restoring=False)
 
 
 def _evaluate_its_weights(run, learner_ready) -> None:
