@@ -11,13 +11,14 @@ import pickle
 import subprocess
 import sys
 import time
-from pathlib import Path
+import uuid
 
 import pytest
 
 from actors.envs import inspect_env
 from cluster.config.loading import load_config
 from cluster.config.topology import plan_run
+from cluster.driver.reaper import cluster_processes, still_running
 from cluster.local.head_start import available
 
 SMALL = ["replay.capacity=2000", "env.num_envs=4", "collectors.chunk_steps=8", "replay.min_size=64", "replay.error_buffer=64",
@@ -114,26 +115,22 @@ def test_a_failure_in_it_comes_back_as_one_line(tmp_path):
 
 
 def test_it_dies_with_the_driver():
+    marker = f"RAYPEX_HEAD_START_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, "orphan", *SMALL], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, key: value})
     try:
         pid = int(driver.stdout.readline())
-        assert gone_or_zombie(pid) is False
+        # the driver and its fork carry the marker: the fork's pid and start time, as the reaper knows them
+        head_start = {p: started for p, started in cluster_processes(marker).items() if p == pid}
+        assert list(head_start) == [pid] and still_running(head_start) == [pid]
     finally:
         driver.kill()
         driver.wait()
     deadline = time.monotonic() + 10
-    while not gone_or_zombie(pid) and time.monotonic() < deadline:
+    while still_running(head_start) and time.monotonic() < deadline:
         time.sleep(0.1)  # waiting out a deadline: the kernel delivers the death signal on its own
-    assert gone_or_zombie(pid), f"the head start ({pid}) outlived its driver"
-
-
-def gone_or_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+    assert still_running(head_start) == [], f"the head start ({pid}) outlived its driver"
 
 
 def test_this_pytest_process_may_not_fork_one():

@@ -11,7 +11,7 @@ import time
 
 import ray
 
-from cluster.driver.revival import warmed_up
+from cluster.driver.revival import load_replay_states, warmed_up
 from cluster.local.head_start import HeadStartResult
 
 HANDOVER_TIMEOUT_S = 60.0  # an epoch of an MLP takes well under a second; this is for a stuck process
@@ -66,8 +66,7 @@ def _take(run) -> HeadStartResult | None:
     if result.error is not None:
         run.progress.message(f"the head start failed ({result.error}); training starts from the actors' own start")
         return None
-    learner = run.actors.learner
-    ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(result.replay_states)])
+    load_replay_states(run.actors.learner, result.replay_states)
     run.progress.message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and the "
                          "actors started; the learner goes on from them")
     return result

@@ -88,8 +88,14 @@ def restore_replay(learner, num_shards: int, resume: ResumePoint) -> str:
         return f"replay not restored: {why}; it refills"
     states = [read_replay(path) for path in resume.replay_files]
     try:
-        ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
+        load_replay_states(learner, states)
     except ray.exceptions.RayTaskError as err:
         return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills"
     inserted = sum(state["storage"]["total_added"] for state in states)
     return f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)"
+
+
+def load_replay_states(learner, states: list[dict]) -> None:
+    """Every shard's replay state (ReplayShard.get_state's, from a checkpoint or a head start) into
+    the learner's replay, waiting until all are in."""
+    ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
