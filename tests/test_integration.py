@@ -199,25 +199,44 @@ def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
     assert not run.exists() and not ray.is_initialized()
 
 
-def test_a_joined_cluster_with_other_software_is_refused_in_one_line(tmp_path, capsys, monkeypatch, kept_up_ray):
+# `raypex ARGS` in a process of its own whose torch release reads 0.0.1, and which checks that it
+# left Ray once the command returned (tests/kept_up_cluster.py: a test process cannot join in-process)
+OTHER_TORCH = """
+import sys
+import ray
+from cluster.driver import versions
+real_release = versions._release
+versions._release = lambda name: "0.0.1" if name == "torch" else real_release(name)
+from cluster.commands.cli import main
+code = main(sys.argv[1:])
+assert not ray.is_initialized()
+sys.exit(code)
+"""
+
+
+def test_a_joined_cluster_with_other_software_is_refused_in_one_line(tmp_path, joining_environment):
     """`raypex train` and `raypex bench` joining a cluster whose nodes run another torch release
     than the driver: one line naming the node and what differs, exit 2, nothing written. The
     driver's release is changed here; the nodes' probes report what they really run."""
-    from cluster.driver import versions
-
-    real_release = versions._release
-    monkeypatch.setattr(versions, "_release", lambda name: "0.0.1" if name == "torch" else real_release(name))
+    address = joining_environment["RAYPEX_ADDRESS"]
     differs = r"raypex: error: node \S+ has torch \S+ \(the driver has 0\.0\.1\); install the same versions on every node"
+
+    def with_other_torch(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", OTHER_TORCH, *args], env={**os.environ, **joining_environment},
+                              capture_output=True, text=True, timeout=300, check=False)
+
     run = tmp_path / "run"
-    assert main(["train", "--address", kept_up_ray, "--run-dir", str(run)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    done = with_other_torch("train", "--address", address, "--run-dir", str(run))
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-3000:]
     assert re.fullmatch(differs, err[-1]), err
-    assert not run.exists() and not ray.is_initialized()
+    assert not run.exists()
     bench_json = tmp_path / "bench.json"
-    assert main(["bench", "--stage", "learner", "--address", kept_up_ray, "--json", str(bench_json)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    done = with_other_torch("bench", "--stage", "learner", "--address", address, "--json", str(bench_json))
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-3000:]
     assert re.fullmatch(differs, err[-1]), err
-    assert not bench_json.exists() and not ray.is_initialized()
+    assert not bench_json.exists()
 
 
 def _blocked_signals(pid: int) -> set[int]:
