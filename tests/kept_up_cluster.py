@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,8 +40,10 @@ def kept_up_cluster(num_cpus: int) -> Iterator[str]:
     and MALLOC_ARENA_MAX=2 (what raypex gives its own local clusters); yields its address once
     `ray start` says the runtime started, and stops every process of it after."""
     port = free_port()
-    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    address_file_existed = address_file.exists()
+    # Its own Ray temp dir: `ray start` writes <temp dir>/ray_current_cluster, which plain
+    # ray.init() and Ray's job supervisor (tests/test_ray_jobs.py) follow; in the shared /tmp/ray
+    # it sent another worker's Ray job to this cluster.
+    ray_temp = tempfile.mkdtemp(prefix="ray-kept-up-")
     # tests/ on its workers' path: the test pixel games (tests/pixel_env.py) resolve there as a
     # user's env module on PYTHONPATH must resolve on a cluster's nodes (README, "Your own environment")
     python_path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
@@ -52,7 +55,7 @@ def kept_up_cluster(num_cpus: int) -> Iterator[str]:
     fixed_ports = [f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
                    f"--dashboard-port={free_port()}"]
     head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}",
-                             *fixed_ports, f"--num-cpus={num_cpus}", "--include-dashboard=false",
+                             *fixed_ports, f"--temp-dir={ray_temp}", f"--num-cpus={num_cpus}", "--include-dashboard=false",
                              "--disable-usage-stats", "--block"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -79,17 +82,7 @@ def kept_up_cluster(num_cpus: int) -> Iterator[str]:
         # group; nothing is left to save, so they are killed at once (a SIGTERM took 33 s).
         os.killpg(head.pid, signal.SIGKILL)
         head.wait()
-        # `ray start` leaves it behind, and plain ray.init() would follow it; the other worker's
-        # cluster may have written it after this one did
-        if not address_file_existed or _names_port(address_file, port):
-            address_file.unlink(missing_ok=True)
-
-
-def _names_port(address_file: Path, port: int) -> bool:
-    try:
-        return address_file.read_text().strip().endswith(f":{port}")
-    except FileNotFoundError:
-        return False
+        shutil.rmtree(ray_temp, ignore_errors=True)
 
 
 def raypex_joined(args: list[str], joining: dict[str, str], env: dict[str, str] | None = None,

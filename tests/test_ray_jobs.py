@@ -6,6 +6,7 @@ checkpoint, summary)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,15 +23,16 @@ from tests.test_separate_hosts import MY_CARTPOLE
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
 
-def _until(condition, timeout_s: float, what: str):
-    """Poll `condition` (a question put to the cluster) until it returns something true."""
+def _until(condition, timeout_s: float, what: str, shown=None):
+    """Poll `condition` (a question put to the cluster) until it returns something true; on a
+    timeout the failure names `what` and shows what `shown()` returns (the job's logs, say)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         answer = condition()
         if answer:
             return answer
         time.sleep(0.5)
-    raise AssertionError(f"no {what} within {timeout_s:g}s")
+    raise AssertionError(f"no {what} within {timeout_s:g}s" + (f"; it showed:\n{shown()}" if shown else ""))
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,11 @@ def _reread_ray_config() -> None:
 
 def _head(monkeypatch):
     port, dashboard = free_port(), free_port()
-    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    address_file_existed = address_file.exists()
+    # Ray's job supervisor gives each job's entrypoint the address in <temp dir>/ray_current_cluster,
+    # which every `ray start` on the machine overwrites: with the shared /tmp/ray, a job submitted
+    # here joined the kept-up cluster another pytest worker had started since, and found its CPUs
+    # taken (CI at 079c5bb). A temp dir of its own holds this head's address alone.
+    ray_temp = tempfile.mkdtemp(prefix="ray-jobs-")
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # what a user sets to reach a token cluster
     # as README advises: `ray job stop` then waits for the final files (its 3 s default did not
     # cover a CartPole run's policy.pt2 export on a slower 2-core box: 3.1 s there)
@@ -66,7 +71,7 @@ def _head(monkeypatch):
     # another Ray cluster on this machine, and every submission then failed with "No available agent"
     proc = subprocess.Popen([*RAY, "start", "--head", f"--port={port}", f"--dashboard-port={dashboard}",
                              f"--dashboard-agent-listen-port={free_port()}", "--dashboard-host=127.0.0.1",
-                             "--num-cpus=2", "--disable-usage-stats", "--block"],
+                             f"--temp-dir={ray_temp}", "--num-cpus=2", "--disable-usage-stats", "--block"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{dashboard}"
     try:
@@ -82,8 +87,7 @@ def _head(monkeypatch):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
-            address_file.unlink(missing_ok=True)
+        shutil.rmtree(ray_temp, ignore_errors=True)
 
 
 def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints(tmp_path, head):
@@ -111,7 +115,8 @@ def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkp
     run = tmp_path / "stopped"
     job = client.submit_job(entrypoint=f"raypex train cartpole --run-dir {run} stop.env_steps=100000000 "
                             + " ".join(SHORT))
-    _until(lambda: "env steps" in client.get_job_logs(job), 120, "progress line in the job's logs")
+    _until(lambda: "env steps" in client.get_job_logs(job), 120, "progress line in the job's logs",
+           shown=lambda: client.get_job_logs(job))
     client.stop_job(job)
     _until(lambda: client.get_job_status(job) in (JobStatus.STOPPED, JobStatus.FAILED), 60, "stopped job")
     logs = client.get_job_logs(job)
