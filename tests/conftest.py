@@ -1,6 +1,7 @@
 """Test-session guards, and the local Ray cluster runs join instead of each starting one."""
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,10 @@ def joining_environment(kept_up_ray) -> dict[str, str]:
     """The environment variables that make a run started in a new process join the kept-up
     cluster (tests/kept_up_cluster.py)."""
     return {"RAYPEX_ADDRESS": kept_up_ray, **JOIN_ENVIRONMENT}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A user's working directory for one test file's README lines, which share it as a user's
+    session does: empty at first (the configs are found by path in the package)."""
+    return tmp_path_factory.mktemp("user")

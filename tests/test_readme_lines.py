@@ -497,11 +497,22 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
 DOCUMENTED = documented_commands()
 
 
-def planned(kind: type) -> dict:
-    """parametrize's arguments for the documented lines PLAN proves as `kind`, each named by
-    where it first appears."""
-    chosen = [(command, places) for command, places in DOCUMENTED if isinstance(PLAN.get(command), kind)]
+def planned(kind: type, where=lambda source: True) -> dict:
+    """parametrize's arguments for the documented lines PLAN proves as `kind` whose first place
+    passes `where`, each named by that place."""
+    chosen = [(command, places) for command, places in DOCUMENTED
+              if isinstance(PLAN.get(command), kind) and where(places[0])]
     return {"argvalues": [c for c, _ in chosen], "ids": [str(places[0]) for _, places in chosen]}
+
+
+BENCHMARK_HEADING = "## Benchmark"
+
+
+def before_the_benchmarks(source) -> bool:
+    """A README line above its Benchmark section: this file runs those; the Benchmark section's
+    lines and the configs' header lines are tests/test_readme_bench_lines.py's."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    return source.path == "README.md" and source.line < lines.index(BENCHMARK_HEADING) + 1
 
 
 def test_every_documented_line_has_a_plan_and_every_plan_a_line():
@@ -526,12 +537,6 @@ def test_a_line_proven_elsewhere_names_a_real_test_that_runs_it(command):
 def test_the_readme_says_how_ci_runs_each_line():
     assert markdown_table(PLAN) in (ROOT / "README.md").read_text(), (
         "README.md's table is out of date; paste in:\n" + markdown_table(PLAN))
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """The user's working directory: empty (the configs are found by path in the package)."""
-    return tmp_path_factory.mktemp("user")
 
 
 def user_environment(joining: dict[str, str] | None = None) -> dict[str, str]:
@@ -569,11 +574,17 @@ def serve(line: str, workdir: Path, how: Run) -> tuple[str, str, subprocess.Pope
         raise
 
 
-@pytest.mark.parametrize("command", **planned(Run))
+@pytest.mark.parametrize("command", **planned(Run, before_the_benchmarks))
 def test_a_documented_line_runs_and_does_what_it_says(command, workdir, joining_environment):
+    type_and_check(command, workdir, joining_environment)
+
+
+def type_and_check(command: str, workdir: Path, joining: dict[str, str]) -> None:
+    """Type PLAN's `command` (with its extra text) in a shell in `workdir`, as a user would, the
+    run joining the kept-up cluster (`joining`) unless the line starts its own; then its check."""
     how = PLAN[command]
-    kept_up = joining_environment["RAYPEX_ADDRESS"]
-    environment = user_environment({"RAY_ADDRESS": kept_up} if how.own_cluster else joining_environment)
+    kept_up = joining["RAYPEX_ADDRESS"]
+    environment = user_environment({"RAY_ADDRESS": kept_up} if how.own_cluster else joining)
     extra = how.extra_from(workdir) if how.extra_from else how.extra
     line = f"{command} {extra}".strip()
     before = run_dirs(workdir)
