@@ -245,72 +245,50 @@ def _blocked_signals(pid: int) -> set[int]:
     return {number for number in range(1, 65) if mask >> (number - 1) & 1}
 
 
-@pytest.mark.parametrize(("signum", "to_group", "code", "said", "ended"), [
-    (signal.SIGINT, True, 130, "Ctrl-C", "interrupted"),
-    (signal.SIGTERM, True, 143, "SIGTERM", "terminated")], ids=["ctrl-c", "sigterm-to-group"])
-def test_a_signal_checkpoints_flushes_and_exits_with_its_code(tmp_path, signum, to_group, code, said, ended,
-                                                              joining_environment):
-    """Ctrl-C and SIGTERM (kill, timeout, SLURM, Kubernetes, `ray job stop`) take the same clean
-    path: final checkpoint, TensorBoard flushed, summary.json and policy.pt2, no new evaluation.
-    A terminal's Ctrl-C, `timeout`, SLURM and systemd signal every process of the run, Ray's
-    raylet and GCS included (`to_group`): the run still ends cleanly, its replay saved. Ctrl-C's
-    run is prioritized: the epochs cut short and their priorities still count at the end. (SIGTERM
-    to the driver alone is what `ray job stop` sends: tests/test_ray_jobs.py.)"""
+def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
+    """Ctrl-C, which a terminal sends to every process of the run (Ray's raylet and GCS included),
+    takes the clean path: final checkpoint with every shard's replay, TensorBoard flushed,
+    summary.json and policy.pt2, no new evaluation. The run is prioritized: the epochs cut short
+    and their priorities still count at the end. (SIGTERM to the whole group: the test below;
+    SIGTERM to the driver alone, as `ray job stop` sends it: tests/test_ray_jobs.py.)"""
     run = tmp_path / "interrupted"
-    prioritized = signum == signal.SIGINT
     proc = subprocess.Popen(
         [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT,
-         f"replay.prioritized={str(prioritized).lower()}", "learner.head_start=off"],  # with one: the test below
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=to_group)
+         "replay.prioritized=true", "learner.head_start=off"],  # a run that trains; a head start's: below
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     seen = []
-    # Wait for the first progress line (collecting has started), or, prioritized, for the first
-    # one that shows a loss (the learner has trained, so there are priorities to account for).
-    started = re.compile(r"loss -?\d" if prioritized else "env steps")
+    # the first progress line that shows a loss: the learner has trained, so there are priorities
     for line in proc.stderr:
         seen.append(line)
-        if line.startswith("[") and started.search(line):
+        if line.startswith("[") and re.search(r"loss -?\d", line):
             break
-    if to_group:
-        # what keeps the raylet (and with it every actor) alive through a signal to all: it was
-        # started with SIGTERM blocked (the final checkpoint of a small CartPole run may beat a
-        # raylet that exits, so the mask is checked, not only the outcome)
-        blocked = {p.name(): _blocked_signals(p.pid) for p in psutil.Process(proc.pid).children(recursive=True)}
-        for name in ("raylet", "gcs_server"):
-            assert signal.SIGTERM in blocked[name], blocked
-        os.killpg(proc.pid, signum)
-    else:
-        proc.send_signal(signum)
+    os.killpg(proc.pid, signal.SIGINT)
     rest = proc.stderr.read()
-    assert proc.wait(timeout=120) == code, "".join(seen) + rest
-    assert f"{said}: writing a final checkpoint" in rest and "Traceback" not in rest, rest
+    assert proc.wait(timeout=120) == 130, "".join(seen) + rest
+    assert "Ctrl-C: writing a final checkpoint" in rest and "Traceback" not in rest, rest
     assert "died" not in rest and "stopped" not in rest, rest
     newest = max((run / "checkpoints").glob("ckpt-*.pt"))
     assert len(list(newest.parent.glob(f"{newest.stem}-shard-*.replay"))) == 2  # the set has both shards' replay
     assert (run / "policy.pt2").is_file() and (run / "summary.json").is_file()
     assert "replay/size" in scalars(run)  # the TensorBoard file was flushed
     first = summary(run)
-    assert first["ended"] == ended
+    assert first["ended"] == "interrupted"
     final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
     assert first["epochs"] == final["epochs"]
     # the final checkpoint and the summary agree, and env steps are exactly what replay took in
     assert final["env_steps"] == first["env_steps"] == sum(first["replay_inserted_per_shard"]), (final, first)
-    if prioritized:  # every transition the learner trained on has its new priority accounted for
-        accounted = sum(first[f"priority_updates_{kind}"] for kind in ("applied", "stale", "unsent"))
-        assert accounted == first["learner_samples"] > 0, first
-    if signum == signal.SIGTERM:  # a resume continues the counters of the final checkpoint
-        resumed = raypex_joined(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"],
-                                joining_environment)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
-        second = summary(run)
-        assert second["env_steps"] >= final["env_steps"] + 2000 and second["epochs"] > final["epochs"]
-        assert second["ended"] == "env_steps"
+    # every transition the learner trained on has its new priority accounted for
+    accounted = sum(first[f"priority_updates_{kind}"] for kind in ("applied", "stale", "unsent"))
+    assert accounted == first["learner_samples"] > 0, first
 
 
-def test_a_signal_before_the_handover_keeps_the_head_starts_training(tmp_path):
-    """SIGTERM to the whole group (as `timeout` or SLURM send it; a terminal's Ctrl-C is SIGINT to
-    it) while the learner actor is still being built, the head start training on: the head start
-    ignores it, the learner first takes its state and replay, then the run ends as after any
-    signal, and its final checkpoint holds what the head start trained."""
+def test_sigterm_to_the_group_before_the_handover_keeps_the_head_starts_training(tmp_path, joining_environment):
+    """SIGTERM to the whole group (as `timeout`, SLURM and systemd send it), Ray's raylet and GCS
+    included, while the learner actor is still being built and the head start trains on: the
+    raylet and GCS outlive it (started with SIGTERM blocked), the head start ignores it, the
+    learner first takes its state and replay, then the run ends as after any signal: final
+    checkpoint with every shard's replay and the head start's training, TensorBoard flushed,
+    summary.json and policy.pt2, exit 143; and a resume counts on from that checkpoint."""
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.eval_return=null"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -320,13 +298,29 @@ def test_a_signal_before_the_handover_keeps_the_head_starts_training(tmp_path):
         seen.append(line)
         if line.startswith("run directory:"):
             break
+    # what keeps the raylet (and with it every actor) alive through a signal to all: it was started
+    # with SIGTERM blocked (a run's end may beat a raylet that exits, so the mask is checked too)
+    blocked = {p.name(): _blocked_signals(p.pid) for p in psutil.Process(proc.pid).children(recursive=True)}
+    for name in ("raylet", "gcs_server"):
+        assert signal.SIGTERM in blocked[name], blocked
     os.killpg(proc.pid, signal.SIGTERM)
     rest = proc.stderr.read()
     assert proc.wait(timeout=120) == 143, "".join(seen) + rest
-    assert "learner ready" not in rest and "Traceback" not in rest, rest  # the signal came before the handover
+    assert "SIGTERM: writing a final checkpoint" in rest and "Traceback" not in rest, rest
+    assert "learner ready" not in rest and "died" not in rest, rest  # the signal came before the handover
     result = summary(run)
     head = result["head_start"]
     assert result["ended"] == "terminated" and head["updates"] > 0 and result["env_steps"] == head["env_steps"], result
     final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
-    assert final["env_steps"] == head["env_steps"] and final["epochs"] == head["epochs"], final
+    assert final["env_steps"] == head["env_steps"] and final["epochs"] == head["epochs"] == result["epochs"], final
     assert sum(result["replay_inserted_per_shard"]) == head["env_steps"], result  # its replay came over whole
+    newest = max((run / "checkpoints").glob("ckpt-*.pt"))
+    assert len(list(newest.parent.glob(f"{newest.stem}-shard-*.replay"))) == 2  # the set has both shards' replay
+    assert (run / "policy.pt2").is_file()
+    assert "losses/td_loss" in scalars(run)  # the head start's epochs, flushed to TensorBoard
+    resumed = raypex_joined(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"],
+                            joining_environment)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    second = summary(run)
+    assert second["env_steps"] >= final["env_steps"] + 2000 and second["epochs"] > final["epochs"]
+    assert second["ended"] == "env_steps"
