@@ -105,7 +105,9 @@ class CapturedActorCriticUpdate:
     def __init__(self, step, example: Mapping[str, torch.Tensor]):
         self.step = step
         self.static = {name: tensor.clone() for name, tensor in example.items()}
-        self.noise = step.draw_noise()
+        # Allocated, not drawn: a draw here would advance the generator before the snapshot saves it,
+        # and every update after capture would get the noise meant for the next one.
+        self.noise = torch.empty(step.noise_shape(), device=step.log_alpha.device)
         snapshot = TrainingStateSnapshot(step)
         variants = (True,) if step.sac else (False, True)
         side = torch.cuda.Stream()
