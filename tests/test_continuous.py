@@ -2,6 +2,7 @@
 against the torch one, and the action spaces and settings that are refused in one line."""
 
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -278,6 +279,24 @@ def continuous_learner(algo: str, device: torch.device, columns=None, images: bo
                            "return": rng.normal(size=512).astype(np.float32),
                            "discount": rng.choice([0.0, 0.97], 512).astype(np.float32), "next_obs": observations()})
     return Learner(s, device, replay, lambda weights: None)
+
+
+def test_the_learner_matrix_replay_gathers_box_actions_with_their_dimension():
+    """The learner matrix's replay (the columns a CUDA learner gathers its batches from) stores
+    float actions of the env's action_dim: it once stored Discrete ones, and every TD3/SAC variant
+    of `python -m cluster.bench.learner_matrix configs/pendulum.yaml` failed on the GPU box."""
+    from cluster.bench.learner_matrix import replay as matrix_replay
+    from cluster.config.settings import learner_settings
+    from learner.replay_feed import gather_from
+    from learner.synthetic import synthetic_index_batch
+
+    config = load_config(Path("configs/pendulum.yaml"), ["learner.micro_batch=8", "learner.accumulation_steps=2"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    settings = learner_settings(config, spec)
+    replay = matrix_replay(settings, torch.device("cpu"), spec)
+    batch = gather_from(replay)(synthetic_index_batch(settings, replay, torch.device("cpu"), np.random.default_rng(0)))
+    assert batch["action"].shape == (2, 8, 1) and str(batch["action"].dtype).endswith("float32")  # numpy columns on a CPU
+    assert batch["obs"].shape == batch["next_obs"].shape == (2, 8, 3)
 
 
 @pytest.mark.parametrize("images, obs_norm", [(False, False), (True, False), (False, True)],

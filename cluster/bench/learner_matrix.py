@@ -47,7 +47,7 @@ def replay(settings, device, spec):
     from replay.shard import StorageSpec
 
     storage = StorageSpec(4 * settings.micro_batch * settings.accumulation_steps, spec.obs_shape, spec.obs_dtype,
-                          spec.frame_stack, 8)
+                          spec.frame_stack, 8, spec.action_dim)
     prioritized = settings.prioritized
     return ReplayPlan(1, storage, SamplesPerInsertLimiter(0.0, 1, 1), 0, PrioritySettings() if prioritized else None,
                       BetaSchedule(0.4, 1000, 1) if prioritized else None).build(device)[0]
