@@ -79,12 +79,28 @@ def test_the_handover_is_a_learner_state_and_replay_the_runs_own_classes_load():
 
 
 def test_it_ends_by_itself_at_stop_env_steps_and_its_result_waits():
-    result, peeked, err = run_driver("after_its_end", [*SMALL, "stop.env_steps=1000"])
+    result, peeked, err = run_driver("after_its_end", [*SMALL, "stop.env_steps=1000", "stop.eval_return=null"])
     assert err.strip().splitlines()[-1] == "sent before asked: True"
     assert result.error is None and 1000 <= result.env_steps < 1000 + 2 * 4 * 8 + 200, result.env_steps
+    assert result.evaluations == [] and result.solved is None  # no stop.eval_return: nothing to evaluate for
     assert result.curve[-1][0] == result.env_steps
     weights, env_steps = peeked  # asked for its weights after it ended: those of its result
     assert env_steps == result.env_steps and weights.version == result.weights.version == result.epochs + 1
+
+
+def test_it_evaluates_as_the_run_does_and_ends_at_the_evaluation_that_solves():
+    """With stop.eval_return it evaluates its weights between epochs (the run's evaluator class,
+    episodes and give-up bound) and stops at the first complete evaluation that reaches the target,
+    handing over those weights: the run is solved before its learner actor exists."""
+    result, _, err = run_driver("after_its_end", [*SMALL, "eval.episodes=10", "stop.eval_return=30"])
+    assert err.strip().splitlines()[-1] == "sent before asked: True"  # it ended by itself, solved
+    assert result.error is None and result.solved is not None and result.solved == result.evaluations[-1]
+    finished_at, env_steps, solving = result.solved
+    assert solving["complete"] and solving["mean"] >= 30 and solving["solved"]
+    assert all(not evaluation["solved"] and evaluation["mean"] < 30 for _, _, evaluation in result.evaluations[:-1])
+    # it trained no further than the solving evaluation: those are the weights it hands over
+    assert solving["version"] == result.weights.version == result.epochs + 1 and env_steps == result.env_steps
+    assert result.first_update_at < finished_at < time.time()
 
 
 def test_its_newest_weights_come_while_it_trains_on():

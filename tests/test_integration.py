@@ -324,3 +324,27 @@ def test_sigterm_to_the_group_before_the_handover_keeps_the_head_starts_training
     second = summary(run)
     assert second["env_steps"] >= final["env_steps"] + 2000 and second["epochs"] > final["epochs"]
     assert second["ended"] == "env_steps"
+
+
+def test_a_head_start_that_solves_the_run_is_its_solve(tmp_path):
+    """The head start evaluates its own weights (cluster/local/head_start.py): when one reaches
+    stop.eval_return the run is solved at that moment, before its learner actor is built; those
+    weights are the exported policy, and its evaluations are in TensorBoard where it made them."""
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.eval_return=30",
+                           "eval.episodes=10"], check=False, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = summary(run)
+    head, start = result["head_start"], result["startup_s"]
+    assert result["ended"] == "solved" and result["time_to_solve_s"] < start["learner_constructed"], result
+    solving_version = head["epochs"] + 1  # it stopped training at the evaluation that solved
+    assert f"solved in the head start: eval return {result['final_eval_return']:.1f} >= 30 (weights version " \
+           f"{solving_version})" in done.stderr, done.stderr[-3000:]
+    assert result["env_steps_at_solve"] == head["env_steps"] and result["policy_version"] == solving_version, result
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    evaluations = acc.Scalars("eval/return_mean")
+    assert evaluations and all(e.step <= head["env_steps"] for e in evaluations), evaluations
+    values = [e.value for e in evaluations]
+    assert values[-1] == pytest.approx(result["final_eval_return"]) and values[-1] >= 30, values
+    assert all(value < 30 for value in values[:-1]), values

@@ -1,7 +1,8 @@
 """The head start's handover: when a run's learner actor is built, the training the driver's forked
 process did while the cluster started (cluster/local/head_start.py) goes into it, as a resume's
-checkpoint does: the learner's state, every shard's replay, the env steps and the epochs. Until
-then the evaluator, once built, evaluates the head start's newest weights.
+checkpoint does: the learner's state, every shard's replay, the env steps and the epochs, and its
+own evaluations (one that reached stop.eval_return is the run's solve, at the moment it finished).
+Until then the evaluator, once built, evaluates the head start's newest weights.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _evaluate_its_weights(run, learner_ready) -> None:
             continue  # solved: no more evaluations
         # the evaluator is up, or its evaluation of the head start's weights came back: the newest next
         weights, env_steps = run.head_start.newest_weights(HANDOVER_TIMEOUT_S)
+        if run.head_start.solved:
+            continue  # it solved the run itself (recorded at the handover): nothing better to evaluate
         run.metrics.env_steps = max(run.metrics.env_steps, env_steps)  # where the evaluation is plotted
         if weights is not None and run.evaluations.start_on(ray.put(weights)):
             waiting.append(run.evaluations.pending)
@@ -74,9 +77,9 @@ def _take(run) -> HeadStartResult | None:
 
 def take_head_start(run, result: HeadStartResult) -> bytes:
     """Count what the head start did as the run's own: its env steps and epochs go on, its loss
-    curve goes to TensorBoard, its first env step and update are the run's start-up moments
-    (summary.json's `head_start` says how much of the run it was). Returns the learner state for
-    the learner actor's warm-up."""
+    curve and evaluations go to TensorBoard, its solving evaluation (if any) solves the run, its
+    first env step and update are the run's start-up moments (summary.json's `head_start` says how
+    much of the run it was). Returns the learner state for the learner actor's warm-up."""
     run.metrics.env_steps_offset = run.metrics.env_steps = result.env_steps
     run.metrics.head_start = {"env_steps": result.env_steps, "updates": result.updates, "epochs": result.epochs}
     run.epochs_done = result.epochs
@@ -86,4 +89,12 @@ def take_head_start(run, result: HeadStartResult) -> bytes:
     startup.mark("handed_over", time.time())
     for env_steps, td_loss, q_values in result.curve:
         run.tb.scalars({"losses/td_loss": td_loss, "losses/q_values": q_values}, env_steps)
+    for _, env_steps, evaluation in result.evaluations:
+        run.tb.scalars(run.metrics.evaluation(evaluation), env_steps)
+    if result.solved is not None:
+        finished_at, env_steps, evaluation = result.solved
+        if run.outcome.record_evaluation(evaluation, ray.put(result.weights), env_steps, finished_at):
+            run.progress.message(
+                f"solved in the head start: eval return {evaluation['mean']:.1f} >= {run.outcome.target:g} (weights "
+                f"version {evaluation['version']}) after {run.outcome.time_to_solve_s:.1f}s and {env_steps} env steps")
     return result.learner_state

@@ -1,97 +1,25 @@
-"""EvaluatorActor: greedy evaluation in its own process, beside the learner.
+"""EvaluatorActor: a run's evaluations in their own process, beside the learner.
 
-The learner never pauses training to evaluate: the driver hands this actor a published weights
-version (a Weights message the learner returned) and reads the returns when they are done.
-One evaluation runs at a time and the driver always sends the newest version, so evaluations
-never queue up behind a busy evaluator. MLP Q-networks and td3/sac actors on flat observations are
-evaluated in numpy (learner/numpy_mlp.py), so for flat observations this process never imports
-torch; it starts while the learner warms up, on the same cores. Networks on images are evaluated
-with torch.
+The driver hands it one published weights version at a time (cluster/driver/evaluation.py); what
+it does with them is WeightsEvaluator's (cluster/hosts/weights_evaluator.py), which has no Ray in
+it so that processes without Ray (the head start) evaluate the same way.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
-import numpy as np
-
 from cluster.hosts.ray_seams import QUIET
+from cluster.hosts.weights_evaluator import WeightsEvaluator
 
 
-class EvaluatorActor:
-    """Holds the evaluation vector env and the network it evaluates weights with."""
-
-    def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
-                 obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8", stacked: bool = False,
-                 action_bounds: tuple = ((), ())):
-        from actors.action_scaling import ActionScale
-        from actors.evaluator import Evaluator
-
-        # Box actions: the published weights are a td3/sac actor, acted with deterministically
-        self.action_scale = ActionScale(*action_bounds) if action_bounds[0] else None
-
-        self.obs_shape, self.obs_dtype, self.hidden = tuple(obs_shape), obs_dtype, hidden
-        self.torch_network = None  # a CNN Q-network, or an image actor (TorchActorForward)
-        if len(obs_shape) != 1:
-            import torch
-
-            torch.set_num_threads(1)
-            if self.action_scale is None:
-                from learner.networks import build_q_network
-
-                self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling, obs_dtype).eval()
-        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon, stacked)
-
-    def _policy(self, arrays: dict[str, np.ndarray]):
-        if self.action_scale is not None:
-            actor, scale = self._actor(arrays), self.action_scale
-            return lambda obs: scale.to_env(actor.actions(obs))
-        if self.torch_network is None:
-            from learner.numpy_mlp import NumpyMLPQ
-
-            return NumpyMLPQ(arrays).greedy_actions
-        from learner.networks import greedy_actions
-        from learner.weights import load_arrays
-
-        load_arrays(self.torch_network, arrays)
-        return functools.partial(greedy_actions, self.torch_network)
-
-    def _actor(self, arrays: dict[str, np.ndarray]):
-        """The deterministic actor of td3/sac weights: numpy for flat observations, torch for images
-        (built once, on the first weights: whether it has SAC's log-std head is in their names)."""
-        if len(self.obs_shape) == 1:
-            from learner.numpy_mlp import NumpyMLPActor
-
-            return NumpyMLPActor(arrays)
-        if self.torch_network is None:
-            from learner.actor_critic_networks import TorchActorForward
-
-            self.torch_network = TorchActorForward(self.obs_shape, self.obs_dtype, len(self.action_scale.low),
-                                                   self.hidden, gaussian="log_std.weight" in arrays)
-        return self.torch_network.load(arrays)
+class EvaluatorActor(WeightsEvaluator):
+    """WeightsEvaluator as the run's Ray actor."""
 
     @QUIET  # several a second on small envs
     def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict | None:
-        """Mean and min greedy return of a published Weights message (Ray resolves its ref).
-
-        With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
-        early and reports `complete: False` with no returns. With `record` the result carries
-        the first episode as `video` (an EncodedVideo, actors/apng.py) when the env has pictures.
-        None when there were no weights: the ref was a learner's answer given by the process Ray
-        had just restarted, before it published any (the driver counts that evaluation as lost).
-        """
-        if weights is None:
-            return None
-        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record)
-        version = weights.version
-        if returns is None:
-            return {"version": version, "complete": False, "mean": None, "min": None}
-        result = {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}
-        if record and self.evaluator.video is not None:
-            result["video"] = self.evaluator.video
-        return result
+        """WeightsEvaluator.evaluate, without a task event in Ray's GCS per call."""
+        return super().evaluate(weights, give_up, record)
 
     def pid(self) -> int:
         """This actor's process id (bench reads its resident memory)."""

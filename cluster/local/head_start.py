@@ -6,11 +6,15 @@ Starting a local cluster and the run's actors takes seconds before the learner c
 importing torch on a 2-core laptop). The same collectors, replay and learner as the run's, wired
 in one process (cluster/local/wiring.py's parts, in lockstep as cluster/local/lockstep.py runs
 them), train meanwhile: the collectors step at random before torch is even imported, the learner
-updates as soon as replay holds `replay.min_size`. Between two epochs it answers the driver's
-questions: its newest weights (`newest_weights`, which the run's evaluator evaluates as soon as it
-is built), or what it made (`hand_over`, when the run's learner actor is built): the learner's state (networks, optimizer, counters),
-every shard's replay and the env steps go to the actors as a resume's checkpoint does, and the
-process ends. No Ray here: the driver's side is cluster/driver/handover.py.
+updates as soon as replay holds `replay.min_size`. With `stop.eval_return` it also evaluates its
+weights after an epoch (the run's evaluator class and settings, in this process), and its first
+evaluation that reaches the target ends its training: the run is solved then, before its learner
+actor exists, and those weights are the ones the run exports. Between two epochs it answers the
+driver's questions: its newest weights (`newest_weights`, which the run's evaluator evaluates as
+soon as it is built), or what it made (`hand_over`, when the run's learner actor is built): the
+learner's state (networks, optimizer, counters), every shard's replay and the env steps go to the
+actors as a resume's checkpoint does, and the process ends. No Ray here: the driver's side is
+cluster/driver/handover.py.
 
 Which runs get one (`learner.head_start: auto`, `maybe_head_start`): only a run that starts its
 own local cluster on this machine, whose start is what the head start hides (a joined cluster's
@@ -29,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from actors.collector import Collector
@@ -54,8 +59,15 @@ class HeadStartResult:
     first_step_at: float | None = None  # wall clock, as the actors' start-up moments
     first_update_at: float | None = None
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (env steps, td loss, q value) per epoch
-    weights: Weights | None = None  # the newest it published
+    weights: Weights | None = None  # the newest it published (the solving ones when it solved)
+    # (wall clock when it finished, env steps, WeightsEvaluator.evaluate's result) of each complete evaluation
+    evaluations: list[tuple[float, int, dict]] = field(default_factory=list)
     error: str | None = None
+
+    @property
+    def solved(self) -> tuple[float, int, dict] | None:
+        """Its evaluation that reached stop.eval_return (its last: it stops training there), if any."""
+        return self.evaluations[-1] if self.evaluations and self.evaluations[-1][2].get("solved") else None
 
 
 def available() -> tuple[bool, str]:
@@ -131,6 +143,12 @@ class HeadStart:
         finally:
             self.close()
 
+    @property
+    def solved(self) -> bool:
+        """Whether it has ended by itself on an evaluation that reached stop.eval_return (known once
+        `newest_weights` or `hand_over` has received its result)."""
+        return self._result is not None and self._result.solved is not None
+
     def close(self) -> None:
         """End the process (at once, whatever it is doing) and wait for it."""
         if self._process.is_alive():
@@ -204,14 +222,30 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
     learner = Learner(plan.learner.settings, torch.device("cpu"), replay, board.publish,
                       starved=every_collector_collects)
     learner.publish_weights()
-    curve = []
+    evaluate = _evaluation(config, plan)
+    curve, evaluations = [], []
     env_steps = 0
+    training_s = evaluating_s = 0.0
     while env_steps < config.stop.env_steps:
+        started = time.perf_counter()
         while replay.insert_room() > 0:
             every_collector_collects()
         metrics = learner.train_epoch()
         env_steps = sum(c.env_steps for c in collectors)
         curve.append((env_steps, float(metrics["td_loss"]), float(metrics["q_values"])))
+        trained = time.perf_counter()
+        training_s += trained - started
+        # After every epoch while evaluating has taken no longer than training (not every
+        # eval.every_epochs): an evaluation here holds up only this loop, one that gives up early
+        # costs a few dozen env steps, and one with long episodes cannot take more than half of the
+        # head start (BENCHMARKS.md, "The head start solves").
+        if evaluate is not None and evaluating_s <= training_s:
+            result = evaluate(board.latest, conn.poll)  # a question from the driver ends it
+            evaluating_s += time.perf_counter() - trained
+            if result["complete"]:
+                evaluations.append((time.time(), env_steps, result))
+                if result["solved"]:
+                    break  # the run is solved: training on would only take the cores Ray's start needs
         if conn.poll():  # a question, or EOF: the driver is gone
             try:
                 question = conn.recv()
@@ -226,4 +260,24 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
         learner_state=learner.state_bytes(), replay_states=[replay.get_state(i) for i in range(len(collectors))],
         env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
         first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
-        curve=curve, weights=board.latest)
+        curve=curve, weights=board.latest, evaluations=evaluations)
+
+
+def _evaluation(config: RunConfig, plan):
+    """The run's evaluation (its evaluator's class and settings, giving up once stop.eval_return is
+    out of reach) as a function of published weights, marking the result that reaches
+    stop.eval_return `solved`; None for a run with no stop.eval_return."""
+    target = config.stop.eval_return
+    if target is None:
+        return None
+    from cluster.config.settings import eval_give_up
+    from cluster.hosts.weights_evaluator import WeightsEvaluator  # no Ray: the head start has none
+
+    evaluator, give_up = WeightsEvaluator(*plan.evaluator_args), eval_give_up(config)
+
+    def evaluate(weights: Weights, stop_if) -> dict:
+        result = evaluator.evaluate(weights, give_up, stop_if=stop_if)
+        result["solved"] = bool(result["complete"] and result["mean"] >= target)
+        return result
+
+    return evaluate

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from actors.collector import Collector
 from cluster.config.topology import Topology
-from cluster.hosts.evaluator_actor import EvaluatorActor  # a plain class; Ray only hosts it in a run
+from cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
 from cluster.local.seams import WeightBoard
 from learner.learner import Learner
 from replay.sharded import ShardedReplay
@@ -24,7 +24,7 @@ class LocalRun:
     replay: ShardedReplay
     collectors: list[Collector]
     learner: Learner
-    evaluator: EvaluatorActor
+    evaluator: WeightsEvaluator
     weights: WeightBoard
 
 
@@ -46,5 +46,5 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
     learner = Learner(plan.learner.settings, torch.device(device), replay, weights.publish,
                       starved=every_collector_collects)
     # the driver -> the evaluator: the caller hands it weights to evaluate
-    evaluator = EvaluatorActor(*plan.evaluator_args)
+    evaluator = WeightsEvaluator(*plan.evaluator_args)
     return LocalRun(replay, collectors, learner, evaluator, weights)
