@@ -1,18 +1,26 @@
-"""The soak's object-store probe reads the run's own local cluster (a real one), wherever Ray's
-address resolution would point: `ray start` stopped by a signal leaves /tmp/ray/ray_current_cluster
-behind with a dead GCS in it, and the soak followed it and failed (RAY_ADDRESS points the same way,
-and comes first)."""
+"""Connecting to a fresh local cluster (cluster/driver/wiring.py `connect`), one cluster for two
+checks: raypex's stop signals survive `ray.init`, and the soak's object-store probe reads that
+cluster wherever Ray's address resolution would point."""
+
+import signal
 
 from cluster.bench.soak import object_store_mib
+from cluster.driver import signals
 from cluster.driver.wiring import connect, shutdown
 from tests.test_address import free_port
 
 
-def test_the_object_store_probe_reads_this_cluster_not_a_dead_address(monkeypatch):
+def test_connect_keeps_the_stop_signals_and_the_probe_reads_this_cluster_not_a_dead_address(monkeypatch):
+    """`ray.init` installs its own SIGTERM handler (a bare exit with Ray's stack dump: a SIGTERM to
+    `raypex bench` printed one); `connect` puts raypex's back for every command that connects.
+    `ray start` stopped by a signal leaves /tmp/ray/ray_current_cluster behind with a dead GCS in
+    it, and the soak followed it and failed (RAY_ADDRESS points the same way, and comes first)."""
     connect(None)
     try:
+        handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")  # nothing listens there
         used, spilled = object_store_mib()
     finally:
         shutdown()
+    assert handlers == (signals._raise_terminated, signals._raise_interrupt)
     assert used >= 0 and spilled == 0

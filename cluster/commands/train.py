@@ -25,7 +25,6 @@ from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_ad
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_write
 from cluster.driver.progress import ProgressLine
 from cluster.driver.run_errors import CheckpointRefused, PlacementError, RunFailed
-from cluster.driver.signals import install_stop_signals
 from cluster.driver.startup import StartupTimeline
 from cluster.local.head_start import maybe_head_start
 
@@ -123,7 +122,6 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
             raise UsageError(connect_error_line(err, from_variable)) from None
         raise
     startup.mark("ray_connected", time.time())
-    install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
     try:
         device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
         act_device = choose_act_device(config, node_resources(), device, len(spec.obs_shape) == 3, progress)

@@ -34,6 +34,7 @@ from cluster.driver.placement import (
     reserve,
 )
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
+from cluster.driver.signals import install_stop_signals
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
@@ -78,6 +79,7 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         with sigterm_blocked_in_children():
             ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
+        install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
         return True
     check_gcs_port(address)
     check_gcs_auth(address)
@@ -85,6 +87,7 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
+    install_stop_signals()
     return False
 
 
