@@ -83,12 +83,13 @@ def test_it_ends_by_itself_at_stop_env_steps_and_its_result_waits():
     assert err.strip().splitlines()[-1] == "sent before asked: True"
     assert result.error is None and 1000 <= result.env_steps < 1000 + 2 * 4 * 8 + 200, result.env_steps
     assert result.evaluations == [] and result.solved is None  # no stop.eval_return: nothing to evaluate for
+    assert result.policy == b""  # nor a policy to make ahead
     assert result.curve[-1][0] == result.env_steps
     weights, env_steps = peeked  # asked for its weights after it ended: those of its result
     assert env_steps == result.env_steps and weights.version == result.weights.version == result.epochs + 1
 
 
-def test_it_evaluates_as_the_run_does_and_ends_at_the_evaluation_that_solves():
+def test_it_evaluates_as_the_run_does_and_ends_at_the_evaluation_that_solves(tmp_path):
     """With stop.eval_return it evaluates its weights between epochs (the run's evaluator class,
     episodes and give-up bound) and stops at the first complete evaluation that reaches the target,
     handing over those weights: the run is solved before its learner actor exists."""
@@ -101,6 +102,16 @@ def test_it_evaluates_as_the_run_does_and_ends_at_the_evaluation_that_solves():
     # it trained no further than the solving evaluation: those are the weights it hands over
     assert solving["version"] == result.weights.version == result.epochs + 1 and env_steps == result.env_steps
     assert result.first_update_at < finished_at < time.time()
+    # it exported those weights while the driver waited for its actors: the run's policy.pt2
+    import numpy as np
+
+    from learner.numpy_mlp import NumpyMLPQ
+    from learner.policy_file import load_policy
+
+    (tmp_path / "policy.pt2").write_bytes(result.policy)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    actions = np.asarray(load_policy(tmp_path / "policy.pt2").act(obs))
+    assert np.array_equal(actions, NumpyMLPQ(result.weights.arrays).greedy_actions(obs))
 
 
 def test_its_newest_weights_come_while_it_trains_on():

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 import ray
@@ -341,6 +342,9 @@ def test_a_head_start_that_solves_the_run_is_its_solve(tmp_path):
     assert f"solved in the head start: eval return {result['final_eval_return']:.1f} >= 30 (weights version " \
            f"{solving_version})" in done.stderr, done.stderr[-3000:]
     assert result["env_steps_at_solve"] == head["env_steps"] and result["policy_version"] == solving_version, result
+    from learner.policy_file import load_policy  # made by the head start, written by the driver
+
+    assert load_policy(run / "policy.pt2").act(np.zeros(4, np.float32)).shape == ()
     acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     evaluations = acc.Scalars("eval/return_mean")

@@ -93,6 +93,8 @@ def take_head_start(run, result: HeadStartResult) -> bytes:
         run.tb.scalars(run.metrics.evaluation(evaluation), env_steps)
     if result.solved is not None:
         finished_at, env_steps, evaluation = result.solved
+        if result.policy:
+            run.outcome.ready_policy = (evaluation["version"], result.policy)
         if run.outcome.record_evaluation(evaluation, ray.put(result.weights), env_steps, finished_at):
             run.progress.message(
                 f"solved in the head start: eval return {evaluation['mean']:.1f} >= {run.outcome.target:g} (weights "

@@ -68,7 +68,11 @@ class RunOutputs:
 
     def policy(self, learner, weights_ref) -> None:
         """policy.pt2: the greedy policy of published weights (`weights_ref`: a ref to Weights)."""
-        atomic_write(self.run_dir / "policy.pt2", ray.get(learner.export_policy.remote(weights_ref)))
+        self.policy_bytes(ray.get(learner.export_policy.remote(weights_ref)))
+
+    def policy_bytes(self, exported: bytes) -> None:
+        """policy.pt2 from bytes exported already."""
+        atomic_write(self.run_dir / "policy.pt2", exported)
 
     def summary(self, summary: dict) -> None:
         """summary.json."""

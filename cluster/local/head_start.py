@@ -62,6 +62,7 @@ class HeadStartResult:
     weights: Weights | None = None  # the newest it published (the solving ones when it solved)
     # (wall clock when it finished, env steps, WeightsEvaluator.evaluate's result) of each complete evaluation
     evaluations: list[tuple[float, int, dict]] = field(default_factory=list)
+    policy: bytes = b""  # policy.pt2 of the solving weights, made while the driver waits for its actors
     error: str | None = None
 
     @property
@@ -254,13 +255,16 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
             if question != NEWEST_WEIGHTS:
                 break
             conn.send((board.latest, env_steps))
+    # Solved: the run will end once the driver has its actors, and it would export these weights
+    # then (torch.export's first use takes seconds); this process has nothing else to do meanwhile.
+    policy = learner.export_policy(board.latest.arrays) if evaluations and evaluations[-1][2]["solved"] else b""
     # Transitions still inside the collectors' n-step windows are not handed over: their env
     # steps are not counted, as a collector counts only what reached replay.
     return HeadStartResult(
         learner_state=learner.state_bytes(), replay_states=[replay.get_state(i) for i in range(len(collectors))],
         env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
         first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
-        curve=curve, weights=board.latest, evaluations=evaluations)
+        curve=curve, weights=board.latest, evaluations=evaluations, policy=policy)
 
 
 def _evaluation(config: RunConfig, plan):
