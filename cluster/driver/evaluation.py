@@ -61,14 +61,6 @@ class EvaluationScheduler:
             self._start(self.newest_weights())
             self._due = False
 
-    def start_on(self, weights_ref) -> bool:
-        """Start an evaluation of `weights_ref` (the head start's weights, before the learner actor
-        has published any) if none is running; whether it started."""
-        if self._in_flight is not None or not self._evaluator_up(timeout_s=0):
-            return False
-        self._start(weights_ref)
-        return True
-
     def _start(self, weights_ref) -> None:
         record = self.video_every > 0 and self.started % self.video_every == 0
         give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None

@@ -2,7 +2,6 @@
 process did while the cluster started (cluster/local/head_start.py) goes into it, as a resume's
 checkpoint does: the learner's state, every shard's replay, the env steps and the epochs, and its
 own evaluations (one that reached stop.eval_return is the run's solve, at the moment it finished).
-Until then the evaluator, once built, evaluates the head start's newest weights.
 """
 
 from __future__ import annotations
@@ -21,13 +20,9 @@ HANDOVER_TIMEOUT_S = 60.0  # an epoch of an MLP takes well under a second; this 
 def hand_over(run) -> HeadStartResult | None:
     """Wait until the run's learner actor is built, then take what `run.head_start` made and load it
     into the learner's replay; None (and a line saying why) when it made nothing. The caller sends
-    `learner_state` with the learner's warm-up.
-
-    The evaluator is usually built first: it evaluates the head start's newest weights meanwhile,
-    and the run takes that evaluation as any other (one that reaches stop.eval_return solves the
-    run before the learner actor exists, and the run stops at its first poll)."""
-    learner_ready = run.actors.learner.__ray_ready__.remote()
-    _evaluate_its_weights(run, learner_ready)
+    `learner_state` with the learner's warm-up. A head start that solved the run has solved it
+    (take_head_start records it), and the run stops at its first poll."""
+    ray.get(run.actors.learner.__ray_ready__.remote())
     return _take(run)
 
 
@@ -42,25 +37,6 @@ def hand_over_before_stopping(run) -> None:
         result = _take(run)
         if result is not None:
             warmed_up(run.actors.learner.warmup.remote(take_head_start(run, result)), restoring=False)
-
-
-def _evaluate_its_weights(run, learner_ready) -> None:
-    """Until the learner actor is built: the head start's newest weights to the evaluator, one
-    evaluation after another, each recorded as the run's."""
-    waiting = [learner_ready, run.actors.evaluator.__ray_ready__.remote()]
-    while learner_ready in waiting:
-        ready, waiting = ray.wait(waiting, num_returns=1)
-        if learner_ready in ready:
-            return
-        if ready[0] == run.evaluations.pending and run.on_evaluation():
-            continue  # solved: no more evaluations
-        # the evaluator is up, or its evaluation of the head start's weights came back: the newest next
-        weights, env_steps = run.head_start.newest_weights(HANDOVER_TIMEOUT_S)
-        if run.head_start.solved:
-            continue  # it solved the run itself (recorded at the handover): nothing better to evaluate
-        run.metrics.env_steps = max(run.metrics.env_steps, env_steps)  # where the evaluation is plotted
-        if weights is not None and run.evaluations.start_on(ray.put(weights)):
-            waiting.append(run.evaluations.pending)
 
 
 def _take(run) -> HeadStartResult | None:

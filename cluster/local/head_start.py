@@ -9,9 +9,8 @@ them), train meanwhile: the collectors step at random before torch is even impor
 updates as soon as replay holds `replay.min_size`. With `stop.eval_return` it also evaluates its
 weights after an epoch (the run's evaluator class and settings, in this process), and its first
 evaluation that reaches the target ends its training: the run is solved then, before its learner
-actor exists, and those weights are the ones the run exports. Between two epochs it answers the
-driver's questions: its newest weights (`newest_weights`, which the run's evaluator evaluates as
-soon as it is built), or what it made (`hand_over`, when the run's learner actor is built): the
+actor exists, and those weights are the ones the run exports. When the run's learner actor is
+built the driver asks for what it made (`hand_over`, answered after the epoch in progress): the
 learner's state (networks, optimizer, counters), every shard's replay and the env steps go to the
 actors as a resume's checkpoint does, and the process ends. No Ray here: the driver's side is
 cluster/driver/handover.py.
@@ -44,7 +43,6 @@ from cluster.local.seams import WeightBoard
 from replay.contracts import Weights
 
 HAND_OVER = "hand over"
-NEWEST_WEIGHTS = "newest weights"
 
 
 @dataclass
@@ -105,36 +103,14 @@ class HeadStart:
                                          name="raypex-head-start", daemon=True)
         self._process.start()
         child_conn.close()
-        self._result: HeadStartResult | None = None  # what it sent when it ended before being asked
-
-    def newest_weights(self, timeout_s: float) -> tuple[Weights | None, int]:
-        """(the newest weights it published, the env steps it had collected then), asked between
-        two epochs while it trains on; (None, 0) when it has not answered within `timeout_s` or
-        has failed."""
-        if self._result is not None:
-            return self._result.weights, self._result.env_steps
-        try:
-            self._conn.send(NEWEST_WEIGHTS)
-            if not self._conn.poll(timeout_s):
-                return None, 0
-            answer = self._conn.recv()
-        except (EOFError, OSError):
-            return None, 0
-        if isinstance(answer, HeadStartResult):  # it had ended by itself: its result came instead
-            self._result = answer
-            return answer.weights, answer.env_steps
-        return answer
 
     def hand_over(self, timeout_s: float) -> HeadStartResult:
         """Stop training after the epoch in progress and return what was made (its `error` says
         why nothing was: the process failed, or did not answer within `timeout_s`)."""
-        if self._result is not None:
-            self.close()
-            return self._result
         try:
             self._conn.send(HAND_OVER)
         except OSError:
-            pass  # it ended already (reached stop.env_steps, or failed): its result may be waiting
+            pass  # it ended already (solved, reached stop.env_steps, or failed): its result may be waiting
         try:
             if not self._conn.poll(timeout_s):
                 return HeadStartResult(error=f"no answer within {timeout_s:g}s")
@@ -143,12 +119,6 @@ class HeadStart:
             return HeadStartResult(error=f"its process ended without a result (exit code {self._process.exitcode})")
         finally:
             self.close()
-
-    @property
-    def solved(self) -> bool:
-        """Whether it has ended by itself on an evaluation that reached stop.eval_return (known once
-        `newest_weights` or `hand_over` has received its result)."""
-        return self._result is not None and self._result.solved is not None
 
     def close(self) -> None:
         """End the process (at once, whatever it is doing) and wait for it."""
@@ -241,20 +211,14 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
         # costs a few dozen env steps, and one with long episodes cannot take more than half of the
         # head start (BENCHMARKS.md, "The head start solves").
         if evaluate is not None and evaluating_s <= training_s:
-            result = evaluate(board.latest, conn.poll)  # a question from the driver ends it
+            result = evaluate(board.latest, conn.poll)  # the driver asking for the handover ends it
             evaluating_s += time.perf_counter() - trained
             if result["complete"]:
                 evaluations.append((time.time(), env_steps, result))
                 if result["solved"]:
                     break  # the run is solved: training on would only take the cores Ray's start needs
-        if conn.poll():  # a question, or EOF: the driver is gone
-            try:
-                question = conn.recv()
-            except EOFError:
-                break
-            if question != NEWEST_WEIGHTS:
-                break
-            conn.send((board.latest, env_steps))
+        if conn.poll():  # the handover asked for, or EOF: the driver is gone
+            break
     # Solved: the run will end once the driver has its actors, and it would export these weights
     # then (torch.export's first use takes seconds); this process has nothing else to do meanwhile.
     policy = learner.export_policy(board.latest.arrays) if evaluations and evaluations[-1][2]["solved"] else b""
