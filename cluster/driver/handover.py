@@ -33,8 +33,7 @@ def hand_over_before_stopping(run) -> None:
     if run.head_start is None or run.actors is None:
         return
     with contextlib.suppress(ray.exceptions.RayError):  # a learner that died first: the run's end says so
-        ray.get(run.actors.learner.__ray_ready__.remote())
-        result = _take(run)
+        result = hand_over(run)
         if result is not None:
             warmed_up(run.actors.learner.warmup.remote(take_head_start(run, result)), restoring=False)
 

@@ -12,6 +12,7 @@ on the same cores. Networks on images are evaluated with torch.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -70,7 +71,7 @@ class WeightsEvaluator:
         return self.torch_network.load(arrays)
 
     def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False,
-                 stop_if=None) -> dict | None:
+                 stop_if: Callable[[], bool] | None = None) -> dict | None:
         """Mean and min greedy return of a published Weights message (Ray resolves its ref).
 
         With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops

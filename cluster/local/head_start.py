@@ -219,16 +219,18 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
                     break  # the run is solved: training on would only take the cores Ray's start needs
         if conn.poll():  # the handover asked for, or EOF: the driver is gone
             break
-    # Solved: the run will end once the driver has its actors, and it would export these weights
-    # then (torch.export's first use takes seconds); this process has nothing else to do meanwhile.
-    policy = learner.export_policy(board.latest.arrays) if evaluations and evaluations[-1][2]["solved"] else b""
     # Transitions still inside the collectors' n-step windows are not handed over: their env
     # steps are not counted, as a collector counts only what reached replay.
-    return HeadStartResult(
+    result = HeadStartResult(
         learner_state=learner.state_bytes(), replay_states=[replay.get_state(i) for i in range(len(collectors))],
         env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
         first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
-        curve=curve, weights=board.latest, evaluations=evaluations, policy=policy)
+        curve=curve, weights=board.latest, evaluations=evaluations)
+    if result.solved is not None:
+        # The run will end once the driver has its actors, and it would export these weights then
+        # (torch.export's first use takes seconds); this process has nothing else to do meanwhile.
+        result.policy = learner.export_policy(board.latest.arrays)
+    return result
 
 
 def _evaluation(config: RunConfig, plan):
