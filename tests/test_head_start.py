@@ -7,6 +7,7 @@ Each test drives it from a fresh Python process, as `raypex train` does: the pyt
 torch loaded and more than one thread, where the driver would not fork one (`available()`).
 """
 
+import json
 import os
 import pickle
 import subprocess
@@ -41,7 +42,21 @@ if mode == "orphan":
     sys.stdin.read()  # until the test kills this process
 if mode == "after_its_end":  # it stops by itself (stop.env_steps, a failure) and sends before it is asked
     print("sent before asked:", head._conn.poll(120), file=sys.stderr)
+if mode == "cores":  # a process started meanwhile (as Ray's are), with a second thread
+    import os, subprocess
+    started = subprocess.Popen([sys.executable, "-c", "import sys, threading; threading.Thread(target=sys.stdin.read)"
+                                ".start(); print('ready', flush=True); sys.stdin.read()"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    started.stdout.readline()
+    def cpus():  # the driver's, and each thread's of the process it started
+        threads = [int(tid) for tid in os.listdir(f"/proc/{started.pid}/task")]
+        return [sorted(os.sched_getaffinity(0)), [sorted(os.sched_getaffinity(tid)) for tid in threads]]
+    split, during = [head._cores.core, sorted(head._cores.cpus)], cpus()
 result = head.hand_over(60)
+if mode == "cores":
+    import json
+    print(json.dumps({"split": split, "during": during, "after": cpus()}), file=sys.stderr)
+    started.stdin.close()
 assert not head._process.is_alive()
 sys.stdout.buffer.write(pickle.dumps(result))
 """
@@ -110,6 +125,21 @@ def test_it_evaluates_as_the_run_does_and_ends_at_the_evaluation_that_solves(tmp
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     actions = np.asarray(load_policy(tmp_path / "policy.pt2").act(obs))
     assert np.array_equal(actions, NumpyMLPQ(result.weights.arrays).greedy_actions(obs))
+
+
+def test_ray_and_the_driver_stay_off_its_core_until_the_handover():
+    """While it trains, the driver and every process it starts (Ray's, the actors) run on the other
+    CPUs, every thread of them; the handover gives them all back (cluster/local/cores.py)."""
+    _, err = run_driver("cores", SMALL)
+    seen = json.loads(err.strip().splitlines()[-1])
+    (core, cpus), during, after = seen["split"], seen["during"], seen["after"]
+    assert cpus == sorted(os.sched_getaffinity(0))
+    assert after == [cpus, [cpus, cpus]], after
+    if len(cpus) == 1:  # nothing to split
+        assert core is None and during == after
+        return
+    others = [c for c in cpus if c != core]
+    assert core == max(cpus) and during == [others, [others, others]], during
 
 
 def test_a_failure_in_it_comes_back_as_one_line(tmp_path):

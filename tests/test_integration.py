@@ -327,17 +327,21 @@ def test_sigterm_to_the_group_before_the_handover_keeps_the_head_starts_training
     assert second["ended"] == "env_steps"
 
 
-def test_a_head_start_that_solves_the_run_is_its_solve(tmp_path):
+def test_a_head_start_that_solves_the_run_is_its_solve(tmp_path, joining_environment):
     """The head start evaluates its own weights (cluster/local/head_start.py): when one reaches
-    stop.eval_return the run is solved at that moment, before its learner actor is built; those
-    weights are the exported policy, and its evaluations are in TensorBoard where it made them."""
+    stop.eval_return the run is solved at that moment, before its learner actor is built, and ends
+    without waiting for its actors (cluster/driver/handover.py). Those weights are the exported
+    policy, its evaluations are in TensorBoard where it made them, and its learner state and replay
+    are the final checkpoint, which a resume trains on from."""
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.eval_return=30",
                            "eval.episodes=10"], check=False, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     result = summary(run)
     head, start = result["head_start"], result["startup_s"]
-    assert result["ended"] == "solved" and result["time_to_solve_s"] < start["learner_constructed"], result
+    assert result["ended"] == "solved" and result["time_to_solve_s"] < start["handed_over"], result
+    assert "learner_constructed" not in start and "learner ready" not in done.stderr, start  # no actor was waited for
+    assert json.loads((run / "placement.json").read_text())["solved_in_head_start"] is True
     solving_version = head["epochs"] + 1  # it stopped training at the evaluation that solved
     assert f"solved in the head start: eval return {result['final_eval_return']:.1f} >= 30 (weights version " \
            f"{solving_version})" in done.stderr, done.stderr[-3000:]
@@ -352,3 +356,13 @@ def test_a_head_start_that_solves_the_run_is_its_solve(tmp_path):
     values = [e.value for e in evaluations]
     assert values[-1] == pytest.approx(result["final_eval_return"]) and values[-1] >= 30, values
     assert all(value < 30 for value in values[:-1]), values
+    final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
+    assert final["env_steps"] == head["env_steps"] == sum(result["replay_inserted_per_shard"]), (final, result)
+    assert final["epochs"] == head["epochs"] == result["epochs"] and len(final["replay"]) == 2, final
+    resumed = raypex_joined(["train", "--resume", str(run), "stop.eval_return=null",
+                             f"stop.env_steps={final['env_steps'] + 2000}"], joining_environment)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    second = summary(run)
+    assert second["ended"] == "env_steps" and second["epochs"] > final["epochs"], second
+    # its replay came back: what the shards took in counts on from the checkpoint's
+    assert sum(second["replay_inserted_per_shard"]) == second["env_steps"] >= final["env_steps"] + 2000, second

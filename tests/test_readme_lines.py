@@ -79,16 +79,22 @@ def solved(ran: Ran) -> dict:
 def solved_on_a_cluster_of_its_own(ran: Ran) -> None:
     """The first line: solved on a local cluster it started, though RAY_ADDRESS named the one
     `ray start` left running on the machine; it trained from its first second, in the head start
-    (cluster/local/head_start.py), and the learner actor went on from there."""
+    (cluster/local/head_start.py), and either solved there, the run ending without waiting for its
+    actors, or the learner actor went on from there."""
     result = solved(ran)
-    ran_on = json.loads((the_run(ran) / "placement.json").read_text())["ray_address"]
+    placement = json.loads((the_run(ran) / "placement.json").read_text())
+    ran_on = placement["ray_address"]
     assert ran_on.rpartition(":")[2] != ran.ray_address.rpartition(":")[2], (ran_on, ran.ray_address)
     head, start = result["head_start"], result["startup_s"]
     assert head["updates"] > 0 and 0 < head["env_steps"] <= result["env_steps"], head
-    assert f"head start: {head['updates']} updates on {head['env_steps']} env steps" in ran.err, ran.err[-3000:]
-    # it stepped before Ray was up and updated before the learner actor was built, which took over then
-    assert start["first_env_step"] < start["ray_connected"] and start["first_update"] < start["learner_constructed"], start
-    assert start["learner_constructed"] <= start["handed_over"] <= start["learner_warmed_up"], start
+    assert start["first_env_step"] < start["ray_connected"], start  # it stepped before Ray was up
+    if placement.get("solved_in_head_start"):
+        assert "solved in the head start: eval return" in ran.err and "learner ready" not in ran.err, ran.err[-3000:]
+        assert result["env_steps"] == head["env_steps"] and "learner_constructed" not in start, (result, start)
+    else:  # it updated before the learner actor was built, which took over then
+        assert f"head start: {head['updates']} updates on {head['env_steps']} env steps" in ran.err, ran.err[-3000:]
+        assert start["first_update"] < start["learner_constructed"], start
+        assert start["learner_constructed"] <= start["handed_over"] <= start["learner_warmed_up"], start
     assert result["epochs"] >= head["epochs"] and result["env_steps"] >= head["env_steps"]
     losses = EventAccumulator(str(the_run(ran) / "tensorboard"), size_guidance={"scalars": 0})
     losses.Reload()

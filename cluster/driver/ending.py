@@ -14,6 +14,7 @@ import time
 import ray
 
 from cluster.driver.checkpoints import OutputNotWritten
+from cluster.driver.handover import finish_solved_run
 from cluster.driver.supervisor import describe_failure
 from cluster.driver.tensorboard_layout import result_scalars
 
@@ -29,6 +30,13 @@ def finish_run(run, new_work: bool) -> None:
     that need a dead learner are skipped, and the summary still says how the run ended. After a
     signal summary.json is written as soon as the checkpoint is, and again after policy.pt2.
     """
+    if run.solved_by_head_start is not None:  # solved before its actors were needed: nothing to stop or wait for
+        try:
+            finish_solved_run(run)
+        except OutputNotWritten as err:
+            _not_written(run, "no final checkpoint or policy.pt2", err)
+        _last_words(run)
+        return
     if run.actors is None:
         _write_summary(run, run.summary())
         return
@@ -67,6 +75,11 @@ def finish_run(run, new_work: bool) -> None:
         if new_work:
             raise
         run.progress.message(f"no final checkpoint or policy: {describe_failure(err, run.role_of)}")
+    _last_words(run)
+
+
+def _last_words(run) -> None:
+    """summary.json, and the run's result in TensorBoard."""
     summary = run.summary()
     _write_summary(run, summary)
     run.tb.scalars(result_scalars(summary["final_eval_return"], summary["time_to_solve_s"]), run.metrics.env_steps)

@@ -2,6 +2,10 @@
 process did while the cluster started (cluster/local/head_start.py) goes into it, as a resume's
 checkpoint does: the learner's state, every shard's replay, the env steps and the epochs, and its
 own evaluations (one that reached stop.eval_return is the run's solve, at the moment it finished).
+
+A head start that solved the run before its learner actor was built leaves the actors nothing to
+do: the run ends without them, its final files written from what the head start made
+(`finish_solved_run`), so the command ends about when the solve does.
 """
 
 from __future__ import annotations
@@ -15,15 +19,23 @@ from cluster.driver.revival import load_replay_states, warmed_up
 from cluster.local.head_start import HeadStartResult
 
 HANDOVER_TIMEOUT_S = 60.0  # an epoch of an MLP takes well under a second; this is for a stuck process
+ENDED_POLL_S = 0.05  # how often the wait for the learner actor looks whether the head start has ended
 
 
 def hand_over(run) -> HeadStartResult | None:
-    """Wait until the run's learner actor is built, then take what `run.head_start` made and load it
-    into the learner's replay; None (and a line saying why) when it made nothing. The caller sends
-    `learner_state` with the learner's warm-up. A head start that solved the run has solved it
-    (take_head_start records it), and the run stops at its first poll."""
-    ray.get(run.actors.learner.__ray_ready__.remote())
-    return _take(run)
+    """Wait until the run's learner actor is built or the head start has ended by itself, then take
+    what `run.head_start` made; None (and a line saying why) when it made nothing. A result that
+    solved the run is the run's end (`finish_solved_run`): nothing goes to the actors. Any other
+    is loaded into the learner's replay, and the caller sends `learner_state` with its warm-up."""
+    built = run.actors.learner.__ray_ready__.remote()
+    while not ray.wait([built], timeout=ENDED_POLL_S)[0] and not run.head_start.ended():
+        pass
+    result = _take(run)
+    if result is not None and result.solved is None:
+        load_replay_states(run.actors.learner, result.replay_states)
+        run.progress.message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and "
+                             "the actors started; the learner goes on from them")
+    return result
 
 
 def hand_over_before_stopping(run) -> None:
@@ -35,7 +47,9 @@ def hand_over_before_stopping(run) -> None:
     with contextlib.suppress(ray.exceptions.RayError):  # a learner that died first: the run's end says so
         result = hand_over(run)
         if result is not None:
-            warmed_up(run.actors.learner.warmup.remote(take_head_start(run, result)), restoring=False)
+            state = take_head_start(run, result)
+            if result.solved is None:
+                warmed_up(run.actors.learner.warmup.remote(state), restoring=False)
 
 
 def _take(run) -> HeadStartResult | None:
@@ -44,9 +58,6 @@ def _take(run) -> HeadStartResult | None:
     if result.error is not None:
         run.progress.message(f"the head start failed ({result.error}); training starts from the actors' own start")
         return None
-    load_replay_states(run.actors.learner, result.replay_states)
-    run.progress.message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and the "
-                         "actors started; the learner goes on from them")
     return result
 
 
@@ -54,7 +65,8 @@ def take_head_start(run, result: HeadStartResult) -> bytes:
     """Count what the head start did as the run's own: its env steps and epochs go on, its loss
     curve and evaluations go to TensorBoard, its solving evaluation (if any) solves the run, its
     first env step and update are the run's start-up moments (summary.json's `head_start` says how
-    much of the run it was). Returns the learner state for the learner actor's warm-up."""
+    much of the run it was). Returns the learner state for the learner actor's warm-up. A result
+    that solved the run becomes `run.solved_by_head_start`: its end (`finish_solved_run`)."""
     run.metrics.env_steps_offset = run.metrics.env_steps = result.env_steps
     run.metrics.head_start = {"env_steps": result.env_steps, "updates": result.updates, "epochs": result.epochs}
     run.epochs_done = result.epochs
@@ -67,6 +79,7 @@ def take_head_start(run, result: HeadStartResult) -> bytes:
     for _, env_steps, evaluation in result.evaluations:
         run.tb.scalars(run.metrics.evaluation(evaluation), env_steps)
     if result.solved is not None:
+        run.solved_by_head_start = result
         finished_at, env_steps, evaluation = result.solved
         if result.policy:
             run.outcome.ready_policy = (evaluation["version"], result.policy)
@@ -75,3 +88,20 @@ def take_head_start(run, result: HeadStartResult) -> bytes:
                 f"solved in the head start: eval return {evaluation['mean']:.1f} >= {run.outcome.target:g} (weights "
                 f"version {evaluation['version']}) after {run.outcome.time_to_solve_s:.1f}s and {env_steps} env steps")
     return result.learner_state
+
+
+def finish_solved_run(run) -> None:
+    """The end of a run its head start solved: the final checkpoint (the head start's learner state
+    and, with checkpoint.replay, every shard's replay), policy.pt2 (the solving weights, exported by
+    the head start), placement.json and summary.json, from what the head start made; no actor is
+    waited for. The outputs' failures are the run's end's, as in finish_run."""
+    result = run.solved_by_head_start
+    _, _, evaluation = result.solved
+    run.metrics.poll([], result.replay_stats)  # its shards' counts: summary.json's replay fields
+    counters = {"epochs": run.epochs_done, "env_steps": run.metrics.env_steps, "wall_s": round(time.time() - run.clock_start, 3)}
+    run.outputs.checkpoint(result.learner_state, run.epochs_done, counters,
+                           result.replay_states if run.config.checkpoint.replay else None)
+    run.outcome.policy = (evaluation["mean"], evaluation["version"])
+    run.outputs.policy_bytes(result.policy)
+    run.outputs.placement({"ray_address": ray.get_runtime_context().gcs_address, "run_id": run.actors.run_id,
+                           "solved_in_head_start": True, "head_start_node": ray.get_runtime_context().get_node_id()})

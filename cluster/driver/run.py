@@ -75,6 +75,7 @@ class TrainingRun:
         self.collect_end: float | None = None  # when the collectors were told to stop
         self.actors = actors  # asked for already by `raypex train` (before its run directory), else by _start
         self.head_start = head_start  # training in a forked process until the learner actor is built
+        self.solved_by_head_start = None  # its HeadStartResult when it solved the run: the run's end
         self.supervisor: CollectorSupervisor | None = None
         self.evaluations: EvaluationScheduler | None = None
         self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
@@ -92,7 +93,8 @@ class TrainingRun:
             for summary in [custom_layout(), *hparams_summaries(self.config, run_dir.name)]:
                 self.tb.summary(summary)
             self._start()
-            self._loop()
+            if self.solved_by_head_start is None:
+                self._loop()
         except CheckpointRefused:  # no final files: they would replace the checkpoint it refused
             self.actors.kill_all()
             self.tb.discard()
@@ -138,6 +140,8 @@ class TrainingRun:
         state = self.resume.learner_state if self.resume else None
         if self.head_start is not None and (handed := hand_over(self)) is not None:
             state = take_head_start(self, handed)
+            if self.solved_by_head_start is not None:
+                return  # the actors have nothing left to do
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
             self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
@@ -154,12 +158,8 @@ class TrainingRun:
         self.outputs.placement({**self.actors.placement(), "pair_strategy": self.group.pair_strategy})
 
     def _loop(self) -> None:
-        learner = self.actors.learner
-        evaluations = self.evaluations
-        queued = self.queued_epochs
-        next_epoch = self.epochs_done + 1
-        stopping = False
-        next_poll = time.perf_counter()
+        learner, evaluations, queued = self.actors.learner, self.evaluations, self.queued_epochs
+        next_epoch, stopping, next_poll = self.epochs_done + 1, False, time.perf_counter()
         while True:
             while not stopping and len(queued) < EPOCHS_QUEUED:
                 queued.append((next_epoch, learner.train_epoch.remote()))

@@ -39,6 +39,7 @@ from actors.collector import Collector
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
 from cluster.config.topology import plan_run
+from cluster.local.cores import CoreSplit
 from cluster.local.seams import WeightBoard
 from replay.contracts import Weights
 
@@ -51,6 +52,7 @@ class HeadStartResult:
 
     learner_state: bytes = b""
     replay_states: list[dict] = field(default_factory=list)
+    replay_stats: list[dict] = field(default_factory=list)  # every shard's counters, as the learner actor reports them
     env_steps: int = 0
     epochs: int = 0
     updates: int = 0
@@ -94,15 +96,26 @@ def maybe_head_start(config: RunConfig, spec: EnvSpec, starts_local_cluster: boo
 
 
 class HeadStart:
-    """A forked process training the run's parts until `hand_over` asks for them."""
+    """A forked process training the run's parts until `hand_over` asks for them, on a core that
+    Ray's processes stay off until it ends (cluster/local/cores.py)."""
 
     def __init__(self, config: RunConfig, spec: EnvSpec):
         context = multiprocessing.get_context("fork")
         self._conn, child_conn = context.Pipe()
-        self._process = context.Process(target=_child, args=(config, spec, child_conn, os.getpid()),
+        self._cores = CoreSplit()
+        self._process = context.Process(target=_child, args=(config, spec, child_conn, os.getpid(), self._cores),
                                          name="raypex-head-start", daemon=True)
         self._process.start()
         child_conn.close()
+        self._cores.keep_driver_off()
+
+    def ended(self) -> bool:
+        """Whether it has stopped by itself (solved the run, reached stop.env_steps, or failed):
+        its result is waiting, and the learner actor has nothing to wait for."""
+        try:
+            return self._conn.poll()
+        except OSError:  # closed: taken already
+            return True
 
     def hand_over(self, timeout_s: float) -> HeadStartResult:
         """Stop training after the epoch in progress and return what was made (its `error` says
@@ -121,21 +134,24 @@ class HeadStart:
             self.close()
 
     def close(self) -> None:
-        """End the process (at once, whatever it is doing) and wait for it."""
+        """End the process (at once, whatever it is doing) and wait for it; the driver's CPUs go
+        back to Ray's processes."""
         if self._process.is_alive():
             self._process.kill()
         self._process.join(timeout=5)
         self._conn.close()
+        self._cores.rejoin()
 
 
-def _child(config: RunConfig, spec: EnvSpec, conn, driver_pid: int) -> None:
+def _child(config: RunConfig, spec: EnvSpec, conn, driver_pid: int, cores: CoreSplit) -> None:
     # Ctrl-C and a SIGTERM to the whole group (timeout, SLURM) reach the driver too, which hands over
     # before it ends the run, and then ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(driver_pid)
+    cores.pin_this_process()
     try:
-        result = _train_until_asked(config, spec, conn)
+        result = _train_until_asked(config, spec, conn, lambda: cores.rejoin(driver_pid))
     except BaseException as err:  # noqa: BLE001 - reported to the driver, which goes on without it
         result = HeadStartResult(error=f"{type(err).__name__}: {err}")
     try:
@@ -154,9 +170,10 @@ def _die_with_parent(driver_pid: int) -> None:
         os._exit(0)
 
 
-def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResult:
+def _train_until_asked(config: RunConfig, spec: EnvSpec, conn, training_ended=lambda: None) -> HeadStartResult:
     """The forked process's work: collect at random, import torch, then epochs in lockstep until
-    the driver asks for the handover (or stop.env_steps); the newest weights when it asks for them."""
+    the driver asks for the handover (or stop.env_steps, or a solve); the newest weights when it
+    asks for them. `training_ended` is called when training has ended (before the result is made)."""
     plan = plan_run(config, spec)
     board = WeightBoard()
     early: list[tuple[int, dict]] = []  # chunks collected before the replay exists
@@ -219,11 +236,12 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn) -> HeadStartResul
                     break  # the run is solved: training on would only take the cores Ray's start needs
         if conn.poll():  # the handover asked for, or EOF: the driver is gone
             break
+    training_ended()  # the driver's other processes may have its core now
     # Transitions still inside the collectors' n-step windows are not handed over: their env
     # steps are not counted, as a collector counts only what reached replay.
     result = HeadStartResult(
         learner_state=learner.state_bytes(), replay_states=[replay.get_state(i) for i in range(len(collectors))],
-        env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
+        replay_stats=replay.stats(), env_steps=env_steps, epochs=learner.epochs, updates=learner.updates,
         first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
         curve=curve, weights=board.latest, evaluations=evaluations)
     if result.solved is not None:
