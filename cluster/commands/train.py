@@ -128,7 +128,9 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         run_config = with_act_device(config, act_device)
         group = reserve_resources(run_config, device)
         startup.mark("resources_reserved", time.time())
-        actors = ask_for_actors(run_config, spec, group, device, startup, check_versions=not started_local)
+        # None when the head start has solved the run already: TrainingRun then takes its result
+        actors = None if head_start is not None and head_start.solved() else ask_for_actors(
+            run_config, spec, group, device, startup, check_versions=not started_local)
         run_dir.mkdir(parents=True, exist_ok=True)
         config_text = config_to_yaml(config)
         found_config = (run_dir / "config.yaml").read_bytes() if resume else None

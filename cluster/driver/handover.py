@@ -27,15 +27,27 @@ def hand_over(run) -> HeadStartResult | None:
     what `run.head_start` made; None (and a line saying why) when it made nothing. A result that
     solved the run is the run's end (`finish_solved_run`): nothing goes to the actors. Any other
     is loaded into the learner's replay, and the caller sends `learner_state` with its warm-up."""
-    built = run.actors.learner.__ray_ready__.remote()
-    while not ray.wait([built], timeout=ENDED_POLL_S)[0] and not run.head_start.ended():
-        pass
+    if run.actors is not None:
+        built = run.actors.learner.__ray_ready__.remote()
+        while not ray.wait([built], timeout=ENDED_POLL_S)[0] and not run.head_start.ended():
+            pass
     result = _take(run)
     if result is not None and result.solved is None:
         load_replay_states(run.actors.learner, result.replay_states)
         run.progress.message(f"head start: {result.updates} updates on {result.env_steps} env steps while Ray and "
                              "the actors started; the learner goes on from them")
     return result
+
+
+def solved_before_the_actors(run) -> bool:
+    """True when the head start solved the run before its actors were asked for: its result is
+    taken (once its export is made) and the run ends with it, no actor started. False, the run
+    going on as usual, otherwise (also when that result turns out to be a failure)."""
+    if run.actors is not None or run.head_start is None or not run.head_start.solved():
+        return False
+    if (result := hand_over(run)) is not None:
+        take_head_start(run, result)
+    return run.solved_by_head_start is not None
 
 
 def hand_over_before_stopping(run) -> None:
@@ -103,5 +115,5 @@ def finish_solved_run(run) -> None:
                            result.replay_states if run.config.checkpoint.replay else None)
     run.outcome.policy = (evaluation["mean"], evaluation["version"])
     run.outputs.policy_bytes(result.policy)
-    run.outputs.placement({"ray_address": ray.get_runtime_context().gcs_address, "run_id": run.actors.run_id,
-                           "solved_in_head_start": True, "head_start_node": ray.get_runtime_context().get_node_id()})
+    run.outputs.placement({"ray_address": ray.get_runtime_context().gcs_address, "solved_in_head_start": True,
+                           "head_start_node": ray.get_runtime_context().get_node_id()})

@@ -25,7 +25,7 @@ from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
-from cluster.driver.handover import hand_over, hand_over_before_stopping, take_head_start
+from cluster.driver.handover import hand_over, hand_over_before_stopping, solved_before_the_actors, take_head_start
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.observer import RunObserver
 from cluster.driver.outcome import RunOutcome
@@ -71,21 +71,19 @@ class TrainingRun:
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
         self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
-        self.collect_start: float | None = None
-        self.collect_end: float | None = None  # when the collectors were told to stop
+        self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
+        self.collect_end: float | None = None
         self.actors = actors  # asked for already by `raypex train` (before its run directory), else by _start
         self.head_start = head_start  # training in a forked process until the learner actor is built
         self.solved_by_head_start = None  # its HeadStartResult when it solved the run: the run's end
-        self.supervisor: CollectorSupervisor | None = None
-        self.evaluations: EvaluationScheduler | None = None
+        self.supervisor, self.evaluations = None, None  # CollectorSupervisor, EvaluationScheduler: made by _start
         self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
         """Run to the end; returns the exit code (0, or 130/143 after SIGINT/SIGTERM). Raises
         RunFailed, after the final files, when an actor died in a way the run cannot recover."""
-        interrupt: KeyboardInterrupt | None = None
-        failure: RunFailed | None = None
+        interrupt, failure = None, None  # the signal (KeyboardInterrupt) or RunFailed that ended the run
         try:  # from the line below on, a signal ends the run with its final files
             run_dir = self.outputs.run_dir
             self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
@@ -127,6 +125,8 @@ class TrainingRun:
         return exit_code(interrupt) if interrupt is not None else 0
 
     def _start(self) -> None:
+        if solved_before_the_actors(self):
+            return  # its head start solved it while Ray started: no actor was asked for
         if self.actors is None:
             self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
                                        self.learner_host)

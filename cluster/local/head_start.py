@@ -9,10 +9,12 @@ them), train meanwhile: the collectors step at random before torch is even impor
 updates as soon as replay holds `replay.min_size`. With `stop.eval_return` it also evaluates its
 weights after an epoch (the run's evaluator class and settings, in this process), and its first
 evaluation that reaches the target ends its training: the run is solved then, before its learner
-actor exists, and those weights are the ones the run exports. When the run's learner actor is
-built the driver asks for what it made (`hand_over`, answered after the epoch in progress): the
-learner's state (networks, optimizer, counters), every shard's replay and the env steps go to the
-actors as a resume's checkpoint does, and the process ends. No Ray here: the driver's side is
+actor exists, and those weights are the ones the run exports; it tells the driver at once (the
+driver then asks for no actors, or stops waiting for them) and sends its result once it has
+exported them. When the run's learner actor is built the driver asks for what it made
+(`hand_over`, answered after the epoch in progress): the learner's state (networks, optimizer,
+counters), every shard's replay and the env steps go to the actors as a resume's checkpoint does,
+and the process ends. No Ray here: the driver's side is
 cluster/driver/handover.py.
 
 Which runs get one (`learner.head_start: auto`, `maybe_head_start`): only a run that starts its
@@ -27,6 +29,7 @@ in a process that has either, and other platforms, start without a head start.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -44,6 +47,7 @@ from cluster.local.seams import WeightBoard
 from replay.contracts import Weights
 
 HAND_OVER = "hand over"
+SOLVED = "solved"  # sent before the export of the solving weights, which takes seconds
 
 
 @dataclass
@@ -108,14 +112,20 @@ class HeadStart:
         self._process.start()
         child_conn.close()
         self._cores.keep_driver_off()
+        self._solved = False  # it said it solved the run
+        self._result: HeadStartResult | None = None  # what it sent, once it has
+
+    def solved(self) -> bool:
+        """Whether it has solved the run: it says so before it exports its policy, so the driver
+        need not ask for actors the run will not use (its result follows)."""
+        self._receive(0.0)
+        return self._solved
 
     def ended(self) -> bool:
         """Whether it has stopped by itself (solved the run, reached stop.env_steps, or failed):
         its result is waiting, and the learner actor has nothing to wait for."""
-        try:
-            return self._conn.poll()
-        except OSError:  # closed: taken already
-            return True
+        self._receive(0.0)
+        return self._result is not None
 
     def hand_over(self, timeout_s: float) -> HeadStartResult:
         """Stop training after the epoch in progress and return what was made (its `error` says
@@ -125,13 +135,26 @@ class HeadStart:
         except OSError:
             pass  # it ended already (solved, reached stop.env_steps, or failed): its result may be waiting
         try:
-            if not self._conn.poll(timeout_s):
-                return HeadStartResult(error=f"no answer within {timeout_s:g}s")
-            return self._conn.recv()
-        except (EOFError, OSError):
-            return HeadStartResult(error=f"its process ended without a result (exit code {self._process.exitcode})")
+            self._receive(timeout_s)
+            return self._result or HeadStartResult(error=f"no answer within {timeout_s:g}s")
         finally:
             self.close()
+
+    def _receive(self, timeout_s: float) -> None:
+        """Read what the process has sent, waiting up to `timeout_s` for its result: the solved
+        notice, then the result (one saying why, when the process ended without one)."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            while self._result is None and self._conn.poll(max(0.0, deadline - time.monotonic())):
+                message = self._conn.recv()
+                if message == SOLVED:
+                    self._solved = True
+                else:
+                    self._result = message
+        except (EOFError, OSError):
+            if self._result is None:
+                self._result = HeadStartResult(
+                    error=f"its process ended without a result (exit code {self._process.exitcode})")
 
     def close(self) -> None:
         """End the process (at once, whatever it is doing) and wait for it; the driver's CPUs go
@@ -245,8 +268,10 @@ def _train_until_asked(config: RunConfig, spec: EnvSpec, conn, training_ended=la
         first_step_at=min(c.first_step_at for c in collectors), first_update_at=learner.first_update_at,
         curve=curve, weights=board.latest, evaluations=evaluations)
     if result.solved is not None:
-        # The run will end once the driver has its actors, and it would export these weights then
-        # (torch.export's first use takes seconds); this process has nothing else to do meanwhile.
+        # The run ends with this result, and the export (torch.export's first use takes seconds) is
+        # its last piece: the driver, told now, need not start actors that would share the cores.
+        with contextlib.suppress(OSError):  # the driver is gone
+            conn.send(SOLVED)
         result.policy = learner.export_policy(board.latest.arrays)
     return result
 
