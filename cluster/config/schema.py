@@ -118,8 +118,9 @@ class LearnerConfig(Section):
     )
     head_start: Literal["auto", "off"] = Field(
         "auto", description="auto: a run that starts its own local cluster, with flat observations, trains in a "
-        "process forked from the driver while Ray and the actors start (evaluating its weights, and ending the run "
-        "solved when one reaches `stop.eval_return`), then hands the learner its state and replay."
+        "process forked from the driver, on a core Ray's processes stay off, while Ray and the actors start "
+        "(evaluating its weights, and ending the run solved, without its actors, when one reaches "
+        "`stop.eval_return`), then hands the learner its state and replay."
     )
 
     _cuda_graphs_on_off = field_validator("cuda_graphs", mode="before")(on_off_from_yaml_bools)
