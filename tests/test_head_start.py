@@ -52,6 +52,18 @@ if mode == "cores":  # a process started meanwhile (as Ray's are), with a second
         threads = [int(tid) for tid in os.listdir(f"/proc/{started.pid}/task")]
         return [sorted(os.sched_getaffinity(0)), [sorted(os.sched_getaffinity(tid)) for tid in threads]]
     split, during = [head._cores.core, sorted(head._cores.cpus)], cpus()
+if mode == "interrupted":  # a signal (as the driver's handlers raise it) while it exports the solving weights
+    import signal
+    assert head._conn.poll(120)  # its notice that it solved: the export has begun
+    def interrupt(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        head.hand_over(60)
+        print("not interrupted", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted; solved:", head.solved(), "alive:", head._process.is_alive(), file=sys.stderr)
 result = head.hand_over(60)
 if mode == "cores":
     import json
@@ -140,6 +152,15 @@ def test_ray_and_the_driver_stay_off_its_core_until_the_handover():
         return
     others = [c for c in cpus if c != core]
     assert core == max(cpus) and during == [others, [others, others]], during
+
+
+def test_a_signal_while_it_exports_the_solving_weights_leaves_the_result_coming():
+    """The driver waits seconds for a solved head start's export when it asked for no actors; a
+    Ctrl-C then ends the run with that result (hand_over_before_stopping asks again), so the wait
+    it interrupts must leave the process be."""
+    result, err = run_driver("interrupted", [*SMALL, "eval.episodes=10", "stop.eval_return=30"])
+    assert "interrupted; solved: True alive: True" in err, err[-3000:]
+    assert result.error is None and result.solved is not None and result.policy, result.error
 
 
 def test_a_failure_in_it_comes_back_as_one_line(tmp_path):

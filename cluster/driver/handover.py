@@ -53,8 +53,10 @@ def solved_before_the_actors(run) -> bool:
 def hand_over_before_stopping(run) -> None:
     """Ctrl-C or SIGTERM came before the handover: the learner still takes the head start's training
     and warms up from it, so that the run's final checkpoint holds it (a second signal aborts, as
-    everywhere). Nothing to do when the handover was made, or no actor was asked for yet."""
-    if run.head_start is None or run.actors is None:
+    everywhere). A head start that had solved the run (exporting its policy when the signal came,
+    no actor asked for) still gives its result, the run's final files. Nothing to do when the
+    handover was made, or no actor was asked for yet and the head start had not solved."""
+    if run.head_start is None or (run.actors is None and not run.head_start.solved()):
         return
     with contextlib.suppress(ray.exceptions.RayError):  # a learner that died first: the run's end says so
         result = hand_over(run)

@@ -129,16 +129,22 @@ class HeadStart:
 
     def hand_over(self, timeout_s: float) -> HeadStartResult:
         """Stop training after the epoch in progress and return what was made (its `error` says
-        why nothing was: the process failed, or did not answer within `timeout_s`)."""
+        why nothing was: the process failed, or did not answer within `timeout_s`). A signal while
+        it waits leaves the process as it is, so the driver, stopping, can ask again (a solved
+        one's export takes seconds, and its result is the run's end)."""
         try:
             self._conn.send(HAND_OVER)
         except OSError:
             pass  # it ended already (solved, reached stop.env_steps, or failed): its result may be waiting
         try:
             self._receive(timeout_s)
-            return self._result or HeadStartResult(error=f"no answer within {timeout_s:g}s")
-        finally:
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
             self.close()
+            raise
+        self.close()
+        return self._result or HeadStartResult(error=f"no answer within {timeout_s:g}s")
 
     def _receive(self, timeout_s: float) -> None:
         """Read what the process has sent, waiting up to `timeout_s` for its result: the solved
