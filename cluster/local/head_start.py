@@ -136,13 +136,7 @@ class HeadStart:
             self._conn.send(HAND_OVER)
         except OSError:
             pass  # it ended already (solved, reached stop.env_steps, or failed): its result may be waiting
-        try:
-            self._receive(timeout_s)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:
-            self.close()
-            raise
+        self._receive(timeout_s)  # raising (a signal), it leaves the process be; `launch` closes it at the end
         self.close()
         return self._result or HeadStartResult(error=f"no answer within {timeout_s:g}s")
 
