@@ -45,8 +45,8 @@ def finish_run(run, new_work: bool) -> None:
     # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
     # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
     run.actors.learner.request_stop.remote()
-    if run.final_files and run.outcome.ready_policy is None:  # policy.pt2 comes last: torch.export's
-        run.actors.learner.warm_exporter.remote()  # imports run during the steps before it
+    if run.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
+        run.actors.learner.warm_exporter.remote()
     collecting = run.supervisor is not None  # None: a signal came before the collectors were started
     if collecting:
         run.supervisor.stop()
@@ -135,7 +135,4 @@ def _export(run, new_work: bool) -> None:
     if not new_work or score != outcome.final_eval:
         run.progress.message(f"exporting weights version {version}, the best evaluated ({score:.1f})")
     outcome.policy = (score, version)
-    if outcome.ready_policy is not None and outcome.ready_policy[0] == version:
-        run.outputs.policy_bytes(outcome.ready_policy[1])  # the head start exported its solving weights
-        return
     run.outputs.policy(run.actors.learner, weights)

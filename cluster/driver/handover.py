@@ -95,8 +95,6 @@ def take_head_start(run, result: HeadStartResult) -> bytes:
     if result.solved is not None:
         run.solved_by_head_start = result
         finished_at, env_steps, evaluation = result.solved
-        if result.policy:
-            run.outcome.ready_policy = (evaluation["version"], result.policy)
         if run.outcome.record_evaluation(evaluation, ray.put(result.weights), env_steps, finished_at):
             run.progress.message(
                 f"solved in the head start: eval return {evaluation['mean']:.1f} >= {run.outcome.target:g} (weights "

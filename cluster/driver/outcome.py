@@ -24,7 +24,6 @@ class RunOutcome:
         self.best: tuple | None = None  # (weights ref, version, mean) of the best evaluation
         # (eval return, version) of the policy.pt2 a resumed run found in its directory
         self.policy: tuple | None = kept_policy
-        self.ready_policy: tuple[int, bytes] | None = None  # (version, policy.pt2 bytes) made ahead: a head start's
         self.ended: str | None = None  # None while the run goes on
 
     def note_evaluation(self, result: dict, weights_ref) -> None:

@@ -14,8 +14,7 @@ driver then asks for no actors, or stops waiting for them) and sends its result 
 exported them. When the run's learner actor is built the driver asks for what it made
 (`hand_over`, answered after the epoch in progress): the learner's state (networks, optimizer,
 counters), every shard's replay and the env steps go to the actors as a resume's checkpoint does,
-and the process ends. No Ray here: the driver's side is
-cluster/driver/handover.py.
+and the process ends. No Ray here: the driver's side is cluster/driver/handover.py.
 
 Which runs get one (`learner.head_start: auto`, `maybe_head_start`): only a run that starts its
 own local cluster on this machine, whose start is what the head start hides (a joined cluster's
@@ -66,7 +65,7 @@ class HeadStartResult:
     weights: Weights | None = None  # the newest it published (the solving ones when it solved)
     # (wall clock when it finished, env steps, WeightsEvaluator.evaluate's result) of each complete evaluation
     evaluations: list[tuple[float, int, dict]] = field(default_factory=list)
-    policy: bytes = b""  # policy.pt2 of the solving weights, made while the driver waits for its actors
+    policy: bytes = b""  # policy.pt2 of the solving weights: the run writes it as its own
     error: str | None = None
 
     @property
