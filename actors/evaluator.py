@@ -43,7 +43,7 @@ class Evaluator:
         self.runs = 0
 
     def evaluate(self, policy: Policy, give_up: tuple[float, float] | None = None,
-                 record: bool = False, stop_if: Callable[[], bool] | None = None) -> np.ndarray | None:
+                 record: bool = False) -> np.ndarray | None:
         """Undiscounted returns of one episode per env under `policy` (a fresh seed per call).
 
         With `give_up=(target_mean, max_return)` the evaluation stops, returning None, as soon as
@@ -51,8 +51,7 @@ class Evaluator:
         `max_return`: a policy far from the target then costs a few dozen env steps instead of
         its longest episode. Without it every episode runs to its end. With `record`, the first
         episode's pictures (actors/episode_video.py) are kept in `video`, encoded as they come
-        (None: this env has no picture). `stop_if`, asked after every vector step, ends the
-        evaluation (None) when it says so: the head start's, when the driver has a question.
+        (None: this env has no picture).
         """
         obs, _ = self.env.reset(seed=self.seed + 10_007 * self.runs)
         self.runs += 1
@@ -79,8 +78,6 @@ class Evaluator:
             returns += np.where(running, reward, 0.0)
             running &= ~(terminated | truncated)
             if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:
-                return None
-            if stop_if is not None and stop_if():
                 return None
         if states is not None:
             self.video = draw_states(self.env_id, self.env_kwargs, states)

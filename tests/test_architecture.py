@@ -1,4 +1,4 @@
-"""The layout as checks: no import cycle, no product module past 300 lines, and DESIGN.md's
+"""The layout as checks: no import cycle, no product module past 500 lines, and DESIGN.md's
 dependency rule (cluster -> actors, replay, learner; actors may use learner's model definitions;
 the learner draws from the replay in its own process, so learner -> replay; replay imports no other
 package of ours; every package may import replay.contracts; no Ray outside cluster/). Imports are read from the source (ast), function-level ones included."""
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("actors", "learner", "replay", "cluster")
-MAX_LINES = 300
+MAX_LINES = 500
 CONTRACTS = "replay.contracts"
 MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp")  # what collectors act with
 
@@ -78,7 +78,7 @@ def test_there_is_no_import_cycle():
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_product_module_is_longer_than_300_lines(module):
+def test_no_product_module_is_longer_than_500_lines(module):
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES})"
 

@@ -18,9 +18,10 @@ from actors.envs import inspect_env
 from cluster.config.loading import load_config
 from cluster.driver.observer import RunObserver
 from cluster.driver.progress import ProgressLine
+from cluster.driver.ray_runtime import RayRuntime
 from cluster.driver.run import TrainingRun
 from cluster.driver.signals import EXIT_INTERRUPTED
-from cluster.driver.wiring import connect, reserve_resources, shutdown
+from cluster.driver.wiring import connect, shutdown
 from cluster.hosts.learner_actor import LearnerActor
 
 EPOCHS_BEFORE_WAITING = 2
@@ -75,14 +76,13 @@ def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     connect(None)
     try:
-        group = reserve_resources(config, "cpu")
         observer = PressCtrlC()
         run_dir = tmp_path / "run"
         run_dir.mkdir()
         codes: list[int] = []
         with open(run_dir / "progress.log", "w") as log:
-            run = TrainingRun(config, spec, run_dir, group, "cpu", time.time(), ProgressLine(log),
-                              observers=(observer,), learner_host=WaitingLearnerActor)
+            runtime = RayRuntime(connected_device="cpu", learner_host=WaitingLearnerActor)
+            run = TrainingRun(config, spec, run_dir, runtime, time.time(), ProgressLine(log), observers=(observer,))
             # The run on a thread: a driver that blocks cannot be interrupted inside ray.get, so the
             # test waits for the polls with a deadline and, past it, releases the learner itself.
             driver = threading.Thread(target=lambda: codes.append(run.execute(config_text="test")), daemon=True)
@@ -91,7 +91,6 @@ def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_
             if not kept_polling:
                 ray.get(run.actors.learner.request_stop.remote())
             driver.join(timeout=120)
-        group.release()
     finally:
         shutdown()  # as raypex train ends a local cluster: at once, not with Ray's graceful wait
     assert kept_polling, "the driver stopped polling while the learner waited inside an epoch"

@@ -58,21 +58,6 @@ def test_a_hopeless_evaluation_stops_after_its_first_short_episodes():
     assert calls * 10 <= full_calls
 
 
-def test_stop_if_ends_an_evaluation_at_the_step_it_says_so():
-    """The head start's evaluations end when the driver asks it something (cluster/local/head_start.py)."""
-    asked = []
-
-    def question_after_five_steps() -> bool:
-        asked.append(1)
-        return len(asked) == 5
-
-    calls = []
-    evaluator = Evaluator("CartPole-v1", {}, EPISODES, 5)
-    assert evaluator.evaluate(lambda obs: calls.append(1) or balancing(obs), stop_if=question_after_five_steps) is None
-    assert len(calls) == len(asked) == 5
-    assert evaluator.evaluate(balancing, stop_if=lambda: False).mean() > 400  # never asked: to the end
-
-
 def test_known_max_returns_only_without_kwargs_that_could_change_them():
     assert known_max_return("CartPole-v1", {}) == 500.0
     assert known_max_return("CartPole-v1", {"max_episode_steps": 1000}) is None

@@ -21,6 +21,7 @@ import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cluster.driver.evaluation import EvaluationScheduler
+from cluster.driver.ray_runtime import RayRuntime
 from cluster.driver.reaper import cluster_processes, still_running
 
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
@@ -214,7 +215,7 @@ def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
     """The test's steps, in this process joined to the kept-up cluster."""
     first = ray.get(evaluator.pid.remote())
     weights = ray.put("weights v1")
-    evaluations = EvaluationScheduler(evaluator, every_epochs=1, give_up=None, newest_weights=lambda: weights)
+    evaluations = EvaluationScheduler(RayRuntime(connected_device="cpu"), evaluator, every_epochs=1, give_up=None, newest_weights=lambda: weights)
     os.kill(first, signal.SIGKILL)
     evaluations.on_epoch(1)
     evaluations.maybe_start()  # sent to the dead process: lost

@@ -76,32 +76,36 @@ def solved(ran: Ran) -> dict:
     return result
 
 
+# README's "Watch it" tags that a CartPole run on CPU with uniform replay does not write (fp16 only,
+# prioritized replay only).
+NOT_FOR_CARTPOLE = {"learner/grad_scale", "replay/priority_mean", "replay/priority_max", "replay/is_weight_min",
+                    "replay/beta"}
+
+
+def readme_scalar_tags() -> set[str]:
+    """Every scalar tag README's "Watch it" lists, `<i>` as collectors 0 and 1."""
+    text = (ROOT / "README.md").read_text()
+    paragraph = text[text.index("Scalars are plotted against global env steps"):text.index("For games, `charts/")]
+    tags = set(re.findall(r"`([A-Za-z_]+/[A-Za-z_<>/]+)`", paragraph))
+    return {tag.replace("<i>", str(i)) for tag in tags for i in (0, 1)}
+
+
 def solved_on_a_cluster_of_its_own(ran: Ran) -> None:
     """The first line: solved on a local cluster it started, though RAY_ADDRESS named the one
-    `ray start` left running on the machine; it trained from its first second, in the head start
-    (cluster/local/head_start.py), and either solved there, the run ending without waiting for its
-    actors, or the learner actor went on from there."""
+    `ray start` left running on the machine, and every scalar README lists for such a run is in
+    its TensorBoard, plotted against env steps up to the run's."""
     result = solved(ran)
     placement = json.loads((the_run(ran) / "placement.json").read_text())
     ran_on = placement["ray_address"]
     assert ran_on.rpartition(":")[2] != ran.ray_address.rpartition(":")[2], (ran_on, ran.ray_address)
-    head, start = result["head_start"], result["startup_s"]
-    assert head["updates"] > 0 and 0 < head["env_steps"] <= result["env_steps"], head
-    assert start["first_env_step"] < start["ray_connected"], start  # it stepped before Ray was up
-    if placement.get("solved_in_head_start"):
-        assert "solved in the head start: eval return" in ran.err and "learner ready" not in ran.err, ran.err[-3000:]
-        assert result["env_steps"] == head["env_steps"] and "learner_constructed" not in start, (result, start)
-    else:  # it updated before the learner actor was built, which took over then
-        assert f"head start: {head['updates']} updates on {head['env_steps']} env steps" in ran.err, ran.err[-3000:]
-        assert start["first_update"] < start["learner_constructed"], start
-        assert start["learner_constructed"] <= start["handed_over"] <= start["learner_warmed_up"], start
-    assert result["epochs"] >= head["epochs"] and result["env_steps"] >= head["env_steps"]
-    losses = EventAccumulator(str(the_run(ran) / "tensorboard"), size_guidance={"scalars": 0})
-    losses.Reload()
-    steps = [event.step for event in losses.Scalars("losses/td_loss")]
-    head_curve, after = steps[:head["epochs"]], steps[head["epochs"]:]  # its epochs, then the learner actor's
-    assert head_curve == sorted(head_curve) and head_curve[-1] == head["env_steps"], (steps[:5], head)
-    assert all(step >= head["env_steps"] for step in after), (after[:5], head)
+    start = result["startup_s"]
+    assert start["ray_connected"] < start["first_env_step"] and start["learner_warmed_up"] <= start["first_update"], start
+    events = EventAccumulator(str(the_run(ran) / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    written = set(events.Tags()["scalars"])
+    wanted = readme_scalar_tags() - NOT_FOR_CARTPOLE
+    assert len(wanted) >= 25 and wanted <= written, sorted(wanted - written)
+    assert max(e.step for e in events.Scalars("charts/SPS")) <= result["env_steps"]
 
 
 def configs_listed(ran: Ran) -> None:

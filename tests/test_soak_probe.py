@@ -4,6 +4,9 @@ cluster wherever Ray's address resolution would point."""
 
 import signal
 
+import numpy as np
+import ray
+
 from cluster.bench.soak import object_store_mib
 from cluster.driver import signals
 from cluster.driver.wiring import connect, shutdown
@@ -19,8 +22,10 @@ def test_connect_keeps_the_stop_signals_and_the_probe_reads_this_cluster_not_a_d
     try:
         handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")  # nothing listens there
+        held = ray.put(np.zeros(16 << 20, np.uint8))  # 16 MiB the probe must see in this cluster's store
         used, spilled = object_store_mib()
+        del held
     finally:
         shutdown()
-    assert handlers == (signals._raise_terminated, signals._raise_interrupt)
-    assert used >= 0 and spilled == 0
+    assert handlers == (signals._raise_on_signal, signals._raise_on_signal)
+    assert used >= 16 and spilled == 0

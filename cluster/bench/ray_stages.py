@@ -20,6 +20,7 @@ from cluster.bench.report import BenchRow, bounding_stage
 from cluster.config.loading import with_overrides
 from cluster.config.schema import RunConfig
 from cluster.driver.progress import ProgressLine
+from cluster.driver.ray_runtime import RayRuntime
 from cluster.driver.run import TrainingRun
 from cluster.driver.wiring import RunActors, reserve_resources, start_actors
 
@@ -236,15 +237,11 @@ class ClusterBench:
         """A whole training run of `config` on this cluster, watched by `observer` (a
         RunObserver), its progress lines in run_dir/progress.log; returns the finished run. It
         ends without the final evaluation, checkpoint and policy.pt2, which nothing here measures."""
-        group = reserve_resources(config, self.device)
         run_dir.mkdir(parents=True)
         with open(run_dir / "progress.log", "w") as log:
-            run = TrainingRun(config, self.spec, run_dir, group, self.device, time.time(), ProgressLine(log),
-                              observers=(observer,), final_files=False)
-            try:
-                run.execute(config_text="bench")
-            finally:
-                group.release()
+            run = TrainingRun(config, self.spec, run_dir, RayRuntime(connected_device=self.device), time.time(),
+                              ProgressLine(log), observers=(observer,), final_files=False)
+            run.execute(config_text="bench")
         return run
 
     def training_run(self, run_dir: Path, env_steps: int) -> RunRecord:

@@ -34,12 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="raypex", description="Distributed Ape-X style off-policy RL on Ray: DQN, TD3 and SAC.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser(
-        "train", help="train a Q-network (starts a local Ray cluster unless --address)",
+        "train", help="train with DQN, TD3 or SAC (starts a local Ray cluster unless --address or --local)",
         epilog="CONFIG is a YAML file or a shipped config's name (`raypex configs` lists them: raypex train pong). "
         "Every key with its value, default and meaning: `raypex config show [CONFIG]` (and README.md, "
         "'Config reference'). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
     train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                        help="YAML file or shipped config name (default: the CartPole config) and dotted overrides")
+    train.add_argument("--local", action="store_true", help="run every part in this process, without Ray (same as "
+                       "runtime=local: debugging, notebooks, the fastest start for small envs; default: Ray)")
     train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379; default: "
                        "$RAYPEX_ADDRESS when set, else the job's cluster inside `ray job submit`, else a local one "
                        "started for the run)")

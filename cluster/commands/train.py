@@ -1,32 +1,42 @@
-"""`raypex train`: validate everything, connect, reserve, then hand over to TrainingRun.
+"""`raypex train`: validate the config, make the run directory, then hand over to TrainingRun.
 
-Order matters for "nothing half-written": the config, the env and the run directory are checked
-first, then Ray is connected and the placement group reserved (on a joined cluster, every node's
-versions checked too); only when all of that succeeded is the run directory created.
+Order matters for "nothing half-written": the config and the run directory are checked first;
+then the directory is made and the run starts in it (env check, the runtime's start: Ray connected
+and the placement groups reserved, every node's versions checked on a joined cluster). A mistake
+found during that start (an env raypex cannot train, an address that does not answer, a cluster
+too small, a checkpoint the learner refuses) puts the directory back as it was and is one line. A
+signal at any moment from the run directory on ends the run as a stop does, with summary.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
-import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from actors.env_ids import code_to_ship
-from actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
+from actors.envs import UnsupportedEnv
 from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
-from cluster.config.loading import ConfigError, apply_overrides, config_to_yaml, load_config, read_yaml, validate
+from cluster.config.loading import (
+    ConfigError,
+    apply_overrides,
+    config_to_yaml,
+    drop_retired_keys,
+    load_config,
+    read_yaml,
+    validate,
+)
 from cluster.config.schema import RunConfig, config_warnings
 from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_write
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run_errors import CheckpointRefused, PlacementError, RunFailed
+from cluster.driver.run import TrainingRun
+from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
+from cluster.driver.signals import install_stop_signals
 from cluster.driver.startup import StartupTimeline
-from cluster.local.head_start import maybe_head_start
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
@@ -35,6 +45,8 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tup
     config_path, overrides = split_positional(args.args)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
+    if getattr(args, "local", False):
+        overrides.append("runtime=local")
     try:
         if args.resume is not None:
             if config_path is not None or args.run_dir is not None:
@@ -42,7 +54,7 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tup
             saved_path = args.resume / "config.yaml"
             if not saved_path.is_file():
                 raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
-            saved = read_yaml(saved_path)
+            saved = drop_retired_keys(read_yaml(saved_path))
             config = validate(apply_overrides(saved, overrides))
             return config, args.resume, check_resume(args.resume, validate(saved), config, warn)
         config = load_config(config_path, overrides)
@@ -72,112 +84,65 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
 
 def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
            progress: ProgressLine, observers: tuple = ()) -> tuple[int, dict]:
-    """Check the env, connect to Ray (a local cluster unless `address`), reserve, run to the end;
-    (exit code, summary). UsageError for a mistake found before anything is written; RunFailed
-    (after the final files) when an actor died past recovery. `raypex train` and the Python API
-    (cluster/api.py) both start runs here."""
-    try:
-        spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-        check_algo_fits(config.algo.name, spec, config.env.id, config.network.obs_norm)
-    except UnsupportedEnv as err:
-        raise UsageError(str(err), err.details) from None
+    """Make the run directory and run in it to the end, on the runtime `config.runtime` names (Ray:
+    a local cluster unless `address`); (exit code, summary). UsageError, the directory put back,
+    for a mistake found while the run starts; RunFailed (after the final files) when a part died
+    past recovery. `raypex train` and the Python API (cluster/api.py) both start runs here."""
+    install_stop_signals()
     startup = StartupTimeline(clock_start)
-    startup.mark("env_checked", time.time())
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
+    runtime = choose_runtime(config, address, progress)
+    found_config = (run_dir / "config.yaml").read_bytes() if resume else None
+    made = next((path for path in [*reversed(run_dir.parents), run_dir] if not path.exists()), None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_text = config_to_yaml(config)
+    atomic_write(run_dir / "config.yaml", config_text.encode())
+    run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
+                      kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
+    try:
+        code = run.execute(config_text)
+    except (UnsupportedEnv, StartRefused, CheckpointRefused) as err:
+        _put_back(run_dir, found_config, made)
+        if isinstance(err, CheckpointRefused):
+            raise UsageError(f"--resume {run_dir}: {err}; nothing in {run_dir} was changed") from None
+        raise UsageError(str(err), getattr(err, "details", None)) from None
+    written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
+    summary = json.loads(written.read_text()) if written.is_file() else run.summary()
+    progress.message(_summary_line(summary, run_dir))
+    return code, summary
 
-    code_dir = code_to_ship(config.env.id)
+
+def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLine):
+    """The runtime the config names: the local one, or Ray's on the cluster `address` names (else
+    RAYPEX_ADDRESS's, else the job's inside `ray job submit`, else a local cluster of its own)."""
+    if config.runtime == "local":
+        if address is not None:
+            raise UsageError("--address joins a Ray cluster; runtime local runs without Ray (drop one of them)")
+        from cluster.local.runtime import LocalRuntime
+
+        return LocalRuntime()
+    from cluster.driver.ray_runtime import RayRuntime
+
+    ship_code = True
     from_variable = address is None and (address := kept_up_address()) is not None
     if from_variable:
         progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
     elif address is None and (address := ray_job_address()) is not None:
         progress.message(f"inside a Ray job: joining its cluster at {address}")
-        code_dir = None  # the job's own working directory (ray job submit --working-dir) is the actors' already
-    # Before Ray is imported here: the fork shares this process's imports, and Ray's import is 0.4 s.
-    head_start = maybe_head_start(config, spec, address is None, resume is not None, progress.message)
-    from cluster.driver.address import ConnectError, connect_error_line
-    from cluster.driver.devices import choose_act_device, choose_device, with_act_device
-    from cluster.driver.run import TrainingRun
-    from cluster.driver.versions import VersionMismatch
-    from cluster.driver.wiring import (
-        check_local_cluster_holds,
-        cluster_gpus,
-        connect,
-        disconnect,
-        node_resources,
-        reserve_resources,
-        shutdown,
-    )
+        ship_code = False  # the job's own working directory (ray job submit --working-dir) is the actors' already
+    return RayRuntime(address, ship_code, from_variable)
 
-    if code_dir is not None:
-        progress.message(f"env.id {config.env.id}: {code_dir} goes to every actor as its working directory")
-    try:
-        if address is None:
-            check_local_cluster_holds(config)
-        started_local = connect(address, code_dir)
-    except BaseException as err:
-        if head_start is not None:
-            head_start.close()
-        if isinstance(err, (ConnectError, PlacementError)):
-            raise UsageError(connect_error_line(err, from_variable)) from None
-        raise
-    startup.mark("ray_connected", time.time())
-    try:
-        device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
-        act_device = choose_act_device(config, node_resources(), device, len(spec.obs_shape) == 3, progress)
-        run_config = with_act_device(config, act_device)
-        group = reserve_resources(run_config, device)
-        startup.mark("resources_reserved", time.time())
-        # None when the head start has solved the run already: TrainingRun then takes its result
-        actors = None if head_start is not None and head_start.solved() else ask_for_actors(
-            run_config, spec, group, device, startup, check_versions=not started_local)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_text = config_to_yaml(config)
-        found_config = (run_dir / "config.yaml").read_bytes() if resume else None
-        atomic_write(run_dir / "config.yaml", config_text.encode())
-        run = TrainingRun(run_config, spec, run_dir, group, device, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup, actors=actors,
-                          head_start=head_start)
-        code = run.execute(config_text)
-        written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
-        summary = json.loads(written.read_text()) if written.is_file() else run.summary()
-        progress.message(_summary_line(summary, run_dir))
-        return code, summary
-    except (PlacementError, VersionMismatch) as err:
-        raise UsageError(str(err)) from None
-    except CheckpointRefused as err:  # found by the learner, once Ray was up: the directory goes back as it was
+
+def _put_back(run_dir: Path, found_config: bytes | None, made: Path | None) -> None:
+    """The run directory as it was before the command: a resumed run's config.yaml as found; else
+    the directories this command made removed (`made`: the first of them), an empty one emptied."""
+    if found_config is not None:
         atomic_write(run_dir / "config.yaml", found_config)
-        raise UsageError(f"--resume {run_dir}: {err}; nothing in {run_dir} was changed") from None
-    finally:
-        if head_start is not None:
-            head_start.close()
-        if started_local:
-            shutdown()
-        else:
-            disconnect()
-
-
-def ask_for_actors(config: RunConfig, spec, group, device: str, startup: StartupTimeline,
-                         check_versions: bool = True):
-    """The run's actors, asked for before the run directory is made (a signal from then on finds them
-    there to end the run with). On a cluster others set up, whose nodes may run other versions
-    (`check_versions`), the version probes go first, the actors right behind them, and the probes'
-    answers are read while the actors start: VersionMismatch (the actors killed) before the run
-    directory is made."""
-    from cluster.driver.versions import ask_node_versions, check_node_versions
-    from cluster.driver.wiring import start_actors
-
-    probes = ask_node_versions(group) if check_versions else None
-    actors = start_actors(config, spec, group, device, uuid.uuid4().hex[:8])
-    startup.mark("actors_asked", time.time())
-    if probes is None:
-        return actors
-    try:
-        check_node_versions(probes)
-    except BaseException:
-        actors.kill_all()
-        raise
-    return actors
+        return
+    shutil.rmtree(made or run_dir, ignore_errors=True)
+    if made is None:
+        run_dir.mkdir()
 
 
 def _summary_line(summary: dict, run_dir: Path) -> str:
@@ -185,7 +150,8 @@ def _summary_line(summary: dict, run_dir: Path) -> str:
     solved = f"solved in {solve:.1f}s" if solve is not None else "not solved"
     final = summary["final_eval_return"]
     final_text = "-" if final is None else f"{final:.1f}"
+    wrote = " and ".join(str(run_dir / name) for name in ("summary.json", "policy.pt2") if (run_dir / name).is_file())
     return (f"done: {summary['env_steps']} env steps in {summary['wall_s']:.1f}s, {solved}, "
-            f"final eval return {final_text}; wrote {run_dir / 'summary.json'} and {run_dir / 'policy.pt2'}")
+            f"final eval return {final_text}; wrote {wrote or 'nothing'}")
 
 

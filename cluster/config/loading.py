@@ -48,6 +48,17 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def drop_retired_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved config without the keys this raypex no longer has (RETIRED_KEYS: a resume of an
+    older run's directory)."""
+    result = _deep_copy(data)
+    for dotted in RETIRED_KEYS:
+        section, _, key = dotted.partition(".")
+        if isinstance(result.get(section), dict):
+            result[section].pop(key, None)
+    return result
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply dotted `section.key=value` overrides (values parsed as YAML scalars) to a copy of data."""
     result = _deep_copy(data)
@@ -99,6 +110,7 @@ RETIRED_KEYS = {
     "learner.prefetch": "replay lives in the learner's process now, so no batch is requested ahead",
     "learner.feed_threads": "replay lives in the learner's process now, so no thread fetches batches",
     "replay.num_cpus": "shards are no longer actors of their own (replay lives in the learner's process)",
+    "learner.head_start": "the forked head start is gone; `raypex train --local` runs every part in one process",
 }
 
 

@@ -116,15 +116,7 @@ class LearnerConfig(Section):
     cuda_graphs: Literal["auto", "on", "off"] = Field(
         "auto", description="Capture the whole update as one CUDA graph during warm-up; auto = on for CUDA."
     )
-    head_start: Literal["auto", "off"] = Field(
-        "auto", description="auto: a run that starts its own local cluster, with flat observations, trains in a "
-        "process forked from the driver, on a core Ray's processes stay off, while Ray and the actors start "
-        "(evaluating its weights, and ending the run solved, without its actors, when one reaches "
-        "`stop.eval_return`), then hands the learner its state and replay."
-    )
-
     _cuda_graphs_on_off = field_validator("cuda_graphs", mode="before")(on_off_from_yaml_bools)
-    _head_start_off = field_validator("head_start", mode="before")(on_off_from_yaml_bools)
 
 
 class EvalConfig(Section):
@@ -182,6 +174,10 @@ class RunConfig(Section):
     """Everything one `raypex train` run needs."""
 
     seed: int = Field(0, ge=0, description="Seed for networks, envs and sampling.")
+    runtime: Literal["ray", "local"] = Field(
+        "ray", description="ray: every part a Ray actor, on a local cluster started for the run or on a joined one; "
+        "local: every part in the command's own process, in lockstep, without Ray (`raypex train --local`: "
+        "debugging, notebooks, the fastest start for small envs).")
     env: EnvConfig = Field(default_factory=EnvConfig)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)

@@ -11,11 +11,8 @@ from __future__ import annotations
 import contextlib
 import time
 
-import ray
-
 from cluster.driver.checkpoints import OutputNotWritten
-from cluster.driver.handover import finish_solved_run
-from cluster.driver.supervisor import describe_failure
+from cluster.driver.run_errors import describe_failure
 from cluster.driver.tensorboard_layout import result_scalars
 
 EPOCH_END_S = 60  # a stopped learner ends its epoch after the current update
@@ -30,13 +27,6 @@ def finish_run(run, new_work: bool) -> None:
     that need a dead learner are skipped, and the summary still says how the run ended. After a
     signal summary.json is written as soon as the checkpoint is, and again after policy.pt2.
     """
-    if run.solved_by_head_start is not None:  # solved before its actors were needed: nothing to stop or wait for
-        try:
-            finish_solved_run(run)
-        except OutputNotWritten as err:
-            _not_written(run, "no final checkpoint or policy.pt2", err)
-        _last_words(run)
-        return
     if run.actors is None:
         _write_summary(run, run.summary())
         return
@@ -52,17 +42,18 @@ def finish_run(run, new_work: bool) -> None:
         run.supervisor.stop()
         run.collect_end = time.time()
         run.supervisor.wait_stopped()
-    with contextlib.suppress(ray.exceptions.RayError):  # a dead learner's epochs are lost with it
+    rt = run.rt
+    with contextlib.suppress(*rt.errors.any):  # a dead learner's epochs are lost with it
         run.drain_epochs(timeout_s=EPOCH_END_S)
     if run.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
-        with contextlib.suppress(ray.exceptions.RayError):
-            unsent = ray.get(run.actors.learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
+        with contextlib.suppress(*rt.errors.any):
+            unsent = rt.get(run.actors.learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
             run.metrics.priority_updates["priority_updates_unsent"] = unsent
-    with contextlib.suppress(ray.exceptions.RayError):  # the final checkpoint counts the last chunks
+    with contextlib.suppress(*rt.errors.any):  # the final checkpoint counts the last chunks
         if collecting:
             run.poll()
-        else:  # the replay's counts (a head start's, handed over) still go to summary.json
-            run.metrics.poll([], ray.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
+        else:  # a restored replay's counts still go to summary.json
+            run.metrics.poll([], rt.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
     try:
         if run.final_files:
             _final_checkpoint(run)
@@ -71,10 +62,10 @@ def finish_run(run, new_work: bool) -> None:
             _export(run, new_work)
     except OutputNotWritten as err:
         _not_written(run, "no policy.pt2", err)
-    except ray.exceptions.RayError as err:
+    except rt.errors.any as err:
         if new_work:
             raise
-        run.progress.message(f"no final checkpoint or policy: {describe_failure(err, run.role_of)}")
+        run.progress.message(f"no final checkpoint or policy: {describe_failure(err, run.role_of, rt.errors.died)}")
     _last_words(run)
 
 

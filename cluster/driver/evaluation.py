@@ -18,20 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import ray
-
 FULL_EVAL_EVERY = 5
-# An evaluation is lost when the evaluator dies during it, or when the object holding its
-# weights was lost (the node that held it died).
-LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
 EVALUATOR_BACK_S = 60  # the run's final evaluation waits this long for a restarting evaluator
 
 
 class EvaluationScheduler:
     """Starts evaluations on the evaluator actor and hands back their results with their weights."""
 
-    def __init__(self, evaluator, every_epochs: int, give_up: tuple[float, float] | None,
-                 newest_weights: Callable[[], ray.ObjectRef], video_every: int = 0):
+    def __init__(self, runtime, evaluator, every_epochs: int, give_up: tuple[float, float] | None,
+                 newest_weights: Callable[[], object], video_every: int = 0):
+        self.rt = runtime  # where the evaluator runs (cluster/driver/runtime.py)
         self.evaluator = evaluator
         self.every_epochs = every_epochs
         self.give_up = give_up  # None: every evaluation runs to the end
@@ -83,8 +79,7 @@ class EvaluationScheduler:
     def _evaluator_up(self, timeout_s: float) -> bool:
         """Whether the evaluator answers calls: False while Ray still restarts it after a loss."""
         if self._evaluator_back is not None:
-            ready, _ = ray.wait([self._evaluator_back], timeout=timeout_s)
-            if not ready:
+            if not self.rt.wait([self._evaluator_back], timeout=timeout_s):
                 return False
             self._evaluator_back = None
         return True
@@ -93,8 +88,8 @@ class EvaluationScheduler:
         # None from the evaluator: the weights ref was answered by a learner Ray had just restarted
         # (a call sent while it restarts runs on the new process, which has published nothing yet)
         try:
-            result = ray.get(result_ref)
-        except LOST:
+            result = self.rt.get(result_ref)
+        except self.rt.errors.lost:  # the evaluator died during it, or the node holding its weights did
             result = None
         if result is None:
             self.lost += 1

@@ -49,7 +49,6 @@ class RunMetrics:
         # prioritized replay: transitions whose new priority was applied, dropped by a shard as stale,
         # or not sent by the learner (in-flight bound)
         self.priority_updates: dict[str, int] = {}
-        self.head_start: dict | None = None  # what a head start handed over (cluster/driver/handover.py)
 
     def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
@@ -185,7 +184,6 @@ class RunMetrics:
             "replay_bytes_per_transition": self.replay_bytes_per_transition,
             **self.priority_updates,
             "startup_s": self.startup.seconds(),
-            "head_start": self.head_start,
         }
 
 

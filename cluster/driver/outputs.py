@@ -11,16 +11,15 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import ray
-
 from cluster.driver.checkpoints import atomic_write, save_checkpoint
 
 
 class RunOutputs:
     """Writes a run directory's files."""
 
-    def __init__(self, run_dir: Path, keep_checkpoints: int, say: Callable[[str], None] = lambda line: None):
+    def __init__(self, run_dir: Path, keep_checkpoints: int, runtime, say: Callable[[str], None] = lambda line: None):
         self.run_dir = run_dir
+        self.rt = runtime  # where the learner runs (cluster/driver/runtime.py)
         self.keep_checkpoints = keep_checkpoints
         self.say = say  # one line for the progress display
         # A checkpoint asked for and not written yet: (learner state ref, epoch, counters, replay
@@ -50,12 +49,12 @@ class RunOutputs:
         replay = None
         if replay_refs:
             try:
-                replay = ray.get(replay_refs)
-            except ray.exceptions.RayActorError:
+                replay = self.rt.get(replay_refs)
+            except self.rt.errors.died:
                 self.say(f"the checkpoint of epoch {epoch} has no replay: the learner died while saving")
             else:
                 self.replay_pause_s_max = max([self.replay_pause_s_max] + [r.pop("pause_s") for r in replay])
-        self.checkpoint(ray.get(state_ref), epoch, counters, replay)
+        self.checkpoint(self.rt.get(state_ref), epoch, counters, replay)
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""
@@ -68,7 +67,7 @@ class RunOutputs:
 
     def policy(self, learner, weights_ref) -> None:
         """policy.pt2: the greedy policy of published weights (`weights_ref`: a ref to Weights)."""
-        self.policy_bytes(ray.get(learner.export_policy.remote(weights_ref)))
+        self.policy_bytes(self.rt.get(learner.export_policy.remote(weights_ref)))
 
     def policy_bytes(self, exported: bytes) -> None:
         """policy.pt2 from bytes exported already."""

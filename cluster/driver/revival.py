@@ -14,19 +14,17 @@ that dies again before reaching the next checkpoint ends the run (RunFailed) ins
 
 from __future__ import annotations
 
-import ray
-
 from cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
 from cluster.driver.run_errors import CheckpointRefused
 
 
-def warmed_up(warmup_ref, restoring: bool) -> dict:
+def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
     """The learner's answer to `warmup`; CheckpointRefused when the checkpoint it was given to
     restore does not fit it (restore_learner_state's one-line ValueError)."""
     try:
-        return ray.get(warmup_ref)
-    except ray.exceptions.RayTaskError as err:
-        cause = getattr(err, "cause", None)
+        return runtime.get(warmup_ref)
+    except (*runtime.errors.raised, ValueError) as err:
+        cause = err if isinstance(err, ValueError) else getattr(err, "cause", None)
         if restoring and isinstance(cause, ValueError):
             raise CheckpointRefused(str(cause).strip().splitlines()[0]) from None
         raise
@@ -56,10 +54,10 @@ class LearnerRevival:
         # A call made while Ray is still restarting it fails at once ("the actor is restarting"):
         # this one is retried until the new process takes it (or Ray gives the learner up for dead).
         warmup = learner.warmup.options(max_task_retries=-1)
-        info = ray.get(warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
+        info = run.rt.get(warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
         learner.count_lost_writes.remote()
         if resume is not None and resume.replay_files and self._replay_comes_back(run):
-            what = restore_replay(learner, run.config.collectors.num, resume)
+            what = restore_replay(run.rt, learner, run.config.collectors.num, resume)
         else:
             what = "its replay was lost with it and refills from the collectors (summary.json counts what was lost)"
             if run.config.checkpoint.replay and len(run.spec.obs_shape) != 1:
@@ -80,7 +78,7 @@ class LearnerRevival:
         return run.config.checkpoint.replay and len(run.spec.obs_shape) == 1
 
 
-def restore_replay(learner, num_shards: int, resume: ResumePoint) -> str:
+def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> str:
     """Load every shard's replay from a checkpoint set into the learner's replay; what came back,
     in one line."""
     if len(resume.replay_files) != num_shards:
@@ -88,14 +86,8 @@ def restore_replay(learner, num_shards: int, resume: ResumePoint) -> str:
         return f"replay not restored: {why}; it refills"
     states = [read_replay(path) for path in resume.replay_files]
     try:
-        load_replay_states(learner, states)
-    except ray.exceptions.RayTaskError as err:
+        runtime.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
+    except (*runtime.errors.raised, ValueError) as err:
         return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills"
     inserted = sum(state["storage"]["total_added"] for state in states)
     return f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)"
-
-
-def load_replay_states(learner, states: list[dict]) -> None:
-    """Every shard's replay state (ReplayShard.get_state's, from a checkpoint or a head start) into
-    the learner's replay, waiting until all are in."""
-    ray.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])

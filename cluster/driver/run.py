@@ -13,111 +13,98 @@ flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot 
 from __future__ import annotations
 
 import time
-import uuid
 from collections import deque
 from pathlib import Path
 
-import ray
-
-from actors.envs import EnvSpec
+from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.schema import RunConfig
 from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
-from cluster.driver.handover import hand_over, hand_over_before_stopping, solved_before_the_actors, take_head_start
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.observer import RunObserver
 from cluster.driver.outcome import RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
-from cluster.driver.run_errors import CheckpointRefused, RunFailed
-from cluster.driver.signals import exit_code, signal_name
+from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused, describe_failure
+from cluster.driver.runtime import Runtime
+from cluster.driver.signals import exit_code, second_aborts, signal_name
 from cluster.driver.startup import StartupTimeline
-from cluster.driver.supervisor import CollectorSupervisor, describe_failure
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
-from cluster.driver.wiring import COLLECTOR_MAX_RESTARTS, RunActors, start_actors
-from cluster.hosts.learner_actor import LearnerActor
-from cluster.local.head_start import HeadStart
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
 
 
 class TrainingRun:
-    """One training run on an already connected Ray cluster and reserved placement groups.
+    """One training run, its parts in a runtime (cluster/driver/runtime.py: Ray actors, or objects
+    in this process).
 
-    It composes the driver's jobs: CollectorSupervisor (collector loops), EvaluationScheduler
-    (evaluations), RunOutputs (the run directory's files), RunMetrics and TensorBoardLog; what it
-    does itself is the loop that paces epochs and decides when the run ends.
+    It composes the driver's jobs: the collectors' supervisor, EvaluationScheduler (evaluations),
+    RunOutputs (the run directory's files), RunMetrics and TensorBoardLog; what it does itself is
+    the loop that paces epochs and decides when the run ends.
     """
 
-    def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, group, device: str,
+    def __init__(self, config: RunConfig, spec: EnvSpec | None, run_dir: Path, runtime: Runtime,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
-                 observers: tuple[RunObserver, ...] = (), learner_host: type = LearnerActor,
-                 kept_policy: tuple | None = None, startup: StartupTimeline | None = None,
-                 final_files: bool = True, actors: RunActors | None = None, head_start: HeadStart | None = None):
-        self.config, self.spec, self.group, self.device = config, spec, group, device
+                 observers: tuple[RunObserver, ...] = (), kept_policy: tuple | None = None,
+                 startup: StartupTimeline | None = None, final_files: bool = True):
+        self.config, self.spec, self.rt = config, spec, runtime
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
         self.progress, self.resume, self.observers = progress, resume, observers
-        self.learner_host = learner_host  # the learner's Ray host class (the bench and tests subclass it)
         self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
         self.tb = TensorBoardLog(run_dir / "tensorboard")
-        self.outputs = RunOutputs(run_dir, config.checkpoint.keep, progress.message)
+        self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message)
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
         self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
-        self.actors = actors  # asked for already by `raypex train` (before its run directory), else by _start
-        self.head_start = head_start  # training in a forked process until the learner actor is built
-        self.solved_by_head_start = None  # its HeadStartResult when it solved the run: the run's end
-        self.supervisor, self.evaluations = None, None  # CollectorSupervisor, EvaluationScheduler: made by _start
+        self.actors = None  # the runtime's RunParts, once started
+        self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
         self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
-        """Run to the end; returns the exit code (0, or 130/143 after SIGINT/SIGTERM). Raises
-        RunFailed, after the final files, when an actor died in a way the run cannot recover."""
+        """Start the parts, run to the end; returns the exit code (0, or 130/143 after SIGINT or
+        SIGTERM, from whenever it came). Raises RunFailed, after the final files, when a part died
+        in a way the run cannot recover; StartRefused (nothing started) when the runtime cannot
+        start the run as configured. The runtime is closed however it ends."""
         interrupt, failure = None, None  # the signal (KeyboardInterrupt) or RunFailed that ended the run
-        try:  # from the line below on, a signal ends the run with its final files
-            run_dir = self.outputs.run_dir
-            self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
-            self.tb.text("config", config_text)
-            for summary in [custom_layout(), *hparams_summaries(self.config, run_dir.name)]:
-                self.tb.summary(summary)
-            self._start()
-            if self.solved_by_head_start is None:
-                self._loop()
-        except CheckpointRefused:  # no final files: they would replace the checkpoint it refused
-            self.actors.kill_all()
-            self.tb.discard()
-            raise
-        except KeyboardInterrupt as caught:
-            interrupt = caught
-            hand_over_before_stopping(self)
-            self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
-            self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
-                                  "(send it again to abort at once)")
-        except (RunFailed, ray.exceptions.RayError, OutputNotWritten) as err:  # not written: a full disk, say
-            failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self.role_of))
-            self.outcome.ended = f"failed: {failure}"
-        finally:
-            self.progress.finish()
         try:
-            finish_run(self, new_work=interrupt is None and failure is None)
-        except KeyboardInterrupt as again:  # a second signal: no more waiting, only the summary
-            interrupt = interrupt or again
-            self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
-            self.outputs.summary(self.summary())
-        finally:
-            if self.actors is not None:
-                self.actors.kill_all()
+            try:  # from the line below on, a signal ends the run with its final files
+                self.tb.text("config", config_text)
+                for summary in [custom_layout(), *hparams_summaries(self.config, self.outputs.run_dir.name)]:
+                    self.tb.summary(summary)
+                self._start()
+                self._loop()
+            except (UnsupportedEnv, CheckpointRefused, StartRefused):  # no final files: they would replace what the run found
+                self.tb.discard()
+                raise
+            except KeyboardInterrupt as caught:
+                interrupt = caught
+                self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
+                self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
+                                      "(send it again to abort at once)")
+            except (RunFailed, *self.rt.errors.any, OutputNotWritten) as err:  # not written: a full disk, say
+                failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self.role_of, self.rt.errors.died))
+                self.outcome.ended = f"failed: {failure}"
+            self.progress.finish()
+            try:
+                with second_aborts():
+                    finish_run(self, new_work=interrupt is None and failure is None)
+            except KeyboardInterrupt as again:  # a signal during the end: no more waiting, only the summary
+                interrupt = interrupt or again
+                self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
+                self.outputs.summary(self.summary())
             self.tb.close()
+        finally:
+            self.rt.close()
         if failure is None and self.outputs.unwritten:  # ended well, but its final files are not all there
             failure = RunFailed(self.outputs.unwritten)
         if failure is not None:
@@ -125,37 +112,34 @@ class TrainingRun:
         return exit_code(interrupt) if interrupt is not None else 0
 
     def _start(self) -> None:
-        if solved_before_the_actors(self):
-            return  # its head start solved it while Ray started: no actor was asked for
-        if self.actors is None:
-            self.actors = start_actors(self.config, self.spec, self.group, self.device, uuid.uuid4().hex[:8],
-                                       self.learner_host)
-            self.metrics.startup.mark("actors_asked", time.time())
-        self.supervisor = CollectorSupervisor(self.actors.collectors, self.actors.learner, COLLECTOR_MAX_RESTARTS,
-                                              self.progress)
-        self.evaluations = EvaluationScheduler(self.actors.evaluator, self.config.eval.every_epochs,
+        if self.spec is None:  # checked here, so that a signal while gymnasium loads ends as a stop does
+            env = self.config.env
+            self.spec = inspect_env(env.id, env.kwargs, env.frame_stack)
+            check_algo_fits(self.config.algo.name, self.spec, env.id, self.config.network.obs_norm)
+            self.metrics.startup.mark("env_checked", time.time())
+        self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup)
+        run_dir = self.outputs.run_dir  # said once the run is sure to use it
+        self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
+        self.supervisor = self.rt.supervisor(self.actors, self.progress)
+        self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
         state = self.resume.learner_state if self.resume else None
-        if self.head_start is not None and (handed := hand_over(self)) is not None:
-            state = take_head_start(self, handed)
-            if self.solved_by_head_start is not None:
-                return  # the actors have nothing left to do
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
-            self.progress.message(restore_replay(self.actors.learner, self.config.collectors.num, self.resume))
+            self.progress.message(restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume))
         # The collectors start at once (an MLP's at random, a CNN's with its own initial network,
         # until the learner publishes): replay reaches min_size while the learner warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
-        self.metrics.startup.learner(info := warmed_up(warmup, restoring=self.resume is not None))
+        self.metrics.startup.learner(info := warmed_up(self.rt, warmup, restoring=self.resume is not None))
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
         self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs))
         self.metrics.learner_version = info["version"]
-        self.outputs.placement({**self.actors.placement(), "pair_strategy": self.group.pair_strategy})
+        self.outputs.placement(self.actors.placement())
 
     def _loop(self) -> None:
         learner, evaluations, queued = self.actors.learner, self.evaluations, self.queued_epochs
@@ -170,7 +154,7 @@ class TrainingRun:
             waiting = [queued[0][1]] + ([evaluations.pending] if evaluations.pending else []) + (
                 [checkpoint[0]] if checkpoint else [])
             timeout = max(0.0, next_poll - time.perf_counter())
-            ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+            ready = self.rt.wait(waiting, num_returns=1, timeout=timeout)
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self.on_evaluation():
                 stopping = self._stop_learning()
@@ -179,8 +163,8 @@ class TrainingRun:
                     self.outputs.write_pending_checkpoint()
                 if queued[0][1] in ready:
                     epoch, ref = queued.popleft()
-                    self._on_epoch(epoch, ray.get(ref))
-            except ray.exceptions.RayActorError as err:  # the learner died: a new one, or the end
+                    self._on_epoch(epoch, self.rt.get(ref))
+            except self.rt.errors.died as err:  # the learner died: a new one, or the end
                 if self.role_of(err.actor_id) != "the learner" or stopping or not self.revival.revive(self):
                     raise
                 learner, next_epoch = self.actors.learner, self.epochs_done + 1
@@ -203,7 +187,7 @@ class TrainingRun:
         to stop, ends them at once): their updates were made, so the counts and the curves keep them."""
         while self.queued_epochs:
             epoch, ref = self.queued_epochs.popleft()
-            self._on_epoch(epoch, ray.get(ref, timeout=timeout_s))
+            self._on_epoch(epoch, self.rt.get(ref, timeout=timeout_s))
 
     def _stop_learning(self) -> bool:  # cut the learner's current and queued epochs short
         self.actors.learner.request_stop.remote()
@@ -249,12 +233,12 @@ class TrainingRun:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done."""
         self.supervisor.check()
         refs = [c.stats.remote() for c in self.actors.collectors] + [self.actors.learner.replay_stats.remote()]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
+        ready = self.rt.wait(refs, num_returns=len(refs), timeout=5.0)
         if len(ready) < len(refs):
             return False  # an actor is slow to answer; read everything again on the next poll
         try:
-            stats = ray.get(refs)
-        except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError):
+            stats = self.rt.get(refs)
+        except self.rt.errors.restarting:
             return False  # a collector or the learner is being restarted by Ray; read again next poll
         scalars = self.metrics.poll(stats[:-1], stats[-1])
         self.tb.scalars(scalars, self.metrics.env_steps)

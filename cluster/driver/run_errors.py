@@ -15,3 +15,20 @@ class RunFailed(Exception):
 class CheckpointRefused(Exception):
     """The learner could not restore the checkpoint a resume gave it (networks of other shapes:
     saved by a raypex whose networks differ); one-line message. Nothing of the run is written."""
+
+
+class StartRefused(Exception):
+    """The runtime cannot start the run as configured (an address that does not answer, a cluster
+    too small or with other software, a device it does not have); one-line message. The run
+    directory goes back to how it was."""
+
+
+def describe_failure(err: Exception, role_of, died: tuple = ()) -> str:
+    """One line for an error that ends the run: which part died (`died`: the runtime's exception
+    types for a dead part, whose `actor_id` `role_of` names), or the error's first line. A call on a
+    live part that failed because another one died names the dead one."""
+    for candidate in (err, getattr(err, "cause", None)):
+        if died and isinstance(candidate, died):
+            return f"{role_of(candidate.actor_id)} died"
+    lines = str(err).strip().splitlines()
+    return lines[-1] if lines else type(err).__name__

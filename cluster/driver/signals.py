@@ -3,10 +3,16 @@
 SIGTERM is what `kill`, `timeout`, systemd, SLURM, Kubernetes and `ray job stop` send. Both
 signals raise in the driver's main thread (SIGTERM as `Terminated`, a KeyboardInterrupt), so one
 `except KeyboardInterrupt` serves both; the exit code says which (130 or 143, the shell's 128+N).
+
+Only the first signal raises wherever it comes. A later one raises only inside `second_aborts()`,
+where the run's end waits on its parts (the final checkpoint, the export): there it skips the rest
+of the end. Anywhere else it is noted and let be, so the bookkeeping that leads from one signal
+to summary.json is never cut by the next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 
@@ -22,16 +28,30 @@ class Terminated(KeyboardInterrupt):
 # inside ray.get or ray.wait into a plain KeyboardInterrupt, so the exception's type alone cannot
 # say which signal stopped the run.
 _received: list[int] = []
+_second_aborts = False  # inside second_aborts()
 
 
-def _raise_terminated(signum, frame):
-    _received.append(signal.SIGTERM)
-    raise Terminated()
+def _raise_on_signal(signum, frame):
+    first = not _received
+    _received.append(signum)
+    if first or _second_aborts:
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-def _raise_interrupt(signum, frame):
-    _received.append(signal.SIGINT)
-    raise KeyboardInterrupt()
+@contextlib.contextmanager
+def second_aborts():
+    """While inside, a signal after the first raises too (the run's end: it stops waiting)."""
+    global _second_aborts
+    _second_aborts = True
+    try:
+        yield
+    finally:
+        _second_aborts = False
+
+
+def received() -> int:
+    """How many stop signals came since the handlers were installed."""
+    return len(_received)
 
 
 def _was_terminated(interrupt: KeyboardInterrupt) -> bool:
@@ -48,8 +68,8 @@ def install_stop_signals() -> None:
     """
     _received.clear()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _raise_interrupt)
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        signal.signal(signal.SIGINT, _raise_on_signal)
+        signal.signal(signal.SIGTERM, _raise_on_signal)
 
 
 def exit_code(interrupt: KeyboardInterrupt) -> int:

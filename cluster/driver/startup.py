@@ -19,7 +19,6 @@ PHASES = (
     "learner_process_started",
     "collector_constructed",  # env made and reset, acting network built
     "learner_constructed",  # replay allocated, networks and optimizer built
-    "handed_over",  # a head start's training went into the learner actor (cluster/driver/handover.py)
     "first_env_step",
     "learner_warmed_up",  # warm-up updates done, first weights published
     "first_update",

@@ -16,20 +16,6 @@ from cluster.driver.progress import ProgressLine
 from cluster.driver.run_errors import RunFailed
 
 
-def describe_failure(err: Exception, role_of) -> str:
-    """One line for an error that ends the run: which actor died, or the error's first line.
-
-    A call on a live actor that fails because another one died names the dead one. `role_of` maps an actor id to its role (RunActors.role_of).
-    """
-    if isinstance(err, ray.exceptions.RayActorError):
-        return f"{role_of(err.actor_id)} died"
-    cause = getattr(err, "cause", None)
-    if isinstance(cause, ray.exceptions.RayActorError):
-        return f"{role_of(cause.actor_id)} died"
-    lines = str(err).strip().splitlines()
-    return lines[-1] if lines else type(err).__name__
-
-
 class CollectorSupervisor:
     """Starts, watches and restarts the collectors' run loops."""
 

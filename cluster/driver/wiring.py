@@ -79,7 +79,9 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         with sigterm_blocked_in_children():
             ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
-        install_stop_signals()  # again: ray.init replaced the SIGTERM handler with a bare exit
+            # Again, before SIGTERM is unblocked: ray.init replaced its handler with Ray's own (a
+            # stack dump and an abort), and a SIGTERM sent during the start is pending until then.
+            install_stop_signals()
         return True
     check_gcs_port(address)
     check_gcs_auth(address)
@@ -191,6 +193,7 @@ class RunActors:
     learner: object
     evaluator: object
     learner_restarts: int = 0
+    pair_strategy: str | None = None  # how collector-learner pairs were placed (placement.json)
 
     def all(self) -> list:
         """Every actor handle."""
@@ -220,6 +223,7 @@ class RunActors:
             "replay_node": learner_node,
             "collectors": [{"collector": i, "collector_node": c} for i, c in enumerate(collector_nodes)],
             "node_ips": node_addresses(),
+            "pair_strategy": self.pair_strategy,
         }
 
 

@@ -2,7 +2,7 @@
 
 The driver hands it one published weights version at a time (cluster/driver/evaluation.py); what
 it does with them is WeightsEvaluator's (cluster/hosts/weights_evaluator.py), which has no Ray in
-it so that processes without Ray (the head start) evaluate the same way.
+it so that the local runtime, without Ray, evaluates the same way.
 """
 
 from __future__ import annotations

@@ -1,188 +1,54 @@
-"""LearnerActor: the Ray shell around a Learner and the run's replay, which live in one process.
+"""LearnerActor: LearnerHost (cluster/hosts/learner_host.py) as the run's Ray actor.
 
-Collectors push their chunks here (`add_chunk`, on the "replay" thread, so an insert never queues
-behind an epoch); the learner draws its batches from the same replay without any call. The driver
-paces training one epoch per `train_epoch` call (two queued, so it never idles between epochs) and
-reads the replay's counters (`replay_stats`, on the replay thread too). Evaluation happens
-elsewhere (EvaluatorActor), on the weights this actor publishes; `export_policy` can export
-exactly the version an evaluation passed.
-
-No reply of this actor carries an ObjectRef: a ref nested in a return value makes this process's
-Ray core worker keep bookkeeping for it after the caller has dropped it (an epoch's metrics with
-the weights ref grew the learner by 3.7 MB a minute on CartPole; without it, flat). The driver
-gets weights by value (`published_weights`), when it evaluates or exports. The bench's probes live
-in a subclass (cluster/bench/learner_probes.py), not here.
+Its threads: the default one trains; "replay" takes chunks and the driver's counter reads, so an
+insert never queues behind an epoch; "control" takes request_stop and the exporter's warm-up,
+which must not queue behind either. Ray records an event in its GCS for every call unless told
+not to: the per-chunk, per-epoch and polling methods are marked QUIET. Weights go to the
+collectors named (looked up by name, so a learner Ray restarts is built from plain data). The
+bench's probes live in a subclass (cluster/bench/learner_probes.py), not here.
 """
 
 from __future__ import annotations
 
-import os
-import time
-
 import ray
 
 from cluster.config.topology import ReplayPlan
-from cluster.hosts.ray_seams import QUIET, WeightPublisher
-from cluster.process_clock import process_start_time
+from cluster.hosts.learner_host import LearnerHost
+from cluster.hosts.ray_seams import WeightPublisher
 from learner.settings import LearnerSettings
 
-# The threads of this actor besides the one that trains: inserts and the driver's replay reads,
-# and request_stop (which must not queue behind either).
 CONCURRENCY_GROUPS = {"replay": 1, "control": 1}
 
+_REPLAY = {"concurrency_group": "replay"}
+_QUIET_REPLAY = {"concurrency_group": "replay", "enable_task_events": False}
+_CONTROL = {"concurrency_group": "control"}
+_QUIET = {"enable_task_events": False}
+# LearnerHost's methods and the Ray options each is served with.
+METHOD_OPTIONS = {
+    "add_chunk": _QUIET_REPLAY, "insert_room": _QUIET_REPLAY, "replay_stats": _QUIET_REPLAY,
+    "replay_state": _QUIET_REPLAY,  # every checkpoint
+    "attach_writer": _REPLAY, "set_replay_state": _REPLAY, "count_lost_writes": _REPLAY,
+    "request_stop": _CONTROL, "warm_exporter": _CONTROL,
+    "train_epoch": _QUIET, "published_weights": _QUIET, "state_bytes": _QUIET,  # per epoch, evaluation, checkpoint
+}
 
-def gpu_busy_fraction(device) -> float | None:
-    """NVML's share of the last sample period in which a kernel ran on the learner's GPU (None on
-    CPU, or when NVML is not available)."""
-    if device.type != "cuda":
-        return None
-    import torch
 
-    try:
-        return torch.cuda.utilization(device) / 100.0
-    except (ImportError, ModuleNotFoundError, RuntimeError):  # no pynvml, or NVML unsupported: no scalar
-        return None
+def _served(name: str, options: dict):
+    host_method = getattr(LearnerHost, name)
+
+    def method(self, *args, **kwargs):
+        return host_method(self, *args, **kwargs)
+
+    method.__name__, method.__qualname__, method.__doc__ = name, f"LearnerActor.{name}", host_method.__doc__
+    return ray.method(**options)(method)
 
 
-class LearnerActor:
-    """Hosts the Learner and the replay; trains, checkpoints and exports on the driver's request."""
+class LearnerActor(LearnerHost):
+    """LearnerHost publishing to the collector actors, with its methods on Ray's threads."""
 
     def __init__(self, settings: LearnerSettings, device: str, num_threads: int, replay: ReplayPlan,
                  collector_names: list[str]):
-        """The replay is built here, in this process, where a GPU learner can keep it on its GPU
-        (replay.storage); weights go to the collectors named (looked up by name, so a learner Ray
-        restarts is built from plain data)."""
-        self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
-        import torch  # inside the actor only: the driver names this class without importing torch
-
-        from learner.learner import Learner
-
-        torch.set_num_threads(max(1, num_threads))
-        where = torch.device(device)
-        self.replay, self.replay_notice = replay.build(where)
-        self.publisher = WeightPublisher(collector_names)
-        self.learner = Learner(settings, where, self.replay, self.publisher.publish)
-        self.startup["constructed"] = time.time()
-
-    # -- the replay's thread ------------------------------------------------------------------
-    @ray.method(concurrency_group="replay", enable_task_events=False)
-    def add_chunk(self, shard: int, chunk, writer_env_steps: int | None = None) -> float:
-        """Store a collector's chunk in its shard; returns that collector's insert room."""
-        return self.replay.add(shard, chunk, writer_env_steps)
-
-    @ray.method(concurrency_group="replay", enable_task_events=False)
-    def insert_room(self) -> float:
-        """One collector's insert room now (a throttled collector asks)."""
-        return self.replay.insert_room()
-
-    @ray.method(concurrency_group="replay")
-    def attach_writer(self, shard: int) -> int:
-        """A collector process starts writing to `shard`; the env steps it counts on from."""
-        return self.replay.attach_writer(shard)
-
-    @ray.method(concurrency_group="replay", enable_task_events=False)
-    def replay_stats(self) -> list[dict]:
-        """Every shard's counters and memory figures (the driver reads them a few times a second)."""
-        return self.replay.stats()
-
-    @ray.method(concurrency_group="replay", enable_task_events=False)  # every checkpoint
-    def replay_state(self, shard: int) -> dict:
-        """One shard's replay, for a checkpoint."""
-        return self.replay.get_state(shard)
-
-    @ray.method(concurrency_group="replay")
-    def set_replay_state(self, shard: int, state: dict) -> None:
-        """Restore one shard's replay from a checkpoint."""
-        self.replay.set_state(shard, state)
-
-    @ray.method(concurrency_group="replay")
-    def count_lost_writes(self) -> None:
-        """This process replaces a learner that died: report what collectors sent that died with it."""
-        self.replay.count_lost_writes()
-
-    # -- control ------------------------------------------------------------------------------
-    @ray.method(concurrency_group="control")
-    def request_stop(self) -> None:
-        """End the epoch in progress after its current update, and every epoch queued after it
-        at once (served on its own thread, so it does not queue behind those epochs)."""
-        self.learner.request_stop()
-
-    @ray.method(concurrency_group="control")
-    def warm_exporter(self) -> None:
-        """Start importing torch.export's modules on a thread while the run ends (learner/policy_file.py):
-        `export_policy`, after the final checkpoint and evaluation, then skips most of its first use."""
-        from learner.policy_file import warm_exporter
-
-        warm_exporter()
-
-    # -- training -----------------------------------------------------------------------------
-    def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
-        """Restore a checkpoint if given, warm the networks up, publish the starting weights.
-
-        `version_floor`: a learner that replaces a dead one publishes above the versions the
-        collectors already hold (they ignore any version not newer than theirs)."""
-        if state is not None:
-            self.learner.load_state_bytes(state)
-        self.learner.version = max(self.learner.version, version_floor)
-        self.learner.warmup()
-        self.learner.publish_weights()
-        learner = self.learner
-        return {"device": str(learner.device), "precision": learner.precision.name,
-                "cuda_graph": learner.captured, "compiled": learner.compiled,
-                "version": learner.version, "updates": learner.updates,
-                "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice,
-                **self.startup, "warmed_up": time.time()}
-
-    def waited_s(self) -> float:
-        """Seconds the update loop has waited for data after replay reached its minimum size."""
-        return self.learner.feed.wait_s
-
-    @QUIET
-    def train_epoch(self) -> dict:
-        """One epoch's metrics (`version`: the newest weights it published)."""
-        wait_before = self.waited_s()
-        metrics = self.learner.train_epoch()
-        waited = max(0.0, self.waited_s() - wait_before)
-        metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
-        metrics["fill_wait_s"] = self.learner.feed.fill_wait_s
-        if self.learner.feedback is not None:
-            metrics["beta"] = self.replay.beta
-            metrics["priority_updates_unsent"] = self.learner.feedback.unsent
-        busy = gpu_busy_fraction(self.learner.device)
-        if busy is not None:
-            metrics["gpu_busy_fraction"] = busy
-        return metrics
-
-    def flush_priorities(self) -> int:
-        """At the end of a run, after the last epoch: apply every priority update still on its way
-        from the GPU. Returns the transitions whose errors were never applied."""
-        if self.learner.feedback is None:
-            return 0
-        self.learner.feedback.flush()
-        return self.learner.feedback.unsent
-
-    @QUIET  # asked for every evaluation: several a second on small envs
-    def published_weights(self):
-        """The newest published weights (a Weights message, by value: see the module docstring)."""
-        return self.publisher.latest_weights
-
-    @QUIET  # every checkpoint: hundreds in a long run
-    def state_bytes(self) -> bytes:
-        """The learner's checkpoint (torch.save bytes)."""
-        return self.learner.state_bytes()
-
-    def export_policy(self, weights=None) -> bytes:
-        """The greedy policy as torch.export bytes (policy.pt2): of the given published Weights
-        (Ray resolves a ref passed here), else of the current online network."""
-        return self.learner.export_policy(None if weights is None else weights.arrays)
-
-    def pid(self) -> int:
-        """This actor's process id (bench reads its resident memory)."""
-        return os.getpid()
-
-    def profile(self) -> dict:
-        """Seconds per phase of the update loop, and of those the time spent waiting for data."""
-        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.waited_s()}
+        super().__init__(settings, device, num_threads, replay, WeightPublisher(collector_names))
 
     def node_id(self) -> str:
         """The Ray node the learner (and so the replay) runs on."""
@@ -191,3 +57,7 @@ class LearnerActor:
     def resend_weights(self, collector_index: int) -> None:
         """Announce the latest weights to one collector (after Ray restarted it)."""
         self.publisher.resend(collector_index)
+
+
+for _name, _options in METHOD_OPTIONS.items():
+    setattr(LearnerActor, _name, _served(_name, _options))

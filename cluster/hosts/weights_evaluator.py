@@ -3,7 +3,7 @@
 The learner never pauses training to evaluate: in a run the evaluator actor
 (cluster/hosts/evaluator_actor.py, this class hosted by Ray) is handed a published weights version
 (a Weights message the learner returned) and the driver reads the returns when they are done; the
-head start and the local wiring (cluster/local/) call this class in their own process. MLP
+local runtime (cluster/local/) calls this class in its own process. MLP
 Q-networks and td3/sac actors on flat observations are evaluated in numpy (learner/numpy_mlp.py),
 so for flat observations it never imports torch; the actor starts while the learner warms up,
 on the same cores. Networks on images are evaluated with torch.
@@ -12,7 +12,6 @@ on the same cores. Networks on images are evaluated with torch.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 
@@ -70,13 +69,11 @@ class WeightsEvaluator:
                                                    self.hidden, gaussian="log_std.weight" in arrays)
         return self.torch_network.load(arrays)
 
-    def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False,
-                 stop_if: Callable[[], bool] | None = None) -> dict | None:
+    def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict | None:
         """Mean and min greedy return of a published Weights message (Ray resolves its ref).
 
         With `give_up` (see Evaluator.evaluate) an evaluation that cannot reach its target stops
-        early and reports `complete: False` with no returns, as does one that `stop_if` ended
-        (the head start's; the actor's caller is in another process). With `record` the result
+        early and reports `complete: False` with no returns. With `record` the result
         carries the first episode as `video` (an EncodedVideo, actors/apng.py) when the env has
         pictures.
         None when there were no weights: the ref was a learner's answer given by the process Ray
@@ -84,7 +81,7 @@ class WeightsEvaluator:
         """
         if weights is None:
             return None
-        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record, stop_if)
+        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record)
         version = weights.version
         if returns is None:
             return {"version": version, "complete": False, "mean": None, "min": None}

@@ -58,7 +58,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
         learner.train_epoch()
         env_steps = sum(c.env_steps for c in collectors)
         if learner.epochs % config.eval.every_epochs == 0:
-            result = evaluate(run.weights.latest)
+            result = evaluate(run.weights.latest_weights)
             if target is not None and result is not None and result >= target:
                 break
     solved = target is not None and result is not None and result >= target

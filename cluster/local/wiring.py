@@ -2,7 +2,9 @@
 cluster/config/topology.py plans, through the in-process seams (cluster/local/seams.py).
 
 What the Ray wiring (cluster/driver/wiring.py) builds as actors across a cluster, this builds
-without Ray: for the lockstep replica, tests and debugging a config.
+without Ray: for the local runtime (`raypex train --local`), the lockstep replica, tests and
+debugging a config. With no other thread to insert, a learner the replay ratio holds back lets
+every collector collect a chunk: the parts run in lockstep.
 """
 
 from __future__ import annotations
@@ -11,40 +13,48 @@ from dataclasses import dataclass
 
 from actors.collector import Collector
 from cluster.config.topology import Topology
+from cluster.hosts.learner_host import LearnerHost
 from cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
-from cluster.local.seams import WeightBoard
-from learner.learner import Learner
-from replay.sharded import ShardedReplay
+from cluster.local.seams import ShardWriter, WeightBoard
 
 
 @dataclass
 class LocalRun:
     """Handles of everything a local run built."""
 
-    replay: ShardedReplay
+    host: LearnerHost  # the learner and the replay
     collectors: list[Collector]
-    learner: Learner
     evaluator: WeightsEvaluator
     weights: WeightBoard
+
+    @property
+    def learner(self):
+        """The Learner."""
+        return self.host.learner
+
+    @property
+    def replay(self):
+        """The ShardedReplay."""
+        return self.host.replay
 
 
 def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
     """Build and connect the plan's components in this process."""
-    import torch
-
-    replay, _ = plan.learner.replay.build(torch.device(device))
     weights = WeightBoard()
-    # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
-    collectors = [Collector(c.settings, lambda chunk, i=c.index: replay.add(i, chunk), weights.reader())
-                  for c in plan.collectors]
+    collectors: list[Collector] = []
 
     def every_collector_collects() -> None:
         for collector in collectors:
             collector.collect_chunk()
 
     # the replay -> the learner (draws, in process); a learner waiting on the limiter lets the collectors run
-    learner = Learner(plan.learner.settings, torch.device(device), replay, weights.publish,
-                      starved=every_collector_collects)
+    lp = plan.learner
+    host = LearnerHost(lp.settings, device, 1, lp.replay, weights, starved=every_collector_collects)
+    # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
+    for c in plan.collectors:
+        writer = ShardWriter(host, c.index)
+        writer.collector = Collector(c.settings, writer.push, weights.reader())
+        collectors.append(writer.collector)
     # the driver -> the evaluator: the caller hands it weights to evaluate
     evaluator = WeightsEvaluator(*plan.evaluator_args)
-    return LocalRun(replay, collectors, learner, evaluator, weights)
+    return LocalRun(host, collectors, evaluator, weights)

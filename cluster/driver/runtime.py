@@ -1,0 +1,70 @@
+"""The seam between the run loop and where a run's parts live.
+
+The run loop (cluster/driver/run.py: start the parts, train epochs, publish weights, evaluate,
+checkpoint, revive, stop) is written once against this interface. Two runtimes implement it:
+- the Ray runtime (cluster/driver/ray_runtime.py), the default: every part an actor on a local Ray
+  cluster started for the run or on a joined one, weights in the object store;
+- the local runtime (cluster/local/runtime.py, `raypex train --local`): the same collector,
+  replay, learner and evaluator objects in the driver's own process, in lockstep, no Ray imported.
+
+A part's handle has Ray's call form, `handle.method.remote(*args)`, which returns a pending
+result; the runtime waits for pending results and gets them. `errors` names the exceptions that
+mean a part died or was being restarted: none exist in one process, where a part that raises
+ends the run with its own error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RuntimeErrors:
+    """The exception types a runtime raises for its parts (empty tuples: it never does)."""
+
+    any: tuple = ()  # every error of the runtime or of a part it hosts
+    died: tuple = ()  # the part a call went to died (`err.actor_id` says which)
+    restarting: tuple = ()  # the part is being restarted: a call now fails at once
+    lost: tuple = ()  # the call's result died with a part, or with the node that held it
+    raised: tuple = ()  # the part raised; the runtime wraps it (`err.cause` is the part's exception)
+
+
+class RunParts(Protocol):
+    """Handles of everything a run started (RunActors in the Ray runtime, LocalParts in the local one)."""
+
+    collectors: list
+    learner: Any
+    evaluator: Any
+    learner_restarts: int
+
+    def kill_all(self) -> None: ...
+
+    def role_of(self, actor_id: str | None) -> str: ...
+
+    def placement(self) -> dict: ...
+
+
+class Runtime(Protocol):
+    """Where a run's parts live, and how the run loop waits for what it asked of them."""
+
+    errors: RuntimeErrors
+    collector_max_restarts: int  # what a collector's supervisor allows (0: none are restarted)
+
+    def start(self, config, spec, progress, startup) -> RunParts:
+        """Make the parts of the run (connecting to a cluster first where there is one)."""
+
+    def wait(self, pending: list, num_returns: int = 1, timeout: float | None = None) -> list:
+        """Those of `pending` that are ready (at least `num_returns`, unless `timeout` passed first)."""
+
+    def get(self, pending, timeout: float | None = None):
+        """The result of one pending call, or a list's results."""
+
+    def put(self, value):
+        """A reference to `value` that calls take in place of it."""
+
+    def supervisor(self, parts: RunParts, progress):
+        """The keeper of the collectors' loops (CollectorSupervisor's interface)."""
+
+    def close(self) -> None:
+        """End every part for good and leave (a local cluster started for the run is shut down)."""

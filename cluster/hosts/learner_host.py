@@ -1,0 +1,166 @@
+"""LearnerHost: a Learner and the run's replay, which live in one process, as the run loop drives them.
+
+No Ray in it: the Ray runtime hosts it as an actor (cluster/hosts/learner_actor.py), the local
+runtime calls it in the driver's own process (cluster/local/runtime.py). Collectors insert their
+chunks here (`add_chunk`); the learner draws its batches from the same replay without any call.
+The run loop paces training one epoch per `train_epoch` call and reads the replay's counters
+(`replay_stats`). Evaluation happens elsewhere, on the weights this host publishes;
+`export_policy` exports exactly the version an evaluation passed.
+
+No reply carries a reference to other data (across Ray, a ref nested in a return value makes the
+learner's core worker keep bookkeeping for it: an epoch's metrics with the weights ref grew the
+learner by 3.7 MB a minute on CartPole; without it, flat). The driver gets weights by value
+(`published_weights`), when it evaluates or exports.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from cluster.config.topology import ReplayPlan
+from cluster.process_clock import process_start_time
+from learner.settings import LearnerSettings
+
+
+def gpu_busy_fraction(device) -> float | None:
+    """NVML's share of the last sample period in which a kernel ran on the learner's GPU (None on
+    CPU, or when NVML is not available)."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    try:
+        return torch.cuda.utilization(device) / 100.0
+    except (ImportError, ModuleNotFoundError, RuntimeError):  # no pynvml, or NVML unsupported: no scalar
+        return None
+
+
+class LearnerHost:
+    """Hosts the Learner and the replay; trains, checkpoints and exports when the run loop asks."""
+
+    def __init__(self, settings: LearnerSettings, device: str, num_threads: int, replay: ReplayPlan,
+                 publisher, starved: Callable[[], None] | None = None):
+        """The replay is built here, in this process, where a GPU learner can keep it on its GPU
+        (replay.storage). `publisher` takes each weights version (`publish`) and keeps the newest
+        (`latest_weights`); `starved` runs while the replay ratio allows no draw in a process with
+        no other thread to insert (the local runtime's collectors collect then)."""
+        self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
+        import torch  # here only: the driver names the Ray host class without importing torch
+
+        from learner.learner import Learner
+
+        torch.set_num_threads(max(1, num_threads))
+        where = torch.device(device)
+        self.replay, self.replay_notice = replay.build(where)
+        self.publisher = publisher
+        self.learner = Learner(settings, where, self.replay, publisher.publish, starved=starved)
+        self.startup["constructed"] = time.time()
+
+    # -- the replay ---------------------------------------------------------------------------
+    def add_chunk(self, shard: int, chunk, writer_env_steps: int | None = None) -> float:
+        """Store a collector's chunk in its shard; returns that collector's insert room."""
+        return self.replay.add(shard, chunk, writer_env_steps)
+
+    def insert_room(self) -> float:
+        """One collector's insert room now (a throttled collector asks)."""
+        return self.replay.insert_room()
+
+    def attach_writer(self, shard: int) -> int:
+        """A collector process starts writing to `shard`; the env steps it counts on from."""
+        return self.replay.attach_writer(shard)
+
+    def replay_stats(self) -> list[dict]:
+        """Every shard's counters and memory figures (the driver reads them a few times a second)."""
+        return self.replay.stats()
+
+    def replay_state(self, shard: int) -> dict:
+        """One shard's replay, for a checkpoint."""
+        return self.replay.get_state(shard)
+
+    def set_replay_state(self, shard: int, state: dict) -> None:
+        """Restore one shard's replay from a checkpoint."""
+        self.replay.set_state(shard, state)
+
+    def count_lost_writes(self) -> None:
+        """This process replaces a learner that died: report what collectors sent that died with it."""
+        self.replay.count_lost_writes()
+
+    # -- control ------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """End the epoch in progress after its current update, and every epoch queued after it at once."""
+        self.learner.request_stop()
+
+    def warm_exporter(self) -> None:
+        """Start importing torch.export's modules on a thread while the run ends (learner/policy_file.py):
+        `export_policy`, after the final checkpoint and evaluation, then skips most of its first use."""
+        from learner.policy_file import warm_exporter
+
+        warm_exporter()
+
+    # -- training -----------------------------------------------------------------------------
+    def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
+        """Restore a checkpoint if given, warm the networks up, publish the starting weights.
+
+        `version_floor`: a learner that replaces a dead one publishes above the versions the
+        collectors already hold (they ignore any version not newer than theirs)."""
+        if state is not None:
+            self.learner.load_state_bytes(state)
+        self.learner.version = max(self.learner.version, version_floor)
+        self.learner.warmup()
+        self.learner.publish_weights()
+        learner = self.learner
+        return {"device": str(learner.device), "precision": learner.precision.name,
+                "cuda_graph": learner.captured, "compiled": learner.compiled,
+                "version": learner.version, "updates": learner.updates,
+                "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice,
+                **self.startup, "warmed_up": time.time()}
+
+    def waited_s(self) -> float:
+        """Seconds the update loop has waited for data after replay reached its minimum size."""
+        return self.learner.feed.wait_s
+
+    def train_epoch(self) -> dict:
+        """One epoch's metrics (`version`: the newest weights it published)."""
+        wait_before = self.waited_s()
+        metrics = self.learner.train_epoch()
+        waited = max(0.0, self.waited_s() - wait_before)
+        metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
+        metrics["fill_wait_s"] = self.learner.feed.fill_wait_s
+        if self.learner.feedback is not None:
+            metrics["beta"] = self.replay.beta
+            metrics["priority_updates_unsent"] = self.learner.feedback.unsent
+        busy = gpu_busy_fraction(self.learner.device)
+        if busy is not None:
+            metrics["gpu_busy_fraction"] = busy
+        return metrics
+
+    def flush_priorities(self) -> int:
+        """At the end of a run, after the last epoch: apply every priority update still on its way
+        from the GPU. Returns the transitions whose errors were never applied."""
+        if self.learner.feedback is None:
+            return 0
+        self.learner.feedback.flush()
+        return self.learner.feedback.unsent
+
+    def published_weights(self):
+        """The newest published weights (a Weights message, by value: see the module docstring)."""
+        return self.publisher.latest_weights
+
+    def state_bytes(self) -> bytes:
+        """The learner's checkpoint (torch.save bytes)."""
+        return self.learner.state_bytes()
+
+    def export_policy(self, weights=None) -> bytes:
+        """The greedy policy as torch.export bytes (policy.pt2): of the given published Weights,
+        else of the current online network."""
+        return self.learner.export_policy(None if weights is None else weights.arrays)
+
+    def pid(self) -> int:
+        """This host's process id (bench reads its resident memory)."""
+        return os.getpid()
+
+    def profile(self) -> dict:
+        """Seconds per phase of the update loop, and of those the time spent waiting for data."""
+        return {"phase_s": dict(self.learner.phase_s), "wait_s": self.waited_s()}

@@ -1,0 +1,158 @@
+"""The local runtime: a run's parts as plain objects in the driver's own process, no Ray imported
+(`raypex train --local`, `runtime: local`; cluster/driver/runtime.py names the interface).
+
+The parts are the local wiring's (cluster/local/wiring.py): the same Collector, ShardedReplay,
+LearnerHost and WeightsEvaluator classes the Ray actors host. A call on a part's handle is made
+at once, so the loop's epochs, evaluations and checkpoints run one after another; the collectors
+collect whenever the replay ratio holds the learner back (lockstep). Nothing here is restarted: a part that raises ends the run with its own error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from cluster.config.schema import RunConfig
+from cluster.config.topology import plan_run
+from cluster.driver.runtime import RuntimeErrors
+from cluster.local.wiring import LocalRun, build_local
+
+
+class LocalCall:
+    """A call on a part, made at once (a pending call among its arguments gives its result)."""
+
+    def __init__(self, function, args: tuple, kwargs: dict):
+        self.result, self.error = None, None
+        try:
+            self.result = function(*[resolve(a) for a in args], **{k: resolve(v) for k, v in kwargs.items()})
+        except Exception as err:  # noqa: BLE001 - raised again to whoever gets the result
+            self.error = err
+
+    def value(self):
+        """The call's result (its exception raised)."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def resolve(value):
+    """A pending call's result in place of the call (what Ray does with a ref passed to a call)."""
+    return value.value() if isinstance(value, LocalCall) else value
+
+
+class _Method:
+    def __init__(self, function):
+        self.function = function
+
+    def remote(self, *args, **kwargs) -> LocalCall:
+        return LocalCall(self.function, args, kwargs)
+
+    def options(self, **_ray_options) -> _Method:  # retries and threads mean nothing in one process
+        return self
+
+
+class LocalHandle:
+    """A part in this process, called as an actor is: `handle.method.remote(*args)`."""
+
+    def __init__(self, part):
+        self.part = part
+
+    def __getattr__(self, name: str) -> _Method:
+        if name == "__ray_ready__":  # an actor's readiness: a part here is always up
+            return _Method(lambda: True)
+        return _Method(getattr(self.part, name))
+
+
+class _CollectorPart:
+    """What the run loop asks of a collector, for one that collects in lockstep here."""
+
+    def __init__(self, collector):
+        self.collector = collector
+
+    def stats(self) -> dict:
+        return self.collector.stats()
+
+    def node_id(self) -> str:
+        return "local"
+
+
+class LocalParts:
+    """Handles of everything a local run built."""
+
+    def __init__(self, run: LocalRun):
+        self.run = run
+        self.collectors = [LocalHandle(_CollectorPart(c)) for c in run.collectors]
+        self.learner = LocalHandle(run.host)
+        self.evaluator = LocalHandle(run.evaluator)
+        self.learner_restarts = 0
+
+    def kill_all(self) -> None:
+        """Close every env."""
+        for collector in self.run.collectors:
+            collector.env.close()
+        self.run.evaluator.evaluator.close()
+
+    def role_of(self, actor_id: str | None) -> str:
+        return "a part of the run"
+
+    def placement(self) -> dict:
+        """placement.json: everything in this process."""
+        return {"runtime": "local", "pid": os.getpid(), "learner_node": "local", "replay_node": "local",
+                "collectors": [{"collector": i, "collector_node": "local"} for i in range(len(self.collectors))]}
+
+
+class LockstepCollectors:
+    """The supervisor of collectors that have no loops of their own: they collect when the learner
+    waits for data, so there is nothing to start, watch or stop."""
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def check(self) -> None:
+        """Nothing dies apart from the run."""
+
+    def stop(self) -> None:
+        """Nothing runs between the loop's calls."""
+
+    def wait_stopped(self) -> None:
+        """Nothing to wait for."""
+
+
+class LocalRuntime:
+    """Runs the parts in this process."""
+
+    errors = RuntimeErrors()
+    collector_max_restarts = 0
+
+    def __init__(self):
+        self.parts: LocalParts | None = None
+
+    def start(self, config: RunConfig, spec, progress, startup) -> LocalParts:
+        """Build the parts here, on the CPU (one torch thread: the collectors share the process)."""
+        import torch
+
+        torch.set_num_threads(1)
+        self.parts = LocalParts(build_local(plan_run(config, spec)))
+        startup.mark("actors_asked", time.time())
+        return self.parts
+
+    def wait(self, pending: list, num_returns: int = 1, timeout: float | None = None) -> list:
+        """Every pending call: each was made already."""
+        return list(pending)
+
+    def get(self, pending, timeout: float | None = None):
+        """The result, or each result of a list."""
+        return [resolve(p) for p in pending] if isinstance(pending, list) else resolve(pending)
+
+    def put(self, value):
+        """The value itself: calls here take it as it is."""
+        return value
+
+    def supervisor(self, parts: LocalParts, progress) -> LockstepCollectors:
+        """Nothing to supervise."""
+        return LockstepCollectors()
+
+    def close(self) -> None:
+        """Close the parts' envs."""
+        if self.parts is not None:
+            self.parts.kill_all()
