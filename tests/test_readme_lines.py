@@ -108,6 +108,19 @@ def solved_on_a_cluster_of_its_own(ran: Ran) -> None:
     assert max(e.step for e in events.Scalars("charts/SPS")) <= result["env_steps"]
 
 
+def solved_in_one_process(ran: Ran) -> None:
+    """`--local`: solved with every part in the command's process (no Ray started), and the same
+    TensorBoard scalars as a Ray run."""
+    result = solved(ran)
+    placement = json.loads((the_run(ran) / "placement.json").read_text())
+    assert placement["runtime"] == "local" and "ray_address" not in placement, placement
+    assert "ray_connected" not in result["startup_s"], result["startup_s"]
+    events = EventAccumulator(str(the_run(ran) / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    missing = readme_scalar_tags() - NOT_FOR_CARTPOLE - set(events.Tags()["scalars"])
+    assert not missing, sorted(missing)
+
+
 def configs_listed(ran: Ran) -> None:
     for name, env_id in (("breakout", "ALE/Breakout-v5"), ("cartpole", "CartPole-v1"),
                          ("halfcheetah", "HalfCheetah-v5"), ("minatar", "MinAtar/Breakout-v1"),
@@ -422,6 +435,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"',
                                       "installs the same requirements with uv pip, and .ci/constraints.txt"),
     "raypex train configs/cartpole.yaml": Run(check=solved_on_a_cluster_of_its_own, own_cluster=True),
+    "raypex train configs/cartpole.yaml --local": Run(check=solved_in_one_process),
     "raypex configs": Run(check=configs_listed),
     "raypex config show pong collectors.num=4": Run(check=config_shown),
     "raypex train --seed 1 --run-dir runs/cp-s1 collectors.num=3 collectors.num_cpus=0.3": Run(

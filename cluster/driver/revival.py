@@ -24,7 +24,8 @@ def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
     try:
         return runtime.get(warmup_ref)
     except (*runtime.errors.raised, ValueError) as err:
-        cause = err if isinstance(err, ValueError) else getattr(err, "cause", None)
+        # Ray's error for a ValueError is a ValueError too, its message Ray's header: take the cause
+        cause = getattr(err, "cause", None) if isinstance(err, runtime.errors.raised) else err
         if restoring and isinstance(cause, ValueError):
             raise CheckpointRefused(str(cause).strip().splitlines()[0]) from None
         raise

@@ -29,13 +29,33 @@ class Terminated(KeyboardInterrupt):
 # say which signal stopped the run.
 _received: list[int] = []
 _second_aborts = False  # inside second_aborts()
+_deferring = False  # inside deferred()
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _raise_on_signal(signum, frame):
     first = not _received
     _received.append(signum)
-    if first or _second_aborts:
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    if not _deferring and (first or _second_aborts):
+        raise _interrupt(signum)
+
+
+@contextlib.contextmanager
+def deferred():
+    """While inside, a signal is noted and raised only once the block has ended (Ray's start, which
+    a KeyboardInterrupt would leave half made)."""
+    global _deferring
+    before = len(_received)
+    _deferring = True
+    try:
+        yield
+    finally:
+        _deferring = False
+    if before == 0 and _received:
+        raise _interrupt(_received[0])
 
 
 @contextlib.contextmanager

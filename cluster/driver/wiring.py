@@ -34,7 +34,7 @@ from cluster.driver.placement import (
     reserve,
 )
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
-from cluster.driver.signals import install_stop_signals
+from cluster.driver.signals import deferred, install_stop_signals
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
@@ -77,20 +77,40 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         # ~9 MB a minute with the default number of arenas and ~3 MB with two (BENCHMARKS.md,
         # "Memory over a long run"). Every process of a local cluster inherits this.
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
-        with sigterm_blocked_in_children():
+        install_stop_signals()
+        with sigterm_blocked_in_children(), ray_keeps_our_handlers(), deferred():
             ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
-            # Again, before SIGTERM is unblocked: ray.init replaced its handler with Ray's own (a
-            # stack dump and an abort), and a SIGTERM sent during the start is pending until then.
-            install_stop_signals()
         return True
     check_gcs_port(address)
     check_gcs_auth(address)
+    install_stop_signals()
     try:
-        ray.init(address=address, **kwargs)
+        with ray_keeps_our_handlers(), deferred():
+            ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
-    install_stop_signals()
     return False
+
+
+@contextlib.contextmanager
+def ray_keeps_our_handlers():
+    """ray.init sets its own SIGTERM handler first thing (`sys.exit(15)`: a SIGTERM during Ray's
+    start, taken by any thread of the driver that has it unblocked, ended the command with exit
+    15 and no summary). While it runs, Ray's setter does nothing, so raypex's handler stays (it
+    notes the signal; `deferred` raises it once Ray is up)."""
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    setter = getattr(utils, "set_sigterm_handler", None)
+    if setter is None:  # another Ray: its handler is replaced right after, as before
+        try:
+            yield
+        finally:
+            install_stop_signals()
+        return
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = setter
 
 
 def local_cluster_cpus() -> int:
