@@ -35,6 +35,7 @@ from cluster.driver.startup import StartupTimeline
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
+from cluster.hosts.learner_host import LearnerRestarted
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
@@ -164,8 +165,11 @@ class TrainingRun:
                 if queued[0][1] in ready:
                     epoch, ref = queued.popleft()
                     self._on_epoch(epoch, self.rt.get(ref))
-            except self.rt.errors.died as err:  # the learner died: a new one, or the end
-                if self.role_of(err.actor_id) != "the learner" or stopping or not self.revival.revive(self):
+            except (*self.rt.errors.died, *self.rt.errors.raised) as err:  # the learner died: a new one, or the end
+                # An epoch sent after it died goes to the process Ray restarts, which refuses it.
+                restarted = isinstance(getattr(err, "cause", None), LearnerRestarted)
+                dead = isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
+                if not (restarted or dead) or stopping or not self.revival.revive(self):
                     raise
                 learner, next_epoch = self.actors.learner, self.epochs_done + 1
                 queued.clear()

@@ -87,6 +87,11 @@ def install_stop_signals() -> None:
     jobs (`raypex train ... &`) with it ignored.
     """
     _received.clear()
+    reinstall_stop_signals()
+
+
+def reinstall_stop_signals() -> None:
+    """Put raypex's handlers back (after Ray's start set its own), keeping what was received."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise_on_signal)
         signal.signal(signal.SIGTERM, _raise_on_signal)

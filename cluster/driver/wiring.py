@@ -34,7 +34,7 @@ from cluster.driver.placement import (
     reserve,
 )
 from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
-from cluster.driver.signals import deferred, install_stop_signals
+from cluster.driver.signals import deferred, install_stop_signals, reinstall_stop_signals
 from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
@@ -80,6 +80,7 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         install_stop_signals()
         with sigterm_blocked_in_children(), ray_keeps_our_handlers(), deferred():
             ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
+            reinstall_stop_signals()  # Ray's core worker set its own C handler (a stack dump, then abort)
         return True
     check_gcs_port(address)
     check_gcs_auth(address)
@@ -87,6 +88,7 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
     try:
         with ray_keeps_our_handlers(), deferred():
             ray.init(address=address, **kwargs)
+            reinstall_stop_signals()
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
     return False

@@ -37,6 +37,11 @@ def gpu_busy_fraction(device) -> float | None:
         return None
 
 
+class LearnerRestarted(RuntimeError):
+    """An epoch asked of a learner process that was never warmed up: Ray restarted the learner and
+    sent it calls meant for the one that died (the driver revives it from a checkpoint)."""
+
+
 class LearnerHost:
     """Hosts the Learner and the replay; trains, checkpoints and exports when the run loop asks."""
 
@@ -56,6 +61,7 @@ class LearnerHost:
         self.replay, self.replay_notice = replay.build(where)
         self.publisher = publisher
         self.learner = Learner(settings, where, self.replay, publisher.publish, starved=starved)
+        self.warmed_up = False  # set by warmup: only then does this process train
         self.startup["constructed"] = time.time()
 
     # -- the replay ---------------------------------------------------------------------------
@@ -110,6 +116,7 @@ class LearnerHost:
         self.learner.version = max(self.learner.version, version_floor)
         self.learner.warmup()
         self.learner.publish_weights()
+        self.warmed_up = True
         learner = self.learner
         return {"device": str(learner.device), "precision": learner.precision.name,
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
@@ -123,6 +130,8 @@ class LearnerHost:
 
     def train_epoch(self) -> dict:
         """One epoch's metrics (`version`: the newest weights it published)."""
+        if not self.warmed_up:
+            raise LearnerRestarted("this learner process was not warmed up: it replaces one that died")
         wait_before = self.waited_s()
         metrics = self.learner.train_epoch()
         waited = max(0.0, self.waited_s() - wait_before)
