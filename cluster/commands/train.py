@@ -36,7 +36,6 @@ from cluster.driver.progress import ProgressLine
 from cluster.driver.run import TrainingRun
 from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
 from cluster.driver.signals import install_stop_signals
-from cluster.driver.startup import StartupTimeline
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
@@ -89,7 +88,6 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     for a mistake found while the run starts; RunFailed (after the final files) when a part died
     past recovery. `raypex train` and the Python API (cluster/api.py) both start runs here."""
     install_stop_signals()
-    startup = StartupTimeline(clock_start)
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
     runtime = choose_runtime(config, address, progress)
@@ -99,7 +97,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     config_text = config_to_yaml(config)
     atomic_write(run_dir / "config.yaml", config_text.encode())
     run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
-                      kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
+                      kept_policy=kept_policy(run_dir) if resume else None)
     try:
         code = run.execute(config_text)
     except (UnsupportedEnv, StartRefused, CheckpointRefused) as err:

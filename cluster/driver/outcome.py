@@ -32,14 +32,13 @@ class RunOutcome:
         if self.best is None or result["mean"] > self.best[2]:
             self.best = (weights_ref, result["version"], result["mean"])
 
-    def record_evaluation(self, result: dict, weights_ref, env_steps: int, finished_at: float | None = None) -> bool:
-        """Note a complete evaluation during the run; True when it is the one that solves it.
-        `finished_at` (wall clock) for one that finished before the driver heard of it (the head
-        start's); else it finished now."""
+    def record_evaluation(self, result: dict, weights_ref, env_steps: int) -> bool:
+        """Note a complete evaluation during the run (it finished now); True when it is the one
+        that solves it."""
         self.note_evaluation(result, weights_ref)
         if self.target is None or result["mean"] < self.target or self.time_to_solve_s is not None:
             return False
-        self.time_to_solve_s = (finished_at or time.time()) - self.clock_start
+        self.time_to_solve_s = time.time() - self.clock_start
         self.env_steps_at_solve = env_steps
         self.solved = (weights_ref, result["version"], result["mean"])
         self.ended = "solved"

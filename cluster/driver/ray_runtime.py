@@ -90,7 +90,6 @@ class RayRuntime:
             probes = ask_node_versions(self.group) if self.owns_connection and not self.started_local else None
             self.actors = start_actors(run_config, spec, self.group, self.device, uuid.uuid4().hex[:8],
                                        self.learner_host)
-            self.actors.pair_strategy = self.group.pair_strategy
             startup.mark("actors_asked", time.time())
             if probes is not None:
                 check_node_versions(probes)
@@ -107,10 +106,6 @@ class RayRuntime:
     def get(self, pending, timeout: float | None = None):
         """ray.get."""
         return ray.get(pending, timeout=timeout)
-
-    def put(self, value):
-        """ray.put."""
-        return ray.put(value)
 
     def supervisor(self, parts: RunActors, progress) -> CollectorSupervisor:
         """Restarts the loops of collectors Ray restarted."""

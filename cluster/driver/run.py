@@ -53,12 +53,12 @@ class TrainingRun:
     def __init__(self, config: RunConfig, spec: EnvSpec | None, run_dir: Path, runtime: Runtime,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), kept_policy: tuple | None = None,
-                 startup: StartupTimeline | None = None, final_files: bool = True):
+                 final_files: bool = True):
         self.config, self.spec, self.rt = config, spec, runtime
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
         self.progress, self.resume, self.observers = progress, resume, observers
-        self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
+        self.metrics = RunMetrics(resume.env_steps if resume else 0, StartupTimeline(clock_start))
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message)
         self.epochs_done = resume.epochs if resume else 0

@@ -60,9 +60,6 @@ class Runtime(Protocol):
     def get(self, pending, timeout: float | None = None):
         """The result of one pending call, or a list's results."""
 
-    def put(self, value):
-        """A reference to `value` that calls take in place of it."""
-
     def supervisor(self, parts: RunParts, progress):
         """The keeper of the collectors' loops (CollectorSupervisor's interface)."""
 

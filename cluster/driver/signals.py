@@ -69,11 +69,6 @@ def second_aborts():
         _second_aborts = False
 
 
-def received() -> int:
-    """How many stop signals came since the handlers were installed."""
-    return len(_received)
-
-
 def _was_terminated(interrupt: KeyboardInterrupt) -> bool:
     return isinstance(interrupt, Terminated) or (bool(_received) and _received[0] == signal.SIGTERM)
 

@@ -102,11 +102,8 @@ def ray_keeps_our_handlers():
     notes the signal; `deferred` raises it once Ray is up)."""
     utils = getattr(getattr(ray, "_private", None), "utils", None)
     setter = getattr(utils, "set_sigterm_handler", None)
-    if setter is None:  # another Ray: its handler is replaced right after, as before
-        try:
-            yield
-        finally:
-            install_stop_signals()
+    if setter is None:  # another Ray: its handler goes when ours is reinstalled after ray.init
+        yield
         return
     utils.set_sigterm_handler = lambda handler: None
     try:
@@ -299,4 +296,4 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
         name=f"raypex-{run_id}-evaluator",
     ).remote(*plan.evaluator_args)
-    return RunActors(run_id, collectors, learner, evaluator)
+    return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy)

@@ -32,9 +32,6 @@ from replay.contracts import Weights
 
 def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     """One seed: updates and env steps until an evaluation reaches stop.eval_return (or the caps)."""
-    import torch
-
-    torch.set_num_threads(1)
     run = build_local(plan_run(config, spec))
     replay, collectors, learner = run.replay, run.collectors, run.learner
 

@@ -63,25 +63,12 @@ class LocalHandle:
         return _Method(getattr(self.part, name))
 
 
-class _CollectorPart:
-    """What the run loop asks of a collector, for one that collects in lockstep here."""
-
-    def __init__(self, collector):
-        self.collector = collector
-
-    def stats(self) -> dict:
-        return self.collector.stats()
-
-    def node_id(self) -> str:
-        return "local"
-
-
 class LocalParts:
     """Handles of everything a local run built."""
 
     def __init__(self, run: LocalRun):
         self.run = run
-        self.collectors = [LocalHandle(_CollectorPart(c)) for c in run.collectors]
+        self.collectors = [LocalHandle(c) for c in run.collectors]  # the loop asks them for stats() only
         self.learner = LocalHandle(run.host)
         self.evaluator = LocalHandle(run.evaluator)
         self.learner_restarts = 0
@@ -129,9 +116,6 @@ class LocalRuntime:
 
     def start(self, config: RunConfig, spec, progress, startup) -> LocalParts:
         """Build the parts here, on the CPU (one torch thread: the collectors share the process)."""
-        import torch
-
-        torch.set_num_threads(1)
         self.parts = LocalParts(build_local(plan_run(config, spec)))
         startup.mark("actors_asked", time.time())
         return self.parts
@@ -143,10 +127,6 @@ class LocalRuntime:
     def get(self, pending, timeout: float | None = None):
         """The result, or each result of a list."""
         return [resolve(p) for p in pending] if isinstance(pending, list) else resolve(pending)
-
-    def put(self, value):
-        """The value itself: calls here take it as it is."""
-        return value
 
     def supervisor(self, parts: LocalParts, progress) -> LockstepCollectors:
         """Nothing to supervise."""

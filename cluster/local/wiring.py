@@ -49,6 +49,7 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
 
     # the replay -> the learner (draws, in process); a learner waiting on the limiter lets the collectors run
     lp = plan.learner
+    # one torch thread: the collectors share the process
     host = LearnerHost(lp.settings, device, 1, lp.replay, weights, starved=every_collector_collects)
     # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
     for c in plan.collectors:
