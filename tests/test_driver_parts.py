@@ -127,6 +127,28 @@ def test_sigterm_is_told_apart_when_ray_hands_back_a_plain_keyboard_interrupt():
         signal.signal(signal.SIGTERM, previous[1])
 
 
+def test_a_signal_while_a_run_is_made_is_raised_when_it_begins_and_a_second_only_where_the_end_allows():
+    """`hold` (the run directory made, the run not begun): the first signal is noted and raised at
+    `release`; after it, a second signal raises only inside `second_aborts` (the run's end)."""
+    from cluster.driver.signals import hold, release, second_aborts
+
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        install_stop_signals()
+        hold()
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before kill returns: noted, not raised
+        with pytest.raises(Terminated):
+            release()
+        os.kill(os.getpid(), signal.SIGINT)  # a second one outside the end: noted only
+        with pytest.raises(KeyboardInterrupt), second_aborts():
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pause()  # not reached: the handler raises first
+        assert exit_code(KeyboardInterrupt()) == 143  # the first signal decides
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
 def test_tensorboard_log_is_readable_by_tensorboard(tmp_path):
     log = TensorBoardLog(tmp_path)
     log.text("config", "seed: 0\nenv:\n  id: CartPole-v1")

@@ -5,7 +5,9 @@ then the directory is made and the run starts in it (env check, the runtime's st
 and the placement groups reserved, every node's versions checked on a joined cluster). A mistake
 found during that start (an env raypex cannot train, an address that does not answer, a cluster
 too small, a checkpoint the learner refuses) puts the directory back as it was and is one line. A
-signal at any moment from the run directory on ends the run as a stop does, with summary.json.
+signal at any moment from the run directory on ends the run as a stop does, with summary.json:
+the run's modules are imported after the directory is made, and a signal until the run begins is
+raised as soon as it does (cluster/driver/signals.py `hold`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from actors.envs import UnsupportedEnv
 from cluster.commands.run_dir import check_resume, check_writable, kept_policy
 from cluster.commands.usage import UsageError, default_run_dir, split_positional
 from cluster.config.loading import (
@@ -33,9 +34,8 @@ from cluster.config.schema import RunConfig, config_warnings
 from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint, atomic_write
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run import TrainingRun
 from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
-from cluster.driver.signals import install_stop_signals
+from cluster.driver.signals import hold, install_stop_signals, stop_holding
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
@@ -90,14 +90,25 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     install_stop_signals()
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
-    runtime = choose_runtime(config, address, progress)
     found_config = (run_dir / "config.yaml").read_bytes() if resume else None
     made = next((path for path in [*reversed(run_dir.parents), run_dir] if not path.exists()), None)
     run_dir.mkdir(parents=True, exist_ok=True)
-    config_text = config_to_yaml(config)
-    atomic_write(run_dir / "config.yaml", config_text.encode())
-    run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
-                      kept_policy=kept_policy(run_dir) if resume else None)
+    hold()  # from here a signal ends the run with summary.json: it is raised once the run has begun
+    try:
+        config_text = config_to_yaml(config)
+        atomic_write(run_dir / "config.yaml", config_text.encode())
+        # Imported after the run directory is made (Ray, gymnasium, TensorBoard: half a second
+        # here), so that a signal while they load is the run's to end.
+        runtime = choose_runtime(config, address, progress)
+        from actors.envs import UnsupportedEnv
+        from cluster.driver.run import TrainingRun
+
+        run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
+                          kept_policy=kept_policy(run_dir) if resume else None)
+    except BaseException:  # a mistake (--address with runtime local) or a full disk: nothing half-written
+        stop_holding()
+        _put_back(run_dir, found_config, made)
+        raise
     try:
         code = run.execute(config_text)
     except (UnsupportedEnv, StartRefused, CheckpointRefused) as err:

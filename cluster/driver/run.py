@@ -30,7 +30,7 @@ from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
 from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused, describe_failure
 from cluster.driver.runtime import Runtime
-from cluster.driver.signals import exit_code, second_aborts, signal_name
+from cluster.driver.signals import exit_code, release, second_aborts, signal_name
 from cluster.driver.startup import StartupTimeline
 from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
@@ -79,6 +79,7 @@ class TrainingRun:
         interrupt, failure = None, None  # the signal (KeyboardInterrupt) or RunFailed that ended the run
         try:
             try:  # from the line below on, a signal ends the run with its final files
+                release()  # one that came while `raypex train` made the run (its `hold`) is raised here
                 self.tb.text("config", config_text)
                 for summary in [custom_layout(), *hparams_summaries(self.config, self.outputs.run_dir.name)]:
                     self.tb.summary(summary)

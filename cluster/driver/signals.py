@@ -29,7 +29,8 @@ class Terminated(KeyboardInterrupt):
 # say which signal stopped the run.
 _received: list[int] = []
 _second_aborts = False  # inside second_aborts()
-_deferring = False  # inside deferred()
+_deferring = False  # between hold() and release()
+_held_from: int | None = None  # signals received when hold() was called
 
 
 def _interrupt(signum: int) -> KeyboardInterrupt:
@@ -43,19 +44,38 @@ def _raise_on_signal(signum, frame):
         raise _interrupt(signum)
 
 
+def hold() -> None:
+    """From now on a signal is noted, not raised, until `release` (a run being set up: the run
+    directory is there, the run that would end with summary.json not yet)."""
+    global _deferring, _held_from
+    _deferring, _held_from = True, len(_received)
+
+
+def release() -> None:
+    """End `hold`: a first signal noted meanwhile is raised now (no-op without a hold)."""
+    if stop_holding() == 0 and _received:
+        raise _interrupt(_received[0])
+
+
+def stop_holding() -> int | None:
+    """End `hold` without raising (the code that held is failing anyway); the signals received
+    when it began, None without a hold."""
+    global _deferring, _held_from
+    held_from, _deferring, _held_from = _held_from, False, None
+    return held_from
+
+
 @contextlib.contextmanager
 def deferred():
     """While inside, a signal is noted and raised only once the block has ended (Ray's start, which
     a KeyboardInterrupt would leave half made)."""
-    global _deferring
-    before = len(_received)
-    _deferring = True
+    hold()
     try:
         yield
-    finally:
-        _deferring = False
-    if before == 0 and _received:
-        raise _interrupt(_received[0])
+    except BaseException:
+        stop_holding()
+        raise
+    release()
 
 
 @contextlib.contextmanager
