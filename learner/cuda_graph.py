@@ -84,7 +84,10 @@ class CapturedUpdate:
         torch.cuda.current_stream().wait_stream(side)
         snapshot.restore()  # capture records kernels without running them: restoring first is safe
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: the replay thread's copies to the GPU during capture (collectors inserting
+        # while a warm compile cache makes the warm-up short, or a learner revived mid-run) must not
+        # invalidate it, as PyTorch's default "global" mode lets them (seen on an H100).
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             step(self.static)
         torch.cuda.synchronize()
 
@@ -121,7 +124,7 @@ class CapturedActorCriticUpdate:
         self.graphs: dict[bool, torch.cuda.CUDAGraph] = {}
         for with_actor in variants:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 step.update(self.static, self.noise, with_actor)
             self.graphs[with_actor] = graph
         torch.cuda.synchronize()

@@ -1,6 +1,8 @@
 """The captured CUDA-graph update against the eager one (runs where CUDA exists; the CPU tests in
 test_learner.py run the same UpdateStep eagerly)."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -108,6 +110,39 @@ def test_an_fp16_overflow_inside_the_graph_skips_the_step_and_backs_off():
     assert all(torch.equal(a, b) for a, b in zip(before, captured.online.parameters()))
     captured.train_epoch()
     assert scaler.get_scale() == 2.0**98
+
+
+def test_capture_survives_collectors_inserting_from_another_thread():
+    # On the H100 the first Pong run after a warm compile cache captured while the replay thread
+    # copied collectors' chunks to the GPU, and the capture failed (cudaErrorStreamCaptureInvalidated):
+    # the capture must watch only its own thread.
+    s = settings(obs_shape=PIXELS, obs_dtype="uint8", hidden=[64], cuda_graphs="on", prioritized=True)
+    replay = device_replay("cnn", prioritized=True)
+    learner = Learner(s, CUDA, replay, lambda w: None)
+    rng = np.random.default_rng(1)
+    chunk = random_batch(rng, 64)
+    chunk["obs"], chunk["next_obs"] = rng.integers(0, 256, (2, 64, *PIXELS), dtype=np.uint8)
+    chunk["priority"] = rng.random(64).astype(np.float32)
+    inserting, stop, inserts = threading.Event(), threading.Event(), [0]
+
+    def insert_until_stopped():
+        while not stop.is_set():
+            replay.add(1, chunk)
+            inserts[0] += 1
+            inserting.set()
+
+    thread = threading.Thread(target=insert_until_stopped)
+    thread.start()
+    try:
+        assert inserting.wait(30)
+        before = inserts[0]
+        learner.warmup()
+        during = inserts[0] - before
+    finally:
+        stop.set()
+        thread.join()
+    assert learner.captured and during > 0
+    assert np.isfinite(learner.train_epoch()["td_loss"])
 
 
 def test_loading_a_checkpoint_after_capture_captures_again():

@@ -23,6 +23,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.ray_runtime import RayRuntime
 from cluster.driver.reaper import cluster_processes, still_running
+from cluster.driver.run_errors import describe_failure, error_line
 
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
          "checkpoint.every_epochs=5"]
@@ -295,3 +296,25 @@ def test_killing_the_driver_leaves_no_process_of_the_run(running):
         time.sleep(0.5)  # waiting out a deadline, not synchronizing: Ray's processes exit on their own
         left = still_running(started)
     assert not left, f"still running 15 s after the driver died: {left}"
+
+
+@ray.remote
+def fail_as_cuda_does():
+    raise RuntimeError("CUDA error: operation failed due to a previous error during capture\n"
+                       "CUDA kernel errors might be asynchronously reported at some other API call\n"
+                       "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+
+
+def test_an_error_raised_in_an_actor_is_named_by_its_own_first_line(kept_up_ray):
+    """Ray's first line says where an error was raised and CUDA's last ones give advice; the run's
+    one line (and a collector's restart line) carries the error itself."""
+    ray.init(address=kept_up_ray, namespace=f"errors-{uuid.uuid4().hex[:8]}")
+    try:
+        with pytest.raises(ray.exceptions.RayTaskError) as raised:
+            ray.get(fail_as_cuda_does.remote())
+    finally:
+        ray.shutdown()
+    assert str(raised.value).strip().splitlines()[0] != str(raised.value).strip().splitlines()[-1]
+    expected = "RuntimeError: CUDA error: operation failed due to a previous error during capture"
+    assert error_line(raised.value) == expected
+    assert describe_failure(raised.value, role_of=lambda actor_id: "?") == expected

@@ -15,7 +15,7 @@ that dies again before reaching the next checkpoint ends the run (RunFailed) ins
 from __future__ import annotations
 
 from cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
-from cluster.driver.run_errors import CheckpointRefused
+from cluster.driver.run_errors import CheckpointRefused, error_line, original_error
 
 
 def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
@@ -24,8 +24,7 @@ def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
     try:
         return runtime.get(warmup_ref)
     except (*runtime.errors.raised, ValueError) as err:
-        # Ray's error for a ValueError is a ValueError too, its message Ray's header: take the cause
-        cause = getattr(err, "cause", None) if isinstance(err, runtime.errors.raised) else err
+        cause = original_error(err)  # Ray's error for a ValueError is one too, its message Ray's header
         if restoring and isinstance(cause, ValueError):
             raise CheckpointRefused(str(cause).strip().splitlines()[0]) from None
         raise
@@ -89,6 +88,6 @@ def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> st
     try:
         runtime.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
     except (*runtime.errors.raised, ValueError) as err:
-        return f"replay not restored ({str(err).strip().splitlines()[-1]}); it refills"
+        return f"replay not restored ({error_line(err)}); it refills"
     inserted = sum(state["storage"]["total_added"] for state in states)
     return f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)"

@@ -3,6 +3,11 @@ that `raypex train` can name them before it imports Ray (cluster/commands/train.
 
 from __future__ import annotations
 
+import re
+
+# A traceback's last line: the exception's (possibly dotted) type, a colon, its message.
+_RAISED_LINE = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$")
+
 
 class PlacementError(Exception):
     """The cluster cannot hold the requested actors (one-line message)."""
@@ -30,5 +35,22 @@ def describe_failure(err: Exception, role_of, died: tuple = ()) -> str:
     for candidate in (err, getattr(err, "cause", None)):
         if died and isinstance(candidate, died):
             return f"{role_of(candidate.actor_id)} died"
+    return error_line(err)
+
+
+def original_error(err: BaseException) -> BaseException:
+    """The exception behind Ray's wrapping (a task's error keeps the one raised remotely as
+    `cause`), or `err` itself."""
+    cause = getattr(err, "cause", None)
+    return original_error(cause) if isinstance(cause, BaseException) and cause is not err else err
+
+
+def error_line(err: BaseException) -> str:
+    """What went wrong, in one line: the original error's type and the first line of its message.
+    Ray's own first line says only where the error was raised, and CUDA's last ones are advice."""
+    err = original_error(err)
     lines = str(err).strip().splitlines()
-    return lines[-1] if lines else type(err).__name__
+    raised = [m for m in map(_RAISED_LINE.match, lines[1:]) if m]
+    if raised:  # a traceback as text (Ray's, when it could not keep the cause)
+        return ": ".join(raised[-1].groups())
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ray
 
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run_errors import RunFailed
+from cluster.driver.run_errors import RunFailed, error_line
 
 
 class CollectorSupervisor:
@@ -41,7 +41,7 @@ class CollectorSupervisor:
                 ray.get(ref)
                 continue  # returned normally: it was asked to stop
             except ray.exceptions.RayError as err:
-                reason = str(err).strip().splitlines()[0]
+                reason = error_line(err)
             self.loop_failures[i] += 1
             # A loop resubmitted while Ray is still restarting the actor fails once more; allow that.
             if self.loop_failures[i] > 2 * (self.max_restarts + 1):

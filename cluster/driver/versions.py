@@ -20,6 +20,7 @@ from ray.util.placement_group import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.driver.placement import node_addresses
+from cluster.driver.run_errors import error_line
 
 PROBE_TIMEOUT_S = 60.0
 
@@ -88,7 +89,7 @@ def check_node_versions(refs: dict) -> None:
         except ray.exceptions.GetTimeoutError:
             raise VersionMismatch(f"node {name} did not answer a version check within {PROBE_TIMEOUT_S:g}s") from None
         except ray.exceptions.RayError as err:
-            reason = str(err).strip().splitlines()[-1]
+            reason = error_line(err)
             raise VersionMismatch(f"node {name} cannot run raypex ({reason}); install raypex there") from None
     diffs = differences(software_versions(), found)
     if diffs:
