@@ -18,11 +18,10 @@ import time
 
 import numpy as np
 
-from actors.action_scaling import ActionScale
 from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from actors.continuous_acting import ContinuousActingPolicy
 from actors.envs import make_vector_env
-from actors.exploration import annealed_epsilon, apex_epsilon
+from actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilon
 from actors.nstep import NStepFolder
 from actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
 from actors.settings import CollectorSettings
@@ -51,6 +50,15 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     return ActingPolicy(network, s.act_precision, example_obs, s.act_fusion, s.act_device)
 
 
+def exploration_for(s: CollectorSettings, rng: np.random.Generator) -> EpsilonGreedy | BoxExploration:
+    """How this collector explores (actors/exploration.py): Ape-X's epsilon for its index, or the
+    Box actions of TD3 and SAC."""
+    if s.action_dim:
+        return BoxExploration(s.algo, s.action_noise, s.action_low, s.action_high)
+    final = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
+    return EpsilonGreedy(s.num_actions, final, s.epsilon_anneal_steps, rng)
+
+
 class Collector:
     """Acts, folds n-step transitions and pushes whole chunks; counts what it did."""
 
@@ -64,8 +72,7 @@ class Collector:
         self.obs, info = self.env.reset(seed=seed)
         self.policy = acting_policy(s, self.obs, seed)
         self.adder = make_adder(s, self.obs, info)
-        self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_dim else None
-        self.final_epsilon = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
+        self.exploration = exploration_for(s, self.rng)
         self._values_ahead: np.ndarray | None = None  # Q of self.obs, run at a chunk's end for the next act
         self.version = -1  # no published weights yet: acting with this collector's own random init
         self.version_loaded_at: float | None = None
@@ -84,25 +91,21 @@ class Collector:
     @property
     def epsilon(self) -> float:
         """The epsilon this collector acts with now (TD3: its action noise; SAC: 0, it samples)."""
-        if self.s.action_dim:
-            return self.s.action_noise
-        return annealed_epsilon(self.final_epsilon, self.env_steps, self.s.epsilon_anneal_steps)
+        return self.exploration.rate(self.env_steps)
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Epsilon-greedy actions for every env from one batched forward pass, and, for initial
         priorities, Q(obs, action) of the actions taken: the same forward gives the adder the
         previous step's bootstrap values (obs is that step's next_obs), so priorities cost no pass
         of their own."""
-        if self.s.action_dim:  # Box actions: [-1, 1] to replay, the env's units to the env (collect_chunk)
-            return self.policy.explore(obs), None
         if not self.s.td_priorities:
-            return self._explore(self.policy.greedy(obs)), None
+            return self.exploration.act(self.policy, obs, self.env_steps), None
         # values run ahead at a chunk's end are used even if newer weights arrived since: one step
         # on the previous version, where a second forward would cost a step's acting again
         q = self.policy.q_values(obs) if self._values_ahead is None else self._values_ahead
         self._values_ahead = None
         self.adder.set_next_value(q.max(axis=1))
-        actions = self._explore(q.argmax(axis=1))
+        actions = self.exploration.choose(q.argmax(axis=1), self.env_steps)  # td priorities: dqn only
         return actions, q[np.arange(len(actions)), actions]
 
     def load_newer_weights(self) -> None:
@@ -114,18 +117,11 @@ class Collector:
         t0 = time.perf_counter()
         weights = self.poll_weights()
         if weights is not None and weights.version > self.version:
-            # A DQN collector acts with any network (epsilon-greedy Ape-X style); a continuous one
-            # with a fresh learner's untrained actor would fill the warm-up with one near-constant
-            # action per observation, so it stays uniformly random until trained weights come.
-            if not (weights.untrained and self.s.algo != "dqn"):
+            if not weights.untrained or self.exploration.acts_with_untrained_weights:
                 self.policy.load(weights.arrays)
             self.version = weights.version
             self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
             self.max_weight_load_s = max(self.max_weight_load_s, time.perf_counter() - t0)
-
-    def _explore(self, greedy: np.ndarray) -> np.ndarray:
-        explore = self.rng.random(self.s.num_envs) < self.epsilon
-        return np.where(explore, self.rng.integers(0, self.s.num_actions, self.s.num_envs), greedy)
 
     def collect_chunk(self) -> None:
         """Step `chunk_steps` times, then push the completed n-step transitions as one chunk."""
@@ -136,7 +132,7 @@ class Collector:
             self.load_newer_weights()
             actions, q_taken = self.act(self.obs)
             t1 = clock()
-            env_actions = actions if self.action_scale is None else self.action_scale.to_env(actions)
+            env_actions = self.exploration.to_env(actions)
             next_obs, reward, terminated, truncated, info = self.env.step(env_actions)
             t2 = clock()
             if self.first_step_at is None:
@@ -193,7 +189,7 @@ class Collector:
             "episode_lengths": lengths,
             "epsilon": self.epsilon,
             # what `epsilon` is: an epsilon-greedy rate, TD3's action noise, or nothing (SAC samples)
-            "exploration": "noise" if self.s.algo == "td3" else None if self.s.algo == "sac" else "epsilon",
+            "exploration": self.exploration.kind,
             "version": self.version,
             "version_loaded_at": self.version_loaded_at,
             "max_weight_load_s": self.max_weight_load_s,

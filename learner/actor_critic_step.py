@@ -3,7 +3,7 @@ every `policy_delay` updates for TD3) the actor's step, SAC's temperature step a
 move of the targets. With `network.obs_norm` each update first merges its batch's observations
 into the running statistics, which every network then reads (learner/obs_norm.py).
 
-Like the DQN update (learner/update_step.py) it accumulates G micro-batches' gradients (each loss
+Like the DQN update (learner/dqn_step.py) it accumulates G micro-batches' gradients (each loss
 scaled by 1/G), scales fp16 losses on the device (one scale for the critics' step, one for the
 actor's), clips, steps fused Adam, keeps the reported sums on the device (read once per epoch)
 and, for prioritized replay, writes each transition's |TD error| (the first critic's) into one
@@ -17,16 +17,18 @@ the graph reads it from a fixed buffer and needs no random generator of its own.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
 
-from learner.actor_critic_networks import ActorNetwork, TwinCritic
+from learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
+from learner.cuda_graph import CapturedActorCriticUpdate
 from learner.host_adam import adam_for
 from learner.loss_scale import DeviceLossScale
 from learner.obs_norm import RunningObsNorm
-from learner.precision import PrecisionPolicy
+from learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from learner.settings import LearnerSettings
 from learner.td3_loss import td3_actor_loss, td3_critic_loss
@@ -37,21 +39,26 @@ def _backward(loss: torch.Tensor, scale: DeviceLossScale | None) -> None:
 
 
 class ActorCriticStep:
-    """The networks, optimizers and one update of TD3 or SAC (settings.algo)."""
+    """The networks, optimizers and one update of TD3 or SAC (settings.algo); its policy is the
+    actor, in the env's action units once exported."""
 
-    def __init__(self, settings: LearnerSettings, device: torch.device, precision: PrecisionPolicy,
-                 gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None):
-        import copy
+    kind = "actor_critic"
+    compiled = False
 
+    def __init__(self, settings: LearnerSettings, device: torch.device,
+                 gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
+                 precision: PrecisionPolicy | None = None):
+        """`gather` as DQNStep's; `precision` None: the settings' (auto resolved as for an MLP: fp32)."""
         self.s = settings
         self.sac = settings.algo == "sac"
         self.gather = gather
-        self.precision = precision
+        self.precision = precision = precision or make_precision(resolve_precision(settings.precision, device, False), device)
         obs_shape, obs_dtype, action_dim = tuple(settings.obs_shape), settings.obs_dtype, settings.action_dim
         self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype, settings.obs_norm).to(device)
         self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
+        self.policy: nn.Module = self.actor  # what collectors act with and policy.pt2 holds
         self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())
         # network.obs_norm: the actor's statistics are updated from each batch, then copied to the others
         networks = (self.actor, self.critic, self.critic_target, self.actor_target)
@@ -103,6 +110,20 @@ class ActorCriticStep:
         with_actor = self.with_actor_next()
         self.update(batch, self.draw_noise(), with_actor)
         self.count(with_actor)
+
+    def after_update(self, updates: int) -> None:
+        """Nothing: the targets move by Polyak inside the update."""
+
+    def capture(self, example: Mapping[str, torch.Tensor]) -> CapturedActorCriticUpdate:
+        """The update captured as two CUDA graphs, with and without the actor's step."""
+        return CapturedActorCriticUpdate(self, example)
+
+    def warm_up(self, example: Mapping[str, torch.Tensor]) -> None:
+        """Nothing: these small eager updates cost little the first time; only a capture needs a warm-up."""
+
+    def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
+        """`policy` (a CPU copy of the actor) as policy.pt2 holds it: actions in the env's units out."""
+        return ActionsInEnvUnits(policy, self.s.action_low, self.s.action_high).eval(), "actions"
 
     def count(self, with_actor: bool) -> None:
         """The host's counters after one update (eager or replayed)."""
@@ -200,17 +221,13 @@ class ActorCriticStep:
         """The optimizers an update steps."""
         return [self.critic_optimizer, self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer is not None else [])]
 
-    def take_sums(self) -> tuple[float, float]:
-        """(critic loss sum, Q1-mean sum) over the micro-batches since the last call; resets both."""
-        sums = (float(self.loss_sum), float(self.q_sum))
-        self.loss_sum.zero_()
-        self.q_sum.zero_()
-        return sums
-
-    def take_actor_metrics(self) -> dict[str, float]:
-        """The actor's mean loss since the last call, and SAC's temperature."""
-        metrics = {"actor_loss": float(self.actor_loss_sum) / self.actor_steps if self.actor_steps else 0.0}
-        self.actor_loss_sum.zero_()
+    def take_metrics(self, micro_batches: int) -> dict[str, float]:
+        """The critics' mean loss and Q1 over the `micro_batches` since the last call, the actor's
+        mean loss over its steps since then, and SAC's temperature; resets the sums."""
+        metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches,
+                   "actor_loss": float(self.actor_loss_sum) / self.actor_steps if self.actor_steps else 0.0}
+        for total in (self.loss_sum, self.q_sum, self.actor_loss_sum):
+            total.zero_()
         self.actor_steps = 0
         if self.sac:
             metrics["temperature"] = float(self.alpha)

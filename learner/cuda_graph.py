@@ -1,4 +1,4 @@
-"""An UpdateStep captured once as a CUDA graph and replayed for every update.
+"""An algorithm's update captured once as a CUDA graph and replayed for every update.
 
 A small network's update is hundreds of kernel launches; launched one by one from Python the GPU
 idles between them. Captured, one `replay` launches them all. The recipe (PyTorch's "whole network
@@ -8,7 +8,7 @@ capture"):
 2. every tensor those warm-up updates changed is put back (TrainingStateSnapshot), so the weights,
    Adam's moments and the loss scale are what they were: warm-up trains nothing;
 3. the update is captured from static input buffers with gradients set to None, so the first
-   micro-batch's backward writes them and the rest add to them (update_step.py);
+   micro-batch's backward writes them and the rest add to them (learner/dqn_step.py);
 4. each call copies the update's batch into the static buffers (device to device, on the stream
    that replays) and replays.
 Anything that replaces those tensors afterwards (optimizer.load_state_dict does) would leave the
@@ -17,11 +17,9 @@ graph reading stale ones: the learner captures again after loading a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
-
-from learner.update_step import UpdateStep
 
 WARMUP_UPDATES = 3
 
@@ -29,7 +27,7 @@ WARMUP_UPDATES = 3
 class TrainingStateSnapshot:
     """Copies of every tensor an update changes, put back in place by `restore`.
 
-    `step` is an UpdateStep or an ActorCriticStep: anything with `training_tensors()` and
+    `step` is a DQNStep or an ActorCriticStep: anything with `training_tensors()` and
     `optimizers()` (and a `generator`, whose state is put back too). Optimizer state that did not
     exist when the snapshot was taken (a fresh Adam creates its moments at its first step) is zeroed
     on restore: what a fresh Adam starts from.
@@ -69,18 +67,19 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tens
 
 
 class CapturedUpdate:
-    """`step` captured over static copies of `example` ([G, B, ...] device tensors); calling it
-    with a batch of the same shapes runs one update."""
+    """`update` (the device work of `step`'s update) captured over static copies of `example`
+    ([G, B, ...] device tensors); calling it with a batch of the same shapes runs one update."""
 
-    def __init__(self, step: UpdateStep, example: Mapping[str, torch.Tensor]):
+    def __init__(self, step, update: Callable[[Mapping[str, torch.Tensor]], None], example: Mapping[str, torch.Tensor]):
         self.static = {name: tensor.clone() for name, tensor in example.items()}
         snapshot = TrainingStateSnapshot(step)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(WARMUP_UPDATES):
-                step(self.static)
-                step.optimizer.zero_grad(set_to_none=True)
+                update(self.static)
+                for optimizer in step.optimizers():
+                    optimizer.zero_grad(set_to_none=True)
         torch.cuda.current_stream().wait_stream(side)
         snapshot.restore()  # capture records kernels without running them: restoring first is safe
         self.graph = torch.cuda.CUDAGraph()
@@ -88,7 +87,7 @@ class CapturedUpdate:
         # while a warm compile cache makes the warm-up short, or a learner revived mid-run) must not
         # invalidate it, as PyTorch's default "global" mode lets them (seen on an H100).
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            step(self.static)
+            update(self.static)
         torch.cuda.synchronize()
 
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:

@@ -401,7 +401,7 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     cpu = torch.device("cpu")
     s = settings(obs_shape=(3,), num_actions=0, algo="sac", action_low=(-2.0,), action_high=(2.0,), hidden=[16],
                  target_update="polyak", micro_batch=32, accumulation_steps=2)
-    step = ActorCriticStep(s, cpu, PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
+    step = ActorCriticStep(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
     batch = {"obs": torch.randn(2, 32, 3), "action": torch.rand(2, 32, 1) * 2 - 1, "return": torch.randn(2, 32),
              "discount": torch.full((2, 32), 0.97), "next_obs": torch.randn(2, 32, 3)}
     for scale in (step.critic_scale, step.actor_scale):
@@ -419,7 +419,7 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     assert step.critic_scale.get_scale() == 2.0**99
     assert any(not torch.equal(a, b) for a, b in zip(actor, step.actor_params)) and float(step.alpha) != alpha
     assert step.actor_scale.get_scale() == 2.0**8
-    again = ActorCriticStep(s, cpu, PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
+    again = ActorCriticStep(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
     again.load_state_dict(step.state_dict())
     assert again.critic_scale.get_scale() == 2.0**99 and again.actor_scale.get_scale() == 2.0**8
 
@@ -433,17 +433,17 @@ def test_policy_pt2_of_published_weights_acts_in_the_env_units(algo, obs_norm, t
 
     learner = continuous_learner(algo, torch.device("cpu"), obs_norm=obs_norm)
     learner.train_epoch()
-    published = export_arrays(learner.online)
+    published = export_arrays(learner.policy)
     assert ("encoder.count" in published) == obs_norm
     if obs_norm:  # the statistics of every observation the epoch trained on (3 updates of 16)
         assert published["encoder.count"] == pytest.approx(48, abs=1e-3)
     learner.train_epoch()  # the learner moves on; the file holds the published version
     path = tmp_path / "policy.pt2"
     path.write_bytes(learner.export_policy(published))
-    learner.online.load_state_dict({name: torch.from_numpy(a) for name, a in published.items()})
+    learner.policy.load_state_dict({name: torch.from_numpy(a) for name, a in published.items()})
     policy = load_policy(path)
     obs = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
     with torch.no_grad():
-        expected = 2.0 * learner.online(torch.from_numpy(obs)).numpy()
+        expected = 2.0 * learner.policy(torch.from_numpy(obs)).numpy()
     assert np.allclose(policy.act(obs), expected, atol=1e-5)
     assert np.allclose(policy.act(obs[4]), expected[4], atol=1e-5) and np.abs(expected).max() <= 2.0

@@ -78,14 +78,14 @@ def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_
     for collector in run.collectors:
         collector.collect_chunk()
         assert collector.version == 1  # acting with the published image actor now
-    arrays = export_arrays(run.learner.online)
+    arrays = export_arrays(run.learner.policy)
     result = run.evaluator.evaluate(Weights(1, arrays))
     assert result["complete"] and -16.0 <= result["min"] <= result["mean"] <= 0.0
     path = tmp_path / "policy.pt2"
     path.write_bytes(run.learner.export_policy(arrays))
     policy = load_policy(path)
     with torch.no_grad():
-        expected = 2.0 * run.learner.online(torch.from_numpy(pictures)).numpy()
+        expected = 2.0 * run.learner.policy(torch.from_numpy(pictures)).numpy()
     assert np.allclose(policy.act(pictures), expected, atol=1e-5) and np.abs(expected).max() <= 2.0
     assert policy.act(pictures[0]).shape == (1,)
     if frames:  # the evaluation's first episode as a video of the newest frame of each stack

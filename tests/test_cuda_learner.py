@@ -66,8 +66,8 @@ def learner_pair(pixels: bool | str, prioritized: bool = False, **overrides):
     # different (non-deterministic) one per learner, and that, not capture, would set them apart.
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    pair[1].online.load_state_dict(pair[0].online.state_dict())
-    pair[1].target.load_state_dict(pair[0].target.state_dict())
+    pair[1].step.online.load_state_dict(pair[0].step.online.state_dict())
+    pair[1].step.target.load_state_dict(pair[0].step.target.state_dict())
     for learner in pair:
         learner.warmup()
     return pair
@@ -76,8 +76,8 @@ def learner_pair(pixels: bool | str, prioritized: bool = False, **overrides):
 @torch.no_grad()
 def relative_gap(captured: Learner, eager: Learner, initial: list[torch.Tensor]) -> float:
     """How far apart the two learners' weights are, relative to how far training moved them."""
-    gap = sum(float((a - b).float().norm() ** 2) for a, b in zip(captured.online.parameters(), eager.online.parameters()))
-    moved = sum(float((a - b).float().norm() ** 2) for a, b in zip(eager.online.parameters(), initial))
+    gap = sum(float((a - b).float().norm() ** 2) for a, b in zip(captured.step.online.parameters(), eager.step.online.parameters()))
+    moved = sum(float((a - b).float().norm() ** 2) for a, b in zip(eager.step.online.parameters(), initial))
     assert moved > 0, "training did not move the weights"
     return (gap / moved) ** 0.5
 
@@ -90,24 +90,24 @@ def test_captured_updates_give_the_eager_parameters(precision, pixels, target_up
                                    target_update=target_update, target_update_every=3, lr=1e-3,
                                    adam_eps=1e-3)  # Adam with a tiny eps turns rounding in ~0 grads into whole steps
     assert captured.captured and not eager.captured
-    initial = [p.detach().clone() for p in eager.online.parameters()]
+    initial = [p.detach().clone() for p in eager.step.online.parameters()]
     for _ in range(2):
         m_captured, m_eager = captured.train_epoch(), eager.train_epoch()
         assert m_captured["td_loss"] == pytest.approx(m_eager["td_loss"], rel=2e-2)
     tolerance = 1e-3 if precision == "fp32" else 2e-2
     assert relative_gap(captured, eager, initial) < tolerance
-    for a, b in zip(captured.target.parameters(), eager.target.parameters()):
+    for a, b in zip(captured.step.target.parameters(), eager.step.target.parameters()):
         torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-3)
 
 
 def test_an_fp16_overflow_inside_the_graph_skips_the_step_and_backs_off():
     captured, _ = learner_pair(False, precision="fp16", updates_per_epoch=1)
-    scaler = captured.precision.scaler
+    scaler = captured.step.precision.scaler
     scaler.scale.fill_(2.0**100)  # any gradient overflows fp16 at this scale
-    before = [p.detach().clone() for p in captured.online.parameters()]
+    before = [p.detach().clone() for p in captured.step.online.parameters()]
     captured.train_epoch()
     assert scaler.get_scale() == 2.0**99
-    assert all(torch.equal(a, b) for a, b in zip(before, captured.online.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, captured.step.online.parameters()))
     captured.train_epoch()
     assert scaler.get_scale() == 2.0**98
 
@@ -153,8 +153,8 @@ def test_loading_a_checkpoint_after_capture_captures_again():
     for learner in (captured, eager):
         learner.load_state_bytes(state)
     assert captured.captured and captured.updates == 3
-    initial = [p.detach().clone() for p in eager.online.parameters()]
-    for a, b in zip(initial, first.online.parameters()):
+    initial = [p.detach().clone() for p in eager.step.online.parameters()]
+    for a, b in zip(initial, first.step.online.parameters()):
         assert torch.equal(a, b)
     captured.train_epoch()
     eager.train_epoch()
@@ -165,7 +165,7 @@ def test_loading_a_checkpoint_after_capture_captures_again():
 def test_compiled_networks_inside_the_captured_update_match_eager(pixels):
     captured, eager = learner_pair(pixels, precision="fp16", compile=True, accumulation_steps=2, updates_per_epoch=4,
                                    lr=1e-3, adam_eps=1e-3)
-    initial = [p.detach().clone() for p in eager.online.parameters()]
+    initial = [p.detach().clone() for p in eager.step.online.parameters()]
     captured.train_epoch()
     eager.train_epoch()
     assert relative_gap(captured, eager, initial) < 2e-2

@@ -139,8 +139,9 @@ def with_other_networks(checkpoint: Path) -> None:
     import torch
 
     state = torch.load(checkpoint, weights_only=False)
-    first = next(key for key in state["online"] if key.endswith("weight"))
-    state["online"][first] = torch.zeros(3, *state["online"][first].shape[1:])
+    online = state["step"]["online"]
+    first = next(key for key in online if key.endswith("weight"))
+    online[first] = torch.zeros(3, *online[first].shape[1:])
     buffer = io.BytesIO()
     torch.save(state, buffer)
     checkpoint.write_bytes(buffer.getvalue())

@@ -10,6 +10,7 @@ from torch import nn
 
 from learner import policy_file
 from learner.cpu_features import bf16_units_in, cpu_has_bf16_units
+from learner.dqn_step import DQNStep
 from learner.learner import Learner
 from learner.loss_scale import DeviceLossScale
 from learner.losses import double_dqn_loss
@@ -17,7 +18,6 @@ from learner.policy_file import PolicyFileError, export_policy_archive, load_pol
 from learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from learner.settings import LearnerSettings
 from learner.throughput import CycledFeed
-from learner.update_step import StepSettings, UpdateStep
 from replay.contracts import Weights
 from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
@@ -61,11 +61,13 @@ def test_importance_weights_scale_each_term():
     online = TableQ([[0.0, 0.0]])
     target = TableQ([[0.0, 0.0]])
     obs = torch.zeros(2, 1)
-    args = (obs, torch.tensor([0, 1]), torch.tensor([0.5, 0.5]), torch.zeros(2), obs)
+    args = (obs, torch.tensor([0, 1]), torch.tensor([0.5, 1.5]), torch.zeros(2), obs)  # terms 0.125 and 1.0
     unweighted = double_dqn_loss(online, target, *args, torch.ones(2), huber_delta=1.0)
-    weighted = double_dqn_loss(online, target, *args, torch.tensor([2.0, 0.0]), huber_delta=1.0)
-    assert unweighted.loss.item() == pytest.approx(0.125)  # 0.5 * 0.5^2 each
-    assert weighted.loss.item() == pytest.approx(0.125)  # (2*0.125 + 0)/2
+    first = double_dqn_loss(online, target, *args, torch.tensor([2.0, 0.0]), huber_delta=1.0)
+    second = double_dqn_loss(online, target, *args, torch.tensor([0.0, 2.0]), huber_delta=1.0)
+    assert unweighted.loss.item() == pytest.approx((0.125 + 1.0) / 2)  # 0.5 * 0.5^2, then 1.5 - 0.5
+    assert first.loss.item() == pytest.approx(2 * 0.125 / 2)
+    assert second.loss.item() == pytest.approx(2 * 1.0 / 2)
 
 
 def settings(**overrides) -> LearnerSettings:
@@ -118,9 +120,9 @@ def stacked(batches: list[dict]) -> dict[str, torch.Tensor]:
 
 def grads_after(learner: Learner, batches: list[dict]) -> list[torch.Tensor]:
     """The (unclipped: max_grad_norm is huge) gradients of one update over `batches`."""
-    learner.optimizer.zero_grad(set_to_none=True)
-    learner.step(stacked(batches))
-    return [p.grad.clone() for p in learner.online.parameters()]
+    learner.step.optimizer.zero_grad(set_to_none=True)
+    learner.step.device_update(stacked(batches))
+    return [p.grad.clone() for p in learner.step.online.parameters()]
 
 
 def test_k_micro_batches_give_the_gradient_of_one_batch_k_times_larger():
@@ -129,8 +131,8 @@ def test_k_micro_batches_give_the_gradient_of_one_batch_k_times_larger():
     whole = {k: np.concatenate([b[k] for b in micro]) for k in micro[0]}
     accumulated = learner_for(settings(accumulation_steps=4))
     single = learner_for(settings(accumulation_steps=1, micro_batch=64))
-    single.online.load_state_dict(accumulated.online.state_dict())
-    single.target.load_state_dict(accumulated.target.state_dict())
+    single.step.online.load_state_dict(accumulated.step.online.state_dict())
+    single.step.target.load_state_dict(accumulated.step.target.state_dict())
     for got, want in zip(grads_after(accumulated, micro), grads_after(single, [whole])):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -142,30 +144,35 @@ def make_learner(**overrides):
 
 def test_epoch_updates_publishes_and_syncs_target():
     learner, published = make_learner(accumulation_steps=2, updates_per_epoch=5, target_update_every=5)
-    before = [p.detach().clone() for p in learner.online.parameters()]
+    before = [p.detach().clone() for p in learner.step.online.parameters()]
     metrics = learner.train_epoch()
     assert metrics["updates"] == 5 and learner.updates == 5
-    assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.step.online.parameters()))
     assert [w.version for w in published] == [1]
-    assert set(published[0].arrays) == set(learner.online.state_dict())
-    for t, o in zip(learner.target.parameters(), learner.online.parameters()):
+    assert set(published[0].arrays) == set(learner.step.online.state_dict())
+    for t, o in zip(learner.step.target.parameters(), learner.step.online.parameters()):
         assert torch.equal(t, o)  # hard copy at update 5
     assert np.isfinite(metrics["td_loss"]) and metrics["samples_per_update"] == 32
 
 
-def test_polyak_moves_target_part_way():
-    learner, _ = make_learner(target_update="polyak", target_tau=0.5, updates_per_epoch=1)
+def test_polyak_moves_the_target_tau_of_the_way_to_the_updated_online_network():
+    learner, _ = make_learner(target_update="polyak", target_tau=0.25, updates_per_epoch=1)
+    with torch.no_grad():  # a target apart from the online network, so the mix is visible
+        for t in learner.step.target.parameters():
+            t.add_(1.0)
+    before = [t.detach().clone() for t in learner.step.target.parameters()]
     learner.train_epoch()
-    for t, o in zip(learner.target.parameters(), learner.online.parameters()):
-        assert not torch.equal(t, o)
+    for t, t0, o in zip(learner.step.target.parameters(), before, learner.step.online.parameters(), strict=True):
+        torch.testing.assert_close(t, t0 + 0.25 * (o - t0))
+        assert not torch.equal(t, t0)
 
 
 def test_bf16_autocast_trains_on_cpu():
     learner, _ = make_learner(precision="bf16", updates_per_epoch=4)
-    assert learner.precision.name == "bfloat16"
+    assert learner.step.precision.name == "bfloat16"
     metrics = learner.train_epoch()
     assert np.isfinite(metrics["td_loss"])
-    assert all(p.dtype == torch.float32 for p in learner.online.parameters())  # master weights fp32
+    assert all(p.dtype == torch.float32 for p in learner.step.online.parameters())  # master weights fp32
 
 
 def test_fp16_is_refused_on_cpu():
@@ -175,10 +182,10 @@ def test_fp16_is_refused_on_cpu():
 
 def test_warmup_leaves_weights_unchanged():
     learner, _ = make_learner()
-    before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+    before = {k: v.clone() for k, v in learner.step.online.state_dict().items()}
     learner.warmup()
-    assert all(torch.equal(before[k], v) for k, v in learner.online.state_dict().items())
-    assert all(p.grad is None for p in learner.online.parameters())
+    assert all(torch.equal(before[k], v) for k, v in learner.step.online.state_dict().items())
+    assert all(p.grad is None for p in learner.step.online.parameters())
 
 
 def test_state_roundtrip_resumes_counters_and_weights():
@@ -188,7 +195,21 @@ def test_state_roundtrip_resumes_counters_and_weights():
     fresh, _ = make_learner(seed=5)
     fresh.load_state_bytes(data)
     assert (fresh.updates, fresh.epochs, fresh.version) == (learner.updates, learner.epochs, learner.version)
-    for a, b in zip(fresh.online.parameters(), learner.online.parameters()):
+    for a, b in zip(fresh.step.online.parameters(), learner.step.online.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_checkpoint_from_before_the_algorithm_steps_resumes_the_same_learner():
+    """A DQN checkpoint of the layout raypex wrote before the steps were plug-ins (the networks,
+    optimizer and scaler at the top level) restores the same networks and counters."""
+    learner, _ = make_learner()
+    learner.train_epoch()
+    state = learner.get_state()
+    old_layout = {**state.pop("step"), "counters": state["counters"], "torch_rng": state["torch_rng"]}
+    fresh, _ = make_learner(seed=5)
+    fresh.set_state(old_layout)
+    assert fresh.updates == learner.updates > 0
+    for a, b in zip(fresh.step.online.parameters(), learner.step.online.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -213,7 +234,7 @@ def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
     path.write_bytes(learner.export_policy())
     obs = torch.randn(7, 4)
     with torch.inference_mode():
-        expected = learner.online(obs)
+        expected = learner.step.online(obs)
         torch.testing.assert_close(torch.export.load(str(path)).module()(obs), expected)
     policy = load_policy(path)
     assert policy.obs_shape == (4,)
@@ -278,11 +299,11 @@ def pixel_learner(**overrides):
 
 def test_cnn_is_chosen_for_frame_stacks_and_scales_uint8_inside():
     learner, _ = pixel_learner()
-    assert isinstance(learner.online.convs[0], nn.Conv2d)
+    assert isinstance(learner.step.online.convs[0], nn.Conv2d)
     frames = torch.randint(0, 256, (3, *PIXELS), dtype=torch.uint8)
     with torch.inference_mode():
         # uint8 in, scaled to [0, 1] inside: the same Q-values as the float32 0..255 frames.
-        torch.testing.assert_close(learner.online(frames), learner.online(frames.float()))
+        torch.testing.assert_close(learner.step.online(frames), learner.step.online(frames.float()))
 
 
 def test_cnn_accumulation_equals_one_large_batch():
@@ -291,8 +312,8 @@ def test_cnn_accumulation_equals_one_large_batch():
     whole = {k: np.concatenate([b[k] for b in micro]) for k in micro[0]}
     accumulated, _ = pixel_learner(accumulation_steps=3)
     single, _ = pixel_learner(accumulation_steps=1, micro_batch=24)
-    single.online.load_state_dict(accumulated.online.state_dict())
-    single.target.load_state_dict(accumulated.target.state_dict())
+    single.step.online.load_state_dict(accumulated.step.online.state_dict())
+    single.step.target.load_state_dict(accumulated.step.target.state_dict())
     for got, want in zip(grads_after(accumulated, micro), grads_after(single, [whole])):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
@@ -300,14 +321,14 @@ def test_cnn_accumulation_equals_one_large_batch():
 def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports(tmp_path):
     learner, published = pixel_learner(precision="bf16", accumulation_steps=2, updates_per_epoch=2)
     learner.warmup()
-    before = [p.detach().clone() for p in learner.online.parameters()]
+    before = [p.detach().clone() for p in learner.step.online.parameters()]
     metrics = learner.train_epoch()
     assert np.isfinite(metrics["td_loss"]) and published[-1].version == 1
-    assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.step.online.parameters()))
     program = torch.export.load(io.BytesIO(learner.export_policy())).module()
     frames = torch.randint(0, 256, (5, *PIXELS))
     with torch.inference_mode():
-        expected = learner.online(frames.float())
+        expected = learner.step.online(frames.float())
         torch.testing.assert_close(program(frames.float()), expected)  # torch.export.load's: float32
     path = tmp_path / "policy.pt2"
     path.write_bytes(learner.export_policy())
@@ -331,13 +352,13 @@ def test_the_exporter_warmed_on_a_thread_is_started_once_and_waited_for_by_the_e
         torch.testing.assert_close(load_policy(path).q_values(obs.numpy()), network(obs[None])[0])
 
 
-def scaled_step(learner: Learner) -> tuple[UpdateStep, DeviceLossScale]:
-    """The learner's update step with fp16-style loss scaling bolted on (fp32 maths, on CPU)."""
+def scaled_step(learner: Learner) -> tuple[DQNStep, DeviceLossScale]:
+    """A DQN step like the learner's, starting from its weights, with fp16-style loss scaling
+    bolted on (fp32 maths, on CPU)."""
     scaler = DeviceLossScale(torch.device("cpu"), init_scale=1024.0, growth_interval=2)
-    precision = PrecisionPolicy("cpu", None, scaler)
-    s = learner.s
-    step = UpdateStep(learner.online, learner.target, learner.online, learner.target, learner.optimizer, precision,
-                      StepSettings(s.huber_delta, s.double_dqn, s.max_grad_norm, None, True), torch.device("cpu"))
+    step = DQNStep(learner.s, torch.device("cpu"), precision=PrecisionPolicy("cpu", None, scaler))
+    step.online.load_state_dict(learner.step.online.state_dict())
+    step.target.load_state_dict(learner.step.target.state_dict())
     return step, scaler
 
 
@@ -349,9 +370,8 @@ def test_loss_scaling_gives_the_unscaled_update_and_grows_after_clean_steps():
     step, scaler = scaled_step(scaled)
     for _ in range(2):
         step(batch)
-        scaled.optimizer.zero_grad(set_to_none=True)
         plain.update(batch)
-    for a, b in zip(scaled.online.parameters(), plain.online.parameters()):
+    for a, b in zip(step.online.parameters(), plain.step.online.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert scaler.get_scale() == 2048.0  # two clean steps at growth_interval 2: doubled once
 
@@ -362,11 +382,11 @@ def test_an_overflowing_update_is_skipped_on_the_device_and_the_scale_backs_off(
     step, scaler = scaled_step(learner)
     batch = stacked([random_batch(rng, 16)])
     batch["return"][0, 3] = float("nan")  # what an fp16 overflow leaves: non-finite gradients
-    before = [p.detach().clone() for p in learner.online.parameters()]
+    before = [p.detach().clone() for p in step.online.parameters()]
     step(batch)
     assert float(scaler.found_inf) == 1.0 and scaler.get_scale() == 512.0
-    assert all(torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
-    assert all(float(s["step"]) == 0 for s in learner.optimizer.state.values())  # Adam's count undone too
+    assert all(torch.equal(a, b) for a, b in zip(before, step.online.parameters()))
+    assert all(float(s["step"]) == 0 for s in step.optimizer.state.values())  # Adam's count undone too
     restored = DeviceLossScale(torch.device("cpu"))
     restored.load_state_dict(scaler.state_dict())
     assert restored.get_scale() == 512.0 and restored.growth_interval == 2
@@ -390,9 +410,9 @@ def test_share_online_pass_changes_the_cost_not_the_loss():
 def test_warmup_puts_back_adam_state_loaded_from_a_checkpoint():
     learner, _ = make_learner()
     learner.train_epoch()
-    moments = {k: v.clone() for k, v in learner.optimizer.state_dict()["state"][0].items()}
+    moments = {k: v.clone() for k, v in learner.step.optimizer.state_dict()["state"][0].items()}
     learner.warmup()
-    for name, value in learner.optimizer.state_dict()["state"][0].items():
+    for name, value in learner.step.optimizer.state_dict()["state"][0].items():
         assert torch.equal(value, moments[name]), name
 
 
@@ -400,10 +420,10 @@ def test_a_prioritized_update_weighs_its_loss_and_gives_the_replay_each_transiti
     s = settings(prioritized=True, accumulation_steps=4, updates_per_epoch=1)
     learner = learner_for(s, seed=4)
     replay = learner.replay
-    before = learner.online.state_dict(), learner.target.state_dict()
+    before = learner.step.online.state_dict(), learner.step.target.state_dict()
     online, target = learner_for(s), learner_for(s)
-    online.online.load_state_dict(before[0])
-    target.online.load_state_dict(before[1])
+    online.step.online.load_state_dict(before[0])
+    target.step.online.load_state_dict(before[1])
     applied_before = sum(st["priority_updates_applied"] for st in replay.stats())
     learner.train_epoch()
     learner.feedback.flush()  # errors are applied a few updates at a time; the run's end applies the rest
@@ -414,7 +434,7 @@ def test_a_prioritized_update_weighs_its_loss_and_gives_the_replay_each_transiti
                               for shard, row in zip(keys.shard.ravel(), keys.row.ravel())])
               for name in ("obs", "action", "return", "discount", "next_obs")}
     t = {k: torch.from_numpy(v) for k, v in fields.items()}
-    out = double_dqn_loss(online.online, target.online, t["obs"], t["action"], t["return"], t["discount"],
+    out = double_dqn_loss(online.step.online, target.step.online, t["obs"], t["action"], t["return"], t["discount"],
                           t["next_obs"], None, 1.0)
     mass = replay.shards[0].priorities.mass(out.td_error.abs().detach().numpy())
     stamps_now = np.array([replay.shards[sh].priorities.stamps[r] for sh, r in zip(keys.shard.ravel(), keys.row.ravel())])
@@ -436,12 +456,12 @@ def test_importance_weights_of_zero_leave_the_network_unchanged():
 
     learner = learner_for(s)
     learner.feed = CycledFeed([weighted(0.0)], on_device=False)
-    before = [p.detach().clone() for p in learner.online.parameters()]
+    before = [p.detach().clone() for p in learner.step.online.parameters()]
     learner.train_epoch()
-    assert all(torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.step.online.parameters()))
     learner.feed = CycledFeed([weighted(0.5)], on_device=False)
     learner.train_epoch()
-    assert any(not torch.equal(a, b) for a, b in zip(before, learner.online.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.step.online.parameters()))
 
 
 def test_the_host_adam_steps_as_torch_adam_does_and_reads_its_checkpoints():

@@ -29,7 +29,7 @@ class ProbedLearnerActor(LearnerActor):
         reference for the broadcast latency)."""
         from learner.weights import export_arrays
 
-        arrays = export_arrays(self.learner.online)
+        arrays = export_arrays(self.learner.policy)
         times = []
         for _ in range(repeats):
             start = time.perf_counter()

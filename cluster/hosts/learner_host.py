@@ -118,7 +118,7 @@ class LearnerHost:
         self.learner.publish_weights()
         self.warmed_up = True
         learner = self.learner
-        return {"device": str(learner.device), "precision": learner.precision.name,
+        return {"device": str(learner.device), "precision": learner.step.precision.name,
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
                 "version": learner.version, "updates": learner.updates,
                 "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice,

@@ -1,0 +1,180 @@
+"""DQN as the learner's algorithm: the online and target Q-networks, fused Adam, and one whole
+update as one function of device tensors (G micro-batches of forward and backward, the loss scale,
+clipping, the optimizer step and the Polyak target update).
+
+The same `device_update` runs eagerly (the CPU path, and CUDA with capture off) and is captured
+once as a CUDA graph (learner/cuda_graph.py), so a test can hold one against the other. What makes
+it capturable:
+- nothing is read back to the host: no `.item()`, no branch on a tensor's value; an fp16 overflow
+  skips the step on the device (learner/loss_scale.py), and the running loss and Q sums are
+  device tensors added to in place and read once per epoch;
+- gradients start each update as None, so the first micro-batch's backward writes them and the
+  others add to them: in a graph that is the same kernels over the same buffers on every replay
+  (the eager call sets them back to None after each update);
+- the optimizer is fused Adam with its step counter on the device.
+A hard target copy is done on the host after the update (`after_update`): it happens every few
+thousand updates, and a host-side `_foreach_copy_` then costs nothing.
+
+Each micro-batch is `batch[field][g]`: every field has the leading shape [G, ...]. When the
+replay's columns are on the update's device, the batch holds only the drawn indices and `gather`
+builds the fields from the columns first (learner/replay_feed.py): inside the captured graph, so
+a pixel batch's stacks are gathered from the frames where they are stored.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
+from learner.host_adam import adam_for
+from learner.losses import double_dqn_loss
+from learner.networks import NatureCNNQNetwork, build_q_network
+from learner.precision import PrecisionPolicy, make_precision, resolve_precision
+from learner.settings import LearnerSettings
+
+
+class DQNStep:
+    """Double DQN with a dueling network, importance weights under prioritized replay, hard or
+    Polyak targets; its policy is the greedy online Q-network."""
+
+    kind = "dqn"
+
+    def __init__(self, settings: LearnerSettings, device: torch.device,
+                 gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
+                 precision: PrecisionPolicy | None = None):
+        """`gather` turns a batch of indices into the training fields (None: the batch has them);
+        `precision` None: the settings' (auto: fp16 for a CNN on CUDA, learner/precision.py)."""
+        self.s = settings
+        self.gather = gather
+        self.device = device
+        cuda = device.type == "cuda"
+        pixels = len(settings.obs_shape) == 3
+        self.precision = precision or make_precision(resolve_precision(settings.precision, device, pixels), device)
+        # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
+        # costs start-up everywhere else it was measured.
+        captured = cuda and settings.cuda_graphs != "off"
+        self.compiled = settings.compile if settings.compile is not None else (captured and pixels)
+        self.online = build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
+                                      settings.obs_dtype).to(device)
+        if isinstance(self.online, NatureCNNQNetwork):
+            self.online.use_channels_last(settings.channels_last and cuda)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.policy: nn.Module = self.online  # what collectors act with and policy.pt2 holds
+        self.params = list(self.online.parameters())
+        self.target_params = list(self.target.parameters())
+        # fused: one kernel for all parameters, its step counter on the device (so capturable).
+        self.optimizer = adam_for(self.params, settings.lr, settings.adam_eps, device)
+        # the networks as called (compiled or not)
+        self.online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
+        self.target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
+        self.polyak_tau = settings.target_tau if settings.target_update == "polyak" else None
+        self.share_online_pass = not pixels  # one online pass over s and s' (see double_dqn_loss)
+        # Sums over micro-batches since the last `take_metrics`: read once per epoch, not per update.
+        self.loss_sum = torch.zeros((), device=device)
+        self.q_sum = torch.zeros((), device=device)
+        # Prioritized replay: the last update's |TD error| per transition, [G, B], written in place
+        # (one buffer, so a captured graph writes the same memory on every replay).
+        self.td_abs: torch.Tensor | None = None
+        if self.precision.scaler is not None:
+            self.optimizer.found_inf = self.precision.scaler.found_inf  # fused Adam skips the step when it is 1
+
+    # -- one update -----------------------------------------------------------------------------
+    def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """One eager update."""
+        self.device_update(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def device_update(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """One update's device work: accumulate G micro-batches, unscale, clip, step, move a Polyak target."""
+        if self.gather is not None:
+            batch = self.gather(batch)
+        micro_batches = batch["action"].shape[0]
+        scaler = self.precision.scaler
+        if self.s.prioritized and self.td_abs is None:
+            self.td_abs = torch.zeros(batch["action"].shape, device=batch["action"].device)
+        for g in range(micro_batches):
+            with self.precision.autocast():
+                out = double_dqn_loss(
+                    self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
+                    # Uniform replay: no importance weights, so the loss skips the multiply.
+                    batch["discount"][g], batch["next_obs"][g], batch["weight"][g] if self.s.prioritized else None,
+                    self.s.huber_delta, self.s.double_dqn, self.share_online_pass,
+                )
+            if self.td_abs is not None:
+                self.td_abs[g].copy_(out.td_error.detach().abs())
+            loss = out.loss / micro_batches  # the gradient of one batch G times larger
+            (scaler.scale_loss(loss) if scaler is not None else loss).backward()
+            self.loss_sum += out.loss.detach()
+            self.q_sum += out.q_mean
+        if scaler is not None:
+            scaler.unscale_([p.grad for p in self.params])
+        nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        if scaler is not None:
+            scaler.update()
+        if self.polyak_tau is not None:
+            with torch.no_grad():
+                # One fused call over all parameters; a Python loop costs ~5x more per update.
+                torch._foreach_lerp_(self.target_params, self.params, self.polyak_tau)
+
+    def after_update(self, updates: int) -> None:
+        """The hard target copy, every `target_update_every` updates (in place: a captured graph keeps its tensors)."""
+        if self.polyak_tau is None and updates % self.s.target_update_every == 0:
+            with torch.no_grad():
+                torch._foreach_copy_(self.target_params, self.params)
+
+    def capture(self, example: Mapping[str, torch.Tensor]) -> CapturedUpdate:
+        """The update captured as a CUDA graph over static copies of `example`."""
+        return CapturedUpdate(self, self.device_update, example)
+
+    def warm_up(self, example: Mapping[str, torch.Tensor]) -> None:
+        """Two eager updates on `example`, then everything they changed put back: cuDNN and the
+        allocator settle and torch.compile compiles before the clock starts."""
+        snapshot = TrainingStateSnapshot(self)
+        for _ in range(2):
+            self(example)
+        snapshot.restore()
+
+    # -- what a warm-up snapshot and a checkpoint hold -------------------------------------------
+    def training_tensors(self) -> list[torch.Tensor]:
+        """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
+        scaler = self.precision.scaler
+        scaler_tensors = [scaler.scale, scaler.growth_tracker, scaler.found_inf] if scaler is not None else []
+        return [*self.params, *self.target_params, *scaler_tensors, self.loss_sum, self.q_sum]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers an update steps."""
+        return [self.optimizer]
+
+    def take_metrics(self, micro_batches: int) -> dict[str, float]:
+        """Mean loss and Q over the `micro_batches` since the last call (one read of the device); resets the sums."""
+        metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches}
+        self.loss_sum.zero_()
+        self.q_sum.zero_()
+        return metrics
+
+    def state_dict(self) -> dict:
+        """The networks, the optimizer and the fp16 loss scale."""
+        scaler = self.precision.scaler
+        return {"online": self.online.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore from `state_dict` output (a CPU run's into a GPU run's too)."""
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # a CPU run's checkpoint says capturable=False
+            group["capturable"] = self.device.type == "cuda"
+        if self.precision.scaler is not None and state["scaler"] is not None:
+            self.precision.scaler.load_state_dict(state["scaler"])
+
+    def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
+        """`policy` (a CPU copy of `self.policy`) as policy.pt2 holds it: Q-values out."""
+        if isinstance(policy, NatureCNNQNetwork):
+            policy.use_channels_last(False)
+        return policy, "q_values"

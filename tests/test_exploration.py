@@ -1,0 +1,50 @@
+"""Collector exploration objects (actors/exploration.py): what each kind of action explores with."""
+
+import numpy as np
+import pytest
+
+from actors.exploration import BoxExploration, EpsilonGreedy, annealed_epsilon, apex_epsilon
+
+
+class GreedyTwo:
+    """A policy whose greedy action is always 2."""
+
+    def greedy(self, obs):
+        return np.full(len(obs), 2)
+
+
+def test_apex_epsilons_span_from_the_base_to_base_to_the_one_plus_alpha():
+    eps = [apex_epsilon(i, 8, 0.4, 7.0) for i in range(8)]
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
+    assert eps == sorted(eps, reverse=True)
+    assert apex_epsilon(0, 1, 0.4, 7.0) == 0.4
+    with pytest.raises(ValueError, match="outside 0..7"):
+        apex_epsilon(8, 8, 0.4, 7.0)
+
+
+def test_epsilon_anneals_linearly_from_one_then_stays():
+    assert annealed_epsilon(0.1, 0, 100) == 1.0
+    assert annealed_epsilon(0.1, 50, 100) == pytest.approx(0.55)
+    assert annealed_epsilon(0.1, 100, 100) == annealed_epsilon(0.1, 10**6, 100) == 0.1
+    assert annealed_epsilon(0.1, 0, 0) == 0.1
+
+
+def test_epsilon_greedy_replaces_greedy_actions_at_its_rate():
+    obs = np.zeros((20_000, 4))
+    greedy_only = EpsilonGreedy(5, 0.0, 0, np.random.default_rng(0))
+    assert (greedy_only.act(GreedyTwo(), obs, env_steps=0) == 2).all()
+    explorer = EpsilonGreedy(5, 0.3, 0, np.random.default_rng(0))
+    actions = explorer.act(GreedyTwo(), obs, env_steps=0)
+    # 30% uniform over 5 actions: 0.3 * 0.8 of them differ from the greedy one
+    assert np.mean(actions != 2) == pytest.approx(0.24, abs=0.015)
+    assert set(np.unique(actions)) == {0, 1, 2, 3, 4}
+    annealing = EpsilonGreedy(5, 0.0, 1_000, np.random.default_rng(0))
+    assert annealing.rate(0) == 1.0 and np.mean(annealing.act(GreedyTwo(), obs, env_steps=0) != 2) > 0.75
+    assert explorer.to_env(actions) is actions and explorer.acts_with_untrained_weights
+
+
+def test_box_exploration_scales_to_the_env_and_waits_for_trained_weights():
+    td3 = BoxExploration("td3", 0.2, low=[-2.0, 0.0], high=[2.0, 1.0])
+    np.testing.assert_allclose(td3.to_env(np.array([[1.0, -1.0], [0.0, 3.0]])), [[2.0, 0.0], [0.0, 1.0]])
+    assert td3.kind == "noise" and td3.rate(10) == 0.2 and not td3.acts_with_untrained_weights
+    assert BoxExploration("sac", 0.0, low=[-1.0], high=[1.0]).kind is None
