@@ -9,6 +9,7 @@ drives the driver's evaluation scheduler itself against an evaluator that Ray re
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,12 +33,12 @@ SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", 
 class RunningTrain:
     """`raypex train` in a subprocess whose stderr is read line by line."""
 
-    def __init__(self, run_dir: Path, *overrides: str, env: dict | None = None):
+    def __init__(self, run_dir: Path, *overrides: str, env: dict | None = None, cwd: Path | None = None):
         self.run_dir = run_dir
         # no token auth on this throwaway cluster, so the test process can join it to kill actors
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cluster", "train", "--run-dir", str(run_dir), *SHORT, *overrides],
-            stderr=subprocess.PIPE, text=True,
+            stderr=subprocess.PIPE, text=True, cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled", **(env or {})})
         self.lines: list[str] = []
 
@@ -73,13 +74,14 @@ class RunningTrain:
                 assert time.monotonic() < deadline, f"shard {shard} took nothing new in {timeout_s}s:\n{self.output}"
                 time.sleep(0.05)  # a poll's pace, not synchronization: the loop ends on the counter
 
-    def kill_actor(self, role: str) -> list[dict]:
+    def kill_actor(self, role: str, restarted: bool = True) -> list[dict]:
         """kill -9 (no restart asked) the process of actor `role` (e.g. "collector-0"); returns
         every shard's counters read just after from the learner's replay, with the driver still
-        running (nothing for the learner itself)."""
+        running (nothing for the learner itself, or with `restarted` False: not waiting for Ray to
+        restart it)."""
         with self.joined() as prefix:
             actor = ray.get_actor(f"{prefix}-{role}")
-            if role == "learner":  # the driver decides whether it goes on (Ray restarts it meanwhile)
+            if role == "learner" or not restarted:  # the driver decides whether the run goes on
                 os.kill(ray.get(actor.pid.remote()), signal.SIGKILL)
                 return []
             self._kill_process(actor)
@@ -123,9 +125,9 @@ def running(tmp_path, joining_environment):
     `own_cluster` start their own local one."""
     runs: list[RunningTrain] = []
 
-    def start(*overrides: str, env: dict | None = None, own_cluster: bool = False) -> RunningTrain:
+    def start(*overrides: str, env: dict | None = None, own_cluster: bool = False, cwd: Path | None = None) -> RunningTrain:
         joining = {} if own_cluster else joining_environment
-        runs.append(RunningTrain(tmp_path / f"run{len(runs)}", *overrides, env={**joining, **(env or {})}))
+        runs.append(RunningTrain(tmp_path / f"run{len(runs)}", *overrides, env={**joining, **(env or {})}, cwd=cwd))
         return runs[-1]
 
     yield start
@@ -145,7 +147,8 @@ def evaluations_after(run_dir: Path, env_steps: int) -> int:
 
 
 def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
-    """Kill the evaluator once, then collector 0's process three times, in one run.
+    """Kill the evaluator once, then collector 0's process three times, in one run; a fourth
+    death ends the run in one line, with its final files.
 
     The evaluator: Ray restarts it, the run loses at most the evaluation it was running, and the
     next ones go to the new process. Collector 0: Ray restarts it on its shard (whose data survives
@@ -159,18 +162,22 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
     at_evaluator_kill = sum(shard["inserted"] for shard in run.kill_actor("evaluator"))
     for _ in range(3):
         at_kill = run.kill_actor("collector-0")[0]
-        run.read_until("collector 0 stopped")  # the driver saw the death and restarted its loop
+        run.read_until("collector 0 died; restarting it on its shard")  # the driver saw the death
     run.wait_for_inserts(0, beyond=at_kill["inserted"])  # the last restarted collector writes
     # Two, since one that ended just before the kill may be taken (and plotted) just after it.
     deadline = time.monotonic() + 60
     while evaluations_after(run.run_dir, at_evaluator_kill) < 2:
         assert time.monotonic() < deadline, f"no two evaluations after the evaluator's restart:\n{run.output}"
         time.sleep(0.5)  # the pace of reading TensorBoard's file; the loop ends on what it holds
-    run.proc.send_signal(signal.SIGINT)
-    assert run.finish() == 130, run.output
+    run.kill_actor("collector-0", restarted=False)  # a fourth death: Ray restarts a collector 3 times
+    assert run.finish() == 1, run.output
+    expected = (f"raypex: run failed: collector 0 died after 3 restarts (a collector is restarted 3 times); "
+                f"continue it with: raypex train --resume {run.run_dir}")
+    assert run.output.strip().splitlines()[-1] == expected, run.output
     result = run.summary()
+    assert result["ended"] == "failed: collector 0 died after 3 restarts (a collector is restarted 3 times)", result
     assert result["evaluations_lost"] <= 1 and result["final_eval_return"] is not None, result
-    assert "Traceback" not in run.output
+    assert "Traceback" not in run.output and (run.run_dir / "policy.pt2").is_file()
     assert result["collector_restarts"] == 3, run.output
     assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data
     assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
@@ -237,6 +244,54 @@ def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
     assert evaluations.take()[0] is None and evaluations.lost == 2
     final = evaluations.evaluate_now(weights)  # waits for the restart, then runs
     assert final is not None and final["pid"] not in (first, result["pid"]) and evaluations.lost == 2
+
+
+DIVERGING_ENV = '''import gymnasium as gym
+import numpy as np
+import ray
+
+
+class Env(gym.Env):
+    """Steps for a while, then raises at every step, in collectors only (the evaluator's copy
+    never does): an env whose process lives on while the collector's loop fails."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.steps = 0
+        name = ray.get_runtime_context().get_actor_name() if ray.is_initialized() else None
+        self.in_collector = "collector" in (name or "")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.in_collector and self.steps > 300:
+            raise RuntimeError(f"the simulator diverged at step {self.steps}")
+        return np.zeros(2, np.float32), 0.0, self.steps % 50 == 0, False, {}
+'''
+
+
+def test_an_env_that_raises_in_a_live_collector_is_restarted_three_times_then_ends_the_run(running, tmp_path):
+    """README: a collector's loop that raises is started again on its shard, as often as a dead
+    collector is restarted; the fourth error ends the run in one line naming it, with the final
+    files written and the counts adding up."""
+    (tmp_path / "diverging.py").write_text(DIVERGING_ENV)
+    run = running("env.id=diverging.py:Env", "stop.env_steps=100000000", cwd=tmp_path)
+    assert run.finish() == 1, run.output
+    last = run.output.strip().splitlines()[-1]
+    failed = re.fullmatch(r"raypex: run failed: (collector (\d) raised 4 times; last error: RuntimeError: the simulator "
+                          r"diverged at step 30\d); continue it with: raypex train --resume (\S+)", last)
+    assert failed and failed[3] == str(run.run_dir), run.output
+    restarts = [line for line in run.output.splitlines() if line.startswith(f"collector {failed[2]} stopped")]
+    assert len(restarts) == 3 and "RuntimeError: the simulator diverged" in restarts[0], run.output
+    result = run.summary()
+    assert result["ended"] == f"failed: {failed[1]}" and result["collector_restarts"] == 0, result
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
+    assert "Traceback" not in run.output and (run.run_dir / "policy.pt2").is_file()
 
 
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):

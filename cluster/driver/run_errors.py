@@ -7,6 +7,8 @@ import re
 
 # A traceback's last line: the exception's (possibly dotted) type, a colon, its message.
 _RAISED_LINE = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$")
+# Ray's first line of a task's error: where it was raised ("ray::LearnerActor.warmup() (pid=...").
+_RAISED_IN = re.compile(r"ray::(\w+)\.(\w+)\(\)")
 
 
 class PlacementError(Exception):
@@ -30,12 +32,14 @@ class StartRefused(Exception):
 
 def describe_failure(err: Exception, role_of, died: tuple = ()) -> str:
     """One line for an error that ends the run: which part died (`died`: the runtime's exception
-    types for a dead part, whose `actor_id` `role_of` names), or the error's first line. A call on a
-    live part that failed because another one died names the dead one."""
+    types for a dead part, whose `actor_id` `role_of` names), or the error itself (`error_line`),
+    after the actor's class and method that raised it when Ray says so. A call on a live part that
+    failed because another one died names the dead one."""
     for candidate in (err, getattr(err, "cause", None)):
         if died and isinstance(candidate, died):
             return f"{role_of(candidate.actor_id)} died"
-    return error_line(err)
+    where = _RAISED_IN.search(str(err).strip().split("\n", 1)[0]) if original_error(err) is not err else None
+    return f"{where[1]}.{where[2]} raised {error_line(err)}" if where else error_line(err)
 
 
 def original_error(err: BaseException) -> BaseException:

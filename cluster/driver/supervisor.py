@@ -1,11 +1,13 @@
 """CollectorSupervisor: keeps every collector's run loop going for the whole run.
 
-Ray restarts a collector whose process died (max_restarts); the collector then comes back with no
-loop running and an old network. The supervisor notices the loop's call ending in an error,
-announces the learner's latest weights to the new process and starts its loop again, on the same
-shard (the shard lives on in the learner's process, with its data), and ends the run with one line
-when a collector keeps dying. Restarts are counted by the shards (each counts the collector
-processes attached to it).
+Ray restarts a collector whose process died, `max_restarts` times (the call then fails with
+ActorUnavailableError; one after the last restart is spent fails with ActorDiedError). The
+collector comes back with no loop running and an old network: the supervisor announces the
+learner's latest weights to the new process and starts its loop again, on the same shard (the
+shard lives on in the learner's process, with its data). A loop that raised (its env's error, the
+process alive) is started again too, as often. A collector's death past its restarts, or its
+loop's error past as many restarts, ends the run with one line. Restarts of the process are
+counted by the shards (each counts the collector processes attached to it).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ class CollectorSupervisor:
         self.max_restarts = max_restarts
         self.progress = progress
         self.loops: list = []  # each collector's running `run` call
-        self.loop_failures = [0] * len(collectors)  # loops that ended in an error
+        self.deaths = [0] * len(collectors)  # processes that died and that Ray restarts
+        self.raised = [0] * len(collectors)  # loops that raised in a live process
+        self.stopping = False  # after `stop`, a loop's end is the run's end: nothing is restarted
 
     def start(self) -> None:
         """Start every collector's loop (they act with their own network until weights come)."""
@@ -33,26 +37,34 @@ class CollectorSupervisor:
 
     def check(self) -> None:
         """Restart the loop of every collector whose loop ended in an error (RunFailed when one
-        has failed more often than its restarts allow)."""
+        has died or raised more often than its restarts allow)."""
+        if self.stopping:
+            return
         done, _ = ray.wait(self.loops, num_returns=len(self.loops), timeout=0)
         for ref in done:
             i = self.loops.index(ref)
             try:
                 ray.get(ref)
                 continue  # returned normally: it was asked to stop
+            except ray.exceptions.ActorDiedError:
+                raise RunFailed(f"collector {i} died after {self.deaths[i]} restarts (a collector is restarted "
+                                f"{self.max_restarts} times)") from None
+            except ray.exceptions.RayActorError:  # its process died; Ray is restarting it
+                self.deaths[i] += 1
+                what = "died"
             except ray.exceptions.RayError as err:
-                reason = error_line(err)
-            self.loop_failures[i] += 1
-            # A loop resubmitted while Ray is still restarting the actor fails once more; allow that.
-            if self.loop_failures[i] > 2 * (self.max_restarts + 1):
-                raise RunFailed(f"collector {i} failed {self.loop_failures[i]} times; last error: {reason}")
-            self.progress.message(f"collector {i} stopped ({reason}); restarting it on its shard")
+                self.raised[i] += 1
+                if self.raised[i] > self.max_restarts:
+                    raise RunFailed(f"collector {i} raised {self.raised[i]} times; last error: {error_line(err)}") from None
+                what = f"stopped ({error_line(err)})"
+            self.progress.message(f"collector {i} {what}; restarting it on its shard")
             collector = self.collectors[i]
             self.learner.resend_weights.remote(i)
             self.loops[i] = collector.run.remote()
 
     def stop(self) -> None:
         """Ask every collector to end its loop after the chunk in progress."""
+        self.stopping = True
         for collector in self.collectors:
             collector.stop.remote()
 

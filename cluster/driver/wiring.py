@@ -43,9 +43,10 @@ from cluster.hosts.ray_seams import ChunkSink
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
 COLLECTOR_MAX_RESTARTS = 3
-# Ray restarts a learner whose process died (the driver then loads the newest checkpoint into it,
-# cluster/driver/revival.py, which also decides when to give up).
-LEARNER_MAX_RESTARTS = 3
+# Ray restarts a learner whose process died, always: the driver loads the newest checkpoint into it
+# and gives up when it died again within a checkpoint window (cluster/driver/revival.py), so a
+# long run survives any number of deaths that each leave a checkpoint behind.
+LEARNER_MAX_RESTARTS = -1
 
 
 # What a shipped working directory leaves behind: runs, checkpoints and environments are not code.
