@@ -4,7 +4,8 @@
     result = train("cartpole", {"stop.env_steps": 30000}, seed=1)
     result.summary["final_eval_return"], result.run_dir, result.policy.act(obs)
 
-A run started here is the run `raypex train` makes: the same checks (one-line `UsageError` for a
+`launch` is where `raypex train` (cluster/commands/train.py) and `train` here both start a run. A
+run started here is the run `raypex train` makes: the same checks (one-line `UsageError` for a
 mistake, before anything is written), the same run directory, TensorBoard, checkpoints and
 policy.pt2; a local Ray cluster unless `address` is given, shut down when the run ends. Ctrl-C
 (a notebook's interrupt) takes the clean stop path and the result says `ended: interrupted`.
@@ -14,6 +15,8 @@ for or stop. Only one run at a time per process: Ray is one connection per proce
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import sys
 import threading
@@ -21,16 +24,21 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cluster.commands.run_dir import check_writable
-from cluster.commands.usage import UsageError, default_run_dir, split_positional
-from cluster.config.loading import ConfigError, apply_overrides, apply_values, read_yaml, validate
-from cluster.config.schema import RunConfig
+from cluster.config.arguments import UsageError, default_run_dir, split_positional
+from cluster.config.loading import ConfigError, apply_overrides, apply_values, config_to_yaml, read_yaml, validate
+from cluster.config.schema import RunConfig, config_warnings
+from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
+from cluster.driver.checkpoints import ResumePoint, atomic_write
 from cluster.driver.observer import RunObserver
 from cluster.driver.progress import ProgressLine
-from cluster.driver.run import TrainingRun
-from cluster.driver.run_errors import RunFailed
+from cluster.driver.run_dir import check_writable, kept_policy
+from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
+from cluster.driver.signals import hold, install_stop_signals, stop_holding
+
+if TYPE_CHECKING:  # Ray and the run's modules load once the run directory exists (see `launch`)
+    from cluster.driver.run import TrainingRun
 
 __all__ = ["RunFailed", "RunResult", "RunningRun", "UsageError", "load_policy", "resolve_run_config", "train"]
 
@@ -169,8 +177,6 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
     watcher = _Watcher(on_epoch)
 
     def go() -> RunResult:
-        from cluster.commands.train import launch
-
         if not _one_run.acquire(blocking=False):
             raise UsageError("another raypex run is going on in this process; wait for it or stop it first")
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -186,3 +192,88 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
     if block:
         return go()
     return RunningRun(run_path, watcher, go)
+
+
+def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
+           progress: ProgressLine, observers: tuple = ()) -> tuple[int, dict]:
+    """Make the run directory and run in it to the end, on the runtime `config.runtime` names (Ray:
+    a local cluster unless `address`); (exit code, summary). UsageError, the directory put back,
+    for a mistake found while the run starts; RunFailed (after the final files) when a part died
+    past recovery. `raypex train` and the Python API (here) both start runs here."""
+    install_stop_signals()
+    for warning in config_warnings(config):
+        progress.message(f"warning: {warning}")
+    found_config = (run_dir / "config.yaml").read_bytes() if resume else None
+    made = next((path for path in [*reversed(run_dir.parents), run_dir] if not path.exists()), None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hold()  # from here a signal ends the run with summary.json: it is raised once the run has begun
+    try:
+        config_text = config_to_yaml(config)
+        atomic_write(run_dir / "config.yaml", config_text.encode())
+        # Imported after the run directory is made (Ray, gymnasium, TensorBoard: half a second
+        # here), so that a signal while they load is the run's to end.
+        runtime = choose_runtime(config, address, progress)
+        from actors.envs import UnsupportedEnv
+        from cluster.driver.run import TrainingRun
+
+        run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
+                          kept_policy=kept_policy(run_dir) if resume else None)
+    except BaseException:  # a mistake (--address with runtime local) or a full disk: nothing half-written
+        stop_holding()
+        _put_back(run_dir, found_config, made)
+        raise
+    try:
+        code = run.execute(config_text)
+    except (UnsupportedEnv, StartRefused, CheckpointRefused) as err:
+        _put_back(run_dir, found_config, made)
+        if isinstance(err, CheckpointRefused):
+            raise UsageError(f"--resume {run_dir}: {err}; nothing in {run_dir} was changed") from None
+        raise UsageError(str(err), getattr(err, "details", None)) from None
+    written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
+    summary = json.loads(written.read_text()) if written.is_file() else run.summary()
+    progress.message(_summary_line(summary, run_dir))
+    return code, summary
+
+
+def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLine):
+    """The runtime the config names: the local one, or Ray's on the cluster `address` names (else
+    RAYPEX_ADDRESS's, else the job's inside `ray job submit`, else a local cluster of its own)."""
+    if config.runtime == "local":
+        if address is not None:
+            raise UsageError("--address joins a Ray cluster; runtime local runs without Ray (drop one of them)")
+        from cluster.local.runtime import LocalRuntime
+
+        return LocalRuntime()
+    from cluster.driver.ray_runtime import RayRuntime
+
+    ship_code = True
+    from_variable = address is None and (address := kept_up_address()) is not None
+    if from_variable:
+        progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
+    elif address is None and (address := ray_job_address()) is not None:
+        progress.message(f"inside a Ray job: joining its cluster at {address}")
+        ship_code = False  # the job's own working directory (ray job submit --working-dir) is the actors' already
+    return RayRuntime(address, ship_code, from_variable)
+
+
+def _put_back(run_dir: Path, found_config: bytes | None, made: Path | None) -> None:
+    """The run directory as it was before the command: a resumed run's config.yaml as found; else
+    the directories this command made removed (`made`: the first of them), an empty one emptied."""
+    if found_config is not None:
+        atomic_write(run_dir / "config.yaml", found_config)
+        return
+    shutil.rmtree(made or run_dir, ignore_errors=True)
+    if made is None:
+        run_dir.mkdir()
+
+
+def _summary_line(summary: dict, run_dir: Path) -> str:
+    solve = summary["time_to_solve_s"]
+    solved = f"solved in {solve:.1f}s" if solve is not None else "not solved"
+    final = summary["final_eval_return"]
+    final_text = "-" if final is None else f"{final:.1f}"
+    wrote = " and ".join(str(run_dir / name) for name in ("summary.json", "policy.pt2") if (run_dir / name).is_file())
+    return (f"done: {summary['env_steps']} env steps in {summary['wall_s']:.1f}s, {solved}, "
+            f"final eval return {final_text}; wrote {wrote or 'nothing'}")
+
+

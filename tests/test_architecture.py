@@ -104,6 +104,24 @@ def test_imports_follow_the_dependency_rule(module):
         assert not ray, f"{module} is pure logic but imports {ray}"
 
 
+# cluster's parts drawn top to bottom: each imports only those below it (the CLI calls the Python
+# API, which calls the runtimes; the driver's run loop knows no runtime's wiring).
+CLUSTER_LAYERS = ("cluster.__main__", "cluster.commands", "cluster.api", "cluster.bench", "cluster.local",
+                  "cluster.driver", "cluster.hosts", "cluster.config", "cluster.process_clock")
+
+
+def cluster_layer(module: str) -> int:
+    """The index in CLUSTER_LAYERS of the part `module` belongs to."""
+    return next(i for i, part in enumerate(CLUSTER_LAYERS) if module == part or module.startswith(part + "."))
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("cluster.")))
+def test_cluster_parts_import_only_those_drawn_below_them(module):
+    above = sorted(name for name in our_imports(module)
+                   if name.startswith("cluster.") and cluster_layer(name) < cluster_layer(module))
+    assert not above, f"{module} imports {above}, drawn above it in CLUSTER_LAYERS"
+
+
 def test_the_contracts_module_imports_nothing_of_ours():
     assert not our_imports(CONTRACTS)
 

@@ -72,7 +72,7 @@ def test_bounding_stage_names_the_side_that_waits_less_and_its_largest_phase():
 
 
 def test_scaling_fits_a_line_and_extrapolates_each_measure():
-    from cluster.bench.scaling import fit, table
+    from benchmarks.scaling import fit, table
 
     assert fit([(2, 5.0), (4, 9.0), (8, 17.0)]) == pytest.approx((1.0, 2.0))
     rows = [{"pairs": n, "poll_ms": 1.0 + 0.5 * n, "gcs_server_mb": 50.0 + n} for n in (2, 8)]
@@ -80,18 +80,6 @@ def test_scaling_fits_a_line_and_extrapolates_each_measure():
     assert "| poll_ms | 2.00 | 5.00 | +0.500 | 51.0 | 501.0 |" in text
     assert "| gcs_server_mb | 52.00 | 58.00 | +1.000 | 150.0 | 1050.0 |" in text
     assert "broadcast_ms" not in text  # not measured: no row
-
-
-def test_the_ale_async_bench_serves_every_env_in_halves():
-    """The command BENCHMARKS.md quotes for ALE's async halves runs all three loops, and the
-    halves loop steps every env (not one half over and over)."""
-    from cluster.bench.ale_async import main
-
-    result = main(["--envs", "4", "--seconds", "0.3"])
-    assert result["served"] == 4
-    assert all(result[loop] > 0 for loop in ("raw", "sync", "halves"))
-    with pytest.raises(SystemExit):
-        main(["--envs", "3"])
 
 
 def test_a_runs_rate_by_tenth_shows_a_fast_fill_apart_from_a_slowdown():
@@ -121,9 +109,9 @@ def test_the_linearity_note_appears_only_where_replay_filling_is_a_fifth_of_T_or
               "learner.updates_per_epoch=5", "learner.accumulation_steps=1"]),
 ], ids=["ring", "frames-prioritized"])
 def test_the_feed_profile_draws_from_a_filled_replay_both_ways(config, overrides):
-    """`python -m cluster.bench.feed_profile`: the learner's rate drawing from a replay beside it
+    """`python -m benchmarks.feed_profile`: the learner's rate drawing from a replay beside it
     against the same loop cycling batches already drawn, with the host's draw timed apart."""
-    from cluster.bench.feed_profile import profile_feed
+    from benchmarks.feed_profile import profile_feed
     from cluster.config.loading import load_config
 
     result = profile_feed(load_config(config_path(config), overrides), shards=2, seconds=0.3, with_profile=True)
@@ -135,7 +123,7 @@ def test_the_feed_profile_draws_from_a_filled_replay_both_ways(config, overrides
 
 
 def test_the_idle_control_judges_growth_as_the_soak_does_from_its_settling_time():
-    from cluster.bench.idle_ray import SETTLE_S, idle_growth_rows, main
+    from benchmarks.idle_ray import SETTLE_S, idle_growth_rows, main
 
     samples = [{"t": float(t), "rss": {"raylet-0": 30_000_000 + 100_000 * t, "gcs_server-0": 50_000_000}}
                for t in range(61)]
@@ -171,7 +159,7 @@ def test_a_process_keeps_its_label_unless_it_was_an_idle_worker_that_now_holds_a
 
 def test_the_learner_stage_leaves_bf16_out_only_on_a_cpu_without_bf16_units_and_only_by_default():
     from cluster.bench.learner_variants import learner_variants
-    from cluster.commands.usage import UsageError
+    from cluster.config.arguments import UsageError
 
     assert learner_variants("cpu", None, cpu_bf16_units=False) == [("fp32", "off")]
     assert learner_variants("cpu", None, cpu_bf16_units=True) == [("fp32", "off"), ("bf16", "off")]

@@ -211,7 +211,7 @@ def test_cuda_graphs_takes_on_and_off_that_yaml_reads_as_booleans(override, expe
 
 
 def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
-    from cluster.commands.usage import UsageError, split_positional
+    from cluster.config.arguments import UsageError, split_positional
 
     monkeypatch.chdir(tmp_path)  # no configs/ here
     for item in ("pong", "pong.yaml", "configs/pong.yaml"):

@@ -284,8 +284,8 @@ def continuous_learner(algo: str, device: torch.device, columns=None, images: bo
 def test_the_learner_matrix_replay_gathers_box_actions_with_their_dimension():
     """The learner matrix's replay (the columns a CUDA learner gathers its batches from) stores
     float actions of the env's action_dim: it once stored Discrete ones, and every TD3/SAC variant
-    of `python -m cluster.bench.learner_matrix configs/pendulum.yaml` failed on the GPU box."""
-    from cluster.bench.learner_matrix import replay as matrix_replay
+    of `python -m benchmarks.learner_matrix configs/pendulum.yaml` failed on the GPU box."""
+    from benchmarks.learner_matrix import replay as matrix_replay
     from cluster.config.settings import learner_settings
     from learner.replay_feed import gather_from
     from learner.synthetic import synthetic_index_batch

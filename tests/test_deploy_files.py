@@ -14,7 +14,7 @@ import tomllib
 import yaml
 
 from cluster.commands.cli import build_parser, parse_command_line
-from cluster.commands.usage import split_positional
+from cluster.config.arguments import split_positional
 from cluster.config.loading import load_config
 from cluster.config.schema import RunConfig
 from cluster.driver.devices import choose_act_device, with_act_device

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from cluster.bench.throughput import CycledFeed
 from learner import policy_file
 from learner.cpu_features import bf16_units_in, cpu_has_bf16_units
 from learner.dqn_step import DQNStep
@@ -17,7 +18,6 @@ from learner.losses import double_dqn_loss
 from learner.policy_file import PolicyFileError, export_policy_archive, load_policy
 from learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from learner.settings import LearnerSettings
-from learner.throughput import CycledFeed
 from replay.contracts import Weights
 from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter

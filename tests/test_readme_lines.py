@@ -381,7 +381,7 @@ def lockstep_solved(ran: Ran) -> None:
 
 
 def scaling_measured(ran: Ran) -> None:
-    from cluster.bench.scaling import MEASURES
+    from benchmarks.scaling import MEASURES
 
     results = json.loads((ran.workdir / "scaling.json").read_text())
     assert [r["pairs"] for r in results] == [1, 2]
@@ -488,7 +488,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
-    "python -m cluster.bench.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --copy": Run(
+    "python -m benchmarks.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --copy": Run(
         "--shapes 32x1 --seconds 1 --json matrix.json", "the GPU box's shapes take minutes on 2 cores",
         check=learner_matrix_measured),
     "raypex bench configs/cartpole.yaml --profile --json bench.json": Run(
@@ -507,7 +507,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         check=soak_measured),
     "python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
         "--seeds 1", "one seed of ten", check=lockstep_solved),
-    "python -m cluster.bench.scaling --pairs 2,8,16,32 --seconds 40": Run(
+    "python -m benchmarks.scaling --pairs 2,8,16,32 --seconds 40": Run(
         "--pairs 1,2 --seconds 1 --json scaling.json", "32 pairs need more than 2 cores", check=scaling_measured),
     "python -m pytest -q -n 2 --dist loadfile": Elsewhere(".ci/run", "python -m pytest -q -n 2 --dist loadfile",
                                                           "CI's own command; this test is one of its"),
@@ -611,6 +611,8 @@ def type_and_check(command: str, workdir: Path, joining: dict[str, str]) -> None
     environment = user_environment({"RAY_ADDRESS": kept_up} if how.own_cluster else joining)
     extra = how.extra_from(workdir) if how.extra_from else how.extra
     line = f"{command} {extra}".strip()
+    if "-m benchmarks." in command:  # the checkout's tools (not installed): README says to run them from it
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
     before = run_dirs(workdir)
     if how.serves:
         out, url, proc = serve(line, workdir, how)

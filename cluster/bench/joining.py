@@ -3,7 +3,7 @@ and names with --address or RAYPEX_ADDRESS (as `raypex train` joins it)."""
 
 from __future__ import annotations
 
-from cluster.commands.usage import UsageError
+from cluster.config.arguments import UsageError
 from cluster.driver.progress import ProgressLine
 
 

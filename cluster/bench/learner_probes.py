@@ -42,8 +42,8 @@ class ProbedLearnerActor(LearnerActor):
         the replay (one epoch first, off the clock: it waits for replay's minimum size), or fed
         from 32 real batches drawn from the replay once and cycled (the reference: the same loop
         with nothing drawn or gathered on the host; on a GPU replay, indices already on the GPU)."""
-        from learner.throughput import from_memory as memory_rate
-        from learner.throughput import timed_epochs
+        from cluster.bench.throughput import from_memory as memory_rate
+        from cluster.bench.throughput import timed_epochs
 
         if from_memory:
             rate, busy = memory_rate(self.learner, self.learner.feed.take(32), seconds)

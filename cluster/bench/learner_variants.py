@@ -4,7 +4,7 @@ the --variants option's parsing, and the rows each measured variant gives."""
 from __future__ import annotations
 
 from cluster.bench.report import BenchRow
-from cluster.commands.usage import UsageError
+from cluster.config.arguments import UsageError
 
 
 def parse_variants(text: str) -> list[tuple[str, str]]:

@@ -51,7 +51,7 @@ from cluster.bench.joining import bench_on_a_cluster, checked_address
 from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants, runnable_variants
 from cluster.bench.local_stages import local_rates
 from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
-from cluster.commands.usage import UsageError, split_positional
+from cluster.config.arguments import UsageError, split_positional
 from cluster.config.loading import ConfigError, config_to_yaml, load_config
 from cluster.driver.progress import ProgressLine
 

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from cluster.commands.usage import UsageError
+from cluster.config.arguments import UsageError
 from cluster.driver.signals import exit_code, install_stop_signals, signal_name
 from cluster.process_clock import process_start_time
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.commands.usage import UsageError, split_positional
+from cluster.config.arguments import UsageError, split_positional
 from cluster.config.loading import ConfigError, load_config
 from cluster.config.shipped import shipped_configs, summary_line
 

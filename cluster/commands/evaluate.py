@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.commands.usage import UsageError
+from cluster.config.arguments import UsageError
 from cluster.config.loading import ConfigError, read_yaml, validate
 
 

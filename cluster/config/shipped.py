@@ -2,7 +2,7 @@
 
 `raypex train pong` and `raypex train configs/pong.yaml` both work from any directory: a CONFIG
 argument that is not an existing file is looked up by name here. Imports nothing of ours, so the
-argument reading in cluster/commands/usage.py can use it.
+argument reading in cluster/config/arguments.py can use it.
 """
 
 from __future__ import annotations

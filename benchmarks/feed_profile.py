@@ -1,4 +1,4 @@
-"""`python -m cluster.bench.feed_profile CONFIG [--shards N] [--seconds S] [--profile] [k=v ...]`:
+"""`python -m benchmarks.feed_profile CONFIG [--shards N] [--seconds S] [--profile] [k=v ...]`:
 the learner drawing from a replay beside it, in one process (no Ray, no collectors).
 
 A replay of N shards of the config's storage (on the GPU when there is one and it fits, as a run
@@ -71,8 +71,8 @@ def profile_feed(config, shards: int, seconds: float, with_profile: bool) -> dic
     """The figures of the module docstring for `config` with `shards` shards."""
     import torch
 
+    from cluster.bench.throughput import from_memory, timed_epochs
     from learner.learner import Learner
-    from learner.throughput import from_memory, timed_epochs
 
     planned = plan_run(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)).learner
     settings, spec = planned.settings, planned.replay.spec
@@ -110,7 +110,7 @@ def profile_feed(config, shards: int, seconds: float, with_profile: bool) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     """Print the figures as one JSON line (and the profile after it)."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench.feed_profile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.feed_profile", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=config_path, help="a YAML file or a shipped config's name")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--shards", type=int, default=None, help="shards (default: the config's collectors.num)")

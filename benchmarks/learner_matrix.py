@@ -1,4 +1,4 @@
-"""`python -m cluster.bench.learner_matrix CONFIG`: the learner alone on its device, per precision x
+"""`python -m benchmarks.learner_matrix CONFIG`: the learner alone on its device, per precision x
 capture x batch shape, from batches already on the device: the update alone, and the whole epoch
 loop cycling them (no Ray, no collectors, nothing drawn).
 
@@ -7,7 +7,7 @@ setting win", so the configs can name the fastest and `raypex bench` has a ceili
 Ray-fed learner against. One process, one variant at a time, each warmed up (and captured) before
 its clock starts. Example, on a GPU box:
 
-    python -m cluster.bench.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --json learner.json
+    python -m benchmarks.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --json learner.json
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def measure_variant(settings, device, seconds: float, host_batches: int, spec) -
     import numpy as np
     import torch
 
+    from cluster.bench.throughput import from_memory, on_device
     from learner.learner import Learner
-    from learner.throughput import from_memory, on_device
 
     learner = Learner(settings, device, replay(settings, device, spec), lambda weights: None)
     start = time.perf_counter()
@@ -128,7 +128,7 @@ def default_precisions(device) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Measure every requested variant; print a table; optionally write JSON."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench.learner_matrix", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.learner_matrix", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=config_path, help="a YAML file or a shipped config's name")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when there is one)")

@@ -1,6 +1,6 @@
-"""What every `raypex` subcommand shares: the one-line usage error and the reading of CONFIG
-and key=value arguments. Imports nothing of ours but the shipped-config lookup, so the
-subcommands and the CLI that dispatches to them do not import each other."""
+"""What every way into raypex shares (the CLI's subcommands, the Python API, the bench): the
+one-line usage error and the reading of CONFIG and key=value arguments. Imports nothing of ours
+but the shipped-config lookup, so everything above the config can use it."""
 
 from __future__ import annotations
 

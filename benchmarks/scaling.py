@@ -1,4 +1,4 @@
-"""`python -m cluster.bench.scaling [CONFIG] --pairs 2,8,16,32 [--seconds S] [--json PATH] [k=v ...]`:
+"""`python -m benchmarks.scaling [CONFIG] --pairs 2,8,16,32 [--seconds S] [--json PATH] [k=v ...]`:
 what grows with the number of collectors (each with its shard in the learner) around one learner, measured on one machine
 and fitted to extrapolate.
 
@@ -91,7 +91,7 @@ def measure_one(config_arg: list[str], pairs: int, seconds: float) -> dict:
     """One N on a fresh local cluster (this process): the measures of module docstring."""
     from actors.envs import inspect_env
     from cluster.bench.ray_stages import ClusterBench
-    from cluster.commands.usage import split_positional
+    from cluster.config.arguments import split_positional
     from cluster.config.loading import load_config
     from cluster.driver.progress import ProgressLine
     from cluster.driver.wiring import connect, shutdown
@@ -136,7 +136,7 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Every N in its own process, one after another; the table on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench.scaling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0])
     parser.add_argument("args", nargs="*", help="CONFIG (default cartpole) and key=value overrides")
     parser.add_argument("--pairs", default="2,8,16,32", help="collector counts, comma-separated")
     parser.add_argument("--seconds", type=float, default=40.0, help="training seconds per N after collection starts")
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for pairs in (int(item) for item in args.pairs.split(",")):
         print(f"scaling: {pairs} pairs", file=sys.stderr, flush=True)
-        done = subprocess.run([sys.executable, "-m", "cluster.bench.scaling", *args.args, "--one", str(pairs),
+        done = subprocess.run([sys.executable, "-m", "benchmarks.scaling", *args.args, "--one", str(pairs),
                                "--seconds", str(args.seconds)], check=False, stdout=subprocess.PIPE, text=True)
         if done.returncode != 0:
             print(f"scaling: {pairs} pairs failed (exit {done.returncode})", file=sys.stderr)

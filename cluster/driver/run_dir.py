@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.commands.usage import UsageError
+from cluster.config.arguments import UsageError
 from cluster.config.schema import RunConfig
 from cluster.driver.checkpoints import ResumePoint, load_latest
 

@@ -1,4 +1,4 @@
-"""`python -m cluster.bench.idle_ray --minutes M [--json PATH]`: the soak's control, Ray alone.
+"""`python -m benchmarks.idle_ray --minutes M [--json PATH]`: the soak's control, Ray alone.
 
 `raypex bench --soak` judges every process of a run's local cluster, Ray's own included. This
 starts the same local cluster the same way (cluster/driver/wiring.py `connect`: the same settings,
@@ -79,7 +79,7 @@ def idle_growth_rows(samples: list[dict]) -> list[BenchRow]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the control and print the soak's table for it."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.bench.idle_ray", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.idle_ray", description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, required=True, help="how long to watch the idle cluster")
     parser.add_argument("--json", type=Path, help="write the rows and samples here (raypex bench's JSON layout)")
     args = parser.parse_args(argv)
