@@ -1,4 +1,4 @@
-"""CollectorSettings: the explicit values one collector is built from.
+"""CollectorSettings and EvaluatorSettings: the explicit values a collector and the evaluator are built from.
 
 Kept apart from the Collector (which imports torch) so the driver can build settings without
 importing torch, which would cost a second of start-up on every run.
@@ -46,3 +46,23 @@ class CollectorSettings:
     def action_dim(self) -> int:
         """Dimensions of a Box action; 0 for Discrete actions."""
         return len(self.action_low)
+
+
+@dataclass(frozen=True)
+class EvaluatorSettings:
+    """What the evaluator needs: its env, episodes and seed, and the network published weights fit."""
+
+    env_id: str
+    env_kwargs: dict
+    episodes: int  # per evaluation, run in parallel
+    seed: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    num_actions: int  # 0 for Box actions
+    hidden: list[int]
+    dueling: bool
+    frame_stack: int  # the config's env.frame_stack
+    stacked: bool  # frames stacked by raypex (pixel envs), not by the env
+    epsilon: float  # random-action rate while evaluating (Atari's protocol: 0.05)
+    action_low: tuple[float, ...] = ()  # Box actions' bounds: the weights are a td3/sac actor
+    action_high: tuple[float, ...] = ()

@@ -7,7 +7,7 @@ collectors, replay and learner from these same functions, so the two cannot drif
 from __future__ import annotations
 
 from actors.envs import EnvSpec, known_max_return
-from actors.settings import CollectorSettings
+from actors.settings import CollectorSettings, EvaluatorSettings
 from cluster.config.schema import RunConfig
 from learner.settings import LearnerSettings
 from replay.priorities import BetaSchedule, PrioritySettings
@@ -91,11 +91,12 @@ def replay_limiter(config: RunConfig) -> SamplesPerInsertLimiter:
     return SamplesPerInsertLimiter(r.samples_per_insert, r.min_size, r.error_buffer)
 
 
-def evaluator_args(config: RunConfig, spec: EnvSpec) -> tuple:
-    """EvaluatorActor's constructor arguments (its env, episodes, seed and network)."""
-    return (config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
-            spec.num_actions, config.network.hidden, config.network.dueling, config.env.frame_stack,
-            config.eval.epsilon, spec.obs_dtype, spec.frame_stack > 0, (spec.action_low, spec.action_high))
+def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
+    """What the run's evaluator is built from."""
+    return EvaluatorSettings(config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
+                             spec.obs_dtype, spec.num_actions, config.network.hidden, config.network.dueling,
+                             config.env.frame_stack, spec.frame_stack > 0, config.eval.epsilon,
+                             spec.action_low, spec.action_high)
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

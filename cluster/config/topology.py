@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.envs import EnvSpec
-from actors.settings import CollectorSettings
+from actors.settings import CollectorSettings, EvaluatorSettings
 from cluster.config.schema import RunConfig
 from cluster.config.settings import (
     beta_schedule,
     collector_settings,
-    evaluator_args,
+    evaluator_settings,
     learner_settings,
     priority_settings,
     replay_limiter,
@@ -86,7 +86,7 @@ class Topology:
 
     collectors: list[CollectorPlan]
     learner: LearnerPlan
-    evaluator_args: tuple
+    evaluator: EvaluatorSettings
 
 
 def plan_run(config: RunConfig, spec: EnvSpec) -> Topology:
@@ -97,4 +97,4 @@ def plan_run(config: RunConfig, spec: EnvSpec) -> Topology:
     replay = ReplayPlan(num, storage_spec(config, spec), replay_limiter(config), config.seed, priority_settings(config),
                         beta_schedule(config), config.replay.storage)
     learner = LearnerPlan(learner_settings(config, spec), replay, max(1, int(config.learner.num_cpus)))
-    return Topology(collectors, learner, evaluator_args(config, spec))
+    return Topology(collectors, learner, evaluator_settings(config, spec))

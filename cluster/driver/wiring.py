@@ -296,5 +296,5 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     evaluator = ray.remote(EvaluatorActor).options(
         num_cpus=0, scheduling_strategy=in_bundle(group.learner, 0), max_restarts=-1,
         name=f"raypex-{run_id}-evaluator",
-    ).remote(*plan.evaluator_args)
+    ).remote(plan.evaluator)
     return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy)

@@ -15,21 +15,20 @@ import functools
 
 import numpy as np
 
+from actors.settings import EvaluatorSettings
+
 
 class WeightsEvaluator:
     """Holds the evaluation vector env and the network it evaluates weights with."""
 
-    def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int,
-                 obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                 frame_stack: int, epsilon: float, obs_dtype: str = "uint8", stacked: bool = False,
-                 action_bounds: tuple = ((), ())):
+    def __init__(self, s: EvaluatorSettings):
         from actors.action_scaling import ActionScale
         from actors.evaluator import Evaluator
 
         # Box actions: the published weights are a td3/sac actor, acted with deterministically
-        self.action_scale = ActionScale(*action_bounds) if action_bounds[0] else None
-
-        self.obs_shape, self.obs_dtype, self.hidden = tuple(obs_shape), obs_dtype, hidden
+        self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None
+        obs_shape, obs_dtype = tuple(s.obs_shape), s.obs_dtype
+        self.obs_shape, self.obs_dtype, self.hidden = obs_shape, obs_dtype, s.hidden
         self.torch_network = None  # a CNN Q-network, or an image actor (TorchActorForward)
         if len(obs_shape) != 1:
             import torch
@@ -38,8 +37,8 @@ class WeightsEvaluator:
             if self.action_scale is None:
                 from learner.networks import build_q_network
 
-                self.torch_network = build_q_network(obs_shape, num_actions, hidden, dueling, obs_dtype).eval()
-        self.evaluator = Evaluator(env_id, env_kwargs, episodes, seed, frame_stack, epsilon, stacked)
+                self.torch_network = build_q_network(obs_shape, s.num_actions, s.hidden, s.dueling, obs_dtype).eval()
+        self.evaluator = Evaluator(s.env_id, s.env_kwargs, s.episodes, s.seed, s.frame_stack, s.epsilon, s.stacked)
 
     def _policy(self, arrays: dict[str, np.ndarray]):
         if self.action_scale is not None:

@@ -57,5 +57,5 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
         writer.collector = Collector(c.settings, writer.push, weights.reader())
         collectors.append(writer.collector)
     # the driver -> the evaluator: the caller hands it weights to evaluate
-    evaluator = WeightsEvaluator(*plan.evaluator_args)
+    evaluator = WeightsEvaluator(plan.evaluator)
     return LocalRun(host, collectors, evaluator, weights)
