@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from cluster.config.loading import load_config
 from cluster.driver.checkpoints import OutputNotWritten, list_checkpoints, load_latest, read_replay, save_checkpoint
 from cluster.driver.metrics import RunMetrics
-from cluster.driver.outcome import RunOutcome
+from cluster.driver.outcome import PolicyFile, RunOutcome
 from cluster.driver.placement import (
     PlacementError,
     ResourceRequest,
@@ -383,10 +383,10 @@ def test_the_export_is_the_solving_version_else_the_best_evaluated_else_the_kept
     assert collapsed.to_export() == ("ref1", 1, 500.0) and collapsed.final_eval == 40.1
 
     # a resumed run whose found policy.pt2 scored better (or as well) keeps it
-    resumed = RunOutcome(target=None, clock_start=time.time(), kept_policy=(500.0, 7))
+    resumed = RunOutcome(target=None, clock_start=time.time(), kept_policy=PolicyFile(500.0, 7))
     _evaluated(resumed, 480.0, 500.0)
     assert resumed.to_export() is None and resumed.fields()["policy_eval_return"] == 500.0
-    better = RunOutcome(target=None, clock_start=time.time(), kept_policy=(300.0, 7))
+    better = RunOutcome(target=None, clock_start=time.time(), kept_policy=PolicyFile(300.0, 7))
     _evaluated(better, 280.0, 310.0)
     assert better.to_export() == ("ref1", 1, 310.0)
 

@@ -12,6 +12,7 @@ import contextlib
 import time
 
 from cluster.driver.checkpoints import OutputNotWritten
+from cluster.driver.outcome import PolicyFile
 from cluster.driver.run_errors import describe_failure
 from cluster.driver.tensorboard_layout import result_scalars
 
@@ -114,16 +115,15 @@ def _export(run, new_work: bool) -> None:
             outcome.note_evaluation(result, final)
             run.tb.scalars(run.metrics.evaluation(result), run.metrics.env_steps)
     choice = outcome.to_export()
-    if choice is None and outcome.policy is not None and outcome.policy[0] is not None:
-        best = "none" if outcome.best is None else f"{outcome.best[2]:.1f}"
-        run.progress.message(f"policy.pt2 kept: it scored {outcome.policy[0]:.1f}; this run's best evaluation: {best}")
+    if choice is None and outcome.policy is not None and outcome.policy.eval_return is not None:
+        best = "none" if outcome.best is None else f"{outcome.best.mean:.1f}"
+        run.progress.message(f"policy.pt2 kept: it scored {outcome.policy.eval_return:.1f}; this run's best evaluation: {best}")
         return
     if choice is None:  # nothing evaluated: the newest weights, unevaluated
-        outcome.policy = (None, None)
+        outcome.policy = PolicyFile(None, None)
         run.outputs.policy(run.actors.learner, run.actors.learner.published_weights.remote())
         return
-    weights, version, score = choice
-    if not new_work or score != outcome.final_eval:
-        run.progress.message(f"exporting weights version {version}, the best evaluated ({score:.1f})")
-    outcome.policy = (score, version)
-    run.outputs.policy(run.actors.learner, weights)
+    if not new_work or choice.mean != outcome.final_eval:
+        run.progress.message(f"exporting weights version {choice.version}, the best evaluated ({choice.mean:.1f})")
+    outcome.policy = PolicyFile(choice.mean, choice.version)
+    run.outputs.policy(run.actors.learner, choice.weights)

@@ -9,28 +9,43 @@ summary.json reports: solved, env_steps, interrupted, terminated, or "failed: <w
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
+
+
+class Evaluated(NamedTuple):
+    """An evaluated weights version: its ref (to export it), its version and its mean return."""
+
+    weights: object
+    version: int
+    mean: float
+
+
+class PolicyFile(NamedTuple):
+    """What policy.pt2 holds: its evaluation's mean return (None: never evaluated) and weights version."""
+
+    eval_return: float | None
+    version: int | None
 
 
 class RunOutcome:
     """Evaluation results, the solve, and the end reason of one run."""
 
-    def __init__(self, target: float | None, clock_start: float, kept_policy: tuple | None = None):
+    def __init__(self, target: float | None, clock_start: float, kept_policy: PolicyFile | None = None):
         self.target = target  # stop.eval_return, or None: never solved
         self.clock_start = clock_start  # time_to_solve_s counts from here (the command's start)
         self.time_to_solve_s: float | None = None
         self.env_steps_at_solve: int | None = None
         self.final_eval: float | None = None  # the newest complete evaluation's mean return
-        self.solved: tuple | None = None  # (weights ref, version, mean) of the evaluation that reached the target
-        self.best: tuple | None = None  # (weights ref, version, mean) of the best evaluation
-        # (eval return, version) of the policy.pt2 a resumed run found in its directory
-        self.policy: tuple | None = kept_policy
+        self.solved: Evaluated | None = None  # the evaluation that reached the target
+        self.best: Evaluated | None = None  # the best evaluation
+        self.policy: PolicyFile | None = kept_policy  # a resumed run's policy.pt2, then what this run exported
         self.ended: str | None = None  # None while the run goes on
 
     def note_evaluation(self, result: dict, weights_ref) -> None:
         """Note a complete evaluation (the final one too) as the newest and, if it is, the best."""
         self.final_eval = result["mean"]
-        if self.best is None or result["mean"] > self.best[2]:
-            self.best = (weights_ref, result["version"], result["mean"])
+        if self.best is None or result["mean"] > self.best.mean:
+            self.best = Evaluated(weights_ref, result["version"], result["mean"])
 
     def record_evaluation(self, result: dict, weights_ref, env_steps: int) -> bool:
         """Note a complete evaluation during the run (it finished now); True when it is the one
@@ -40,7 +55,7 @@ class RunOutcome:
             return False
         self.time_to_solve_s = time.time() - self.clock_start
         self.env_steps_at_solve = env_steps
-        self.solved = (weights_ref, result["version"], result["mean"])
+        self.solved = Evaluated(weights_ref, result["version"], result["mean"])
         self.ended = "solved"
         return True
 
@@ -50,14 +65,14 @@ class RunOutcome:
         self.solved = None
         self.best = None
 
-    def to_export(self) -> tuple | None:
-        """(weights ref, version, eval return) for policy.pt2: the solving version, else the best
+    def to_export(self) -> Evaluated | None:
+        """The evaluated weights policy.pt2 gets: the solving version, else the best
         evaluated one; None when policy.pt2 should stay as it is (a resumed run whose kept policy
         scored at least as well) or when nothing was evaluated."""
         if self.solved is not None:
             return self.solved
-        if self.best is None or (self.policy is not None and self.policy[0] is not None
-                                 and self.best[2] <= self.policy[0]):
+        if self.best is None or (self.policy is not None and self.policy.eval_return is not None
+                                 and self.best.mean <= self.policy.eval_return):
             return None
         return self.best
 
@@ -68,6 +83,6 @@ class RunOutcome:
             "env_steps_at_solve": self.env_steps_at_solve,
             "final_eval_return": self.final_eval,
             "ended": self.ended,
-            "policy_eval_return": None if self.policy is None else self.policy[0],
-            "policy_version": None if self.policy is None else self.policy[1],
+            "policy_eval_return": None if self.policy is None else self.policy.eval_return,
+            "policy_version": None if self.policy is None else self.policy.version,
         }

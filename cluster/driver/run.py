@@ -24,7 +24,7 @@ from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.observer import RunObserver
-from cluster.driver.outcome import RunOutcome
+from cluster.driver.outcome import PolicyFile, RunOutcome
 from cluster.driver.outputs import RunOutputs
 from cluster.driver.progress import ProgressLine, learner_ready_line
 from cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
@@ -52,7 +52,7 @@ class TrainingRun:
 
     def __init__(self, config: RunConfig, spec: EnvSpec | None, run_dir: Path, runtime: Runtime,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
-                 observers: tuple[RunObserver, ...] = (), kept_policy: tuple | None = None,
+                 observers: tuple[RunObserver, ...] = (), kept_policy: PolicyFile | None = None,
                  final_files: bool = True):
         self.config, self.spec, self.rt = config, spec, runtime
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2

@@ -16,6 +16,7 @@ from pathlib import Path
 from cluster.config.arguments import UsageError
 from cluster.config.schema import RunConfig
 from cluster.driver.checkpoints import ResumePoint, load_latest
+from cluster.driver.outcome import PolicyFile
 
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
 # into anything else, so a resume may not change them.
@@ -91,14 +92,14 @@ def _refuse_finished(run_dir: Path, saved: RunConfig, resumed: RunConfig, where:
                          f"stop.env_steps={2 * saved.stop.env_steps}")
 
 
-def kept_policy(run_dir: Path) -> tuple | None:
-    """(eval return, version) of the policy.pt2 a resumed run finds in its directory, from the
-    last summary.json (older summaries: its final eval return); None when there is none."""
+def kept_policy(run_dir: Path) -> PolicyFile | None:
+    """What the policy.pt2 a resumed run finds in its directory holds, from the last summary.json
+    (older summaries: its final eval return); None when there is none."""
     summary = _last_summary(run_dir)
     if summary is None or not (run_dir / "policy.pt2").is_file():
         return None
     score = summary.get("policy_eval_return", summary.get("final_eval_return"))
-    return (float(score) if isinstance(score, (int, float)) else None), summary.get("policy_version")
+    return PolicyFile(float(score) if isinstance(score, (int, float)) else None, summary.get("policy_version"))
 
 
 def _last_summary(run_dir: Path) -> dict | None:
