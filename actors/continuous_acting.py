@@ -5,7 +5,7 @@ Actions are in [-1, 1] here and in replay (the collector maps them to the env's 
 actors/action_scaling.py). Until the learner's first trained weights arrive the policy acts
 uniformly at random: the replay warm-up (the collector does not load a fresh learner's starting
 weights, `Weights.untrained`). Then TD3 adds Gaussian noise of this collector's own scale (spread
-over the collectors, as Ape-X spreads epsilon: cluster/config/settings.py collector_noise) to the
+over the collectors, as Ape-X spreads epsilon: cluster/plan/settings.py collector_noise) to the
 deterministic action, and SAC samples its squashed Gaussian.
 """
 

@@ -30,7 +30,7 @@ import numpy as np
 from actors.envs import UnsupportedEnv, inspect_env
 from cluster.config.loading import ConfigError, load_config
 from cluster.config.shipped import config_path
-from cluster.config.topology import plan_run
+from cluster.plan.topology import plan_run
 from replay.rate_limit import SamplesPerInsertLimiter
 
 CHUNK_STEPS = 16

@@ -23,8 +23,8 @@ from pathlib import Path
 from actors.envs import UnsupportedEnv, inspect_env
 from cluster.bench.report import write_json_payload
 from cluster.config.loading import ConfigError, load_config
-from cluster.config.settings import learner_settings
 from cluster.config.shipped import config_path
+from cluster.plan.settings import learner_settings
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -41,7 +41,7 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 def replay(settings, device, spec):
     """A one-shard replay of one update's worth of transitions per micro-batch slot, on `device`
     where a run would keep it (its random contents are never read as data, only gathered)."""
-    from cluster.config.topology import ReplayPlan
+    from cluster.plan.topology import ReplayPlan
     from replay.priorities import BetaSchedule, PrioritySettings
     from replay.rate_limit import SamplesPerInsertLimiter
     from replay.shard import StorageSpec

@@ -107,7 +107,7 @@ def test_imports_follow_the_dependency_rule(module):
 # cluster's parts drawn top to bottom: each imports only those below it (the CLI calls the Python
 # API, which calls the runtimes; the driver's run loop knows no runtime's wiring).
 CLUSTER_LAYERS = ("cluster.__main__", "cluster.commands", "cluster.api", "cluster.bench", "cluster.local",
-                  "cluster.driver", "cluster.hosts", "cluster.config", "cluster.process_clock")
+                  "cluster.driver", "cluster.hosts", "cluster.plan", "cluster.config", "cluster.process_clock")
 
 
 def cluster_layer(module: str) -> int:

@@ -181,8 +181,8 @@ def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
 def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo):
     from pathlib import Path
 
-    from cluster.config.topology import plan_run
     from cluster.local.wiring import build_local
+    from cluster.plan.topology import plan_run
 
     config = load_config(Path("configs/pendulum.yaml"), [
         f"algo.name={algo}", "collectors.chunk_steps=4", "replay.min_size=256", "learner.updates_per_epoch=4",
@@ -217,7 +217,7 @@ def test_the_benchs_in_process_stages_step_box_action_envs(algo):
     costs of --stage priorities (each once assumed Discrete actions and ended the bench with a
     traceback)."""
     from cluster.bench.local_stages import local_rates
-    from cluster.config.settings import collector_settings
+    from cluster.plan.settings import collector_settings
 
     config = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
@@ -286,7 +286,7 @@ def test_the_learner_matrix_replay_gathers_box_actions_with_their_dimension():
     float actions of the env's action_dim: it once stored Discrete ones, and every TD3/SAC variant
     of `python -m benchmarks.learner_matrix configs/pendulum.yaml` failed on the GPU box."""
     from benchmarks.learner_matrix import replay as matrix_replay
-    from cluster.config.settings import learner_settings
+    from cluster.plan.settings import learner_settings
     from learner.replay_feed import gather_from
     from learner.synthetic import synthetic_index_batch
 
@@ -348,7 +348,7 @@ def test_each_continuous_env_the_issue_names_runs_from_its_id_alone(env_id, obs_
     """Gymnasium's continuous envs, MuJoCo's through the mujoco extra: a SAC collector steps each
     from `env.id` and pushes float actions in [-1, 1] (the env got them in its own units)."""
     from actors.collector import Collector
-    from cluster.config.settings import collector_settings
+    from cluster.plan.settings import collector_settings
 
     config = load_config(None, [f"env.id={env_id}", "algo.name=sac", "env.num_envs=2", "collectors.chunk_steps=4",
                                 "algo.n_step=1"])
@@ -367,7 +367,7 @@ def test_collectors_act_at_random_until_trained_weights_come():
     action per observation plus a little noise) instead of the uniform warm-up left TD3 on
     pictures stuck in one run of three on a slower box."""
     from actors.collector import Collector
-    from cluster.config.settings import collector_settings
+    from cluster.plan.settings import collector_settings
     from learner.weights import export_arrays
     from replay.contracts import Weights
 

@@ -48,8 +48,8 @@ def test_image_networks_encode_uint8_pictures_and_the_cpu_actor_acts_as_the_lear
 def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_and_policy_pt2(algo, env_id, tmp_path):
     """Images with channels are stored as they come, channels first; grayscale frames are stored
     once each and stacked 4 deep (frame-once replay, with float actions), as DQN's Atari frames."""
-    from cluster.config.topology import plan_run
     from cluster.local.wiring import build_local
+    from cluster.plan.topology import plan_run
     from learner.policy_file import load_policy
     from replay.contracts import Weights
 

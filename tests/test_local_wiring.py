@@ -7,9 +7,9 @@ import pytest
 
 from actors.envs import inspect_env
 from cluster.config.loading import load_config
-from cluster.config.topology import plan_run
 from cluster.local.seams import WeightBoard
 from cluster.local.wiring import build_local
+from cluster.plan.topology import plan_run
 from replay.contracts import Weights
 
 OVERRIDES = ["collectors.num=3", "env.num_envs=4", "collectors.chunk_steps=4", "replay.min_size=64",

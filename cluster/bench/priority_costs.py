@@ -17,7 +17,7 @@ import numpy as np
 
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
-from cluster.config.settings import collector_settings, priority_settings, storage_spec
+from cluster.plan.settings import collector_settings, priority_settings, storage_spec
 from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.sharded import ShardedReplay

@@ -132,8 +132,8 @@ def run_bench(args: argparse.Namespace) -> int:
     plan = BenchPlan.choose(args.quick).with_window(args.window)
     address = checked_address(args.address, args.soak is not None)
 
-    from cluster.config.settings import collector_settings
     from cluster.driver.address import ADDRESS_VARIABLE
+    from cluster.plan.settings import collector_settings
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}

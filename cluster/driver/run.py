@@ -18,7 +18,6 @@ from pathlib import Path
 
 from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.schema import RunConfig
-from cluster.config.settings import eval_give_up
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
@@ -36,6 +35,7 @@ from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
 from cluster.hosts.learner_host import LearnerRestarted
+from cluster.plan.settings import eval_give_up
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2

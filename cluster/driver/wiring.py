@@ -1,6 +1,6 @@
 """The Ray wiring of a run: connecting to Ray, the placement groups and every actor.
 
-What connects to what is planned once in cluster/config/topology.py (the local wiring in
+What connects to what is planned once in cluster/plan/topology.py (the local wiring in
 cluster/local/wiring.py builds the same plan without Ray); this file makes those connections with
 Ray's actors: the learner hosts the replay, each collector gets the learner's name and its shard's
 index (chunks), the learner gets every collector's name (weights), the driver keeps the evaluator.
@@ -21,7 +21,6 @@ import ray
 
 from actors.envs import EnvSpec
 from cluster.config.schema import RunConfig
-from cluster.config.topology import plan_run
 from cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
 from cluster.driver.devices import gpu_requests
 from cluster.driver.placement import (
@@ -39,6 +38,7 @@ from cluster.hosts.collector_actor import CollectorActor
 from cluster.hosts.evaluator_actor import EvaluatorActor
 from cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
 from cluster.hosts.ray_seams import ChunkSink
+from cluster.plan.topology import plan_run
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them
@@ -260,7 +260,7 @@ def collector_name(run_id: str, index: int) -> str:
 def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: str, run_id: str,
                  learner_host: type = LearnerActor) -> RunActors:
     """Create the collectors, the learner (with the replay) and the evaluator as Ray actors,
-    connected as cluster/config/topology.py plans (they start in parallel). `learner_host` lets
+    connected as cluster/plan/topology.py plans (they start in parallel). `learner_host` lets
     the bench host the learner in a subclass with its probes."""
     plan = plan_run(config, spec)
     request = resource_request(config, device)

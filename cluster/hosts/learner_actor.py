@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ray
 
-from cluster.config.topology import ReplayPlan
 from cluster.hosts.learner_host import LearnerHost
 from cluster.hosts.ray_seams import WeightPublisher
+from cluster.plan.topology import ReplayPlan
 from learner.settings import LearnerSettings
 
 CONCURRENCY_GROUPS = {"replay": 1, "control": 1}

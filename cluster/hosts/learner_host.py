@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
-from cluster.config.topology import ReplayPlan
+from cluster.plan.topology import ReplayPlan
 from cluster.process_clock import process_start_time
 from learner.settings import LearnerSettings
 

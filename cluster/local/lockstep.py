@@ -1,7 +1,7 @@
 """`python -m cluster.local.lockstep`: a run's parts in lockstep in one process, without Ray.
 
 The same Collector, ShardedReplay, limiter and Learner classes as `raypex train`, built
-from the same plan (cluster/config/topology.py) by the local wiring, run one after another: the collectors insert until the limiter has no more
+from the same plan (cluster/plan/topology.py) by the local wiring, run one after another: the collectors insert until the limiter has no more
 room (in a real run they are faster than the learner and sit at that bound), the learner trains
 one epoch, its newest weights reach the collectors and, every `eval.every_epochs` epochs, the
 evaluator. No asynchrony, no CPU contention: the updates it takes to reach `stop.eval_return`
@@ -23,10 +23,10 @@ import time
 from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.loading import ConfigError, load_config
 from cluster.config.schema import RunConfig
-from cluster.config.settings import eval_give_up
 from cluster.config.shipped import config_path
-from cluster.config.topology import plan_run
 from cluster.local.wiring import build_local
+from cluster.plan.settings import eval_give_up
+from cluster.plan.topology import plan_run
 from replay.contracts import Weights
 
 

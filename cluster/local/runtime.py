@@ -13,9 +13,9 @@ import os
 import time
 
 from cluster.config.schema import RunConfig
-from cluster.config.topology import plan_run
 from cluster.driver.runtime import RuntimeErrors
 from cluster.local.wiring import LocalRun, build_local
+from cluster.plan.topology import plan_run
 
 
 class LocalCall:

@@ -1,5 +1,5 @@
 """The local wiring: the run's parts as plain objects in one process, connected as
-cluster/config/topology.py plans, through the in-process seams (cluster/local/seams.py).
+cluster/plan/topology.py plans, through the in-process seams (cluster/local/seams.py).
 
 What the Ray wiring (cluster/driver/wiring.py) builds as actors across a cluster, this builds
 without Ray: for the local runtime (`raypex train --local`), the lockstep replica, tests and
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.collector import Collector
-from cluster.config.topology import Topology
 from cluster.hosts.learner_host import LearnerHost
 from cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
 from cluster.local.seams import ShardWriter, WeightBoard
+from cluster.plan.topology import Topology
 
 
 @dataclass

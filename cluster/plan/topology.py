@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from actors.envs import EnvSpec
 from actors.settings import CollectorSettings, EvaluatorSettings
 from cluster.config.schema import RunConfig
-from cluster.config.settings import (
+from cluster.plan.settings import (
     beta_schedule,
     collector_settings,
     evaluator_settings,
