@@ -147,8 +147,7 @@ def evaluations_after(run_dir: Path, env_steps: int) -> int:
 
 
 def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
-    """Kill the evaluator once, then collector 0's process three times, in one run; a fourth
-    death ends the run in one line, with its final files.
+    """Kill the evaluator once, then collector 0's process three times, in one run.
 
     The evaluator: Ray restarts it, the run loses at most the evaluation it was running, and the
     next ones go to the new process. Collector 0: Ray restarts it on its shard (whose data survives
@@ -169,15 +168,11 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
     while evaluations_after(run.run_dir, at_evaluator_kill) < 2:
         assert time.monotonic() < deadline, f"no two evaluations after the evaluator's restart:\n{run.output}"
         time.sleep(0.5)  # the pace of reading TensorBoard's file; the loop ends on what it holds
-    run.kill_actor("collector-0", restarted=False)  # a fourth death: Ray restarts a collector 3 times
-    assert run.finish() == 1, run.output
-    expected = (f"raypex: run failed: collector 0 died after 3 restarts (a collector is restarted 3 times); "
-                f"continue it with: raypex train --resume {run.run_dir}")
-    assert run.output.strip().splitlines()[-1] == expected, run.output
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish() == 130, run.output
     result = run.summary()
-    assert result["ended"] == "failed: collector 0 died after 3 restarts (a collector is restarted 3 times)", result
     assert result["evaluations_lost"] <= 1 and result["final_eval_return"] is not None, result
-    assert "Traceback" not in run.output and (run.run_dir / "policy.pt2").is_file()
+    assert "Traceback" not in run.output
     assert result["collector_restarts"] == 3, run.output
     assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data
     assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
@@ -244,6 +239,25 @@ def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
     assert evaluations.take()[0] is None and evaluations.lost == 2
     final = evaluations.evaluate_now(weights)  # waits for the restart, then runs
     assert final is not None and final["pid"] not in (first, result["pid"]) and evaluations.lost == 2
+
+
+def test_a_collectors_fourth_death_ends_the_run_in_one_line_with_its_final_files(running):
+    """README: Ray restarts a collector 3 times; a fourth death ends the run (exit 1, one line
+    naming it and the resume command) after the final checkpoint, policy.pt2 and summary.json."""
+    run = running("stop.env_steps=100000000", "checkpoint.every_epochs=5")
+    run.read_until("[")
+    for _ in range(3):
+        run.kill_actor("collector-0")
+        run.read_until("collector 0 died; restarting it on its shard")
+    run.kill_actor("collector-0", restarted=False)
+    assert run.finish() == 1, run.output
+    line = "collector 0 died after 3 restarts (a collector is restarted 3 times)"
+    assert run.output.strip().splitlines()[-1] == \
+        f"raypex: run failed: {line}; continue it with: raypex train --resume {run.run_dir}", run.output
+    result = run.summary()
+    assert result["ended"] == f"failed: {line}" and result["collector_restarts"] == 3, result
+    assert "Traceback" not in run.output and (run.run_dir / "policy.pt2").is_file()
+    assert list((run.run_dir / "checkpoints").glob("ckpt-*.pt"))
 
 
 DIVERGING_ENV = '''import gymnasium as gym
