@@ -186,6 +186,21 @@ def test_metrics_rates_lag_and_episode_means():
     assert metrics.samples_per_s == pytest.approx(640 / 0.5) and metrics.wait_fraction == pytest.approx(0.1)
 
 
+def test_a_collector_that_has_not_reported_its_shards_steps_is_counted_from_its_shard():
+    """A restarted collector counts on from its shard's stored steps only once it has read them,
+    and one dead for good reports nothing: env steps come from what each shard holds then, so
+    they still equal the inserts."""
+    metrics = RunMetrics()
+    shards = [{"size": 10, "inserted": 1_000, "writer_env_steps": 1_000, "sampled": 0, "nbytes": 1, "capacity": 10},
+              {"size": 10, "inserted": 800, "writer_env_steps": 800, "sampled": 0, "nbytes": 1, "capacity": 10}]
+    collector = {"epsilon": 0.4, "version": 0, "episode_returns": [], "episode_lengths": []}
+    metrics.poll([{**collector, "env_steps": 16}, {**collector, "env_steps": 800}], shards, now=0.0)  # 0 restarted
+    assert metrics.env_steps == 1_800
+    shards[1].update(inserted=900, writer_env_steps=900)
+    metrics.poll([], shards, now=1.0)  # the run's end, collector 0 dead for good: the shards alone
+    assert metrics.env_steps == 1_900 == sum(metrics.shard_inserted)
+
+
 def test_env_steps_per_s_spans_the_rate_window_not_one_poll():
     """Collectors held by the ratio limiter report in bursts: a run making 100 env steps/s must
     not show 0 between two bursts."""

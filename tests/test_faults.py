@@ -256,6 +256,7 @@ def test_a_collectors_fourth_death_ends_the_run_in_one_line_with_its_final_files
         f"raypex: run failed: {line}; continue it with: raypex train --resume {run.run_dir}", run.output
     result = run.summary()
     assert result["ended"] == f"failed: {line}" and result["collector_restarts"] == 3, result
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
     assert "Traceback" not in run.output and (run.run_dir / "policy.pt2").is_file()
     assert list((run.run_dir / "checkpoints").glob("ckpt-*.pt"))
 

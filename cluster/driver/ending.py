@@ -52,7 +52,7 @@ def finish_run(run, new_work: bool) -> None:
             run.metrics.priority_updates["priority_updates_unsent"] = unsent
     with contextlib.suppress(*rt.errors.any):  # the final checkpoint counts the last chunks
         if collecting:
-            run.poll()
+            run.poll(final=True)
         else:  # a restored replay's counts still go to summary.json
             run.metrics.poll([], rt.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
     try:

@@ -55,8 +55,13 @@ class RunMetrics:
         now = time.perf_counter() if now is None else now
         self.startup.collectors(collectors)
         # A restarted collector counts on from the steps its shard stored, which can be a little below
-        # what the dead process last reported: the env-step axis never goes back.
-        self.env_steps = max(self.env_steps, self.env_steps_offset + sum(c["env_steps"] for c in collectors))
+        # what the dead process last reported: the env-step axis never goes back. Each shard knows
+        # its collectors' env steps up to its newest stored chunk, so a restarted collector that has
+        # not read them yet, or one that died for good (`collectors` empty: shards alone), is
+        # counted from there.
+        reported = [c["env_steps"] for c in collectors] if collectors else [0] * len(shards)
+        counted = [max(r, s.get("writer_env_steps", 0)) for r, s in zip(reported, shards, strict=True)]
+        self.env_steps = max(self.env_steps, self.env_steps_offset + sum(counted))
         # Each shard counts the collector processes that wrote to it; all but the first were
         # restarts. A shard that was itself restarted counts again from zero: keep the most seen.
         self._collector_restarts_by_shard = most_seen(self._collector_restarts_by_shard,

@@ -234,8 +234,10 @@ class TrainingRun:
         self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
         self.progress.message(f"video of weights version {result['version']}: {path}")
 
-    def poll(self) -> bool:
-        """Read every actor's counters, write scalars, draw progress; True when env steps are done."""
+    def poll(self, final: bool = False) -> bool:
+        """Read every actor's counters, write scalars, draw progress; True when env steps are done.
+        `final` (the run's end): a collector that cannot answer (dead for good) is counted from its
+        shard, so the summary's counts are the final ones."""
         self.supervisor.check()
         refs = [c.stats.remote() for c in self.actors.collectors] + [self.actors.learner.replay_stats.remote()]
         ready = self.rt.wait(refs, num_returns=len(refs), timeout=5.0)
@@ -244,7 +246,9 @@ class TrainingRun:
         try:
             stats = self.rt.get(refs)
         except self.rt.errors.restarting:
-            return False  # a collector or the learner is being restarted by Ray; read again next poll
+            if not final:
+                return False  # a collector or the learner is being restarted by Ray; read again next poll
+            stats = [self.rt.get(refs[-1])]  # the shards alone (RunMetrics.poll counts each collector there)
         scalars = self.metrics.poll(stats[:-1], stats[-1])
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
