@@ -56,8 +56,7 @@ class DQNStep:
         self.precision = precision or make_precision(resolve_precision(settings.precision, device, pixels), device)
         # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
         # costs start-up everywhere else it was measured.
-        captured = cuda and settings.cuda_graphs != "off"
-        self.compiled = settings.compile if settings.compile is not None else (captured and pixels)
+        self.compiled = settings.compile if settings.compile is not None else (settings.captures(device.type) and pixels)
         self.online = build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
                                       settings.obs_dtype).to(device)
         if isinstance(self.online, NatureCNNQNetwork):

@@ -71,7 +71,7 @@ class Learner:
         self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
                                should_stop=lambda: self._stop_requested)
         self.step: AlgorithmStep = build_step(settings, device, gather_from(replay) if self.feed.on_device else None)
-        self.cuda_graphs = cuda and settings.cuda_graphs != "off"
+        self.cuda_graphs = settings.captures(device.type)
         self.feedback = PriorityFeedback(replay, device) if settings.prioritized else None
         self._captured: Callable[[Mapping[str, torch.Tensor]], None] | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()

@@ -43,6 +43,10 @@ class LearnerSettings:
     init_temperature: float = 1.0  # sac
     obs_norm: bool = False  # td3/sac: running observation normalization inside the networks (learner/obs_norm.py)
 
+    def captures(self, device_type: str) -> bool:
+        """Whether the update is captured as CUDA graphs on a device of this type (auto: on CUDA)."""
+        return device_type == "cuda" and self.cuda_graphs != "off"
+
     @property
     def action_dim(self) -> int:
         """Dimensions of a Box action; 0 for Discrete actions."""
