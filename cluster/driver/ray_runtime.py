@@ -50,7 +50,6 @@ class RayRuntime:
     """Runs the parts as Ray actors and waits on their calls with ray.wait and ray.get."""
 
     errors = RAY_ERRORS
-    collector_max_restarts = COLLECTOR_MAX_RESTARTS
 
     def __init__(self, address: str | None = None, ship_code: bool = True, from_variable: bool = False,
                  connected_device: str | None = None, learner_host: type = LearnerActor):
@@ -109,7 +108,7 @@ class RayRuntime:
 
     def supervisor(self, parts: RunActors, progress) -> CollectorSupervisor:
         """Restarts the loops of collectors Ray restarted."""
-        return CollectorSupervisor(parts.collectors, parts.learner, self.collector_max_restarts, progress)
+        return CollectorSupervisor(parts.collectors, parts.learner, COLLECTOR_MAX_RESTARTS, progress)
 
     def close(self) -> None:
         """Kill the run's actors and leave the cluster (a local one started here is shut down)."""

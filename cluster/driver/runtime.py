@@ -49,7 +49,6 @@ class Runtime(Protocol):
     """Where a run's parts live, and how the run loop waits for what it asked of them."""
 
     errors: RuntimeErrors
-    collector_max_restarts: int  # what a collector's supervisor allows (0: none are restarted)
 
     def start(self, config, spec, progress, startup) -> RunParts:
         """Make the parts of the run (connecting to a cluster first where there is one)."""

@@ -109,7 +109,6 @@ class LocalRuntime:
     """Runs the parts in this process."""
 
     errors = RuntimeErrors()
-    collector_max_restarts = 0
 
     def __init__(self):
         self.parts: LocalParts | None = None
