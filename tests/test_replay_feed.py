@@ -12,7 +12,7 @@ from replay.contracts import TrainingStopped
 from replay.priorities import BetaSchedule, PrioritySettings
 from replay.rate_limit import SamplesPerInsertLimiter
 from replay.shard import StorageSpec
-from replay.sharded import ShardedReplay
+from replay.sharded import Draw, ShardedReplay
 
 CPU = torch.device("cpu")
 
@@ -117,10 +117,15 @@ def test_on_the_gpu_only_indices_travel_and_the_gather_there_matches_the_host(pr
         assert set(batch) == {"row"} | ({"weight"} if prioritized else set())
         fields = gather_from(device)(batch)
         ids = fields["action"].cpu()
+        index = {key: value.cpu().numpy() for key, value in batch.items() if key != "weight"}
     assert torch.equal(fields["return"].cpu(), ids.float())
     assert torch.equal(fields["obs"][:, :, 0, 0, 0].cpu(), (ids % 256).to(torch.uint8))
-    stored = host.gather(host.draw(1, 200))["action"]
-    assert set(ids.ravel().tolist()) <= set(stored.ravel().tolist()) | set(range(60)) | set(range(100, 130))
+    # the same rows gathered on the host from a replay holding the same transitions: every field equal
+    expected = host.gather(Draw(index))
+    assert set(fields) - {"weight"} == set(expected)
+    for field, values in expected.items():
+        np.testing.assert_array_equal(fields[field].cpu().numpy(), values, err_msg=field)
+    assert set(ids.ravel().tolist()) <= set(range(60)) | set(range(100, 130))
 
 
 def test_a_cpu_learner_draws_the_next_updates_together_within_the_epoch_and_the_limiter():
