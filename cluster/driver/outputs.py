@@ -10,8 +10,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from cluster.driver.checkpoints import atomic_write, save_checkpoint
+
+
+class PendingCheckpoint(NamedTuple):
+    """A checkpoint asked of the learner and not written yet."""
+
+    state: object  # ref to the learner's state bytes (LearnerActor.state_bytes)
+    epoch: int
+    counters: dict  # the run's counters at that epoch
+    replay: list | None  # refs to each shard's replay state, or None: no replay in this set
 
 
 class RunOutputs:
@@ -22,11 +32,10 @@ class RunOutputs:
         self.rt = runtime  # where the learner runs (cluster/driver/runtime.py)
         self.keep_checkpoints = keep_checkpoints
         self.say = say  # one line for the progress display
-        # A checkpoint asked for and not written yet: (learner state ref, epoch, counters, replay
-        # state refs or None). The driver's loop never waits for it: the learner serves it after
+        # The driver's loop never waits for a pending checkpoint: the learner serves it after
         # its queued epochs, and an epoch can wait a long time for data (a collector being
         # restarted), so the driver must keep polling and restarting collectors meanwhile.
-        self.pending_checkpoint: tuple | None = None
+        self.pending_checkpoint: PendingCheckpoint | None = None
         self.replay_pause_s_max = 0.0  # the longest the replay paused to hand over one shard
         self.unwritten: str | None = None  # the first final file the run's end could not write
 
@@ -37,7 +46,7 @@ class RunOutputs:
         due catches up."""
         if self.pending_checkpoint is None:
             replay = [learner.replay_state.remote(i) for i in range(shards)] if shards else None
-            self.pending_checkpoint = (learner.state_bytes.remote(), epoch, counters, replay)
+            self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay)
 
     def write_pending_checkpoint(self) -> None:
         """Write the pending checkpoint, if any (waits for its parts if not come yet). A learner

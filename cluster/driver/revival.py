@@ -14,6 +14,10 @@ that dies again before reaching the next checkpoint ends the run (RunFailed) ins
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
 from cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
 from cluster.driver.run_errors import CheckpointRefused, error_line, original_error
 
@@ -30,52 +34,58 @@ def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
         raise
 
 
-class LearnerRevival:
-    """Decides whether a dead learner may be revived, and revives it."""
+class Revived(NamedTuple):
+    """Where a revived learner continues from."""
 
-    def __init__(self, checkpoint_dir, every_epochs: int):
+    epochs: int  # the epoch of the checkpoint it loaded (0: none, its initial weights)
+    version: int  # the weights version it publishes next from
+
+
+class LearnerRevival:
+    """Decides whether a dead learner may be revived, and revives it: the newest checkpoint set
+    loaded into the process Ray restarted behind the same handle, and its replay when it can."""
+
+    def __init__(self, runtime, checkpoint_dir: Path, every_epochs: int, num_shards: int,
+                 checkpoint_replay: bool, pixels: bool, say: Callable[[str], None]):
+        self.rt = runtime
         self.checkpoint_dir = checkpoint_dir
         self.every_epochs = every_epochs
+        self.num_shards = num_shards
+        self.checkpoint_replay = checkpoint_replay  # checkpoint sets hold every shard's replay
+        # Frame-once pixel storage is linked to its live collectors' frame streams, which went on
+        # while the learner was down: a checkpointed one would be stitched to frames it never saw.
+        self.pixels = pixels
+        self.say = say
         self.revived_at_epoch: int | None = None  # the checkpoint epoch the last revival started from
+        self.count = 0  # revivals so far
 
-    def revive(self, run) -> bool:
-        """Load the newest checkpoint into `run`'s restarted learner and rewind the run's epoch
-        count to it; False when the learner died again within a checkpoint window of its last
-        revival."""
-        if self.revived_at_epoch is not None and run.epochs_done - self.revived_at_epoch < self.every_epochs:
-            return False
-        resume = load_latest(self.checkpoint_dir, run.progress.message)
-        run.actors.learner_restarts += 1
-        run.outputs.pending_checkpoint = None  # asked of the dead learner: never coming
-        run.evaluations.forget_weights()
-        run.outcome.forget_weights()
+    def allowed(self, epochs_done: int) -> bool:
+        """False when the learner died again within a checkpoint window of its last revival."""
+        return self.revived_at_epoch is None or epochs_done - self.revived_at_epoch >= self.every_epochs
+
+    def revive(self, learner, epochs_done: int, version: int) -> Revived:
+        """Load the newest checkpoint into the restarted `learner` (the same handle: Ray restarts
+        the actor behind it), and say what was lost. `version`: the newest the run has seen, which
+        the new process publishes on from."""
+        resume = load_latest(self.checkpoint_dir, self.say)
+        self.count += 1
         start_epoch = resume.epochs if resume else 0
-        learner = run.actors.learner  # the same handle: Ray restarts the actor behind it
         # A call made while Ray is still restarting it fails at once ("the actor is restarting"):
         # this one is retried until the new process takes it (or Ray gives the learner up for dead).
         warmup = learner.warmup.options(max_task_retries=-1)
-        info = run.rt.get(warmup.remote(resume.learner_state if resume else None, run.metrics.learner_version))
+        info = self.rt.get(warmup.remote(resume.learner_state if resume else None, version))
         learner.count_lost_writes.remote()
-        if resume is not None and resume.replay_files and self._replay_comes_back(run):
-            what = restore_replay(run.rt, learner, run.config.collectors.num, resume)
+        if resume is not None and resume.replay_files and self.checkpoint_replay and not self.pixels:
+            what = restore_replay(self.rt, learner, self.num_shards, resume)
         else:
             what = "its replay was lost with it and refills from the collectors (summary.json counts what was lost)"
-            if run.config.checkpoint.replay and len(run.spec.obs_shape) != 1:
+            if self.checkpoint_replay and self.pixels:
                 what += " (pixel replay comes back only when a run resumes)"
         origin = f"the checkpoint of epoch {start_epoch}" if resume else "its initial weights (no checkpoint yet)"
-        run.progress.message(
-            f"the learner died; a new one continues from {origin}: the {run.epochs_done - start_epoch} epochs "
-            f"trained since are lost, collectors kept going; {what}")
-        run.epochs_done = start_epoch
-        run.metrics.learner_version = info["version"]
+        self.say(f"the learner died; a new one continues from {origin}: the {epochs_done - start_epoch} epochs "
+                 f"trained since are lost, collectors kept going; {what}")
         self.revived_at_epoch = start_epoch
-        return True
-
-    @staticmethod
-    def _replay_comes_back(run) -> bool:
-        # Frame-once storage is linked to its live collectors' frame streams, which went on while the
-        # learner was down: a checkpointed pixel replay would be stitched to frames it never saw.
-        return run.config.checkpoint.replay and len(run.spec.obs_shape) == 1
+        return Revived(start_epoch, info["version"])
 
 
 def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> str:

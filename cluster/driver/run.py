@@ -8,18 +8,25 @@ collector loops after Ray restarted a dead collector, and ends the run on `stop.
 evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
 flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot recover from
 (RunFailed, after the same final files). It exports the version the deciding evaluation ran on.
+
+How a run ends is the same whatever ended it: collectors stopped, the final checkpoint, policy.pt2
+and summary.json (the bench's runs write only the summary: `final_files`). After a signal or a
+failure nothing new starts (no final evaluation: the best evaluated version is exported); parts
+that need a learner that died are skipped with a line saying so, and summary.json is written
+whatever happened, saying how the run ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from pathlib import Path
+from typing import NamedTuple
 
 from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from cluster.config.schema import RunConfig
 from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
-from cluster.driver.ending import finish_run
 from cluster.driver.evaluation import EvaluationScheduler
 from cluster.driver.metrics import RunMetrics
 from cluster.driver.observer import RunObserver
@@ -31,7 +38,7 @@ from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
 from cluster.driver.runtime import Runtime
 from cluster.driver.signals import exit_code, release, second_aborts, signal_name
 from cluster.driver.startup import StartupTimeline
-from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
+from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries, result_scalars
 from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
 from cluster.hosts.learner_host import LearnerRestarted
@@ -39,6 +46,15 @@ from cluster.plan.settings import eval_give_up
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
+EPOCH_END_S = 60  # a stopped learner ends its epoch after the current update
+PRIORITY_FLUSH_S = 60  # the last GPU copies take milliseconds; a learner still in a long update finishes first
+
+
+class QueuedEpoch(NamedTuple):
+    """An epoch asked of the learner, not yet recorded."""
+
+    epoch: int
+    result: object  # the pending train_epoch call
 
 
 class TrainingRun:
@@ -63,12 +79,12 @@ class TrainingRun:
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message)
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
-        self.revival = LearnerRevival(run_dir / "checkpoints", config.checkpoint.every_epochs)
+        self.revival: LearnerRevival | None = None  # made by _start, once the env is known
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
-        self.queued_epochs: deque = deque()  # (epoch, train_epoch ref) asked of the learner, not yet recorded
+        self.queued_epochs: deque[QueuedEpoch] = deque()
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
@@ -99,7 +115,7 @@ class TrainingRun:
             self.progress.finish()
             try:
                 with second_aborts():
-                    finish_run(self, new_work=interrupt is None and failure is None)
+                    self._finish(new_work=interrupt is None and failure is None)
             except KeyboardInterrupt as again:  # a signal during the end: no more waiting, only the summary
                 interrupt = interrupt or again
                 self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
@@ -123,6 +139,9 @@ class TrainingRun:
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
+        self.revival = LearnerRevival(self.rt, self.outputs.run_dir / "checkpoints", self.config.checkpoint.every_epochs,
+                                      self.config.collectors.num, self.config.checkpoint.replay,
+                                      len(self.spec.obs_shape) != 1, self.progress.message)
         self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
@@ -148,31 +167,32 @@ class TrainingRun:
         next_epoch, stopping, next_poll = self.epochs_done + 1, False, time.perf_counter()
         while True:
             while not stopping and len(queued) < EPOCHS_QUEUED:
-                queued.append((next_epoch, learner.train_epoch.remote()))
+                queued.append(QueuedEpoch(next_epoch, learner.train_epoch.remote()))
                 next_epoch += 1
             if not queued:
                 return
             checkpoint = self.outputs.pending_checkpoint
-            waiting = [queued[0][1]] + ([evaluations.pending] if evaluations.pending else []) + (
-                [checkpoint[0]] if checkpoint else [])
+            waiting = [queued[0].result] + ([evaluations.pending] if evaluations.pending else []) + (
+                [checkpoint.state] if checkpoint else [])
             timeout = max(0.0, next_poll - time.perf_counter())
             ready = self.rt.wait(waiting, num_returns=1, timeout=timeout)
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self.on_evaluation():
                 stopping = self._stop_learning()
             try:
-                if checkpoint is not None and checkpoint[0] in ready:
+                if checkpoint is not None and checkpoint.state in ready:
                     self.outputs.write_pending_checkpoint()
-                if queued[0][1] in ready:
+                if queued[0].result in ready:
                     epoch, ref = queued.popleft()
                     self._on_epoch(epoch, self.rt.get(ref))
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:  # the learner died: a new one, or the end
                 # An epoch sent after it died goes to the process Ray restarts, which refuses it.
                 restarted = isinstance(getattr(err, "cause", None), LearnerRestarted)
                 dead = isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
-                if not (restarted or dead) or stopping or not self.revival.revive(self):
+                if not (restarted or dead) or stopping or not self.revival.allowed(self.epochs_done):
                     raise
-                learner, next_epoch = self.actors.learner, self.epochs_done + 1
+                self._revive_learner()
+                next_epoch = self.epochs_done + 1
                 queued.clear()
                 continue
             if not stopping:
@@ -193,6 +213,15 @@ class TrainingRun:
         while self.queued_epochs:
             epoch, ref = self.queued_epochs.popleft()
             self._on_epoch(epoch, self.rt.get(ref, timeout=timeout_s))
+
+    def _revive_learner(self) -> None:
+        """Carry on with the process Ray restarted for a dead learner, from the newest checkpoint."""
+        self.outputs.pending_checkpoint = None  # asked of the dead learner: never coming
+        self.evaluations.forget_weights()  # refs to the dead process's objects went with it
+        self.outcome.forget_weights()
+        revived = self.revival.revive(self.actors.learner, self.epochs_done, self.metrics.learner_version)
+        self.epochs_done = revived.epochs
+        self.metrics.learner_version = revived.version
 
     def _stop_learning(self) -> bool:  # cut the learner's current and queued epochs short
         self.actors.learner.request_stop.remote()
@@ -261,7 +290,6 @@ class TrainingRun:
             observer.after_poll(self)
         return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
 
-    # -- the end ------------------------------------------------------------------------------
     def request_checkpoint(self) -> None:
         """Ask the learner for a checkpoint of the epochs done so far (written once it comes)."""
         counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
@@ -288,6 +316,106 @@ class TrainingRun:
             "epochs": self.epochs_done,
             "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
             "collector_restarts": self.metrics.collector_restarts,
-            "learner_restarts": self.actors.learner_restarts if self.actors else 0,
+            "learner_restarts": self.revival.count if self.revival else 0,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
         }
+
+    # -- the end ------------------------------------------------------------------------------
+    def _finish(self, new_work: bool) -> None:
+        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json.
+
+        `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
+        the exported policy is the best evaluated version (the newest weights if none was). Parts
+        that need a dead learner are skipped, and the summary still says how the run ended. After a
+        signal summary.json is written as soon as the checkpoint is, and again after policy.pt2.
+        """
+        if self.actors is None:
+            self._write_summary()
+            return
+        for observer in self.observers:
+            observer.before_finish(self)
+        learner, errors = self.actors.learner, self.rt.errors
+        # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
+        # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
+        learner.request_stop.remote()
+        if self.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
+            learner.warm_exporter.remote()
+        collecting = self.supervisor is not None  # None: a signal came before the collectors were started
+        if collecting:
+            self.supervisor.stop()
+            self.collect_end = time.time()
+            self.supervisor.wait_stopped()
+        with contextlib.suppress(*errors.any):  # a dead learner's epochs are lost with it
+            self.drain_epochs(timeout_s=EPOCH_END_S)
+        if self.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
+            with contextlib.suppress(*errors.any):
+                unsent = self.rt.get(learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
+                self.metrics.priority_updates["priority_updates_unsent"] = unsent
+        with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
+            if collecting:
+                self.poll(final=True)
+            else:  # a restored replay's counts still go to summary.json
+                self.metrics.poll([], self.rt.get(learner.replay_stats.remote(), timeout=EPOCH_END_S))
+        try:
+            if self.final_files:
+                self._final_checkpoint()
+                if not new_work:  # after a signal a SIGKILL may follow (`ray job stop`: 3 s): the summary first
+                    self._write_summary()
+                self._export(new_work)
+        except OutputNotWritten as err:
+            self._not_written("no policy.pt2", err)
+        except errors.any as err:
+            if new_work:
+                raise
+            self.progress.message(f"no final checkpoint or policy: {describe_failure(err, self.role_of, errors.died)}")
+        self._write_summary()
+        self.tb.scalars(result_scalars(self.outcome.final_eval, self.outcome.time_to_solve_s), self.metrics.env_steps)
+        self.tb.flush()
+
+    def _final_checkpoint(self) -> None:
+        """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that
+        cannot be written (a full disk) is said and counted, and the run still exports its policy."""
+        try:
+            self.outputs.write_pending_checkpoint()
+            self.request_checkpoint()
+            self.outputs.write_pending_checkpoint()
+        except OutputNotWritten as err:
+            self._not_written("no final checkpoint", err)
+
+    def _write_summary(self) -> None:
+        try:
+            self.outputs.summary(self.summary())
+        except OutputNotWritten as err:
+            self._not_written("no summary.json", err)
+
+    def _not_written(self, what: str, err: OutputNotWritten) -> None:
+        """Say what the run's end could not write; the first such makes the run exit as failed."""
+        self.progress.message(f"{what}: {err}")
+        self.outputs.unwritten = self.outputs.unwritten or str(err)
+
+    def _export(self, new_work: bool) -> None:
+        """policy.pt2: the solving version, else the best-evaluated one (a final evaluation of the
+        newest weights counts when the run ended on env steps; after a signal or a failure nothing
+        new is evaluated). A resumed run keeps the policy.pt2 it found when that scored at least as
+        well; with no evaluation at all, the newest weights are exported."""
+        outcome, learner = self.outcome, self.actors.learner
+        if outcome.solved is None and new_work:  # the run ended on env steps: evaluate the final weights
+            final = learner.published_weights.remote()
+            result = self.evaluations.evaluate_now(final)
+            if result is not None:
+                outcome.note_evaluation(result, final)
+                self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+        choice = outcome.to_export()
+        if choice is None and outcome.policy is not None and outcome.policy.eval_return is not None:
+            best = "none" if outcome.best is None else f"{outcome.best.mean:.1f}"
+            self.progress.message(f"policy.pt2 kept: it scored {outcome.policy.eval_return:.1f}; "
+                                  f"this run's best evaluation: {best}")
+            return
+        if choice is None:  # nothing evaluated: the newest weights, unevaluated
+            outcome.policy = PolicyFile(None, None)
+            self.outputs.policy(learner, learner.published_weights.remote())
+            return
+        if not new_work or choice.mean != outcome.final_eval:
+            self.progress.message(f"exporting weights version {choice.version}, the best evaluated ({choice.mean:.1f})")
+        outcome.policy = PolicyFile(choice.mean, choice.version)
+        self.outputs.policy(learner, choice.weights)

@@ -36,7 +36,6 @@ class RunParts(Protocol):
     collectors: list
     learner: Any
     evaluator: Any
-    learner_restarts: int
 
     def kill_all(self) -> None: ...
 

@@ -212,7 +212,6 @@ class RunActors:
     collectors: list
     learner: object
     evaluator: object
-    learner_restarts: int = 0
     pair_strategy: str | None = None  # how collector-learner pairs were placed (placement.json)
 
     def all(self) -> list:

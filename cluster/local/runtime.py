@@ -71,7 +71,6 @@ class LocalParts:
         self.collectors = [LocalHandle(c) for c in run.collectors]  # the loop asks them for stats() only
         self.learner = LocalHandle(run.host)
         self.evaluator = LocalHandle(run.evaluator)
-        self.learner_restarts = 0
 
     def kill_all(self) -> None:
         """Close every env."""
