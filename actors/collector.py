@@ -25,7 +25,7 @@ from actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilon
 from actors.nstep import NStepFolder
 from actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
 from actors.settings import CollectorSettings
-from replay.contracts import PollWeights, PushChunk
+from replay.contracts import CollectorStats, PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
 
@@ -174,29 +174,18 @@ class Collector:
             self.episode_return[done] = 0.0
             self.episode_length[done] = 0
 
-    def stats(self) -> dict:
+    def stats(self) -> CollectorStats:
         """Counters, plus the episodes finished since the last call (drained)."""
         with self._episodes_lock:
             returns, lengths = self.finished_returns, self.finished_lengths
             self.finished_returns, self.finished_lengths = [], []
-        return {
-            "index": self.s.index,
-            "env_steps": self.env_steps,
-            "first_step_at": self.first_step_at,
-            "chunks_pushed": self.chunks_pushed,
-            "transitions_pushed": self.transitions_pushed,
-            "episode_returns": returns,
-            "episode_lengths": lengths,
-            "epsilon": self.epsilon,
-            # what `epsilon` is: an epsilon-greedy rate, TD3's action noise, or nothing (SAC samples)
-            "exploration": self.exploration.kind,
-            "version": self.version,
-            "version_loaded_at": self.version_loaded_at,
-            "max_weight_load_s": self.max_weight_load_s,
-            "phase_s": dict(self.phase_s),
-            "act_precision": self.policy.precision,
-            "act_form": self.policy.form,
-        }
+        return CollectorStats(
+            index=self.s.index, env_steps=self.env_steps, first_step_at=self.first_step_at,
+            chunks_pushed=self.chunks_pushed, transitions_pushed=self.transitions_pushed,
+            episode_returns=returns, episode_lengths=lengths, epsilon=self.epsilon,
+            exploration=self.exploration.kind, version=self.version, version_loaded_at=self.version_loaded_at,
+            max_weight_load_s=self.max_weight_load_s, phase_s=dict(self.phase_s),
+            act_precision=self.policy.precision, act_form=self.policy.form)
 
 
 def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder:

@@ -33,7 +33,7 @@ from learner.replay_feed import ReplayFeed, gather_from
 from learner.settings import LearnerSettings
 from learner.synthetic import synthetic_batch, synthetic_index_batch
 from learner.weights import export_arrays, load_arrays
-from replay.contracts import PublishWeights, TrainingStopped, Weights
+from replay.contracts import EpochStats, PublishWeights, TrainingStopped, Weights
 from replay.sharded import ShardedReplay
 
 # feed: drawing (and on the host, gathering) a batch, waiting for data included; update: host time
@@ -122,7 +122,7 @@ class Learner:
         self.step.after_update(self.updates)
 
     # -- epochs -------------------------------------------------------------------------------
-    def train_epoch(self) -> dict[str, float]:
+    def train_epoch(self) -> EpochStats:
         """Run one epoch of updates; publish weights when due; return the epoch's metrics.
 
         After `request_stop` (or a TrainingStopped from the replay feed) the epoch ends early:
@@ -151,27 +151,19 @@ class Learner:
         except TrainingStopped:
             pass
         if done == 0:
-            return {"updates_in_epoch": 0, "epoch_s": clock() - start, "updates": self.updates,
-                    "epochs": self.epochs, "version": self.version}
+            return EpochStats(0, clock() - start, self.updates, self.epochs, self.version)
         self.epochs += 1
         if self.epochs % self.s.broadcast_every_epochs == 0:
             t3 = clock()
             self.publish_weights()
             phase["broadcast"] += clock() - t3
-        metrics = {
-            **self.step.take_metrics(done * self.s.accumulation_steps),  # one read of the device per epoch
-            "epoch_s": time.perf_counter() - start,
-            "updates": self.updates,
-            "epochs": self.epochs,
-            "version": self.version,
-            "updates_in_epoch": done,
-            "samples_per_update": self.s.accumulation_steps * self.s.micro_batch,
-            "broadcast_ms": self.broadcast_ms,
-            "first_update_at": self.first_update_at,
-        }
-        if self.step.precision.scaler is not None:
-            metrics["grad_scale"] = self.step.precision.scaler.get_scale()
-        return metrics
+        scaler = self.step.precision.scaler
+        return EpochStats(
+            updates_in_epoch=done, epoch_s=time.perf_counter() - start, updates=self.updates, epochs=self.epochs,
+            version=self.version, samples_per_update=self.s.accumulation_steps * self.s.micro_batch,
+            broadcast_ms=self.broadcast_ms, first_update_at=self.first_update_at,
+            losses=self.step.take_metrics(done * self.s.accumulation_steps),  # one read of the device per epoch
+            grad_scale=scaler.get_scale() if scaler is not None else None)
 
     def _after_update(self) -> None:
         """On CUDA: keep the host no more than GPU_QUEUE_DEPTH updates ahead of the GPU (wait for

@@ -10,6 +10,8 @@ them. The messages:
    (replay/sharded.py: Draw) and the fields gathered from them where the replay's columns are
    (the learner's host memory, or its GPU). Batch is the gathered form; pixel stacks stay uint8.
 3. Weights (learner -> collectors): a version and the network's parameters.
+The figures the driver reads are typed here too: CollectorStats (each collector), ShardStats (each
+shard of the learner's replay) and EpochStats (each learner epoch).
 
 Field names follow time: `obs` is the state the action was taken in, `next_obs` the state
 bootstrapped from n steps later; `return` is the folded sum_k gamma^k r_{t+k} and `discount` is
@@ -23,7 +25,7 @@ passed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypedDict
 
 import numpy as np
@@ -80,6 +82,81 @@ class Weights:
     # A fresh learner's starting weights, published before any update: TD3 and SAC collectors keep
     # acting uniformly at random until trained weights come (the replay warm-up)
     untrained: bool = False
+
+
+@dataclass
+class CollectorStats:
+    """One collector's counters, as the driver polls them a few times a second."""
+
+    index: int
+    env_steps: int  # transitions sent to its shard (the reset step after an episode is not one)
+    first_step_at: float | None  # wall clock of its first env step
+    chunks_pushed: int
+    transitions_pushed: int
+    episode_returns: list[float]  # the episodes finished since the last poll (drained by each poll)
+    episode_lengths: list[int]
+    epsilon: float  # the exploration rate or noise it acts with now
+    exploration: str | None  # what `epsilon` is: "epsilon" (a greedy rate), "noise" (TD3's), None (SAC samples)
+    version: int  # the weights version it acts with (-1: its own initial network)
+    version_loaded_at: float | None
+    max_weight_load_s: float  # the longest its env loop paused to take new weights
+    phase_s: dict[str, float]  # seconds per phase of its loop (env, act, push, throttle, ...)
+    act_precision: str
+    act_form: str
+    startup: dict[str, float] = field(default_factory=dict)  # its process's start moments (Ray actors only)
+
+
+@dataclass(frozen=True)
+class PriorityStats:
+    """A prioritized shard's figures since the last poll."""
+
+    mass: float  # the sum of its priorities
+    max_mass: float
+    updates_applied: int  # transitions whose new priority was applied
+    updates_dropped: int  # priorities that came back after their transition was overwritten
+    is_weight_min: float  # the smallest importance weight drawn since the last poll
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    """One replay shard's counters and memory, as the driver polls them."""
+
+    shard_id: int
+    size: int
+    inserted: int
+    sampled: int
+    capacity: int
+    nbytes: int
+    writer_env_steps: int  # its collector's env steps up to its newest stored chunk
+    writer_attachments: int  # collector processes that wrote to it: all but the first were restarts
+    lost_writes: int  # what its collector sent that died with a learner process
+    priorities: PriorityStats | None = None  # prioritized replay only
+
+    @property
+    def bytes_per_transition(self) -> float:
+        return self.nbytes / self.capacity
+
+
+@dataclass
+class EpochStats:
+    """One learner epoch's figures (Learner.train_epoch; the learner's host adds the wait and the
+    replay's figures)."""
+
+    updates_in_epoch: int  # 0: cut before its first update (the run is stopping), and not counted
+    epoch_s: float
+    updates: int  # the learner's updates so far
+    epochs: int
+    version: int  # the newest weights version it published
+    samples_per_update: int = 0
+    broadcast_ms: float = 0.0
+    first_update_at: float | None = None  # wall clock of the learner's first update
+    losses: dict[str, float] = field(default_factory=dict)  # the algorithm's means, TensorBoard's losses/<name>
+    grad_scale: float | None = None  # fp16's loss scale
+    wait_fraction: float = 0.0  # of epoch_s spent waiting for data
+    fill_wait_s: float = 0.0  # waiting for the replay to reach its minimum size, so far
+    beta: float | None = None  # prioritized replay's importance exponent now
+    priority_updates_unsent: int | None = None  # transitions whose errors the learner did not send
+    gpu_busy_fraction: float | None = None
 
 
 class TrainingStopped(Exception):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.columns import ColumnBackend
-from replay.contracts import Chunk, FrameChunk
+from replay.contracts import Chunk, FrameChunk, PriorityStats, ShardStats
 from replay.frames import FrameStorage, frame_layout, frame_slots
 from replay.priorities import PriorityIndex, PrioritySettings
 from replay.ring import RingStorage, transition_layout
@@ -117,21 +117,16 @@ class ReplayShard:
         """Transitions its collectors inserted (restored ones included)."""
         return self.storage.total_added
 
-    def stats(self) -> dict:
+    def stats(self) -> ShardStats:
         """Counters and memory figures, for the driver's metrics."""
-        storage = self.storage
-        stats = {"shard_id": self.shard_id, "size": storage.size, "inserted": storage.total_added,
-                 "sampled": self.sampled, "capacity": storage.capacity, "nbytes": storage.nbytes,
-                 "bytes_per_transition": storage.nbytes / storage.capacity,
-                 "writer_env_steps": self.writer_env_steps, "writer_attachments": self.writer_attachments,
-                 "lost_writes": self.lost_writes}
+        storage, priorities = self.storage, None
         if self.priorities is not None:
             index = self.priorities
-            stats.update(priority_mass=index.total, priority_max=index.max_mass,
-                         priority_updates_applied=index.updates_applied,
-                         priority_updates_dropped=index.updates_dropped, is_weight_min=self.weight_min)
+            priorities = PriorityStats(index.total, index.max_mass, index.updates_applied, index.updates_dropped,
+                                       self.weight_min)
             self.weight_min = float("inf")  # a minimum since the last read
-        return stats
+        return ShardStats(self.shard_id, storage.size, storage.total_added, self.sampled, storage.capacity,
+                          storage.nbytes, self.writer_env_steps, self.writer_attachments, self.lost_writes, priorities)
 
     def get_state(self) -> dict:
         """Storage, counters and priorities, for a replay checkpoint; `pause_s` is how long this

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.columns import ColumnBackend, HostColumns
-from replay.contracts import Chunk, FrameChunk
+from replay.contracts import Chunk, FrameChunk, ShardStats
 from replay.frames import frame_bookkeeping, stack_index
 from replay.priorities import BetaSchedule, PrioritySettings, importance_weights
 from replay.rate_limit import SamplesPerInsertLimiter
@@ -268,7 +268,7 @@ class ShardedReplay:
         return int(applied.sum())
 
     # -- the driver's view, checkpoints -------------------------------------------------------
-    def stats(self) -> list[dict]:
+    def stats(self) -> list[ShardStats]:
         """Every shard's counters and memory figures."""
         with self.lock:
             return [shard.stats() for shard in self.shards]

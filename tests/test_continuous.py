@@ -195,8 +195,8 @@ def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resum
     stored = run.replay.shards[0].storage.columns["action"][: run.replay.shards[0].size]
     assert stored.dtype == np.float32 and stored.shape[1:] == (1,) and np.abs(stored).max() <= 1.0
     metrics = run.learner.train_epoch()
-    assert metrics["updates_in_epoch"] == 4 and np.isfinite([metrics["td_loss"], metrics["actor_loss"]]).all()
-    assert ("temperature" in metrics) == (algo == "sac")
+    assert metrics.updates_in_epoch == 4 and np.isfinite([metrics.losses["td_loss"], metrics.losses["actor_loss"]]).all()
+    assert ("temperature" in metrics.losses) == (algo == "sac")
     td_abs = run.learner.step.td_abs  # the first critic's |TD errors|, what the feedback sends to the shards
     assert td_abs is not None and td_abs.shape == (1, 256) and float(td_abs.sum()) > 0
     for collector in run.collectors:

@@ -74,7 +74,7 @@ def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_
     metrics = run.learner.train_epoch()
     pictures = run.replay.gather(run.replay.draw(1, 3))["obs"][0]  # stacks rebuilt from the frames
     assert pictures.shape == (3, *shape) and set(np.unique(pictures)) == ({0, 128, 255} if frames else {0, 255})
-    assert metrics["updates_in_epoch"] == 2 and np.isfinite([metrics["td_loss"], metrics["actor_loss"]]).all()
+    assert metrics.updates_in_epoch == 2 and np.isfinite([metrics.losses["td_loss"], metrics.losses["actor_loss"]]).all()
     for collector in run.collectors:
         collector.collect_chunk()
         assert collector.version == 1  # acting with the published image actor now

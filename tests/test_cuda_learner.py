@@ -142,7 +142,7 @@ def test_capture_survives_collectors_inserting_from_another_thread():
         stop.set()
         thread.join()
     assert learner.captured and during > 0
-    assert np.isfinite(learner.train_epoch()["td_loss"])
+    assert np.isfinite(learner.train_epoch().losses["td_loss"])
 
 
 def test_loading_a_checkpoint_after_capture_captures_again():
@@ -182,7 +182,7 @@ def test_a_captured_prioritized_update_gives_the_replay_the_eager_errors():
         learner.feedback.flush()  # the end of a run: every copy still pending is applied
     assert pair[0].captured and not pair[1].captured
     for learner in pair:
-        applied = sum(s["priority_updates_applied"] + s["priority_updates_dropped"] for s in learner.replay.stats())
+        applied = sum(s.priorities.updates_applied + s.priorities.updates_dropped for s in learner.replay.stats())
         assert applied + learner.feedback.unsent == 2 * 8 * 16
     masses = [learner.replay.tree.get(np.arange(2 * 512)) for learner in pair]
     np.testing.assert_allclose(masses[0], masses[1], rtol=1e-3, atol=1e-4)

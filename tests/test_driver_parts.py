@@ -33,6 +33,7 @@ from cluster.driver.reaper import cluster_processes, reap, still_running
 from cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
 from cluster.driver.startup import PHASES, StartupTimeline
 from cluster.driver.tensorboard_log import TensorBoardLog
+from replay.contracts import CollectorStats, EpochStats, ShardStats
 
 
 def test_checkpoints_keep_the_newest_and_load_the_latest(tmp_path):
@@ -162,23 +163,34 @@ def test_tensorboard_log_is_readable_by_tensorboard(tmp_path):
     assert "id: CartPole-v1" in text
 
 
+def collector(env_steps=0, version=0, returns=(), epsilon=0.4) -> CollectorStats:
+    return CollectorStats(index=0, env_steps=env_steps, first_step_at=None, chunks_pushed=0, transitions_pushed=0,
+                          episode_returns=list(returns), episode_lengths=[int(r) for r in returns], epsilon=epsilon,
+                          exploration="epsilon", version=version, version_loaded_at=None, max_weight_load_s=0.0,
+                          phase_s={}, act_precision="fp32", act_form="numpy")
+
+
+def shard(inserted=0, size=None, sampled=0, nbytes=1, capacity=10, writer_env_steps=None) -> ShardStats:
+    return ShardStats(0, inserted if size is None else size, inserted, sampled, capacity, nbytes,
+                      inserted if writer_env_steps is None else writer_env_steps, 1, 0)
+
+
 def test_metrics_rates_lag_and_episode_means():
     metrics = RunMetrics()
-    collectors = [
-        {"env_steps": 100, "epsilon": 0.4, "version": 2, "episode_returns": [10.0, 20.0], "episode_lengths": [10, 20]},
-        {"env_steps": 300, "epsilon": 0.0, "version": -1, "episode_returns": [], "episode_lengths": []},
-    ]
-    shards = [{"size": 50, "inserted": 50, "sampled": 200, "nbytes": 4_800, "capacity": 100},
-              {"size": 150, "inserted": 150, "sampled": 600, "nbytes": 14_400, "capacity": 300}]
+    collectors = [collector(100, version=2, returns=[10.0, 20.0]), collector(300, version=-1, epsilon=0.0)]
+    shards = [shard(50, sampled=200, nbytes=4_800, capacity=100), shard(150, sampled=600, nbytes=14_400, capacity=300)]
     first = metrics.poll(collectors, shards, now=0.0)
     assert first["charts/episodic_return"] == 15.0 and first["replay/replay_ratio"] == 4.0
     assert first["replay/bytes_per_transition"] == 48.0
     assert first["perf/policy_lag_max"] == 0.0  # version -1 (no weights yet) is not counted
-    metrics.epoch({"version": 5, "td_loss": 1.0, "q_values": 2.0, "epoch_s": 0.5, "wait_fraction": 0.1,
-                   "broadcast_ms": 1.0, "updates_in_epoch": 10, "samples_per_update": 64})
-    collectors[0].update(env_steps=600, version=3, episode_returns=[], episode_lengths=[])
-    collectors[1].update(env_steps=800, version=5)
-    shards[0].update(inserted=250, sampled=1200)
+    epoch = metrics.epoch(EpochStats(updates_in_epoch=10, epoch_s=0.5, updates=10, epochs=1, version=5,
+                                     samples_per_update=64, broadcast_ms=1.0, wait_fraction=0.1,
+                                     losses={"td_loss": 1.0, "q_values": 2.0, "actor_loss": 3.0}))
+    assert {key: epoch[key] for key in epoch if key.startswith("losses/")} == {
+        "losses/td_loss": 1.0, "losses/q_values": 2.0, "losses/actor_loss": 3.0}
+    assert epoch["learner/samples_per_s"] == 1280 and "replay/beta" not in epoch
+    collectors = [collector(600, version=3), collector(800, version=5, epsilon=0.0)]
+    shards[0] = dataclasses.replace(shards[0], inserted=250, sampled=1200)
     second = metrics.poll(collectors, shards, now=2.0)
     assert second["charts/SPS"] == pytest.approx((1400 - 400) / 2.0)
     assert second["replay/insert_rate"] == pytest.approx(100.0) and second["replay/sample_rate"] == pytest.approx(500.0)
@@ -191,12 +203,10 @@ def test_a_collector_that_has_not_reported_its_shards_steps_is_counted_from_its_
     and one dead for good reports nothing: env steps come from what each shard holds then, so
     they still equal the inserts."""
     metrics = RunMetrics()
-    shards = [{"size": 10, "inserted": 1_000, "writer_env_steps": 1_000, "sampled": 0, "nbytes": 1, "capacity": 10},
-              {"size": 10, "inserted": 800, "writer_env_steps": 800, "sampled": 0, "nbytes": 1, "capacity": 10}]
-    collector = {"epsilon": 0.4, "version": 0, "episode_returns": [], "episode_lengths": []}
-    metrics.poll([{**collector, "env_steps": 16}, {**collector, "env_steps": 800}], shards, now=0.0)  # 0 restarted
+    shards = [shard(1_000), shard(800)]
+    metrics.poll([collector(16), collector(800)], shards, now=0.0)  # 0 restarted
     assert metrics.env_steps == 1_800
-    shards[1].update(inserted=900, writer_env_steps=900)
+    shards[1] = shard(900)
     metrics.poll([], shards, now=1.0)  # the run's end, collector 0 dead for good: the shards alone
     assert metrics.env_steps == 1_900 == sum(metrics.shard_inserted)
 
@@ -205,14 +215,11 @@ def test_env_steps_per_s_spans_the_rate_window_not_one_poll():
     """Collectors held by the ratio limiter report in bursts: a run making 100 env steps/s must
     not show 0 between two bursts."""
     metrics = RunMetrics()
-    shards = [{"size": 0, "inserted": 0, "sampled": 0, "nbytes": 0, "capacity": 1}]
-    collector = {"env_steps": 0, "epsilon": 0.4, "version": 0, "episode_returns": [], "episode_lengths": []}
+    shards = [shard(0, capacity=1, nbytes=0)]
     for t in range(25):  # a burst of 200 steps every 2 s, polled every 0.5 s
-        collector["env_steps"] = 200 * (t // 4)
-        scalars = metrics.poll([collector], shards, now=t * 0.5)
+        scalars = metrics.poll([collector(200 * (t // 4))], shards, now=t * 0.5)
     assert scalars["charts/SPS"] == pytest.approx((200 * 6 - 200 * 1) / (12.0 - 2.0))  # the window's oldest: 2.0 s
-    collector["env_steps"] = 200 * 6
-    assert metrics.poll([collector], shards, now=12.5)["charts/SPS"] > 0  # no burst since the last poll
+    assert metrics.poll([collector(200 * 6)], shards, now=12.5)["charts/SPS"] > 0  # no burst since the last poll
 
 
 def test_placement_check_names_what_is_missing():
@@ -448,8 +455,10 @@ def test_the_startup_timeline_keeps_each_moments_earliest_report_in_phase_order(
     timeline = StartupTimeline(clock_start=100.0)
     timeline.mark("ray_connected", 101.5)
     timeline.mark("env_checked", 100.25)
-    timeline.collectors([{"startup": {"process_started": 102.0, "constructed": 103.0}, "first_step_at": None},
-                         {"startup": {"process_started": 101.8, "constructed": 103.5}, "first_step_at": 103.75}])
+    first, second = collector(), collector()
+    first.startup = {"process_started": 102.0, "constructed": 103.0}
+    second.startup, second.first_step_at = {"process_started": 101.8, "constructed": 103.5}, 103.75
+    timeline.collectors([first, second])
     timeline.mark("first_env_step", 104.0)  # a later collector's first step: the first one counts
     timeline.learner({"process_started": 101.9, "constructed": 103.2, "warmed_up": 103.6})
     assert timeline.seconds() == {"env_checked": 0.25, "ray_connected": 1.5, "collector_process_started": 1.8,

@@ -70,7 +70,7 @@ class RunningTrain:
         with self.joined() as prefix:
             learner = ray.get_actor(f"{prefix}-learner")
             deadline = time.monotonic() + timeout_s
-            while ray.get(learner.replay_stats.remote())[shard]["inserted"] <= beyond:
+            while ray.get(learner.replay_stats.remote())[shard].inserted <= beyond:
                 assert time.monotonic() < deadline, f"shard {shard} took nothing new in {timeout_s}s:\n{self.output}"
                 time.sleep(0.05)  # a poll's pace, not synchronization: the loop ends on the counter
 
@@ -158,11 +158,11 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
     block on the checkpoint behind the waiting epoch, which once hung the run for good."""
     run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1")
     run.read_until("[")  # first progress line: training has started
-    at_evaluator_kill = sum(shard["inserted"] for shard in run.kill_actor("evaluator"))
+    at_evaluator_kill = sum(shard.inserted for shard in run.kill_actor("evaluator"))
     for _ in range(3):
         at_kill = run.kill_actor("collector-0")[0]
         run.read_until("collector 0 died; restarting it on its shard")  # the driver saw the death
-    run.wait_for_inserts(0, beyond=at_kill["inserted"])  # the last restarted collector writes
+    run.wait_for_inserts(0, beyond=at_kill.inserted)  # the last restarted collector writes
     # Two, since one that ended just before the kill may be taken (and plotted) just after it.
     deadline = time.monotonic() + 60
     while evaluations_after(run.run_dir, at_evaluator_kill) < 2:
@@ -174,8 +174,8 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
     assert result["evaluations_lost"] <= 1 and result["final_eval_return"] is not None, result
     assert "Traceback" not in run.output
     assert result["collector_restarts"] == 3, run.output
-    assert result["replay_size_per_shard"][0] >= at_kill["size"] > 0  # the shard kept its data
-    assert result["replay_inserted_per_shard"][0] > at_kill["inserted"]  # the new collector writes to it
+    assert result["replay_size_per_shard"][0] >= at_kill.size > 0  # the shard kept its data
+    assert result["replay_inserted_per_shard"][0] > at_kill.inserted  # the new collector writes to it
     # Env steps count the transitions that reached replay (a restarted collector counts on from
     # what its shard stored), so they are exactly what the shards inserted.
     assert result["env_steps"] == sum(result["replay_inserted_per_shard"]), result

@@ -146,13 +146,13 @@ def test_epoch_updates_publishes_and_syncs_target():
     learner, published = make_learner(accumulation_steps=2, updates_per_epoch=5, target_update_every=5)
     before = [p.detach().clone() for p in learner.step.online.parameters()]
     metrics = learner.train_epoch()
-    assert metrics["updates"] == 5 and learner.updates == 5
+    assert metrics.updates == 5 and learner.updates == 5
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.step.online.parameters()))
     assert [w.version for w in published] == [1]
     assert set(published[0].arrays) == set(learner.step.online.state_dict())
     for t, o in zip(learner.step.target.parameters(), learner.step.online.parameters()):
         assert torch.equal(t, o)  # hard copy at update 5
-    assert np.isfinite(metrics["td_loss"]) and metrics["samples_per_update"] == 32
+    assert np.isfinite(metrics.losses["td_loss"]) and metrics.samples_per_update == 32
 
 
 def test_polyak_moves_the_target_tau_of_the_way_to_the_updated_online_network():
@@ -171,7 +171,7 @@ def test_bf16_autocast_trains_on_cpu():
     learner, _ = make_learner(precision="bf16", updates_per_epoch=4)
     assert learner.step.precision.name == "bfloat16"
     metrics = learner.train_epoch()
-    assert np.isfinite(metrics["td_loss"])
+    assert np.isfinite(metrics.losses["td_loss"])
     assert all(p.dtype == torch.float32 for p in learner.step.online.parameters())  # master weights fp32
 
 
@@ -323,7 +323,7 @@ def test_cnn_trains_in_bf16_on_cpu_from_uint8_batches_and_exports(tmp_path):
     learner.warmup()
     before = [p.detach().clone() for p in learner.step.online.parameters()]
     metrics = learner.train_epoch()
-    assert np.isfinite(metrics["td_loss"]) and published[-1].version == 1
+    assert np.isfinite(metrics.losses["td_loss"]) and published[-1].version == 1
     assert any(not torch.equal(a, b) for a, b in zip(before, learner.step.online.parameters()))
     program = torch.export.load(io.BytesIO(learner.export_policy())).module()
     frames = torch.randint(0, 256, (5, *PIXELS))
@@ -424,7 +424,7 @@ def test_a_prioritized_update_weighs_its_loss_and_gives_the_replay_each_transiti
     online, target = learner_for(s), learner_for(s)
     online.step.online.load_state_dict(before[0])
     target.step.online.load_state_dict(before[1])
-    applied_before = sum(st["priority_updates_applied"] for st in replay.stats())
+    applied_before = sum(st.priorities.updates_applied for st in replay.stats())
     learner.train_epoch()
     learner.feedback.flush()  # errors are applied a few updates at a time; the run's end applies the rest
     keys = learner.feed.keys
@@ -441,7 +441,7 @@ def test_a_prioritized_update_weighs_its_loss_and_gives_the_replay_each_transiti
     assert (stamps_now == keys.stamp.ravel()).all()  # nothing overwritten: every error applies
     got = np.array([replay.shards[sh].priorities.masses()[r] for sh, r in zip(keys.shard.ravel(), keys.row.ravel())])
     np.testing.assert_allclose(got, mass, rtol=1e-4)
-    assert sum(st["priority_updates_applied"] for st in replay.stats()) - applied_before == 64
+    assert sum(st.priorities.updates_applied for st in replay.stats()) - applied_before == 64
     assert learner.feedback.unsent == 0
 
 

@@ -42,7 +42,7 @@ def test_the_learner_samples_every_shard_and_its_weights_reach_every_collector()
         for collector in run.collectors:
             collector.collect_chunk()
     metrics = run.learner.train_epoch()
-    assert metrics["updates_in_epoch"] == 3 and np.isfinite(metrics["td_loss"])
+    assert metrics.updates_in_epoch == 3 and np.isfinite(metrics.losses["td_loss"])
     assert run.replay.sampled == 3 * 32 and all(shard.sampled > 0 for shard in run.replay.shards)
     assert run.weights.latest_weights.version == 1
     for collector in run.collectors:

@@ -64,8 +64,8 @@ def test_updates_for_overwritten_slots_are_dropped():
     index = ring.shards[0].priorities
     assert index.masses() == pytest.approx([5.0, 5.0, 7.0, 7.0])
     stats = ring.stats()[0]
-    assert (stats["priority_updates_applied"], stats["priority_updates_dropped"]) == (2, 2)
-    assert stats["priority_mass"] == pytest.approx(24.0) and stats["priority_max"] == pytest.approx(7.0)
+    assert (stats.priorities.updates_applied, stats.priorities.updates_dropped) == (2, 2)
+    assert stats.priorities.mass == pytest.approx(24.0) and stats.priorities.max_mass == pytest.approx(7.0)
 
 
 def test_a_chunk_longer_than_the_ring_keeps_its_newest_priorities():

@@ -120,9 +120,9 @@ def test_a_draw_gathers_whole_transitions_from_every_shard_and_counts_them():
     assert np.array_equal(batch["obs"][..., 0], batch["action"])
     assert set(batch["action"].ravel().tolist()) <= set(range(12)) | set(range(100, 106))
     stats = rep.stats()
-    assert [s["sampled"] for s in stats] == [int((draw.index["row"] < 50).sum()), 0,
+    assert [s.sampled for s in stats] == [int((draw.index["row"] < 50).sum()), 0,
                                              int((draw.index["row"] >= 100).sum())]
-    assert sum(s["sampled"] for s in stats) == 8 and [s["inserted"] for s in stats] == [12, 0, 6]
+    assert sum(s.sampled for s in stats) == 8 and [s.inserted for s in stats] == [12, 0, 6]
 
 
 def test_each_transition_is_drawn_uniformly_whichever_shard_holds_it():
@@ -196,14 +196,14 @@ def test_a_replacement_learners_replay_counts_what_its_collectors_sent_that_died
     dead.add(0, chunk(0, 40), writer_env_steps=40)
     checkpoint = dead.get_state(0)
     dead.add(0, chunk(40, 30), writer_env_steps=70)
-    assert dead.stats()[0]["lost_writes"] == 0  # nothing died where no learner did
+    assert dead.stats()[0].lost_writes == 0  # nothing died where no learner did
     new = replay(1, 100, SamplesPerInsertLimiter(0.0, 1, 1))
     new.count_lost_writes()
-    assert new.stats()[0]["lost_writes"] == 0  # not known until its collector's first chunk arrives
+    assert new.stats()[0].lost_writes == 0  # not known until its collector's first chunk arrives
     new.add(0, chunk(70, 10), writer_env_steps=80)  # reached the new process before the restore replaced it
     new.set_state(0, checkpoint)
-    assert new.stats()[0]["lost_writes"] == 40  # sent 80, holds the checkpoint's 40
+    assert new.stats()[0].lost_writes == 40  # sent 80, holds the checkpoint's 40
     new.add(0, chunk(90, 5), writer_env_steps=95)
     stats = new.stats()[0]
-    assert (stats["inserted"], stats["lost_writes"]) == (45, 50)
-    assert stats["writer_env_steps"] == stats["inserted"] + stats["lost_writes"]
+    assert (stats.inserted, stats.lost_writes) == (45, 50)
+    assert stats.writer_env_steps == stats.inserted + stats.lost_writes

@@ -23,6 +23,7 @@ from cluster.driver.progress import ProgressLine
 from cluster.driver.ray_runtime import RayRuntime
 from cluster.driver.run import TrainingRun
 from cluster.driver.wiring import RunActors, reserve_resources, start_actors
+from replay.contracts import CollectorStats
 
 # Stage windows are measured against the clock; these bound how long a stage waits for actors to
 # reach a state before it gives up with an error instead of hanging.
@@ -157,11 +158,11 @@ class ClusterBench:
         return value
 
     @staticmethod
-    def _collector_stats(actors: RunActors) -> list[dict]:
+    def _collector_stats(actors: RunActors) -> list[CollectorStats]:
         return ray.get([c.stats.remote() for c in actors.collectors])
 
     def _env_steps(self, actors: RunActors) -> int:
-        return sum(s["env_steps"] for s in self._collector_stats(actors))
+        return sum(s.env_steps for s in self._collector_stats(actors))
 
     # -- stages -------------------------------------------------------------------------------
     def collect_and_broadcast(self, seconds: float, repeats: int) -> tuple[float, float, float, float]:
@@ -186,9 +187,9 @@ class ClusterBench:
         start = time.perf_counter()
         time.sleep(seconds)  # the measurement window itself, not synchronization
         stats = self._collector_stats(actors)
-        self.act_precisions = [s["act_precision"] for s in stats]
-        self.act_forms = [s["act_form"] for s in stats]
-        return (sum(s["env_steps"] for s in stats) - first) / (time.perf_counter() - start)
+        self.act_precisions = [s.act_precision for s in stats]
+        self.act_forms = [s.act_form for s in stats]
+        return (sum(s.env_steps for s in stats) - first) / (time.perf_counter() - start)
 
     def _broadcast(self, actors: RunActors, repeats: int) -> tuple[float, float, float]:
         latencies = []
@@ -197,10 +198,10 @@ class ClusterBench:
             version = ray.get(actors.learner.published_weights.remote()).version
             stats = self._poll_until(
                 lambda: self._collector_stats(actors),
-                lambda stats, version=version: all(s["version"] >= version for s in stats),
+                lambda stats, version=version: all(s.version >= version for s in stats),
                 f"every collector to act with weights version {version}")
-            latencies.append((max(s["version_loaded_at"] for s in stats) - put_at) * 1e3)
-        pause_ms = max(s["max_weight_load_s"] for s in self._collector_stats(actors)) * 1e3
+            latencies.append((max(s.version_loaded_at for s in stats) - put_at) * 1e3)
+        pause_ms = max(s.max_weight_load_s for s in self._collector_stats(actors)) * 1e3
         put_get = ray.get(actors.learner.put_get_ms.remote())
         return float(np.median(latencies)), put_get, pause_ms
 
@@ -257,10 +258,10 @@ class ClusterBench:
         recorder = RunRecorder(capacity)
         run = self.observed_run(config, run_dir, recorder)
         shards = recorder.shard_stats
-        inserted = sum(s["inserted"] for s in shards)
-        sampled = sum(s["sampled"] for s in shards)
-        nbytes = sum(s["nbytes"] for s in shards)
-        slots = sum(s["capacity"] for s in shards)
+        inserted = sum(s.inserted for s in shards)
+        sampled = sum(s.sampled for s in shards)
+        nbytes = sum(s.nbytes for s in shards)
+        slots = sum(s.capacity for s in shards)
         learner_phases = dict(recorder.learner_profile.get("phase_s", {}))
         if learner_phases:
             wait = recorder.learner_profile["wait_s"]

@@ -50,7 +50,7 @@ class RunRecorder(RunObserver):
         self.shard_stats = ray.get(actors.learner.replay_stats.remote())
         phases: dict[str, float] = {}
         for stats in ray.get([c.stats.remote() for c in actors.collectors]):
-            for phase, seconds in stats["phase_s"].items():
+            for phase, seconds in stats.phase_s.items():
                 phases[phase] = phases.get(phase, 0.0) + seconds
         self.collector_phase_s = phases
         self.learner_profile = ray.get(actors.learner.profile.remote())

@@ -12,6 +12,7 @@ from collections import deque
 import numpy as np
 
 from cluster.driver.startup import StartupTimeline
+from replay.contracts import CollectorStats, EpochStats, ShardStats
 
 # Rates span this many seconds of polls: collectors report in chunks and, held by the replay
 # ratio limiter, in bursts, so the difference between two polls half a second apart was often 0
@@ -50,7 +51,7 @@ class RunMetrics:
         # or not sent by the learner (in-flight bound)
         self.priority_updates: dict[str, int] = {}
 
-    def poll(self, collectors: list[dict], shards: list[dict], now: float | None = None) -> dict[str, float]:
+    def poll(self, collectors: list[CollectorStats], shards: list[ShardStats], now: float | None = None) -> dict[str, float]:
         """Scalars from one poll of every collector and shard."""
         now = time.perf_counter() if now is None else now
         self.startup.collectors(collectors)
@@ -59,35 +60,35 @@ class RunMetrics:
         # its collectors' env steps up to its newest stored chunk, so a restarted collector that has
         # not read them yet, or one that died for good (`collectors` empty: shards alone), is
         # counted from there.
-        reported = [c["env_steps"] for c in collectors] if collectors else [0] * len(shards)
-        counted = [max(r, s.get("writer_env_steps", 0)) for r, s in zip(reported, shards, strict=True)]
+        reported = [c.env_steps for c in collectors] if collectors else [0] * len(shards)
+        counted = [max(r, s.writer_env_steps) for r, s in zip(reported, shards, strict=True)]
         self.env_steps = max(self.env_steps, self.env_steps_offset + sum(counted))
         # Each shard counts the collector processes that wrote to it; all but the first were
         # restarts. A shard that was itself restarted counts again from zero: keep the most seen.
         self._collector_restarts_by_shard = most_seen(self._collector_restarts_by_shard,
-                                                      [s.get("writer_attachments", 1) - 1 for s in shards])
+                                                      [s.writer_attachments - 1 for s in shards])
         self.collector_restarts = sum(self._collector_restarts_by_shard)
-        self.shard_inserted = [s["inserted"] for s in shards]
-        self.shard_sizes = [s["size"] for s in shards]
-        self.shard_lost_writes = most_seen(self.shard_lost_writes, [s.get("lost_writes", 0) for s in shards])
+        self.shard_inserted = [s.inserted for s in shards]
+        self.shard_sizes = [s.size for s in shards]
+        self.shard_lost_writes = most_seen(self.shard_lost_writes, [s.lost_writes for s in shards])
         inserted = sum(self.shard_inserted)
-        sampled = sum(s["sampled"] for s in shards)
+        sampled = sum(s.sampled for s in shards)
         # What the preallocated storage costs per transition slot (pixels: one frame plus scalars).
-        self.replay_bytes_per_transition = sum(s["nbytes"] for s in shards) / sum(s["capacity"] for s in shards)
+        self.replay_bytes_per_transition = sum(s.nbytes for s in shards) / sum(s.capacity for s in shards)
         scalars: dict[str, float] = {
             "replay/size": sum(self.shard_sizes),
             "replay/bytes_per_transition": self.replay_bytes_per_transition,
         }
-        explored = [c for c in collectors if c.get("exploration", "epsilon")]
+        explored = [c for c in collectors if c.exploration]
         if explored:
-            scalars[f"collector/{explored[0].get('exploration', 'epsilon')}"] = float(np.mean([c["epsilon"] for c in explored]))
+            scalars[f"collector/{explored[0].exploration}"] = float(np.mean([c.epsilon for c in explored]))
         if inserted:
             scalars["replay/replay_ratio"] = sampled / inserted
         scalars.update(priority_scalars(shards))
-        if shards and "priority_updates_applied" in shards[0]:  # counted by each learner process's replay: keep the most seen
-            for field, key in (("priority_updates_applied", "priority_updates_applied"),
-                               ("priority_updates_stale", "priority_updates_dropped")):
-                self.priority_updates[field] = max(self.priority_updates.get(field, 0), sum(s[key] for s in shards))
+        if shards and shards[0].priorities is not None:  # counted by each learner process's replay: keep the most seen
+            for field, counted_now in (("priority_updates_applied", sum(s.priorities.updates_applied for s in shards)),
+                                       ("priority_updates_stale", sum(s.priorities.updates_dropped for s in shards))):
+                self.priority_updates[field] = max(self.priority_updates.get(field, 0), counted_now)
         polls = self._polls
         while len(polls) > 1 and polls[1][0] <= now - RATE_WINDOW_S:
             polls.popleft()  # keep the newest poll at least the window old, and all after it
@@ -100,20 +101,20 @@ class RunMetrics:
             scalars["replay/sample_rate"] = (sampled - was_sampled) / dt
         polls.append((now, self.env_steps, inserted, sampled))
         for i, c in enumerate(collectors):  # each collector's own curve (Ape-X: each acts with its own epsilon)
-            if c.get("exploration", "epsilon"):
-                scalars[f"collector/{i}/{c.get('exploration', 'epsilon')}"] = c["epsilon"]
-            if c["episode_returns"]:
-                scalars[f"collector/{i}/episodic_return"] = float(np.mean(c["episode_returns"]))
-        returns = [r for c in collectors for r in c["episode_returns"]]
-        lengths = [n for c in collectors for n in c["episode_lengths"]]
+            if c.exploration:
+                scalars[f"collector/{i}/{c.exploration}"] = c.epsilon
+            if c.episode_returns:
+                scalars[f"collector/{i}/episodic_return"] = float(np.mean(c.episode_returns))
+        returns = [r for c in collectors for r in c.episode_returns]
+        lengths = [n for c in collectors for n in c.episode_lengths]
         if returns:
             self.last_return = float(np.mean(returns))
             scalars["charts/episodic_return"] = self.last_return
             scalars["charts/episodic_length"] = float(np.mean(lengths))
         # The newest epoch result can trail the weights collectors already hold (epochs are queued),
         # and no collector can hold a version the learner has not published.
-        self.learner_version = max([self.learner_version] + [c["version"] for c in collectors])
-        lags = [self.learner_version - c["version"] for c in collectors if c["version"] >= 0]
+        self.learner_version = max([self.learner_version] + [c.version for c in collectors])
+        lags = [self.learner_version - c.version for c in collectors if c.version >= 0]
         if lags:
             scalars["perf/policy_lag_mean"] = float(np.mean(lags))
             scalars["perf/policy_lag_max"] = float(max(lags))
@@ -121,35 +122,31 @@ class RunMetrics:
             self.lag_max = max(self.lag_max, max(lags))
         return scalars
 
-    def epoch(self, m: dict) -> dict[str, float]:
-        """Scalars from one learner epoch's metrics."""
-        self.learner_version = max(self.learner_version, m["version"])
-        self.startup.mark("first_update", m.get("first_update_at"))
-        self.last_loss = m["td_loss"]
-        samples = m["updates_in_epoch"] * m["samples_per_update"]
+    def epoch(self, m: EpochStats) -> dict[str, float]:
+        """Scalars from one learner epoch's figures (the algorithm's losses as losses/<name>)."""
+        self.learner_version = max(self.learner_version, m.version)
+        self.startup.mark("first_update", m.first_update_at)
+        self.last_loss = m.losses["td_loss"]
+        samples = m.updates_in_epoch * m.samples_per_update
         self.learner_samples += samples
-        self.learner_train_s += m["epoch_s"]
-        self.wait_s += m["wait_fraction"] * m["epoch_s"]
+        self.learner_train_s += m.epoch_s
+        self.wait_s += m.wait_fraction * m.epoch_s
         scalars = {
-            "losses/td_loss": m["td_loss"],
-            "losses/q_values": m["q_values"],
-            "learner/updates_per_s": m["updates_in_epoch"] / m["epoch_s"],
-            "learner/samples_per_s": samples / m["epoch_s"],
-            "learner/wait_fraction": m["wait_fraction"],
-            "perf/broadcast_ms": m["broadcast_ms"],
+            **{f"losses/{name}": value for name, value in m.losses.items()},
+            "learner/updates_per_s": m.updates_in_epoch / m.epoch_s,
+            "learner/samples_per_s": samples / m.epoch_s,
+            "learner/wait_fraction": m.wait_fraction,
+            "perf/broadcast_ms": m.broadcast_ms,
         }
-        if "grad_scale" in m:
-            scalars["learner/grad_scale"] = m["grad_scale"]
-        if "actor_loss" in m:  # td3, sac
-            scalars["losses/actor_loss"] = m["actor_loss"]
-        if "temperature" in m:  # sac
-            scalars["losses/temperature"] = m["temperature"]
-        if "beta" in m:
-            scalars["replay/beta"] = m["beta"]
+        if m.grad_scale is not None:
+            scalars["learner/grad_scale"] = m.grad_scale
+        if m.beta is not None:
+            scalars["replay/beta"] = m.beta
+        if m.priority_updates_unsent is not None:
             # transitions whose errors the learner did not send (in-flight bound, CUDA copies backed up)
-            self.priority_updates["priority_updates_unsent"] = m["priority_updates_unsent"]
-        if "gpu_busy_fraction" in m:
-            scalars["learner/gpu_busy_fraction"] = m["gpu_busy_fraction"]
+            self.priority_updates["priority_updates_unsent"] = m.priority_updates_unsent
+        if m.gpu_busy_fraction is not None:
+            scalars["learner/gpu_busy_fraction"] = m.gpu_busy_fraction
         return scalars
 
     def evaluation(self, result: dict) -> dict[str, float]:
@@ -198,16 +195,16 @@ def most_seen(seen: list[int], now: list[int]) -> list[int]:
     return [max(old, new) for old, new in zip(seen or [0] * len(now), now)]
 
 
-def priority_scalars(shards: list[dict]) -> dict[str, float]:
+def priority_scalars(shards: list[ShardStats]) -> dict[str, float]:
     """Prioritized replay's figures over all shards: the mean and the largest priority mass of a
     stored transition, and the smallest importance weight served since the last poll."""
-    prioritized = [s for s in shards if "priority_mass" in s]
-    size = sum(s["size"] for s in prioritized)
+    prioritized = [s for s in shards if s.priorities is not None]
+    size = sum(s.size for s in prioritized)
     if not prioritized or size == 0:
         return {}
-    scalars = {"replay/priority_mean": sum(s["priority_mass"] for s in prioritized) / size,
-               "replay/priority_max": max(s["priority_max"] for s in prioritized)}
-    weight_min = min(s["is_weight_min"] for s in prioritized)
+    scalars = {"replay/priority_mean": sum(s.priorities.mass for s in prioritized) / size,
+               "replay/priority_max": max(s.priorities.max_mass for s in prioritized)}
+    weight_min = min(s.priorities.is_weight_min for s in prioritized)
     if np.isfinite(weight_min):
         scalars["replay/is_weight_min"] = weight_min
     return scalars

@@ -43,6 +43,7 @@ from cluster.driver.tensorboard_log import TensorBoardLog
 from cluster.driver.video import video_summary, write_video
 from cluster.hosts.learner_host import LearnerRestarted
 from cluster.plan.settings import eval_give_up
+from replay.contracts import EpochStats
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2
@@ -227,9 +228,9 @@ class TrainingRun:
         self.actors.learner.request_stop.remote()
         return True
 
-    def _on_epoch(self, epoch: int, m: dict) -> None:
+    def _on_epoch(self, epoch: int, m: EpochStats) -> None:
         """Record one epoch's metrics, tell the observers; note its weights for evaluation; checkpoint when due."""
-        if m["updates_in_epoch"] == 0:
+        if m.updates_in_epoch == 0:
             return  # cut before its first update: the run is stopping
         self.epochs_done = epoch
         self.evaluations.on_epoch(epoch)

@@ -8,6 +8,8 @@ reaches them, and `raypex bench --stage startup` prints their medians. Pure book
 
 from __future__ import annotations
 
+from replay.contracts import CollectorStats
+
 # The moments, in the order a run reaches them; each actor moment is the earliest over its actors
 # (the first collector to step, not the last).
 PHASES = (
@@ -39,13 +41,12 @@ class StartupTimeline:
         if at is not None and (phase not in self.moments or at < self.moments[phase]):
             self.moments[phase] = at
 
-    def collectors(self, stats: list[dict]) -> None:
+    def collectors(self, stats: list[CollectorStats]) -> None:
         """Take the collectors' start-up moments from their polled stats."""
         for s in stats:
-            startup = s.get("startup", {})
-            self.mark("collector_process_started", startup.get("process_started"))
-            self.mark("collector_constructed", startup.get("constructed"))
-            self.mark("first_env_step", s.get("first_step_at"))
+            self.mark("collector_process_started", s.startup.get("process_started"))
+            self.mark("collector_constructed", s.startup.get("constructed"))
+            self.mark("first_env_step", s.first_step_at)
 
     def learner(self, info: dict) -> None:
         """Take the learner's start-up moments from its warm-up reply."""

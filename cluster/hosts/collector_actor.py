@@ -20,6 +20,7 @@ from actors.settings import CollectorSettings
 from cluster.hosts.acting_precision import act_precision_for_this_cpu
 from cluster.hosts.ray_seams import QUIET, ChunkSink, WeightInbox
 from cluster.process_clock import process_start_time
+from replay.contracts import CollectorStats
 
 
 class CollectorActor:
@@ -62,13 +63,13 @@ class CollectorActor:
         self.inbox.receive(ref_in_list[0], version)
 
     @QUIET
-    def stats(self) -> dict:
+    def stats(self) -> CollectorStats:
         """The collector's counters plus the time its sink spent throttled by the limiter."""
         stats = self.collector.stats()
         # The sink's throttled time is spent inside push(); report it apart, not twice.
-        stats["phase_s"]["push"] = max(0.0, stats["phase_s"]["push"] - self.sink.throttled_s)
-        stats["phase_s"]["throttle"] = self.sink.throttled_s
-        stats["startup"] = self.startup
+        stats.phase_s["push"] = max(0.0, stats.phase_s["push"] - self.sink.throttled_s)
+        stats.phase_s["throttle"] = self.sink.throttled_s
+        stats.startup = self.startup
         return stats
 
     def stop(self) -> None:

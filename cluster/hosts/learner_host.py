@@ -22,6 +22,7 @@ from collections.abc import Callable
 from cluster.plan.topology import ReplayPlan
 from cluster.process_clock import process_start_time
 from learner.settings import LearnerSettings
+from replay.contracts import EpochStats
 
 
 def gpu_busy_fraction(device) -> float | None:
@@ -128,22 +129,20 @@ class LearnerHost:
         """Seconds the update loop has waited for data after replay reached its minimum size."""
         return self.learner.feed.wait_s
 
-    def train_epoch(self) -> dict:
-        """One epoch's metrics (`version`: the newest weights it published)."""
+    def train_epoch(self) -> EpochStats:
+        """One epoch's figures (`version`: the newest weights it published)."""
         if not self.warmed_up:
             raise LearnerRestarted("this learner process was not warmed up: it replaces one that died")
         wait_before = self.waited_s()
-        metrics = self.learner.train_epoch()
+        stats = self.learner.train_epoch()
         waited = max(0.0, self.waited_s() - wait_before)
-        metrics["wait_fraction"] = waited / max(metrics["epoch_s"], 1e-9)
-        metrics["fill_wait_s"] = self.learner.feed.fill_wait_s
+        stats.wait_fraction = waited / max(stats.epoch_s, 1e-9)
+        stats.fill_wait_s = self.learner.feed.fill_wait_s
         if self.learner.feedback is not None:
-            metrics["beta"] = self.replay.beta
-            metrics["priority_updates_unsent"] = self.learner.feedback.unsent
-        busy = gpu_busy_fraction(self.learner.device)
-        if busy is not None:
-            metrics["gpu_busy_fraction"] = busy
-        return metrics
+            stats.beta = self.replay.beta
+            stats.priority_updates_unsent = self.learner.feedback.unsent
+        stats.gpu_busy_fraction = gpu_busy_fraction(self.learner.device)
+        return stats
 
     def flush_priorities(self) -> int:
         """At the end of a run, after the last epoch: apply every priority update still on its way
