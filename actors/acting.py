@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.device_errors import NoGpuHere
-from learner.networks import acting_copy, greedy_actions, refresh_acting_copy
-from learner.weights import load_arrays
+from raypex.actors.device_errors import NoGpuHere
+from raypex.learner.networks import acting_copy, greedy_actions, refresh_acting_copy
+from raypex.learner.weights import load_arrays
 
 ACT_PRECISIONS = ("auto", "fp32", "bf16")
 ACT_FUSIONS = ("auto", "on", "off")

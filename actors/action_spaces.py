@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from actors.env_ids import UnsupportedEnv
+from raypex.actors.env_ids import UnsupportedEnv
 
 
 def action_fields(env_id: str, space: gym.spaces.Space) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Protocol
 
 import numpy as np
 
-from actors.nstep import NStepFolder
-from replay.contracts import Chunk, FrameChunk
+from raypex.actors.nstep import NStepFolder
+from raypex.replay.contracts import Chunk, FrameChunk
 
 
 @dataclass

@@ -18,14 +18,14 @@ import time
 
 import numpy as np
 
-from actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
-from actors.continuous_acting import ContinuousActingPolicy
-from actors.envs import make_vector_env
-from actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilon
-from actors.nstep import NStepFolder
-from actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
-from actors.settings import CollectorSettings
-from replay.contracts import CollectorStats, PollWeights, PushChunk
+from raypex.actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
+from raypex.actors.continuous_acting import ContinuousActingPolicy
+from raypex.actors.envs import make_vector_env
+from raypex.actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilon
+from raypex.actors.nstep import NStepFolder
+from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
+from raypex.actors.settings import CollectorSettings
+from raypex.replay.contracts import CollectorStats, PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
 
@@ -41,8 +41,8 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
         return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
     import torch
 
-    from actors.acting import ActingPolicy
-    from learner.networks import build_q_network
+    from raypex.actors.acting import ActingPolicy
+    from raypex.learner.networks import build_q_network
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)

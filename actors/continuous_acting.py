@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learner.numpy_mlp import NumpyMLPActor
+from raypex.learner.numpy_mlp import NumpyMLPActor
 
 
 class ContinuousActingPolicy:
@@ -29,7 +29,7 @@ class ContinuousActingPolicy:
         if len(obs_shape) > 1:
             import torch
 
-            from learner.actor_critic_networks import TorchActorForward
+            from raypex.learner.actor_critic_networks import TorchActorForward
 
             torch.set_num_threads(1)
             self._image_actor = TorchActorForward(tuple(obs_shape), obs_dtype, action_dim, list(hidden or []),

@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from actors.env_ids import UnsupportedEnv, env_code, register, user_code_failure
+from raypex.actors.env_ids import UnsupportedEnv, env_code, register, user_code_failure
 
 STEP_FIELDS = "(observation, reward, terminated, truncated, info)"
 

@@ -26,13 +26,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from actors.action_spaces import action_fields
-from actors.env_check import check_user_env
-from actors.env_ids import UnsupportedEnv, names_code, registered_id
-from actors.frames import FrameStacker
-from actors.images import ImageVectorEnv, image_layout
-from actors.minatar_ids import register_minatar
-from actors.mujoco_quiet import quiet_known_mujoco_warnings
+from raypex.actors.action_spaces import action_fields
+from raypex.actors.env_check import check_user_env
+from raypex.actors.env_ids import UnsupportedEnv, names_code, registered_id
+from raypex.actors.frames import FrameStacker
+from raypex.actors.images import ImageVectorEnv, image_layout
+from raypex.actors.minatar_ids import register_minatar
+from raypex.actors.mujoco_quiet import quiet_known_mujoco_warnings
 
 # Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
 ALE_RESERVED = {"game", "num_envs", "stack_num", "reward_clipping", "autoreset_mode", "episodic_life",

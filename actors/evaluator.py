@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from actors.apng import ApngWriter, EncodedVideo
-from actors.envs import make_vector_env
-from actors.episode_video import MAX_FRAMES, frame_of
-from actors.mujoco_video import draw_states, first_env_state, headless_rendering, is_mujoco
+from raypex.actors.apng import ApngWriter, EncodedVideo
+from raypex.actors.envs import make_vector_env
+from raypex.actors.episode_video import MAX_FRAMES, frame_of
+from raypex.actors.mujoco_video import draw_states, first_env_state, headless_rendering, is_mujoco
 
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B] (Box: [B, d])
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.action_scaling import ActionScale
+from raypex.actors.action_scaling import ActionScale
 
 
 def apex_epsilon(index: int, num_collectors: int, base: float, alpha: float) -> float:

@@ -7,7 +7,7 @@ import sys
 
 import gymnasium as gym
 
-from actors.env_ids import UnsupportedEnv
+from raypex.actors.env_ids import UnsupportedEnv
 
 # What MinAtar imports only to draw its games on screen; raypex never renders them.
 MINATAR_DISPLAY_MODULES = ("matplotlib", "seaborn")

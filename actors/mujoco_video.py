@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from actors.apng import ApngWriter, EncodedVideo
+from raypex.actors.apng import ApngWriter, EncodedVideo
 
 MAX_PICTURES = 250  # 10 s at 25 fps; a 1000-step HalfCheetah episode shows every 4th step
 SIZE = (96, 128)  # height, width

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learner.numpy_mlp import NumpyMLPQ
+from raypex.learner.numpy_mlp import NumpyMLPQ
 
 
 class NumpyActingPolicy:

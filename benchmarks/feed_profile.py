@@ -27,11 +27,11 @@ import time
 
 import numpy as np
 
-from actors.envs import UnsupportedEnv, inspect_env
-from cluster.config.loading import ConfigError, load_config
-from cluster.config.shipped import config_path
-from cluster.plan.topology import plan_run
-from replay.rate_limit import SamplesPerInsertLimiter
+from raypex.actors.envs import UnsupportedEnv, inspect_env
+from raypex.cluster.config.loading import ConfigError, load_config
+from raypex.cluster.config.shipped import config_path
+from raypex.cluster.plan.topology import plan_run
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
 
 CHUNK_STEPS = 16
 
@@ -39,7 +39,7 @@ CHUNK_STEPS = 16
 def synthetic_chunks(spec, prioritized: bool, count: int, rng: np.random.Generator) -> list[dict]:
     """`count` chunks of CHUNK_STEPS steps of a collector with the storage's envs: FrameChunks of
     random frames for pixel storage, whole random transitions otherwise."""
-    from actors.adders import EnvStep, FrameAdder
+    from raypex.actors.adders import EnvStep, FrameAdder
 
     envs = spec.num_envs
     if not spec.frame_stack:
@@ -71,8 +71,8 @@ def profile_feed(config, shards: int, seconds: float, with_profile: bool) -> dic
     """The figures of the module docstring for `config` with `shards` shards."""
     import torch
 
-    from cluster.bench.throughput import from_memory, timed_epochs
-    from learner.learner import Learner
+    from raypex.cluster.bench.throughput import from_memory, timed_epochs
+    from raypex.learner.learner import Learner
 
     planned = plan_run(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)).learner
     settings, spec = planned.settings, planned.replay.spec

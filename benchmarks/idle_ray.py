@@ -18,8 +18,8 @@ from pathlib import Path
 
 import ray
 
-from cluster.bench.report import BenchRow, format_table, write_json
-from cluster.bench.soak import (
+from raypex.cluster.bench.report import BenchRow, format_table, write_json
+from raypex.cluster.bench.soak import (
     SAMPLES_PER_END,
     SAMPLES_PER_RUN,
     cluster_processes,
@@ -27,8 +27,8 @@ from cluster.bench.soak import (
     label_new_processes,
     rss_bytes,
 )
-from cluster.driver import wiring
-from cluster.driver.reaper import TOKEN_VARIABLE
+from raypex.cluster.driver import wiring
+from raypex.cluster.driver.reaper import TOKEN_VARIABLE
 
 SETTLE_S = 5.0  # a soak's reference is taken when replay is full: 4-6 s into a CartPole run
 MIN_MINUTES = 0.2  # samples are at least 1 s apart: SETTLE_S plus two ends of SAMPLES_PER_END each
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, samples = sample_idle_cluster(args.minutes)
     print(format_table(rows))
     if args.json is not None:
-        from cluster.commands.bench import machine_info
+        from raypex.cluster.commands.bench import machine_info
 
         write_json(rows, args.json, {**machine_info(), "details": {"samples": samples}})
     return 0

@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from actors.envs import UnsupportedEnv, inspect_env
-from cluster.bench.report import write_json_payload
-from cluster.config.loading import ConfigError, load_config
-from cluster.config.shipped import config_path
-from cluster.plan.settings import learner_settings
+from raypex.actors.envs import UnsupportedEnv, inspect_env
+from raypex.cluster.bench.report import write_json_payload
+from raypex.cluster.config.loading import ConfigError, load_config
+from raypex.cluster.config.shipped import config_path
+from raypex.cluster.plan.settings import learner_settings
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -41,10 +41,10 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 def replay(settings, device, spec):
     """A one-shard replay of one update's worth of transitions per micro-batch slot, on `device`
     where a run would keep it (its random contents are never read as data, only gathered)."""
-    from cluster.plan.topology import ReplayPlan
-    from replay.priorities import BetaSchedule, PrioritySettings
-    from replay.rate_limit import SamplesPerInsertLimiter
-    from replay.shard import StorageSpec
+    from raypex.cluster.plan.topology import ReplayPlan
+    from raypex.replay.priorities import BetaSchedule, PrioritySettings
+    from raypex.replay.rate_limit import SamplesPerInsertLimiter
+    from raypex.replay.shard import StorageSpec
 
     storage = StorageSpec(4 * settings.micro_batch * settings.accumulation_steps, spec.obs_shape, spec.obs_dtype,
                           spec.frame_stack, 8, spec.action_dim)
@@ -59,8 +59,8 @@ def measure_variant(settings, device, seconds: float, host_batches: int, spec) -
     import numpy as np
     import torch
 
-    from cluster.bench.throughput import from_memory, on_device
-    from learner.learner import Learner
+    from raypex.cluster.bench.throughput import from_memory, on_device
+    from raypex.learner.learner import Learner
 
     learner = Learner(settings, device, replay(settings, device, spec), lambda weights: None)
     start = time.perf_counter()
@@ -118,7 +118,7 @@ def default_precisions(device) -> list[str]:
     with bf16 units (said on stderr when left out)."""
     if device.type == "cuda":
         return ["fp32", "bf16", "fp16"]
-    from learner.cpu_features import cpu_has_bf16_units
+    from raypex.learner.cpu_features import cpu_has_bf16_units
 
     if cpu_has_bf16_units():
         return ["fp32", "bf16"]

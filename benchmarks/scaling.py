@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cluster.driver.observer import RunObserver
+from raypex.cluster.driver.observer import RunObserver
 
 SCALING_OVERRIDES = ["collectors.num_cpus=0.03", "learner.num_cpus=0.5", "env.num_envs=4",
                      "stop.eval_return=null", "stop.env_steps=10000000000", "eval.every_epochs=1000000"]
@@ -68,8 +68,8 @@ class ScalingRecorder(RunObserver):
         """The learner's clocks and the cluster's memory, while everything is still up."""
         import ray
 
-        from cluster.bench.soak import cluster_processes, object_store_mib, rss_bytes
-        from cluster.driver.reaper import TOKEN_VARIABLE
+        from raypex.cluster.bench.soak import cluster_processes, object_store_mib, rss_bytes
+        from raypex.cluster.driver.reaper import TOKEN_VARIABLE
 
         profile = ray.get(run.actors.learner.profile.remote())
         epochs = max(run.epochs_done, 1)
@@ -89,12 +89,12 @@ class ScalingRecorder(RunObserver):
 
 def measure_one(config_arg: list[str], pairs: int, seconds: float) -> dict:
     """One N on a fresh local cluster (this process): the measures of module docstring."""
-    from actors.envs import inspect_env
-    from cluster.bench.ray_stages import ClusterBench
-    from cluster.config.arguments import split_positional
-    from cluster.config.loading import load_config
-    from cluster.driver.progress import ProgressLine
-    from cluster.driver.wiring import connect, shutdown
+    from raypex.actors.envs import inspect_env
+    from raypex.cluster.bench.ray_stages import ClusterBench
+    from raypex.cluster.config.arguments import split_positional
+    from raypex.cluster.config.loading import load_config
+    from raypex.cluster.driver.progress import ProgressLine
+    from raypex.cluster.driver.wiring import connect, shutdown
 
     path, overrides = split_positional(config_arg)
     config = load_config(path, [*overrides, *SCALING_OVERRIDES, f"collectors.num={pairs}"])

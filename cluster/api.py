@@ -1,6 +1,6 @@
 """raypex from Python: start a run from a notebook or a sweep script and get its results back.
 
-    from cluster.api import train
+    from raypex.cluster.api import train
     result = train("cartpole", {"stop.env_steps": 30000}, seed=1)
     result.summary["final_eval_return"], result.run_dir, result.policy.act(obs)
 
@@ -15,7 +15,9 @@ for or stop. Only one run at a time per process: Ray is one connection per proce
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -26,31 +28,127 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cluster.config.arguments import UsageError, default_run_dir, split_positional
-from cluster.config.loading import ConfigError, apply_overrides, apply_values, config_to_yaml, read_yaml, validate
-from cluster.config.schema import RunConfig, config_warnings
-from cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
-from cluster.driver.checkpoints import ResumePoint, atomic_write
-from cluster.driver.observer import RunObserver
-from cluster.driver.progress import ProgressLine
-from cluster.driver.run_dir import check_writable, kept_policy
-from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
-from cluster.driver.signals import hold, install_stop_signals, stop_holding
+import numpy as np
+
+from raypex.cluster.config.arguments import UsageError, default_run_dir, split_positional
+from raypex.cluster.config.loading import (
+    ConfigError,
+    apply_overrides,
+    apply_values,
+    config_to_yaml,
+    read_yaml,
+    validate,
+)
+from raypex.cluster.config.schema import RunConfig, config_warnings
+from raypex.cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
+from raypex.cluster.driver.checkpoints import ResumePoint, atomic_write
+from raypex.cluster.driver.observer import RunObserver
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.run_dir import check_writable, kept_policy
+from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
+from raypex.cluster.driver.signals import hold, install_stop_signals, stop_holding
 
 if TYPE_CHECKING:  # Ray and the run's modules load once the run directory exists (see `launch`)
-    from cluster.driver.run import TrainingRun
+    from raypex.cluster.driver.run import TrainingRun
 
-__all__ = ["RunFailed", "RunResult", "RunningRun", "UsageError", "load_policy", "resolve_run_config", "train"]
+__all__ = ["EvalResult", "RunFailed", "RunResult", "RunningRun", "UsageError", "evaluate", "load_policy",
+           "resolve_run_config", "train"]
 
 EpochCallback = Callable[[dict[str, Any]], None]
 
 
 def load_policy(path: str | Path):
     """The exported greedy policy of a run (`RUN_DIR/policy.pt2`, or the run directory itself)."""
-    from learner.policy_file import load_policy as load
+    from raypex.learner.policy_file import load_policy as load
 
     path = Path(path)
     return load(path / "policy.pt2" if path.is_dir() else path)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Returns of a policy's evaluation episodes (undiscounted, one per episode)."""
+
+    returns: np.ndarray
+    video: Path | None = None  # the first episode as an animated PNG, when asked for and the env has pictures
+
+    @property
+    def mean(self) -> float:
+        return float(self.returns.mean())
+
+    def line(self) -> str:
+        """What `raypex eval` prints (one precision for all four: a mean of 0.95 beside a min of 0.9
+        once read as if the mean were out of range)."""
+        r = self.returns
+        return (f"mean return {r.mean():.2f} over {len(r)} episodes "
+                f"(min {r.min():.2f}, max {r.max():.2f}, std {r.std():.2f})")
+
+
+def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None = None, seed: int = 12345,
+             video: str | Path | None = None) -> EvalResult:
+    """Play `episodes` episodes of a run's policy.pt2 in its env (each in its own env of one vector
+    env), greedily, or with `epsilon` random actions (default: the run's eval.epsilon); `video`:
+    a path for the first episode as an animated PNG. Works from any directory, your own env's code
+    included (found where the run was started: env.code_dir). UsageError, in one line, for a run
+    directory without a readable policy or config, or an env that cannot be built."""
+    run_dir = Path(run_dir).resolve()
+    if episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {episodes}")
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    policy_path = run_dir / "policy.pt2"
+    if not policy_path.is_file():
+        raise UsageError(f"{run_dir}: no policy.pt2 (the run has not finished, or this is not a run directory)")
+    try:
+        config = validate(read_yaml(run_dir / "config.yaml"))
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    if epsilon is not None and not 0.0 <= epsilon <= 1.0:
+        raise UsageError(f"epsilon must be within [0, 1], got {epsilon}")
+
+    import torch
+
+    from raypex.actors.envs import UnsupportedEnv, inspect_env
+    from raypex.actors.evaluator import Evaluator
+    from raypex.learner.policy_file import PolicyFileError
+
+    torch.set_num_threads(1)
+    try:
+        policy = load_policy(policy_path)
+    except PolicyFileError as err:
+        raise UsageError(str(err)) from None
+    env = config.env
+    eps = config.eval.epsilon if epsilon is None else epsilon
+    with _in_directory(env.code_dir):  # a module:Name or relative file.py:Name resolves as it did in training
+        try:
+            # frames stacked by raypex (pixel envs) give the video's pictures
+            stacked = video is not None and inspect_env(env.id, env.kwargs, env.frame_stack).frame_stack > 0
+            evaluator = Evaluator(env.id, env.kwargs, episodes, seed, env.frame_stack, eps, stacked)
+        except UnsupportedEnv as err:
+            raise UsageError(str(err), err.details) from None
+        try:
+            returns = evaluator.evaluate(policy.act, record=video is not None)
+        finally:
+            evaluator.close()
+    written = None
+    if video is not None and evaluator.video is not None:
+        written = Path(video)
+        atomic_write(written, evaluator.video.data)
+    return EvalResult(returns, written)
+
+
+@contextlib.contextmanager
+def _in_directory(path: str | None):
+    """Work in `path` (when it is an existing directory) for the duration."""
+    if path is None or not Path(path).is_dir():
+        yield
+        return
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 @dataclass
@@ -208,13 +306,14 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     run_dir.mkdir(parents=True, exist_ok=True)
     hold()  # from here a signal ends the run with summary.json: it is raised once the run has begun
     try:
+        config = with_code_dir(config)
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
         # Imported after the run directory is made (Ray, gymnasium, TensorBoard: half a second
         # here), so that a signal while they load is the run's to end.
         runtime = choose_runtime(config, address, progress)
-        from actors.envs import UnsupportedEnv
-        from cluster.driver.run import TrainingRun
+        from raypex.actors.envs import UnsupportedEnv
+        from raypex.cluster.driver.run import TrainingRun
 
         run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
                           kept_policy=kept_policy(run_dir) if resume else None)
@@ -235,16 +334,27 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     return code, summary
 
 
+def with_code_dir(config: RunConfig) -> RunConfig:
+    """The config with env.code_dir set to this working directory when env.id names code that is
+    looked up there (and no directory was recorded yet): config.yaml then says where it was."""
+    from raypex.actors.env_ids import names_code
+
+    if config.env.code_dir is not None or not names_code(config.env.id):
+        return config
+    env = config.env.model_copy(update={"code_dir": str(Path.cwd().resolve())})
+    return config.model_copy(update={"env": env})
+
+
 def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLine):
     """The runtime the config names: the local one, or Ray's on the cluster `address` names (else
     RAYPEX_ADDRESS's, else the job's inside `ray job submit`, else a local cluster of its own)."""
     if config.runtime == "local":
         if address is not None:
             raise UsageError("--address joins a Ray cluster; runtime local runs without Ray (drop one of them)")
-        from cluster.local.runtime import LocalRuntime
+        from raypex.cluster.local.runtime import LocalRuntime
 
         return LocalRuntime()
-    from cluster.driver.ray_runtime import RayRuntime
+    from raypex.cluster.driver.ray_runtime import RayRuntime
 
     ship_code = True
     from_variable = address is None and (address := kept_up_address()) is not None

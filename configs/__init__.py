@@ -1,2 +1,2 @@
-"""The shipped run configs, installed as the package `raypex_configs`: `raypex configs` lists them and
+"""The shipped run configs, installed as the package `raypex.configs`: `raypex configs` lists them and
 `raypex train NAME` finds NAME.yaml here from any directory (cluster/config/loading.py)."""

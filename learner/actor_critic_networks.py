@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from learner.networks import conv_output_width, image_convs, scaled_input
-from learner.numpy_mlp import squashed_log_std
-from learner.obs_norm import RunningObsNorm
-from learner.weights import load_arrays
+from raypex.learner.networks import conv_output_width, image_convs, scaled_input
+from raypex.learner.numpy_mlp import squashed_log_std
+from raypex.learner.obs_norm import RunningObsNorm
+from raypex.learner.weights import load_arrays
 
 
 def _torso(width: int, hidden: list[int]) -> tuple[nn.Sequential, int]:

@@ -23,15 +23,15 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
-from learner.cuda_graph import CapturedActorCriticUpdate
-from learner.host_adam import adam_for
-from learner.loss_scale import DeviceLossScale
-from learner.obs_norm import RunningObsNorm
-from learner.precision import PrecisionPolicy, make_precision, resolve_precision
-from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
-from learner.settings import LearnerSettings
-from learner.td3_loss import td3_actor_loss, td3_critic_loss
+from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
+from raypex.learner.cuda_graph import CapturedActorCriticUpdate
+from raypex.learner.host_adam import adam_for
+from raypex.learner.loss_scale import DeviceLossScale
+from raypex.learner.obs_norm import RunningObsNorm
+from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
+from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
+from raypex.learner.settings import LearnerSettings
+from raypex.learner.td3_loss import td3_actor_loss, td3_critic_loss
 
 
 def _backward(loss: torch.Tensor, scale: DeviceLossScale | None) -> None:

@@ -15,8 +15,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from learner.precision import PrecisionPolicy
-from learner.settings import LearnerSettings
+from raypex.learner.precision import PrecisionPolicy
+from raypex.learner.settings import LearnerSettings
 
 Gather = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 
@@ -64,11 +64,11 @@ class AlgorithmStep(Protocol):
 def build_step(settings: LearnerSettings, device: torch.device, gather: Gather | None) -> AlgorithmStep:
     """The step for `settings.algo`."""
     if settings.algo == "dqn":
-        from learner.dqn_step import DQNStep
+        from raypex.learner.dqn_step import DQNStep
 
         return DQNStep(settings, device, gather)
     if settings.algo in ("td3", "sac"):
-        from learner.actor_critic_step import ActorCriticStep
+        from raypex.learner.actor_critic_step import ActorCriticStep
 
         return ActorCriticStep(settings, device, gather)
     raise ValueError(f"algo.name {settings.algo} has no update step; use dqn, td3 or sac")

@@ -37,7 +37,7 @@ def choose_columns(storage: str, device: torch.device, replay_bytes: int):
     UPDATE_RESERVE_BYTES to spare, else host memory (each batch gathered there and copied over
     from pinned memory), said in the notice. A CPU learner's
     replay is in host memory whatever was asked."""
-    from replay.columns import HostColumns
+    from raypex.replay.columns import HostColumns
 
     if device.type != "cuda" or storage == "host":
         return HostColumns(), None

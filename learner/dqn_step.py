@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
-from learner.host_adam import adam_for
-from learner.losses import double_dqn_loss
-from learner.networks import NatureCNNQNetwork, build_q_network
-from learner.precision import PrecisionPolicy, make_precision, resolve_precision
-from learner.settings import LearnerSettings
+from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
+from raypex.learner.host_adam import adam_for
+from raypex.learner.losses import double_dqn_loss
+from raypex.learner.networks import NatureCNNQNetwork, build_q_network
+from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
+from raypex.learner.settings import LearnerSettings
 
 
 class DQNStep:

@@ -24,17 +24,17 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from learner.algorithm import AlgorithmStep, build_step
-from learner.learner_state import learner_state, restore_learner_state
-from learner.policy_file import export_policy_archive
-from learner.precision import configure_cuda_math
-from learner.priority_feedback import PriorityFeedback
-from learner.replay_feed import ReplayFeed, gather_from
-from learner.settings import LearnerSettings
-from learner.synthetic import synthetic_batch, synthetic_index_batch
-from learner.weights import export_arrays, load_arrays
-from replay.contracts import EpochStats, PublishWeights, TrainingStopped, Weights
-from replay.sharded import ShardedReplay
+from raypex.learner.algorithm import AlgorithmStep, build_step
+from raypex.learner.learner_state import learner_state, restore_learner_state
+from raypex.learner.policy_file import export_policy_archive
+from raypex.learner.precision import configure_cuda_math
+from raypex.learner.priority_feedback import PriorityFeedback
+from raypex.learner.replay_feed import ReplayFeed, gather_from
+from raypex.learner.settings import LearnerSettings
+from raypex.learner.synthetic import synthetic_batch, synthetic_index_batch
+from raypex.learner.weights import export_arrays, load_arrays
+from raypex.replay.contracts import EpochStats, PublishWeights, TrainingStopped, Weights
+from raypex.replay.sharded import ShardedReplay
 
 # feed: drawing (and on the host, gathering) a batch, waiting for data included; update: host time
 # to run (CPU) or enqueue (CUDA) an update; gpu: waiting for the GPU to finish the update before

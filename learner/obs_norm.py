@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from learner.numpy_mlp import NORM_CLIP, NORM_EPS
+from raypex.learner.numpy_mlp import NORM_CLIP, NORM_EPS
 
 PRIOR_COUNT = 1e-4  # the prior's weight: the first batch sets the statistics almost alone
 

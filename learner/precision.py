@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from learner.cpu_features import cpu_has_bf16_units
-from learner.loss_scale import DeviceLossScale
+from raypex.learner.cpu_features import cpu_has_bf16_units
+from raypex.learner.loss_scale import DeviceLossScale
 
 
 @dataclass

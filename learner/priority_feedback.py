@@ -20,7 +20,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from replay.sharded import SampledKeys, ShardedReplay
+from raypex.replay.sharded import SampledKeys, ShardedReplay
 
 PENDING = 8  # CUDA updates whose errors may be on their way to the host at once
 APPLY_EVERY = 4  # updates whose errors are applied together

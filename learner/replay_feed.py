@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from replay.contracts import TrainingStopped
-from replay.sharded import SampledKeys, ShardedReplay
+from raypex.replay.contracts import TrainingStopped
+from raypex.replay.sharded import SampledKeys, ShardedReplay
 
 _WAIT_S = 0.05  # the longest one wait for an insert lasts before the stop flag is read again
 HOST_DRAW_AHEAD = 8  # updates drawn and gathered at once by a CPU learner from uniform replay

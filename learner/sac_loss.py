@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from learner.td3_loss import CriticLossOutput, critic_loss_to
+from raypex.learner.td3_loss import CriticLossOutput, critic_loss_to
 
 
 def sac_critic_loss(critic: nn.Module, critic_target: nn.Module, actor: nn.Module, alpha: torch.Tensor,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from learner.settings import LearnerSettings
+from raypex.learner.settings import LearnerSettings
 
 
 def synthetic_batch(settings: LearnerSettings, device: torch.device,

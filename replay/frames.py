@@ -29,9 +29,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from replay.columns import ColumnBackend, HostColumns
-from replay.priorities import Placement
-from replay.ring import action_layout
+from raypex.replay.columns import ColumnBackend, HostColumns
+from raypex.replay.priorities import Placement
+from raypex.replay.ring import action_layout
 
 # The host bookkeeping per slot: name -> dtype.
 _SLOT_BOOKKEEPING = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.sum_tree import SumTree
+from raypex.replay.sum_tree import SumTree
 
 INITIAL_PRIORITIES = ("td", "max")
 

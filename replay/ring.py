@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from replay.columns import ColumnBackend, HostColumns
-from replay.priorities import Placement
+from raypex.replay.columns import ColumnBackend, HostColumns
+from raypex.replay.priorities import Placement
 
 # The fields one stored transition has, in the names of the Chunk message (collector -> shard).
 TRANSITION_FIELDS = ("obs", "action", "return", "discount", "next_obs")

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.columns import ColumnBackend
-from replay.contracts import Chunk, FrameChunk, PriorityStats, ShardStats
-from replay.frames import FrameStorage, frame_layout, frame_slots
-from replay.priorities import PriorityIndex, PrioritySettings
-from replay.ring import RingStorage, transition_layout
+from raypex.replay.columns import ColumnBackend
+from raypex.replay.contracts import Chunk, FrameChunk, PriorityStats, ShardStats
+from raypex.replay.frames import FrameStorage, frame_layout, frame_slots
+from raypex.replay.priorities import PriorityIndex, PrioritySettings
+from raypex.replay.ring import RingStorage, transition_layout
 
 
 @dataclass(frozen=True)

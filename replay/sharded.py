@@ -26,13 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.columns import ColumnBackend, HostColumns
-from replay.contracts import Chunk, FrameChunk, ShardStats
-from replay.frames import frame_bookkeeping, stack_index
-from replay.priorities import BetaSchedule, PrioritySettings, importance_weights
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import ReplayShard, StorageSpec, build_storage
-from replay.sum_tree import SumTree
+from raypex.replay.columns import ColumnBackend, HostColumns
+from raypex.replay.contracts import Chunk, FrameChunk, ShardStats
+from raypex.replay.frames import frame_bookkeeping, stack_index
+from raypex.replay.priorities import BetaSchedule, PrioritySettings, importance_weights
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import ReplayShard, StorageSpec, build_storage
+from raypex.replay.sum_tree import SumTree
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,6 @@ def raypex_joined(args: list[str], joining: dict[str, str], env: dict[str, str] 
     """`raypex ARGS` in a process of its own that joins the kept-up cluster (`joining`: the
     conftest fixture joining_environment), as a user's run joins one through RAYPEX_ADDRESS;
     its output captured as text. A test process cannot join in-process (see above)."""
-    return subprocess.run([sys.executable, "-m", "cluster", *args], env={**os.environ, **joining, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "raypex", *args], env={**os.environ, **joining, **(env or {})},
                           capture_output=True, text=True, timeout=timeout_s, check=False)
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from actors.acting import AUTO_MIN_GAIN, ActingPolicy, fused_trace
-from learner.networks import acting_copy, build_q_network
-from learner.weights import export_arrays
+from raypex.actors.acting import AUTO_MIN_GAIN, ActingPolicy, fused_trace
+from raypex.learner.networks import acting_copy, build_q_network
+from raypex.learner.weights import export_arrays
 
 SHAPES = [((4, 84, 84), "uint8"), ((6, 10, 10), "uint8"), ((8,), "float32")]
 
@@ -113,7 +113,7 @@ def test_a_fused_trace_of_the_small_cnn_matches_it():
 
 
 def test_an_mlp_collector_acts_in_numpy_at_random_until_weights_then_as_the_torch_network():
-    from actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
+    from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
 
     assert acts_in_numpy((4,), "auto", "auto") and acts_in_numpy((4,), "fp32", "off")
     assert not acts_in_numpy((4,), "bf16", "auto") and not acts_in_numpy((4,), "auto", "on")

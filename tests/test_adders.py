@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from actors.adders import EnvStep, FrameAdder, TransitionAdder
-from actors.nstep import NStepFolder
+from raypex.actors.adders import EnvStep, FrameAdder, TransitionAdder
+from raypex.actors.nstep import NStepFolder
 
 F, T = np.array([False]), np.array([True])
 FRAME = (2, 2)

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from cluster.commands.cli import main
-from cluster.driver.address import (
+from raypex.cluster.commands.cli import main
+from raypex.cluster.driver.address import (
     ADDRESS_VARIABLE,
     JOB_VARIABLE,
     ConnectError,

@@ -29,18 +29,36 @@ def product_modules() -> dict[str, Path]:
 MODULES = product_modules()
 
 
+def short(name: str) -> str:
+    """A module name without the package everything installs under (raypex.replay.shard -> replay.shard)."""
+    return name.removeprefix("raypex.")
+
+
 def imported_names(path: Path) -> set[str]:
-    """Every module name imported anywhere in the file (absolute imports; `from a import b` gives
-    a.b when that is a module, else a)."""
+    """Every module name imported anywhere in the file (absolute imports, named as MODULES names
+    them; `from a import b` gives a.b when that is a module, else a)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            names.update(short(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
-                candidate = f"{node.module}.{alias.name}"
-                names.add(candidate if candidate in MODULES else node.module)
+                candidate = short(f"{node.module}.{alias.name}")
+                names.add(candidate if candidate in MODULES else short(node.module))
     return names
+
+
+def test_every_import_of_ours_goes_through_the_raypex_package():
+    """`from replay.shard import ...` would import a user's replay.py instead (or a second copy of ours)."""
+    bare = sorted(f"{module}: {node.module if isinstance(node, ast.ImportFrom) else node.names[0].name}"
+                  for module, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, (ast.Import, ast.ImportFrom)) and _bare(node))
+    assert not bare, bare
+
+
+def _bare(node) -> bool:
+    names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+    return getattr(node, "level", 0) == 0 and any(name.split(".")[0] in PACKAGES for name in names)
 
 
 def our_imports(module: str) -> set[str]:
@@ -106,7 +124,7 @@ def test_imports_follow_the_dependency_rule(module):
 
 # cluster's parts drawn top to bottom: each imports only those below it (the CLI calls the Python
 # API, which calls the runtimes; the driver's run loop knows no runtime's wiring).
-CLUSTER_LAYERS = ("cluster.__main__", "cluster.commands", "cluster.api", "cluster.bench", "cluster.local",
+CLUSTER_LAYERS = ("cluster.commands", "cluster.api", "cluster.bench", "cluster.local",
                   "cluster.driver", "cluster.hosts", "cluster.plan", "cluster.config", "cluster.process_clock")
 
 
@@ -129,8 +147,8 @@ def test_the_contracts_module_imports_nothing_of_ours():
 def test_the_checks_see_a_cycle_and_a_forbidden_import(tmp_path):
     """The checks themselves: a cycle and a replay -> learner import written to files are found."""
     first, second = tmp_path / "a.py", tmp_path / "b.py"
-    first.write_text("def f():\n    from replay.shard import ReplayShard\n")
-    second.write_text("from learner import networks\nimport ray.util\n")
+    first.write_text("def f():\n    from raypex.replay.shard import ReplayShard\n")
+    second.write_text("from raypex.learner import networks\nimport ray.util\n")
     assert "replay.shard" in imported_names(first)
     assert {"learner.networks", "ray.util"} <= imported_names(second)
     assert not allowed("replay.shard", "learner.networks") and allowed("actors.collector", "learner.networks")
@@ -140,14 +158,16 @@ def test_the_checks_see_a_cycle_and_a_forbidden_import(tmp_path):
     assert find_cycle({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) is None
 
 
-def test_pyproject_installs_every_package_and_ships_the_configs():
-    """pyproject lists packages by name (configs/ is mapped to raypex_configs): a new sub-package
-    left out of the list would be missing from every non-editable install."""
+def test_pyproject_installs_one_package_holding_every_folder_and_the_configs():
+    """Everything installs under raypex (a user's `replay.py` shadows nothing of ours): each
+    top-level folder mapped to its sub-package, and every sub-package listed by name (one left out
+    would be missing from every non-editable install)."""
     import tomllib
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    on_disk = {str(init.parent.relative_to(ROOT)).replace("/", ".")
-               for room in ("actors", "learner", "replay", "cluster") for init in (ROOT / room).rglob("__init__.py")}
-    assert set(setuptools["packages"]) == on_disk | {"raypex_configs"}
-    assert setuptools["package-dir"] == {"raypex_configs": "configs"}
-    assert setuptools["package-data"]["raypex_configs"] == ["*.yaml"]
+    folders = {"raypex": "raypex", **{f"raypex.{room}": room for room in (*PACKAGES, "configs")}}
+    assert setuptools["package-dir"] == folders
+    on_disk = {"raypex." + str(init.parent.relative_to(ROOT)).replace("/", ".")
+               for room in PACKAGES for init in (ROOT / room).rglob("__init__.py")}
+    assert set(setuptools["packages"]) == on_disk | {"raypex", "raypex.configs"}
+    assert setuptools["package-data"]["raypex.configs"] == ["*.yaml"]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cluster.bench.report import BenchRow, bounding_stage, format_table, parse_bar, write_json
-from cluster.config.shipped import config_path
+from raypex.cluster.bench.report import BenchRow, bounding_stage, format_table, parse_bar, write_json
+from raypex.cluster.config.shipped import config_path
 
 
 def test_ratio_is_value_over_reference_and_the_bar_is_applied_to_it():
@@ -83,7 +83,7 @@ def test_scaling_fits_a_line_and_extrapolates_each_measure():
 
 
 def test_a_runs_rate_by_tenth_shows_a_fast_fill_apart_from_a_slowdown():
-    from cluster.bench.ray_stages import RunRecord
+    from raypex.cluster.bench.ray_stages import RunRecord
 
     # 2,000 env steps/s while replay fills (5 s), then 1,000/s held by the limiter
     timeline = [(0.0, 0), (5.0, 10_000), (10.0, 15_000)]
@@ -94,7 +94,7 @@ def test_a_runs_rate_by_tenth_shows_a_fast_fill_apart_from_a_slowdown():
 
 
 def test_the_linearity_note_appears_only_where_replay_filling_is_a_fifth_of_T_or_more():
-    from cluster.bench.report import linearity_note
+    from raypex.cluster.bench.report import linearity_note
 
     assert linearity_note(40_000, 512, 16.0) is None  # CartPole: the fill is 1% of T
     note = linearity_note(12_000, 22_000, 1.0)  # small-box Pong: T lies wholly inside it
@@ -112,7 +112,7 @@ def test_the_feed_profile_draws_from_a_filled_replay_both_ways(config, overrides
     """`python -m benchmarks.feed_profile`: the learner's rate drawing from a replay beside it
     against the same loop cycling batches already drawn, with the host's draw timed apart."""
     from benchmarks.feed_profile import profile_feed
-    from cluster.config.loading import load_config
+    from raypex.cluster.config.loading import load_config
 
     result = profile_feed(load_config(config_path(config), overrides), shards=2, seconds=0.3, with_profile=True)
     assert result["replay_storage"] == "host" and result["draw_ms"] > 0
@@ -138,7 +138,7 @@ def test_the_idle_control_judges_growth_as_the_soak_does_from_its_settling_time(
 
 
 def test_a_startup_run_joins_the_cluster_it_is_given_and_otherwise_starts_its_own(tmp_path):
-    from cluster.bench.startup import startup_argv
+    from raypex.cluster.bench.startup import startup_argv
 
     own = startup_argv(["configs/cartpole.yaml", "seed=1"], tmp_path / "r", 256, None)
     joining = startup_argv(["configs/cartpole.yaml", "seed=1"], tmp_path / "r", 256, "127.0.0.1:6379")
@@ -148,7 +148,7 @@ def test_a_startup_run_joins_the_cluster_it_is_given_and_otherwise_starts_its_ow
 
 
 def test_a_process_keeps_its_label_unless_it_was_an_idle_worker_that_now_holds_an_actor():
-    from cluster.bench.soak import label_new_processes
+    from raypex.cluster.bench.soak import label_new_processes
 
     labels: dict[int, str] = {}
     label_new_processes(labels, {10: "CollectorActor", 11: "default_worker", 12: "raylet"})
@@ -158,8 +158,8 @@ def test_a_process_keeps_its_label_unless_it_was_an_idle_worker_that_now_holds_a
 
 
 def test_the_learner_stage_leaves_bf16_out_only_on_a_cpu_without_bf16_units_and_only_by_default():
-    from cluster.bench.learner_variants import learner_variants
-    from cluster.config.arguments import UsageError
+    from raypex.cluster.bench.learner_variants import learner_variants
+    from raypex.cluster.config.arguments import UsageError
 
     assert learner_variants("cpu", None, cpu_bf16_units=False) == [("fp32", "off")]
     assert learner_variants("cpu", None, cpu_bf16_units=True) == [("fp32", "off"), ("bf16", "off")]

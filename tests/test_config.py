@@ -5,13 +5,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
-from cluster.commands.cli import main
-from cluster.config.loading import apply_overrides, load_config
-from cluster.config.schema import RunConfig, config_warnings
+from raypex.cluster.commands.cli import main
+from raypex.cluster.config.loading import apply_overrides, load_config
+from raypex.cluster.config.schema import RunConfig, config_warnings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _needs_a_missing_package(**kwargs):
+    raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
+                                           'followed by `pip install "gymnasium[box2d]"`')
+
+
+# an env whose package is not installed (as CarRacing-v3 without the box2d extra), whatever is installed here
+gym.register("NeedsAMissingPackage-v0", entry_point=_needs_a_missing_package)
 
 
 def test_cartpole_yaml_spells_out_the_schema_defaults():
@@ -70,7 +80,7 @@ BAD_TRAIN_ARGS = [
     (["env.id=ALE/Pong-v5", "env.kwargs={frame_skip: 2}"], "env.kwargs are not accepted by ALE's vector env"),
     (["env.id=ALE/Pong-v5", "env.frame_stack=0"], "env.frame_stack: Input should be greater than or equal to 1"),
     (["env.id=no_such_module:Env-v0"], "no module 'no_such_module' in "),
-    (["env.id=CarRacing-v3"], "env.id 'CarRacing-v3' cannot be made: "),  # box2d is not installed
+    (["env.id=NeedsAMissingPackage-v0"], "env.id 'NeedsAMissingPackage-v0' cannot be made: Box2D is not installed"),
     # NaN or infinity is never a value; a NaN target once reported a false "solved"
     (["stop.eval_return=nan"], "stop.eval_return: Input should be a finite number (got nan)"),
     (["eval.max_return=nan"], "eval.max_return: Input should be a finite number (got nan)"),
@@ -153,7 +163,7 @@ def test_eval_of_a_missing_run(tmp_path, capsys):
 
 def test_console_script_exits_2_without_traceback(tmp_path):
     """The real process: exit status 2 and a single stderr line, no traceback."""
-    proc = subprocess.run([sys.executable, "-m", "cluster", "train", "learner.lr=-3"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "raypex", "train", "learner.lr=-3"], capture_output=True,
                           text=True, cwd=tmp_path, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -162,7 +172,7 @@ def test_console_script_exits_2_without_traceback(tmp_path):
 
 
 def test_readme_config_reference_matches_the_schema():
-    from cluster.config.reference import markdown_reference
+    from raypex.cluster.config.reference import markdown_reference
 
     assert markdown_reference() in (ROOT / "README.md").read_text()
 
@@ -185,7 +195,7 @@ BAD_BENCH_ARGS = [
 
 
 def test_a_bench_window_sets_every_measuring_window_and_keeps_the_training_runs():
-    from cluster.commands.bench import BenchPlan
+    from raypex.cluster.commands.bench import BenchPlan
 
     quick, full = BenchPlan.choose(True), BenchPlan.choose(False)
     assert quick.with_window(None) == quick
@@ -205,13 +215,13 @@ def test_bench_rejects_bad_input_in_one_line(args, expected, capsys):
 @pytest.mark.parametrize(("override", "expected"), [
     ("learner.cuda_graphs=off", "off"), ("learner.cuda_graphs=on", "on"), ("learner.cuda_graphs=auto", "auto")])
 def test_cuda_graphs_takes_on_and_off_that_yaml_reads_as_booleans(override, expected):
-    from cluster.config.loading import load_config
+    from raypex.cluster.config.loading import load_config
 
     assert load_config(None, [override]).learner.cuda_graphs == expected
 
 
 def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
-    from cluster.config.arguments import UsageError, split_positional
+    from raypex.cluster.config.arguments import UsageError, split_positional
 
     monkeypatch.chdir(tmp_path)  # no configs/ here
     for item in ("pong", "pong.yaml", "configs/pong.yaml"):
@@ -234,7 +244,7 @@ def test_raypex_configs_lists_each_shipped_config_on_one_line(capsys):
 
 
 def test_config_show_prints_every_key_marking_the_ones_that_differ(capsys):
-    from cluster.config.reference import markdown_reference
+    from raypex.cluster.config.reference import markdown_reference
 
     assert main(["config", "show", "pong", "collectors.num=4"]) == 0
     out = capsys.readouterr().out.splitlines()[1:]
@@ -252,7 +262,7 @@ def test_output_into_a_closed_pipe_ends_quietly():
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before anything is written
     try:
-        done = subprocess.run([sys.executable, "-c", "from cluster.commands.cli import console; console()", "config",
+        done = subprocess.run([sys.executable, "-c", "from raypex.cluster.commands.cli import console; console()", "config",
                                "show", "pong"], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
                               check=False)
     finally:
@@ -263,7 +273,7 @@ def test_output_into_a_closed_pipe_ends_quietly():
 def test_every_option_of_every_subcommand_says_what_it_does_and_its_default():
     import argparse
 
-    from cluster.commands.cli import build_parser
+    from raypex.cluster.commands.cli import build_parser
 
     subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in subcommands.choices.items():

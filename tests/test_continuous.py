@@ -10,14 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from actors.action_scaling import ActionScale
-from actors.action_spaces import action_fields
-from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
-from cluster.config.loading import ConfigError, load_config
-from learner.actor_critic_networks import ActorNetwork
-from learner.numpy_mlp import NumpyMLPActor
-from learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
-from learner.td3_loss import td3_actor_loss, td3_critic_loss
+from raypex.actors.action_scaling import ActionScale
+from raypex.actors.action_spaces import action_fields
+from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
+from raypex.cluster.config.loading import ConfigError, load_config
+from raypex.learner.actor_critic_networks import ActorNetwork
+from raypex.learner.numpy_mlp import NumpyMLPActor
+from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
+from raypex.learner.td3_loss import td3_actor_loss, td3_critic_loss
 from tests.test_video import decode_apng
 
 
@@ -116,8 +116,8 @@ def test_the_numpy_actor_acts_as_the_torch_actor():
 
 
 def test_running_observation_statistics_merge_batches_exactly_and_the_numpy_actor_applies_them():
-    from learner.obs_norm import RunningObsNorm
-    from learner.weights import export_arrays
+    from raypex.learner.obs_norm import RunningObsNorm
+    from raypex.learner.weights import export_arrays
 
     rng = np.random.default_rng(0)
     batches = [rng.normal([5.0, -3.0, 0.0], [10.0, 0.1, 1.0], size=(size, 3)).astype(np.float32) for size in (7, 64, 1)]
@@ -181,8 +181,8 @@ def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
 def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo):
     from pathlib import Path
 
-    from cluster.local.wiring import build_local
-    from cluster.plan.topology import plan_run
+    from raypex.cluster.local.wiring import build_local
+    from raypex.cluster.plan.topology import plan_run
 
     config = load_config(Path("configs/pendulum.yaml"), [
         f"algo.name={algo}", "collectors.chunk_steps=4", "replay.min_size=256", "learner.updates_per_epoch=4",
@@ -216,14 +216,14 @@ def test_the_benchs_in_process_stages_step_box_action_envs(algo):
     """`raypex bench`'s in-process rows for a Box action space: env_raw, env_policy and the replay
     costs of --stage priorities (each once assumed Discrete actions and ended the bench with a
     traceback)."""
-    from cluster.bench.local_stages import local_rates
-    from cluster.plan.settings import collector_settings
+    from raypex.cluster.bench.local_stages import local_rates
+    from raypex.cluster.plan.settings import collector_settings
 
     config = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     rates = local_rates(collector_settings(config, spec, 0), 0.05)
     assert rates.policy > 0 and rates.raw > 0 and rates.form == "numpy" and rates.phases["act"] > 0
-    from cluster.bench.priority_costs import replay_costs
+    from raypex.cluster.bench.priority_costs import replay_costs
 
     small = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2", "replay.capacity=512",
                                "replay.min_size=256", "learner.micro_batch=64"])
@@ -233,8 +233,8 @@ def test_the_benchs_in_process_stages_step_box_action_envs(algo):
 
 def test_a_mujoco_evaluation_records_pictures_of_its_first_episode(monkeypatch):
     """MuJoCo envs get videos: states recorded while the episode runs, drawn afterwards offscreen."""
-    from actors import mujoco_video
-    from actors.evaluator import Evaluator
+    from raypex.actors import mujoco_video
+    from raypex.actors.evaluator import Evaluator
 
     evaluator = Evaluator("HalfCheetah-v5", {"max_episode_steps": 30}, 2, 0)
     returns = evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
@@ -256,10 +256,10 @@ def continuous_learner(algo: str, device: torch.device, columns=None, images: bo
     """A TD3 or SAC Learner over two shards of the same random Pendulum-shaped data for the same
     seed (so the same draws), its columns where `columns` keeps them (None: host memory); with
     `images`, the observations are uint8 pictures [2, 12, 12] (PixelReach's) instead of 3 floats."""
-    from learner.learner import Learner
-    from replay.rate_limit import SamplesPerInsertLimiter
-    from replay.shard import StorageSpec
-    from replay.sharded import ShardedReplay
+    from raypex.learner.learner import Learner
+    from raypex.replay.rate_limit import SamplesPerInsertLimiter
+    from raypex.replay.shard import StorageSpec
+    from raypex.replay.sharded import ShardedReplay
     from tests.test_learner import settings
 
     rng = np.random.default_rng(0)
@@ -286,9 +286,9 @@ def test_the_learner_matrix_replay_gathers_box_actions_with_their_dimension():
     float actions of the env's action_dim: it once stored Discrete ones, and every TD3/SAC variant
     of `python -m benchmarks.learner_matrix configs/pendulum.yaml` failed on the GPU box."""
     from benchmarks.learner_matrix import replay as matrix_replay
-    from cluster.plan.settings import learner_settings
-    from learner.replay_feed import gather_from
-    from learner.synthetic import synthetic_index_batch
+    from raypex.cluster.plan.settings import learner_settings
+    from raypex.learner.replay_feed import gather_from
+    from raypex.learner.synthetic import synthetic_index_batch
 
     config = load_config(Path("configs/pendulum.yaml"), ["learner.micro_batch=8", "learner.accumulation_steps=2"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
@@ -305,7 +305,7 @@ def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_strea
     """What capture relies on (learner/cuda_graph.py): updates run during warm-up leave the
     networks (image encoders and observation statistics included), the three optimizers' state,
     the sums and the noise generator as they were."""
-    from learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
+    from raypex.learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
 
     learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2, obs_norm=obs_norm)
     step = learner.step
@@ -347,8 +347,8 @@ def test_td3_steps_its_actor_every_policy_delay_updates_and_sac_every_update():
 def test_each_continuous_env_the_issue_names_runs_from_its_id_alone(env_id, obs_dim, action_dim):
     """Gymnasium's continuous envs, MuJoCo's through the mujoco extra: a SAC collector steps each
     from `env.id` and pushes float actions in [-1, 1] (the env got them in its own units)."""
-    from actors.collector import Collector
-    from cluster.plan.settings import collector_settings
+    from raypex.actors.collector import Collector
+    from raypex.cluster.plan.settings import collector_settings
 
     config = load_config(None, [f"env.id={env_id}", "algo.name=sac", "env.num_envs=2", "collectors.chunk_steps=4",
                                 "algo.n_step=1"])
@@ -366,10 +366,10 @@ def test_collectors_act_at_random_until_trained_weights_come():
     """A fresh learner publishes its starting actor at once; acting with it (one near-constant
     action per observation plus a little noise) instead of the uniform warm-up left TD3 on
     pictures stuck in one run of three on a slower box."""
-    from actors.collector import Collector
-    from cluster.plan.settings import collector_settings
-    from learner.weights import export_arrays
-    from replay.contracts import Weights
+    from raypex.actors.collector import Collector
+    from raypex.cluster.plan.settings import collector_settings
+    from raypex.learner.weights import export_arrays
+    from raypex.replay.contracts import Weights
 
     config = load_config(None, ["env.id=Pendulum-v1", "algo.name=td3", "env.num_envs=16", "collectors.chunk_steps=4",
                                 "algo.n_step=1", "network.hidden=[8]"])
@@ -393,9 +393,9 @@ def test_collectors_act_at_random_until_trained_weights_come():
 def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     """fp16 for TD3/SAC: the critics' and the actor's steps each have a loss scale on the device; an
     overflow skips that step alone and halves its scale (run on the CPU here, as on CUDA)."""
-    from learner.actor_critic_step import ActorCriticStep
-    from learner.loss_scale import DeviceLossScale
-    from learner.precision import PrecisionPolicy
+    from raypex.learner.actor_critic_step import ActorCriticStep
+    from raypex.learner.loss_scale import DeviceLossScale
+    from raypex.learner.precision import PrecisionPolicy
     from tests.test_learner import settings
 
     cpu = torch.device("cpu")
@@ -428,8 +428,8 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
 def test_policy_pt2_of_published_weights_acts_in_the_env_units(algo, obs_norm, tmp_path):
     """policy.pt2 of a published version (not the learner's newest weights): the actor with
     those weights (and observation statistics), its [-1, 1] actions mapped to Pendulum's [-2, 2]."""
-    from learner.policy_file import load_policy
-    from learner.weights import export_arrays
+    from raypex.learner.policy_file import load_policy
+    from raypex.learner.weights import export_arrays
 
     learner = continuous_learner(algo, torch.device("cpu"), obs_norm=obs_norm)
     learner.train_epoch()

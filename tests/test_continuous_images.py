@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import tests.pixel_env  # registers PixelReach-v0
-from actors.envs import inspect_env
-from cluster.config.loading import load_config
-from learner.actor_critic_networks import ActorNetwork, TorchActorForward, TwinCritic
-from learner.weights import export_arrays
+from raypex.actors.envs import inspect_env
+from raypex.cluster.config.loading import load_config
+from raypex.learner.actor_critic_networks import ActorNetwork, TorchActorForward, TwinCritic
+from raypex.learner.weights import export_arrays
 
 IMAGE = (2, 12, 12)
 
@@ -48,10 +48,10 @@ def test_image_networks_encode_uint8_pictures_and_the_cpu_actor_acts_as_the_lear
 def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_and_policy_pt2(algo, env_id, tmp_path):
     """Images with channels are stored as they come, channels first; grayscale frames are stored
     once each and stacked 4 deep (frame-once replay, with float actions), as DQN's Atari frames."""
-    from cluster.local.wiring import build_local
-    from cluster.plan.topology import plan_run
-    from learner.policy_file import load_policy
-    from replay.contracts import Weights
+    from raypex.cluster.local.wiring import build_local
+    from raypex.cluster.plan.topology import plan_run
+    from raypex.learner.policy_file import load_policy
+    from raypex.replay.contracts import Weights
 
     config = load_config(Path("configs/pendulum.yaml"), [
         f"env.id={env_id}", f"algo.name={algo}", "env.num_envs=4", "collectors.chunk_steps=4",

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from actors.adders import EnvStep, FrameAdder
-from learner.device_columns import DeviceColumns
-from learner.learner import Learner
-from replay.priorities import BetaSchedule, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import StorageSpec
-from replay.sharded import ShardedReplay
+from raypex.actors.adders import EnvStep, FrameAdder
+from raypex.learner.device_columns import DeviceColumns
+from raypex.learner.learner import Learner
+from raypex.replay.priorities import BetaSchedule, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import StorageSpec
+from raypex.replay.sharded import ShardedReplay
 from tests.test_learner import random_batch, settings
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="the captured update needs CUDA")

@@ -13,15 +13,15 @@ import pytest
 import tomllib
 import yaml
 
-from cluster.commands.cli import build_parser, parse_command_line
-from cluster.config.arguments import split_positional
-from cluster.config.loading import load_config
-from cluster.config.schema import RunConfig
-from cluster.driver.devices import choose_act_device, with_act_device
-from cluster.driver.placement import ResourceRequest, check_fits
-from cluster.driver.progress import ProgressLine
-from cluster.driver.run_errors import PlacementError
-from cluster.driver.wiring import resource_request
+from raypex.cluster.commands.cli import build_parser, parse_command_line
+from raypex.cluster.config.arguments import split_positional
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.devices import choose_act_device, with_act_device
+from raypex.cluster.driver.placement import ResourceRequest, check_fits
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.run_errors import PlacementError
+from raypex.cluster.driver.wiring import resource_request
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "cluster" / "deploy"
@@ -106,7 +106,7 @@ def test_the_launcher_file_starts_nodes_that_hold_its_command():
 def test_the_dockerfile_copies_every_package_and_installs_real_extras():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    rooms = {p.split(".")[0] for p in setuptools["packages"]} - {"raypex_configs"} | {"configs"}
+    rooms = set(setuptools["package-dir"].values())  # raypex and the folders mapped under it
     copied = set(re.findall(r"^COPY (\w+) ", dockerfile, re.MULTILINE))
     assert rooms <= copied, rooms - copied
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

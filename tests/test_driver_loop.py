@@ -14,15 +14,15 @@ from pathlib import Path
 import ray
 from ray import cloudpickle
 
-from actors.envs import inspect_env
-from cluster.config.loading import load_config
-from cluster.driver.observer import RunObserver
-from cluster.driver.progress import ProgressLine
-from cluster.driver.ray_runtime import RayRuntime
-from cluster.driver.run import TrainingRun
-from cluster.driver.signals import EXIT_INTERRUPTED
-from cluster.driver.wiring import connect, shutdown
-from cluster.hosts.learner_actor import LearnerActor
+from raypex.actors.envs import inspect_env
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.driver.observer import RunObserver
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.ray_runtime import RayRuntime
+from raypex.cluster.driver.run import TrainingRun
+from raypex.cluster.driver.signals import EXIT_INTERRUPTED
+from raypex.cluster.driver.wiring import connect, shutdown
+from raypex.cluster.hosts.learner_actor import LearnerActor
 
 EPOCHS_BEFORE_WAITING = 2
 POLLS_WHILE_WAITING = 6  # three seconds of the driver's loop

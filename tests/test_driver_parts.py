@@ -15,11 +15,17 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.config.loading import load_config
-from cluster.driver.checkpoints import OutputNotWritten, list_checkpoints, load_latest, read_replay, save_checkpoint
-from cluster.driver.metrics import RunMetrics
-from cluster.driver.outcome import PolicyFile, RunOutcome
-from cluster.driver.placement import (
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.driver.checkpoints import (
+    OutputNotWritten,
+    list_checkpoints,
+    load_latest,
+    read_replay,
+    save_checkpoint,
+)
+from raypex.cluster.driver.metrics import RunMetrics
+from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
+from raypex.cluster.driver.placement import (
     PlacementError,
     ResourceRequest,
     best_learner_node,
@@ -28,12 +34,12 @@ from cluster.driver.placement import (
     pair_strategy,
     room_beside_learner,
 )
-from cluster.driver.progress import ProgressLine
-from cluster.driver.reaper import cluster_processes, reap, still_running
-from cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
-from cluster.driver.startup import PHASES, StartupTimeline
-from cluster.driver.tensorboard_log import TensorBoardLog
-from replay.contracts import CollectorStats, EpochStats, ShardStats
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.reaper import cluster_processes, reap, still_running
+from raypex.cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
+from raypex.cluster.driver.startup import PHASES, StartupTimeline
+from raypex.cluster.driver.tensorboard_log import TensorBoardLog
+from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
 
 
 def test_checkpoints_keep_the_newest_and_load_the_latest(tmp_path):
@@ -131,7 +137,7 @@ def test_sigterm_is_told_apart_when_ray_hands_back_a_plain_keyboard_interrupt():
 def test_a_signal_while_a_run_is_made_is_raised_when_it_begins_and_a_second_only_where_the_end_allows():
     """`hold` (the run directory made, the run not begun): the first signal is noted and raised at
     `release`; after it, a second signal raises only inside `second_aborts` (the run's end)."""
-    from cluster.driver.signals import hold, release, second_aborts
+    from raypex.cluster.driver.signals import hold, release, second_aborts
 
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
@@ -341,7 +347,7 @@ def test_the_solve_clock_starts_when_the_command_process_started():
 
     before = time.time()
     printed = subprocess.run(
-        [sys.executable, "-c", "from cluster.process_clock import process_start_time; print(repr(process_start_time()))"],
+        [sys.executable, "-c", "from raypex.cluster.process_clock import process_start_time; print(repr(process_start_time()))"],
         capture_output=True, text=True, check=True,
     ).stdout
     after = time.time()
@@ -357,7 +363,7 @@ def test_sigint_stops_raypex_even_when_started_with_it_ignored():
     import sys
 
     code = ("import os, signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "from cluster.commands.cli import main; main(['eval', '/nonexistent-run-dir'])\n"
+            "from raypex.cluster.commands.cli import main; main(['eval', '/nonexistent-run-dir'])\n"
             "try:\n    os.kill(os.getpid(), signal.SIGINT); signal.pause()\n"
             "except KeyboardInterrupt:\n    print('stopped')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
@@ -418,7 +424,7 @@ def test_the_export_is_the_solving_version_else_the_best_evaluated_else_the_kept
 
 
 def test_a_node_with_other_software_is_named_with_what_differs():
-    from cluster.driver.versions import differences, software_versions
+    from raypex.cluster.driver.versions import differences, software_versions
 
     driver = software_versions()
     assert set(driver) == {"raypex", "ray", "torch", "python"} and "+" not in driver["torch"]
@@ -430,7 +436,7 @@ def test_a_node_with_other_software_is_named_with_what_differs():
 
 
 def test_the_hparams_entry_reads_real_config_keys_and_results_left_out_when_missing():
-    from cluster.driver.tensorboard_layout import HPARAM_KEYS, hparam_values, hparams_summaries, result_scalars
+    from raypex.cluster.driver.tensorboard_layout import HPARAM_KEYS, hparam_values, hparams_summaries, result_scalars
 
     config = load_config(None, ["learner.lr=0.002"])
     values = hparam_values(config)
@@ -443,7 +449,7 @@ def test_the_hparams_entry_reads_real_config_keys_and_results_left_out_when_miss
 def test_the_custom_layout_is_a_custom_scalars_summary_tensorboard_can_read():
     from tensorboard.plugins.custom_scalar import layout_pb2
 
-    from cluster.driver.tensorboard_layout import LAYOUT, custom_layout
+    from raypex.cluster.driver.tensorboard_layout import LAYOUT, custom_layout
 
     value = custom_layout().value[0]
     assert value.tag == "custom_scalars__config__" and value.metadata.plugin_data.plugin_name == "custom_scalars"
@@ -484,7 +490,7 @@ MIXED = [{"CPU": 8.0, "GPU": 1.0}, {"CPU": 16.0}]
 ], ids=["one GPU box", "a node without GPU", "MLP", "CPU learner", "cpu asked", "cuda asked"])
 def test_collectors_act_on_the_gpu_for_image_networks_when_every_node_has_one(overrides, nodes, learner_device,
                                                                                image_obs, expected, said):
-    from cluster.driver.devices import choose_act_device
+    from raypex.cluster.driver.devices import choose_act_device
 
     stream = io.StringIO()
     config = load_config(None, overrides)
@@ -493,7 +499,7 @@ def test_collectors_act_on_the_gpu_for_image_networks_when_every_node_has_one(ov
 
 
 def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_keeps_auto():
-    from cluster.driver.devices import choose_act_device, gpu_requests, with_act_device
+    from raypex.cluster.driver.devices import choose_act_device, gpu_requests, with_act_device
 
     config = load_config(None, ["collectors.num=11"])
     assert gpu_requests(config, "cuda", "cpu") == (1.0, 0.0)
@@ -509,8 +515,8 @@ def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_k
 
 
 def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():
-    from actors.collector import acting_policy
-    from actors.settings import CollectorSettings
+    from raypex.actors.collector import acting_policy
+    from raypex.actors.settings import CollectorSettings
 
     settings = CollectorSettings(
         index=0, num_collectors=1, env_id="MinAtar/Breakout-v1", env_kwargs={}, num_envs=2, obs_shape=(4, 10, 10),
@@ -522,8 +528,8 @@ def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():
 
 def test_a_collectors_host_makes_auto_fp32_where_the_cpu_has_no_bf16_units(monkeypatch):
     """Emulated bf16 is never faster; the collector would time it for 1.4-1.75 s (BENCHMARKS.md)."""
-    from actors.settings import CollectorSettings
-    from cluster.hosts import acting_precision
+    from raypex.actors.settings import CollectorSettings
+    from raypex.cluster.hosts import acting_precision
 
     settings = CollectorSettings(
         index=0, num_collectors=1, env_id="MinAtar/Breakout-v1", env_kwargs={}, num_envs=2, obs_shape=(4, 10, 10),

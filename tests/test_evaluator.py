@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from actors.envs import known_max_return
-from actors.evaluator import Evaluator
+from raypex.actors.envs import known_max_return
+from raypex.actors.evaluator import Evaluator
 
 EPISODES = 20
 
@@ -68,8 +68,8 @@ def test_an_evaluation_given_no_weights_is_lost_not_a_crash():
     """A weights ref answered by a learner Ray had just restarted holds None (it has published
     nothing yet): the evaluator returns None, which the driver counts as a lost evaluation. It once
     raised AttributeError and ended a run that was meant to end with 'the learner died'."""
-    from actors.settings import EvaluatorSettings
-    from cluster.hosts.evaluator_actor import EvaluatorActor
+    from raypex.actors.settings import EvaluatorSettings
+    from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
 
     evaluator = EvaluatorActor(EvaluatorSettings("CartPole-v1", {}, 2, 0, (4,), "float32", 2, [8], True, 0, False, 0.0))
     assert evaluator.evaluate(None) is None

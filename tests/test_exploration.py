@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from actors.exploration import BoxExploration, EpsilonGreedy, annealed_epsilon, apex_epsilon
+from raypex.actors.exploration import BoxExploration, EpsilonGreedy, annealed_epsilon, apex_epsilon
 
 
 class GreedyTwo:

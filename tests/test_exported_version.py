@@ -8,14 +8,14 @@ import time
 import numpy as np
 import pytest
 
-from actors.envs import inspect_env
-from cluster.config.loading import load_config
-from cluster.driver.observer import RunObserver
-from cluster.driver.progress import ProgressLine
-from cluster.driver.run import TrainingRun
-from cluster.local.runtime import LocalRuntime
-from learner.numpy_mlp import NumpyMLPQ
-from learner.policy_file import load_policy
+from raypex.actors.envs import inspect_env
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.driver.observer import RunObserver
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.run import TrainingRun
+from raypex.cluster.local.runtime import LocalRuntime
+from raypex.learner.numpy_mlp import NumpyMLPQ
+from raypex.learner.policy_file import load_policy
 
 
 class NewestWeights(RunObserver):

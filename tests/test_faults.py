@@ -21,10 +21,10 @@ import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.driver.evaluation import EvaluationScheduler
-from cluster.driver.ray_runtime import RayRuntime
-from cluster.driver.reaper import cluster_processes, still_running
-from cluster.driver.run_errors import describe_failure, error_line
+from raypex.cluster.driver.evaluation import EvaluationScheduler
+from raypex.cluster.driver.ray_runtime import RayRuntime
+from raypex.cluster.driver.reaper import cluster_processes, still_running
+from raypex.cluster.driver.run_errors import describe_failure, error_line
 
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
          "checkpoint.every_epochs=5"]
@@ -37,7 +37,7 @@ class RunningTrain:
         self.run_dir = run_dir
         # no token auth on this throwaway cluster, so the test process can join it to kill actors
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster", "train", "--run-dir", str(run_dir), *SHORT, *overrides],
+            [sys.executable, "-m", "raypex", "train", "--run-dir", str(run_dir), *SHORT, *overrides],
             stderr=subprocess.PIPE, text=True, cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled", **(env or {})})
         self.lines: list[str] = []

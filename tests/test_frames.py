@@ -10,15 +10,15 @@ wrap many times. Every transition the frame storage can sample must equal the re
 import numpy as np
 import pytest
 
-from actors.adders import EnvStep, FrameAdder
-from actors.frames import FrameStacker
-from actors.nstep import NStepFolder
-from replay.frames import FrameStorage, frame_bytes_per_slot
-from replay.priorities import PriorityIndex, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.ring import RingStorage, transition_layout
-from replay.shard import StorageSpec
-from replay.sharded import ShardedReplay
+from raypex.actors.adders import EnvStep, FrameAdder
+from raypex.actors.frames import FrameStacker
+from raypex.actors.nstep import NStepFolder
+from raypex.replay.frames import FrameStorage, frame_bytes_per_slot
+from raypex.replay.priorities import PriorityIndex, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.ring import RingStorage, transition_layout
+from raypex.replay.shard import StorageSpec
+from raypex.replay.sharded import ShardedReplay
 
 FRAME = (3, 4)
 

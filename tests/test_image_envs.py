@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from actors.envs import UnsupportedEnv, inspect_env, make_vector_env
-from actors.images import image_layout
-from learner.networks import MLPQNetwork, NatureCNNQNetwork, SmallCNNQNetwork, build_q_network
+from raypex.actors.envs import UnsupportedEnv, inspect_env, make_vector_env
+from raypex.actors.images import image_layout
+from raypex.learner.networks import MLPQNetwork, NatureCNNQNetwork, SmallCNNQNetwork, build_q_network
 
 ROOT = Path(__file__).parent.parent
 

@@ -21,8 +21,8 @@ import ray
 from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.commands.cli import main
-from cluster.driver.startup import PHASES
+from raypex.cluster.commands.cli import main
+from raypex.cluster.driver.startup import PHASES
 from tests.kept_up_cluster import raypex_joined
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
@@ -206,10 +206,10 @@ def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
 OTHER_TORCH = """
 import sys
 import ray
-from cluster.driver import versions
+from raypex.cluster.driver import versions
 real_release = versions._release
 versions._release = lambda name: "0.0.1" if name == "torch" else real_release(name)
-from cluster.commands.cli import main
+from raypex.cluster.commands.cli import main
 code = main(sys.argv[1:])
 assert not ray.is_initialized()
 sys.exit(code)
@@ -255,7 +255,7 @@ def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
     SIGTERM to the driver alone, as `ray job stop` sends it: tests/test_ray_jobs.py.)"""
     run = tmp_path / "interrupted"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT,
+        [sys.executable, "-m", "raypex", "train", "--run-dir", str(run), "stop.env_steps=100000000", *SHORT,
          "replay.prioritized=true"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     seen = []
@@ -286,7 +286,7 @@ def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
 
 def _train_until(run: Path, line_starts: str, *extra: str) -> tuple[subprocess.Popen, list[str]]:
     """`raypex train` in a session of its own, read until a line starting with `line_starts`."""
-    proc = subprocess.Popen([sys.executable, "-m", "cluster", "train", "--run-dir", str(run), "stop.eval_return=null",
+    proc = subprocess.Popen([sys.executable, "-m", "raypex", "train", "--run-dir", str(run), "stop.eval_return=null",
                              *extra], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     seen = []
@@ -304,7 +304,7 @@ def test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_st
     raylet and GCS outlive it (started with SIGTERM blocked), the run ends with its final
     checkpoint and every shard's replay, and a resume counts on from that checkpoint."""
     starting = tmp_path / "starting"
-    proc = subprocess.Popen([sys.executable, "-m", "cluster", "train", "--run-dir", str(starting)],
+    proc = subprocess.Popen([sys.executable, "-m", "raypex", "train", "--run-dir", str(starting)],
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen: list[str] = []
     deadline = time.monotonic() + 60

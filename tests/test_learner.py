@@ -8,21 +8,21 @@ import pytest
 import torch
 from torch import nn
 
-from cluster.bench.throughput import CycledFeed
-from learner import policy_file
-from learner.cpu_features import bf16_units_in, cpu_has_bf16_units
-from learner.dqn_step import DQNStep
-from learner.learner import Learner
-from learner.loss_scale import DeviceLossScale
-from learner.losses import double_dqn_loss
-from learner.policy_file import PolicyFileError, export_policy_archive, load_policy
-from learner.precision import PrecisionPolicy, make_precision, resolve_precision
-from learner.settings import LearnerSettings
-from replay.contracts import Weights
-from replay.priorities import BetaSchedule, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import StorageSpec
-from replay.sharded import ShardedReplay
+from raypex.cluster.bench.throughput import CycledFeed
+from raypex.learner import policy_file
+from raypex.learner.cpu_features import bf16_units_in, cpu_has_bf16_units
+from raypex.learner.dqn_step import DQNStep
+from raypex.learner.learner import Learner
+from raypex.learner.loss_scale import DeviceLossScale
+from raypex.learner.losses import double_dqn_loss
+from raypex.learner.policy_file import PolicyFileError, export_policy_archive, load_policy
+from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
+from raypex.learner.settings import LearnerSettings
+from raypex.replay.contracts import Weights
+from raypex.replay.priorities import BetaSchedule, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import StorageSpec
+from raypex.replay.sharded import ShardedReplay
 
 
 class TableQ(nn.Module):
@@ -263,9 +263,9 @@ def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
 @pytest.mark.parametrize("dueling", [True, False])
 def test_numpy_evaluation_twin_matches_the_torch_mlp(hidden, dueling):
     """The evaluator runs MLPs in numpy; it must give the torch network's Q-values and actions."""
-    from learner.networks import build_q_network
-    from learner.numpy_mlp import NumpyMLPQ
-    from learner.weights import export_arrays
+    from raypex.learner.networks import build_q_network
+    from raypex.learner.numpy_mlp import NumpyMLPQ
+    from raypex.learner.weights import export_arrays
 
     torch.manual_seed(3)
     network = build_q_network((4,), 3, hidden, dueling)
@@ -395,7 +395,7 @@ def test_an_overflowing_update_is_skipped_on_the_device_and_the_scale_backs_off(
 def test_share_online_pass_changes_the_cost_not_the_loss():
     torch.manual_seed(0)
     rng = np.random.default_rng(7)
-    from learner.networks import build_q_network
+    from raypex.learner.networks import build_q_network
 
     online, target = build_q_network((4,), 3, [16], True), build_q_network((4,), 3, [16], True)
     b = {k: torch.from_numpy(v) for k, v in random_batch(rng, 32).items()}
@@ -468,7 +468,7 @@ def test_the_host_adam_steps_as_torch_adam_does_and_reads_its_checkpoints():
     """A CPU learner's HostAdam (no torch.optim, whose first step imports torch._dynamo: 1.1 s of
     start-up) against fused torch.optim.Adam: the same parameters after steps, a skipped step
     where found_inf is 1, and each one's state_dict loaded by the other."""
-    from learner.host_adam import HostAdam
+    from raypex.learner.host_adam import HostAdam
 
     torch.manual_seed(0)
     ours = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3))]

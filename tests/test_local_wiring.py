@@ -5,12 +5,12 @@ to every collector once per version."""
 import numpy as np
 import pytest
 
-from actors.envs import inspect_env
-from cluster.config.loading import load_config
-from cluster.local.seams import WeightBoard
-from cluster.local.wiring import build_local
-from cluster.plan.topology import plan_run
-from replay.contracts import Weights
+from raypex.actors.envs import inspect_env
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.local.seams import WeightBoard
+from raypex.cluster.local.wiring import build_local
+from raypex.cluster.plan.topology import plan_run
+from raypex.replay.contracts import Weights
 
 OVERRIDES = ["collectors.num=3", "env.num_envs=4", "collectors.chunk_steps=4", "replay.min_size=64",
              "learner.micro_batch=32", "learner.updates_per_epoch=3", "replay.samples_per_insert=2"]

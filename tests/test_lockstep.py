@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from actors.envs import inspect_env
-from cluster.config.loading import load_config
-from cluster.local.lockstep import main, run_lockstep
+from raypex.actors.envs import inspect_env
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.local.lockstep import main, run_lockstep
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from actors.nstep import NStepFolder
+from raypex.actors.nstep import NStepFolder
 
 K = 1000  # obs label = K * env + step
 

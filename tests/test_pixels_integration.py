@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster.commands.cli import main
-from replay.frames import frame_bytes_per_slot
+from raypex.cluster.commands.cli import main
+from raypex.replay.frames import frame_bytes_per_slot
 from tests.kept_up_cluster import raypex_joined
 
 TESTS = Path(__file__).parent
@@ -92,7 +92,7 @@ def test_td3_learns_to_reach_from_pictures_on_a_ray_cluster(tmp_path, monkeypatc
     assert main(["eval", str(run), "--episodes", "50"]) == 0
     mean = float(re.match(r"mean return (-?\d+\.\d+)", capsys.readouterr().out).group(1))
     assert mean >= -3.0
-    from learner.policy_file import load_policy
+    from raypex.learner.policy_file import load_policy
 
     picture = np.zeros((2, 12, 12), np.uint8)  # the agent in column 2, the target in column 9
     picture[0, :, 2], picture[1, :, 9] = 255, 255

@@ -4,10 +4,10 @@ the replay's draws across shards against the exact law of one prioritized buffer
 import numpy as np
 import pytest
 
-from replay.priorities import BetaSchedule, PrioritySettings, importance_weights
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import ReplayShard, StorageSpec, build_storage
-from replay.sharded import SampledKeys, ShardedReplay
+from raypex.replay.priorities import BetaSchedule, PrioritySettings, importance_weights
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import ReplayShard, StorageSpec, build_storage
+from raypex.replay.sharded import SampledKeys, ShardedReplay
 
 UNLIMITED = SamplesPerInsertLimiter(0.0, 1, 1)
 EXACT = PrioritySettings(alpha=1.0, epsilon=1e-9)  # mass = |TD error|: easy to compute by hand

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from cluster.api import RunningRun, UsageError, resolve_run_config, train
+from raypex.cluster.api import RunningRun, UsageError, resolve_run_config, train
 from tests.test_integration import SHORT
 
 
@@ -56,7 +56,7 @@ def test_ctrl_c_ends_a_blocking_run_cleanly_and_returns_its_result(tmp_path, joi
     """On a cluster kept up between runs (RAYPEX_ADDRESS), as a sweep script's runs: after the
     interrupted run, the same process's next run joins again."""
     run, again = tmp_path / "run", tmp_path / "again"
-    script = (f"from cluster.api import train\n"
+    script = (f"from raypex.cluster.api import train\n"
               f"result = train('cartpole', {[*SHORT, 'stop.env_steps=100000000']!r}, run_dir={str(run)!r})\n"
               "print('ended', result.ended, result.exit_code, result.policy.act([0.0, 0.0, 0.0, 0.0]))\n"
               f"second = train('cartpole', {[*SHORT, 'stop.env_steps=1000']!r}, run_dir={str(again)!r})\n"

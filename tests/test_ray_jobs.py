@@ -132,7 +132,7 @@ def test_a_token_cluster_without_the_token_is_one_line_at_once(tmp_path, head):
     written. (With the token a run joins and trains: tests/test_separate_hosts.py, whose hosts
     run with token authentication.)"""
     _, _, address = head
-    command = [sys.executable, "-m", "cluster", "train", "--address", address]
+    command = [sys.executable, "-m", "raypex", "train", "--address", address]
     started = time.monotonic()
     refused = subprocess.run([*command, "--run-dir", str(tmp_path / "refused")], check=False, capture_output=True,
                              text=True, timeout=60, env={**os.environ, "RAY_AUTH_MODE": "disabled"})

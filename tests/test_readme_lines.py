@@ -29,8 +29,8 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from replay.frames import frame_bytes_per_slot
-from replay.ring import transition_layout
+from raypex.replay.frames import frame_bytes_per_slot
+from raypex.replay.ring import transition_layout
 from tests.readme_lines import ROOT, Elsewhere, NotRun, Ran, Run, documented_commands, markdown_table
 
 
@@ -161,7 +161,7 @@ def evaluated(ran: Ran) -> None:
 
 
 POLICY_BLOCK = """import torch
-from learner.policy_file import load_policy
+from raypex import load_policy
 
 q = torch.export.load("runs/cp-s1/policy.pt2").module()(torch.zeros(8, 4))  # plain torch: a float32 batch
 assert q.shape == (8, 2)
@@ -223,7 +223,7 @@ def pong_trained_on_a_small_box(ran: Ran) -> None:
 def minatar_trained(ran: Ran) -> None:
     """MinAtar's boolean images stored as bytes, and a policy.pt2 that takes the converted
     observations one at a time or as a batch."""
-    from learner.policy_file import load_policy
+    from raypex.learner.policy_file import load_policy
 
     run = the_run(ran)
     result = summary(run)
@@ -240,7 +240,7 @@ def td3_ran(ran: Ran) -> None:
     """A short TD3 run on MuJoCo (the mujoco extra) through the real cluster: each collector's own
     noise in TensorBoard, the actor's loss, HalfCheetah's six float actions acted in its bounds, and
     MuJoCo's known deprecation warning kept out of the output."""
-    from learner.policy_file import load_policy
+    from raypex.learner.policy_file import load_policy
 
     run = the_run(ran)
     result = summary(run)
@@ -277,7 +277,7 @@ def trained_until_stopped(env_id: str):
 def precisions_a_cpu_times() -> list[str]:
     """What the learner benches time by default on this machine's CPU: bf16 only where the CPU has
     bf16 units (elsewhere it is emulated and a learner's `auto` is fp32)."""
-    from learner.cpu_features import cpu_has_bf16_units
+    from raypex.learner.cpu_features import cpu_has_bf16_units
 
     return ["fp32", "bf16"] if cpu_has_bf16_units() else ["fp32"]
 
@@ -339,7 +339,7 @@ def collect_stage_measured(ran: Ran) -> None:
     precisions, forms = details["act_precision"], details["act_form"]
     assert len(precisions) == 2 and set(precisions) <= {"fp32", "bf16"}
     assert len(forms) == 2 and all(form in (p, f"{p}, fused") for form, p in zip(forms, precisions, strict=True))
-    from learner.cpu_features import cpu_has_bf16_units
+    from raypex.learner.cpu_features import cpu_has_bf16_units
 
     if not cpu_has_bf16_units():  # the one-process stage decides as the collectors' hosts do, untimed
         assert set(precisions) == {"fp32"} and "bench: env_policy acted in fp32" in ran.err, ran.err[-2000:]
@@ -354,7 +354,7 @@ def priority_costs_measured(ran: Ran) -> None:
 
 def startup_measured(ran: Ran) -> None:
     """A row per moment of `raypex train`'s start, the first env step and update held to their bars."""
-    from cluster.driver.startup import PHASES
+    from raypex.cluster.driver.startup import PHASES
 
     found = rows(ran.workdir / "startup.json")
     assert set(found) == {f"startup_{phase}" for phase in PHASES}, found
@@ -406,11 +406,12 @@ def corridor_evaluated(ran: Ran) -> None:
 
 def api_returned_the_run(ran: Ran) -> None:
     """The Python example's result: how it ended, its final evaluation, one callback per epoch,
-    and an action of the policy it loaded."""
+    an action of the policy it loaded and its evaluation's mean return."""
     ended, final, every_epoch = ran.out.splitlines()[0].split()
     result = summary(ran.workdir / "runs" / "from-python")
     assert ended == result["ended"] in ("solved", "env_steps") and float(final) == result["final_eval_return"]
     assert every_epoch == "True" and result["epochs"] > 0 and ran.out.splitlines()[1] in ("0", "1"), ran.out
+    assert 8 <= float(ran.out.splitlines()[2]) <= 500, ran.out  # raypex.evaluate: 20 episodes of CartPole
 
 
 def block_holding(text: str) -> str:
@@ -424,6 +425,7 @@ SEPARATE_HOSTS = "tests/test_separate_hosts.py::test_three_hosts_in_network_name
 RAY_JOB = "tests/test_ray_jobs.py::test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints"
 LAUNCHER = "tests/test_deploy_files.py::test_the_launcher_file_starts_nodes_that_hold_its_command"
 HOURS = "the line trains for hours here"
+INSTALL = "tests/test_install.py::test_pip_install_gives_one_package_and_a_run_beside_files_named_like_our_folders_trains"
 PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
 
@@ -432,8 +434,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         ".ci/run", "python3 -m venv .ci-venv", "its first step, as `.ci-venv`, then `source .ci-venv/bin/activate`"),
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": NotRun(
         "CI reaches PyPI only; .ci/run pins this machine's CPU torch with .ci/constraints.txt instead"),
-    'pip install -e ".[test]"': Elsewhere(".ci/run", '-e ".[test]"',
-                                      "installs the same requirements with uv pip, and .ci/constraints.txt"),
+    "pip install -e .": Elsewhere(INSTALL, "install_into_fresh_venv",
+                                  "the core install, into a fresh virtual environment, then a run from a directory "
+                                  "holding files named like raypex's folders (`.ci/run` installs the suite's, "
+                                  '`-e ".[test]"`)'),
     "raypex train configs/cartpole.yaml": Run(check=solved_on_a_cluster_of_its_own, own_cluster=True),
     "raypex train configs/cartpole.yaml --local": Run(check=solved_in_one_process),
     "raypex configs": Run(check=configs_listed),
@@ -451,7 +455,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train cartpole env.id=my_env:Corridor stop.eval_return=0.9 --run-dir runs/corridor": Run(
         check=corridor_solved),
     "raypex eval runs/corridor --episodes 10": Run(check=corridor_evaluated),
-    block_holding("from cluster.api import train"): Run(check=api_returned_the_run),
+    block_holding("raypex.train(\"cartpole\""): Run(check=api_returned_the_run),
     "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces"),
     "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
         SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces, token authentication on"),
@@ -505,7 +509,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex bench configs/cartpole.yaml --soak 30 replay.capacity=20000": Run(
         "--soak 0.2 replay.capacity=300 --json soak.json", "12 seconds, replay full after a few",
         check=soak_measured),
-    "python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
+    "python -m raypex.cluster.local.lockstep configs/cartpole.yaml --seeds 10": Run(
         "--seeds 1", "one seed of ten", check=lockstep_solved),
     "python -m benchmarks.scaling --pairs 2,8,16,32 --seconds 40": Run(
         "--pairs 1,2 --seconds 1 --json scaling.json", "32 pairs need more than 2 cores", check=scaling_measured),

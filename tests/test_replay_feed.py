@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from learner.replay_feed import HOST_DRAW_AHEAD, ReplayFeed
-from replay.contracts import TrainingStopped
-from replay.priorities import BetaSchedule, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import StorageSpec
-from replay.sharded import Draw, ShardedReplay
+from raypex.learner.replay_feed import HOST_DRAW_AHEAD, ReplayFeed
+from raypex.replay.contracts import TrainingStopped
+from raypex.replay.priorities import BetaSchedule, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import StorageSpec
+from raypex.replay.sharded import Draw, ShardedReplay
 
 CPU = torch.device("cpu")
 
@@ -102,8 +102,8 @@ def test_in_one_process_the_feed_lets_the_collectors_run_while_starved():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the device columns")
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_on_the_gpu_only_indices_travel_and_the_gather_there_matches_the_host(prioritized):
-    from learner.device_columns import DeviceColumns
-    from learner.replay_feed import gather_from
+    from raypex.learner.device_columns import DeviceColumns
+    from raypex.learner.replay_feed import gather_from
 
     cuda = torch.device("cuda")
     host, device = (replay(SamplesPerInsertLimiter(0.0, 10, 1), prioritized, backend)

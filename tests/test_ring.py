@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from replay.contracts import BATCH_FIELDS
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.ring import RingStorage, transition_layout
-from replay.shard import StorageSpec
-from replay.sharded import ShardedReplay
+from raypex.replay.contracts import BATCH_FIELDS
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.ring import RingStorage, transition_layout
+from raypex.replay.shard import StorageSpec
+from raypex.replay.sharded import ShardedReplay
 
 
 def chunk(start: int, count: int) -> dict:

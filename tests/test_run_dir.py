@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.commands.cli import main
-from cluster.config.loading import config_to_yaml, load_config
-from cluster.driver.checkpoints import save_checkpoint
-from cluster.driver.run_dir import check_resume
+from raypex.cluster.commands.cli import main
+from raypex.cluster.config.loading import config_to_yaml, load_config
+from raypex.cluster.driver.checkpoints import save_checkpoint
+from raypex.cluster.driver.run_dir import check_resume
 
 
 def make_run(run_dir: Path, summary: dict | None = None, epochs=(5, 10)) -> None:

@@ -124,7 +124,7 @@ def test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn(tmp_p
                 wait_for_nodes(hosts, i + 1)
         private = tmp_path / "driver-only"  # empty for everyone but the driver
         private.mkdir()
-        train = [sys.executable, "-m", "cluster", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
+        train = [sys.executable, "-m", "raypex", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
                  "--run-dir", str(run), "collectors.num=3", "env.id=my_cartpole:make", "stop.env_steps=80000",
                  *SHORT, "eval.episodes=16", "stop.eval_return=200"]
         script = (f"mount -t tmpfs none {private} && cd {private} && printf '%s' \"$ENV_FILE\" > my_cartpole.py "

@@ -7,9 +7,9 @@ import signal
 import numpy as np
 import ray
 
-from cluster.bench.soak import object_store_mib
-from cluster.driver import signals
-from cluster.driver.wiring import connect, shutdown
+from raypex.cluster.bench.soak import object_store_mib
+from raypex.cluster.driver import signals
+from raypex.cluster.driver.wiring import connect, shutdown
 from tests.test_address import free_port
 
 

@@ -4,7 +4,7 @@ batched updates."""
 import numpy as np
 import pytest
 
-from replay.sum_tree import SumTree
+from raypex.replay.sum_tree import SumTree
 
 
 @pytest.mark.parametrize("capacity", [1, 2, 7, 64, 1000])

@@ -10,9 +10,9 @@ import sys
 import gymnasium as gym
 import pytest
 
-from actors.env_ids import UnsupportedEnv, code_to_ship, registered_id
-from actors.envs import inspect_env
-from cluster.commands.cli import main
+from raypex.actors.env_ids import UnsupportedEnv, code_to_ship, registered_id
+from raypex.actors.envs import inspect_env
+from raypex.cluster.commands.cli import main
 
 CORRIDOR = '''import gymnasium as gym
 import numpy as np

@@ -7,8 +7,8 @@ import zlib
 import numpy as np
 import pytest
 
-from actors.apng import ApngWriter
-from actors.episode_video import cartpole_frame, frame_of
+from raypex.actors.apng import ApngWriter
+from raypex.actors.episode_video import cartpole_frame, frame_of
 
 
 def decode_apng(data: bytes) -> tuple[int, list[np.ndarray]]:

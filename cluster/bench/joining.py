@@ -3,15 +3,15 @@ and names with --address or RAYPEX_ADDRESS (as `raypex train` joins it)."""
 
 from __future__ import annotations
 
-from cluster.config.arguments import UsageError
-from cluster.driver.progress import ProgressLine
+from raypex.cluster.config.arguments import UsageError
+from raypex.cluster.driver.progress import ProgressLine
 
 
 def checked_address(given: str | None, soak: bool) -> str | None:
     """The cluster the stages join (`given`, the --address, else RAYPEX_ADDRESS; None: a local
     one), checked to answer before anything is measured (UsageError in one line when it does
     not). A soak starts its own whatever is given."""
-    from cluster.driver.address import (
+    from raypex.cluster.driver.address import (
         ConnectError,
         check_gcs_auth,
         check_gcs_port,
@@ -36,13 +36,13 @@ def bench_on_a_cluster(config, spec, progress: ProgressLine, address: str | None
     answer or the config asks for a device or more CPUs than the cluster has: said before any
     stage runs, not when the first one asks Ray for them. On a joined cluster every node's software
     is checked against this process's first, as `raypex train` checks it (cluster/driver/versions.py)."""
-    from cluster.bench.ray_stages import ClusterBench
-    from cluster.driver.address import ConnectError
-    from cluster.driver.devices import choose_act_device, choose_device, with_act_device
-    from cluster.driver.placement import check_fits
-    from cluster.driver.run_errors import PlacementError
-    from cluster.driver.versions import VersionMismatch, ask_every_node_versions, check_node_versions
-    from cluster.driver.wiring import (
+    from raypex.cluster.bench.ray_stages import ClusterBench
+    from raypex.cluster.driver.address import ConnectError
+    from raypex.cluster.driver.devices import choose_act_device, choose_device, with_act_device
+    from raypex.cluster.driver.placement import check_fits
+    from raypex.cluster.driver.run_errors import PlacementError
+    from raypex.cluster.driver.versions import VersionMismatch, ask_every_node_versions, check_node_versions
+    from raypex.cluster.driver.wiring import (
         check_local_cluster_holds,
         cluster_gpus,
         connect,

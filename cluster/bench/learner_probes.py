@@ -10,7 +10,7 @@ import time
 import numpy as np
 import ray
 
-from cluster.hosts.learner_actor import LearnerActor
+from raypex.cluster.hosts.learner_actor import LearnerActor
 
 
 class ProbedLearnerActor(LearnerActor):
@@ -27,7 +27,7 @@ class ProbedLearnerActor(LearnerActor):
     def put_get_ms(self, repeats: int = 20) -> float:
         """Median milliseconds of one ray.put plus one ray.get of the current weights (the
         reference for the broadcast latency)."""
-        from learner.weights import export_arrays
+        from raypex.learner.weights import export_arrays
 
         arrays = export_arrays(self.learner.policy)
         times = []
@@ -42,8 +42,8 @@ class ProbedLearnerActor(LearnerActor):
         the replay (one epoch first, off the clock: it waits for replay's minimum size), or fed
         from 32 real batches drawn from the replay once and cycled (the reference: the same loop
         with nothing drawn or gathered on the host; on a GPU replay, indices already on the GPU)."""
-        from cluster.bench.throughput import from_memory as memory_rate
-        from cluster.bench.throughput import timed_epochs
+        from raypex.cluster.bench.throughput import from_memory as memory_rate
+        from raypex.cluster.bench.throughput import timed_epochs
 
         if from_memory:
             rate, busy = memory_rate(self.learner, self.learner.feed.take(32), seconds)

@@ -3,8 +3,8 @@ the --variants option's parsing, and the rows each measured variant gives."""
 
 from __future__ import annotations
 
-from cluster.bench.report import BenchRow
-from cluster.config.arguments import UsageError
+from raypex.cluster.bench.report import BenchRow
+from raypex.cluster.config.arguments import UsageError
 
 
 def parse_variants(text: str) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from actors.settings import CollectorSettings
+from raypex.actors.settings import CollectorSettings
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,21 @@ def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -
 
 def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     """Freshly initialized weights of the network a collector with these settings acts with."""
-    from learner.weights import export_arrays
+    from raypex.learner.weights import export_arrays
 
     if s.action_dim:
-        from learner.actor_critic_networks import ActorNetwork
+        from raypex.learner.actor_critic_networks import ActorNetwork
 
         return export_arrays(ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, s.algo == "sac", s.obs_dtype))
-    from learner.networks import build_q_network
+    from raypex.learner.networks import build_q_network
 
     return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype))
 
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
     """env_policy, then env_raw on the same envs, `seconds` each."""
-    from actors.envs import FrameStackVectorEnv
-    from actors.images import ImageVectorEnv
+    from raypex.actors.envs import FrameStackVectorEnv
+    from raypex.actors.images import ImageVectorEnv
 
     collector, rate, phases = _collector_rate(settings, seconds)
     wrapped = collector.env
@@ -83,9 +83,9 @@ def _collector_rate(settings: CollectorSettings, seconds: float):
     """One Collector whose chunks are dropped, its env steps per second and phase fractions. It
     acts with a network's weights from its first step (a numpy collector would act at random
     until weights come)."""
-    from actors.collector import PHASES, Collector
-    from cluster.hosts.acting_precision import act_precision_for_this_cpu
-    from replay.contracts import Weights
+    from raypex.actors.collector import PHASES, Collector
+    from raypex.cluster.hosts.acting_precision import act_precision_for_this_cpu
+    from raypex.replay.contracts import Weights
 
     settings = act_precision_for_this_cpu(settings)  # as a collector's host decides it on this machine
     pending = [Weights(0, _first_weights(settings))]

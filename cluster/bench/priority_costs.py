@@ -15,12 +15,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from actors.envs import EnvSpec
-from cluster.config.schema import RunConfig
-from cluster.plan.settings import collector_settings, priority_settings, storage_spec
-from replay.priorities import BetaSchedule, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.sharded import ShardedReplay
+from raypex.actors.envs import EnvSpec
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.plan.settings import collector_settings, priority_settings, storage_spec
+from raypex.replay.priorities import BetaSchedule, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.sharded import ShardedReplay
 
 UNLIMITED = SamplesPerInsertLimiter(0.0, 1, 1)
 CAPTURED_TRANSITIONS = 20_000  # real chunks recorded once, added over and over
@@ -29,7 +29,7 @@ CAPTURED_TRANSITIONS = 20_000  # real chunks recorded once, added over and over
 def captured_chunks(config: RunConfig, spec: EnvSpec) -> list[dict]:
     """Chunks of one real collector (with its initial priorities where it has Q-values: dqn) until
     about CAPTURED_TRANSITIONS."""
-    from actors.collector import Collector
+    from raypex.actors.collector import Collector
 
     chunks: list[dict] = []
     settings = replace(collector_settings(config, spec, 0), td_priorities=not spec.action_dim)

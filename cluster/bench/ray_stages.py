@@ -13,17 +13,17 @@ from typing import TypeVar
 import numpy as np
 import ray
 
-from actors.envs import EnvSpec
-from cluster.bench.learner_probes import ProbedLearnerActor
-from cluster.bench.recorder import RunRecorder
-from cluster.bench.report import BenchRow, bounding_stage
-from cluster.config.loading import with_overrides
-from cluster.config.schema import RunConfig
-from cluster.driver.progress import ProgressLine
-from cluster.driver.ray_runtime import RayRuntime
-from cluster.driver.run import TrainingRun
-from cluster.driver.wiring import RunActors, reserve_resources, start_actors
-from replay.contracts import CollectorStats
+from raypex.actors.envs import EnvSpec
+from raypex.cluster.bench.learner_probes import ProbedLearnerActor
+from raypex.cluster.bench.recorder import RunRecorder
+from raypex.cluster.bench.report import BenchRow, bounding_stage
+from raypex.cluster.config.loading import with_overrides
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.ray_runtime import RayRuntime
+from raypex.cluster.driver.run import TrainingRun
+from raypex.cluster.driver.wiring import RunActors, reserve_resources, start_actors
+from raypex.replay.contracts import CollectorStats
 
 # Stage windows are measured against the clock; these bound how long a stage waits for actors to
 # reach a state before it gives up with an error instead of hanging.

@@ -8,9 +8,9 @@ import time
 import psutil
 import ray
 
-from cluster.driver.observer import RunObserver
-from cluster.driver.run import TrainingRun
-from cluster.driver.wiring import RunActors
+from raypex.cluster.driver.observer import RunObserver
+from raypex.cluster.driver.run import TrainingRun
+from raypex.cluster.driver.wiring import RunActors
 
 
 def actor_rss(actors: RunActors) -> dict[str, int]:

@@ -17,11 +17,11 @@ import statistics
 import time
 from pathlib import Path
 
-from cluster.bench.report import BenchRow
-from cluster.config.loading import with_overrides
-from cluster.driver import reaper
-from cluster.driver.observer import RunObserver
-from cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable
+from raypex.cluster.bench.report import BenchRow
+from raypex.cluster.config.loading import with_overrides
+from raypex.cluster.driver import reaper
+from raypex.cluster.driver.observer import RunObserver
+from raypex.cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable
 
 SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
 SAMPLES_PER_END = 3

@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cluster.bench.report import BenchRow
-from cluster.driver.progress import ProgressLine
-from cluster.driver.startup import PHASES
+from raypex.cluster.bench.report import BenchRow
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.startup import PHASES
 
 BARS_S = {"first_env_step": 2.0, "first_update": 3.0}
 
@@ -27,7 +27,7 @@ BARS_S = {"first_env_step": 2.0, "first_update": 3.0}
 def train_command() -> list[str]:
     """`raypex` as installed beside this interpreter, else the same entry point through -m."""
     script = Path(sys.executable).parent / "raypex"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "cluster"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "raypex"]
 
 
 def startup_argv(config_args: list[str], run_dir: Path, min_size: int, address: str | None) -> list[str]:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from learner.learner import Learner
+from raypex.learner.learner import Learner
 
 _BUSY_SAMPLE_S = 0.1
 

@@ -46,14 +46,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.device_errors import NoGpuHere
-from cluster.bench.joining import bench_on_a_cluster, checked_address
-from cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants, runnable_variants
-from cluster.bench.local_stages import local_rates
-from cluster.bench.report import BenchRow, format_table, linearity_note, write_json
-from cluster.config.arguments import UsageError, split_positional
-from cluster.config.loading import ConfigError, config_to_yaml, load_config
-from cluster.driver.progress import ProgressLine
+from raypex.actors.device_errors import NoGpuHere
+from raypex.cluster.bench.joining import bench_on_a_cluster, checked_address
+from raypex.cluster.bench.learner_variants import learner_rows, learner_variants, parse_variants, runnable_variants
+from raypex.cluster.bench.local_stages import local_rates
+from raypex.cluster.bench.report import BenchRow, format_table, linearity_note, write_json
+from raypex.cluster.config.arguments import UsageError, split_positional
+from raypex.cluster.config.loading import ConfigError, config_to_yaml, load_config
+from raypex.cluster.driver.progress import ProgressLine
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     if args.json is not None and not args.json.parent.is_dir():
         raise UsageError(f"--json {args.json}: directory {args.json.parent} does not exist")
-    from actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
+    from raypex.actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
 
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
@@ -132,13 +132,13 @@ def run_bench(args: argparse.Namespace) -> int:
     plan = BenchPlan.choose(args.quick).with_window(args.window)
     address = checked_address(args.address, args.soak is not None)
 
-    from cluster.driver.address import ADDRESS_VARIABLE
-    from cluster.plan.settings import collector_settings
+    from raypex.cluster.driver.address import ADDRESS_VARIABLE
+    from raypex.cluster.plan.settings import collector_settings
 
     rows: list[BenchRow] = []
     details: dict = {"config": config_to_yaml(config), "quick": args.quick}
     if args.soak is not None:
-        from cluster.bench.soak import soak
+        from raypex.cluster.bench.soak import soak
 
         if address is not None:
             progress.message(f"bench: --soak starts a local Ray cluster of its own ({ADDRESS_VARIABLE} not followed)")
@@ -151,7 +151,7 @@ def run_bench(args: argparse.Namespace) -> int:
         details.update(soak_details)
         return _report(rows, details, args, progress)
     if args.stage == "startup":
-        from cluster.bench.startup import startup_rows
+        from raypex.cluster.bench.startup import startup_rows
 
         rows, startup_details = startup_rows(args.args, config.replay.min_size, 1 if args.quick else 3, progress,
                                              address)
@@ -164,7 +164,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.stage == "learner":
         bench = bench_on_a_cluster(config, spec, progress, address)
         try:
-            from learner.cpu_features import cpu_has_bf16_units
+            from raypex.learner.cpu_features import cpu_has_bf16_units
 
             variants = learner_variants(bench.device, wanted_variants, cpu_has_bf16_units())
             if len(variants) < len(runnable_variants(bench.device)) and not wanted_variants:  # it left bf16 out
@@ -236,9 +236,9 @@ def run_bench(args: argparse.Namespace) -> int:
 def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine,
                    address: str | None) -> tuple[list[BenchRow], dict]:
     """`--stage priorities`: replay costs in one process, then the learner fed both ways in a run."""
-    from cluster.bench.priority_costs import replay_costs
-    from cluster.bench.ray_stages import LEARNER_STAGE_RATIO
-    from cluster.config.loading import with_overrides
+    from raypex.cluster.bench.priority_costs import replay_costs
+    from raypex.cluster.bench.ray_stages import LEARNER_STAGE_RATIO
+    from raypex.cluster.config.loading import with_overrides
 
     progress.message("bench: replay add, draw and update with and without priorities (one process, no Ray)")
     costs = replay_costs(config, spec, plan.local_s)

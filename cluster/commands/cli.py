@@ -14,9 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from cluster.config.arguments import UsageError
-from cluster.driver.signals import exit_code, install_stop_signals, signal_name
-from cluster.process_clock import process_start_time
+from raypex.cluster.config.arguments import UsageError
+from raypex.cluster.driver.signals import exit_code, install_stop_signals, signal_name
+from raypex.cluster.process_clock import process_start_time
 
 EXIT_USAGE = 2
 
@@ -80,11 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("action", choices=["show"], help="show: print the resolved config key by key")
     config.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                         help="a YAML file or shipped config name (default: the CartPole defaults) and overrides")
-    ev = sub.add_parser("eval", help="greedy return of a run's saved policy.pt2",
+    ev = sub.add_parser("eval", help="the return of a run's saved policy.pt2, from any directory",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ev.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding policy.pt2 and config.yaml")
-    ev.add_argument("--episodes", type=int, default=100, help="greedy episodes to average")
+    ev.add_argument("--episodes", type=int, default=100, help="episodes to average")
+    ev.add_argument("--epsilon", type=float, default=None,
+                    help="share of random actions (default: the run's eval.epsilon, 0 for greedy)")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    ev.add_argument("--video", type=Path, default=None, metavar="FILE.png",
+                    help="write the first episode as an animated PNG")
     return parser
 
 
@@ -101,25 +105,25 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_command_line(parser, argv)
         debug = getattr(args, "debug", False)
         if args.command == "train":
-            from cluster.commands.train import run_train
+            from raypex.cluster.commands.train import run_train
 
             return run_train(args, clock_start)
         if args.command in ("configs", "config"):
-            from cluster.commands.configs import run_config_show, run_configs
+            from raypex.cluster.commands.configs import run_config_show, run_configs
 
             if args.command == "config":
                 return run_config_show(args)
             return run_configs(args)
         if args.command == "bench":
-            from cluster.commands.bench import run_bench
-            from cluster.driver.run_errors import RunFailed
+            from raypex.cluster.commands.bench import run_bench
+            from raypex.cluster.driver.run_errors import RunFailed
 
             try:
                 return run_bench(args)
             except RunFailed as err:  # a training run the bench started (e2e, soak) failed
                 print(f"raypex: bench failed: a training run it started failed: {err}", file=sys.stderr)
                 return 1
-        from cluster.commands.evaluate import run_eval
+        from raypex.cluster.commands.evaluate import run_eval
 
         return run_eval(args)
     except UsageError as err:

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.config.arguments import UsageError, split_positional
-from cluster.config.loading import ConfigError, load_config
-from cluster.config.shipped import shipped_configs, summary_line
+from raypex.cluster.config.arguments import UsageError, split_positional
+from raypex.cluster.config.loading import ConfigError, load_config
+from raypex.cluster.config.shipped import shipped_configs, summary_line
 
 
 def run_configs(args: argparse.Namespace) -> int:
     """Print each shipped config: its name (what `raypex train NAME` takes), env id and purpose."""
     configs = shipped_configs()
     if not configs:
-        raise UsageError("no shipped configs are installed (the raypex_configs package is missing)")
+        raise UsageError("no shipped configs are installed (the raypex.configs package is missing)")
     width = max(map(len, configs))
     for name, path in configs.items():
         try:
@@ -29,7 +29,7 @@ def run_configs(args: argparse.Namespace) -> int:
 def run_config_show(args: argparse.Namespace) -> int:
     """Print the resolved config of CONFIG (default: the schema's defaults, the CartPole config)
     with overrides applied, key by key."""
-    from cluster.config.reference import config_listing
+    from raypex.cluster.config.reference import config_listing
 
     path, overrides = split_positional(args.args)
     try:

@@ -17,14 +17,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.api import launch
-from cluster.config.arguments import UsageError, default_run_dir, split_positional
-from cluster.config.loading import ConfigError, apply_overrides, drop_retired_keys, load_config, read_yaml, validate
-from cluster.config.schema import RunConfig
-from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
-from cluster.driver.progress import ProgressLine
-from cluster.driver.run_dir import check_resume, check_writable
-from cluster.driver.run_errors import RunFailed
+from raypex.cluster.api import launch
+from raypex.cluster.config.arguments import UsageError, default_run_dir, split_positional
+from raypex.cluster.config.loading import (
+    ConfigError,
+    apply_overrides,
+    drop_retired_keys,
+    load_config,
+    read_yaml,
+    validate,
+)
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.checkpoints import OutputNotWritten, ResumePoint
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.run_dir import check_resume, check_writable
+from raypex.cluster.driver.run_errors import RunFailed
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:

@@ -9,7 +9,7 @@ import re
 import time
 from pathlib import Path
 
-from cluster.config.shipped import config_path, shipped_configs
+from raypex.cluster.config.shipped import config_path, shipped_configs
 
 
 class UsageError(Exception):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cluster.config.section import Section, on_off_from_yaml_bools
+from raypex.cluster.config.section import Section, on_off_from_yaml_bools
 
 MIN_GPU_SHARE = 1e-4  # the finest GPU fraction Ray allots
 

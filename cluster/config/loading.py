@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cluster.config.schema import RunConfig
+from raypex.cluster.config.schema import RunConfig
 
 _UNION_MEMBER_TAGS = {"float", "int", "str", "bool", "none", "list", "dict"}
 
@@ -25,7 +25,7 @@ class ConfigError(Exception):
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping from `path`; missing files and syntax errors become ConfigError."""
     if not path.is_file():
-        from cluster.config.shipped import shipped_configs
+        from raypex.cluster.config.shipped import shipped_configs
 
         names = ", ".join(shipped_configs())
         hint = f" (shipped configs, by name from any directory: {names})" if names else ""

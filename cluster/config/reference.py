@@ -1,13 +1,13 @@
 """The config reference table in README.md, generated from the schema so the two cannot drift.
 
-`python -m cluster.config.reference` prints it; a test checks README.md contains it verbatim.
+`python -m raypex.cluster.config.reference` prints it; a test checks README.md contains it verbatim.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from cluster.config.schema import RunConfig
+from raypex.cluster.config.schema import RunConfig
 
 
 def _fields(model: type[BaseModel], prefix: str = ""):

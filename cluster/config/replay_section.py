@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from cluster.config.section import Section
+from raypex.cluster.config.section import Section
 
 
 class ReplayConfig(Section):

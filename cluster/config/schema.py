@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cluster.config.collectors_section import CollectorsConfig
-from cluster.config.replay_section import ReplayConfig
-from cluster.config.section import Section, on_off_from_yaml_bools
+from raypex.cluster.config.collectors_section import CollectorsConfig
+from raypex.cluster.config.replay_section import ReplayConfig
+from raypex.cluster.config.section import Section, on_off_from_yaml_bools
 
 # Bounds for settings under which a run could never make progress in any reasonable time.
 MAX_SAMPLES_PER_RUN = 1e12  # about 12 days at a million samples/s
@@ -38,6 +38,10 @@ class EnvConfig(Section):
     terminal_on_life_loss: bool = Field(
         False, description="ALE envs: a lost life ends the n-step return (the game goes on)."
     )
+    code_dir: str | None = Field(
+        None, description="Where an env.id naming your code (module:Name, a relative file.py:Name) is looked up: "
+                          "raypex train records its working directory here, so raypex eval finds the code from "
+                          "any directory.")
 
     @model_validator(mode="after")
     def _life_loss_needs_ale(self) -> EnvConfig:

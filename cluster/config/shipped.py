@@ -1,4 +1,4 @@
-"""The configs that ship with raypex (configs/, installed as the package `raypex_configs`).
+"""The configs that ship with raypex (configs/, installed as the package `raypex.configs`).
 
 `raypex train pong` and `raypex train configs/pong.yaml` both work from any directory: a CONFIG
 argument that is not an existing file is looked up by name here. Imports nothing of ours, so the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-PACKAGE = "raypex_configs"
+PACKAGE = "raypex.configs"
 
 
 def shipped_configs() -> dict[str, Path]:

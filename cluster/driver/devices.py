@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 
-from cluster.config.collectors_section import MIN_GPU_SHARE
-from cluster.config.schema import RunConfig
-from cluster.driver.progress import ProgressLine
-from cluster.driver.run_errors import PlacementError
+from raypex.cluster.config.collectors_section import MIN_GPU_SHARE
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.run_errors import PlacementError
 
 COLLECTORS_GPU_SHARE = 0.5  # of one GPU, split over the collectors when collectors.num_gpus is auto
 LEARNER_GPU_BESIDE_ACTING = 0.5  # what the learner reserves of its GPU when collectors act on GPUs

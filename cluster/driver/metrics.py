@@ -11,8 +11,8 @@ from collections import deque
 
 import numpy as np
 
-from cluster.driver.startup import StartupTimeline
-from replay.contracts import CollectorStats, EpochStats, ShardStats
+from raypex.cluster.driver.startup import StartupTimeline
+from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
 
 # Rates span this many seconds of polls: collectors report in chunks and, held by the replay
 # ratio limiter, in bursts, so the difference between two polls half a second apart was often 0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from cluster.driver.checkpoints import atomic_write, save_checkpoint
+from raypex.cluster.driver.checkpoints import atomic_write, save_checkpoint
 
 
 class PendingCheckpoint(NamedTuple):

@@ -20,7 +20,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from cluster.driver.run_errors import PlacementError
+from raypex.cluster.driver.run_errors import PlacementError
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,15 @@ import uuid
 
 import ray
 
-from actors.env_ids import code_to_ship
-from cluster.config.schema import RunConfig
-from cluster.driver.address import ConnectError, connect_error_line
-from cluster.driver.devices import choose_act_device, choose_device, with_act_device
-from cluster.driver.run_errors import PlacementError, StartRefused
-from cluster.driver.runtime import RuntimeErrors
-from cluster.driver.supervisor import CollectorSupervisor
-from cluster.driver.versions import VersionMismatch, ask_node_versions, check_node_versions
-from cluster.driver.wiring import (
+from raypex.actors.env_ids import code_to_ship
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.address import ConnectError, connect_error_line
+from raypex.cluster.driver.devices import choose_act_device, choose_device, with_act_device
+from raypex.cluster.driver.run_errors import PlacementError, StartRefused
+from raypex.cluster.driver.runtime import RuntimeErrors
+from raypex.cluster.driver.supervisor import CollectorSupervisor
+from raypex.cluster.driver.versions import VersionMismatch, ask_node_versions, check_node_versions
+from raypex.cluster.driver.wiring import (
     COLLECTOR_MAX_RESTARTS,
     RunActors,
     check_local_cluster_holds,
@@ -35,7 +35,7 @@ from cluster.driver.wiring import (
     shutdown,
     start_actors,
 )
-from cluster.hosts.learner_actor import LearnerActor
+from raypex.cluster.hosts.learner_actor import LearnerActor
 
 RAY_ERRORS = RuntimeErrors(
     any=(ray.exceptions.RayError,),

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
-from cluster.driver.run_errors import CheckpointRefused, error_line, original_error
+from raypex.cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
+from raypex.cluster.driver.run_errors import CheckpointRefused, error_line, original_error
 
 
 def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:

@@ -24,26 +24,26 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
-from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
-from cluster.config.schema import RunConfig
-from cluster.driver.checkpoints import OutputNotWritten, ResumePoint
-from cluster.driver.evaluation import EvaluationScheduler
-from cluster.driver.metrics import RunMetrics
-from cluster.driver.observer import RunObserver
-from cluster.driver.outcome import PolicyFile, RunOutcome
-from cluster.driver.outputs import RunOutputs
-from cluster.driver.progress import ProgressLine, learner_ready_line
-from cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
-from cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused, describe_failure
-from cluster.driver.runtime import Runtime
-from cluster.driver.signals import exit_code, release, second_aborts, signal_name
-from cluster.driver.startup import StartupTimeline
-from cluster.driver.tensorboard_layout import custom_layout, hparams_summaries, result_scalars
-from cluster.driver.tensorboard_log import TensorBoardLog
-from cluster.driver.video import video_summary, write_video
-from cluster.hosts.learner_host import LearnerRestarted
-from cluster.plan.settings import eval_give_up
-from replay.contracts import EpochStats
+from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.checkpoints import OutputNotWritten, ResumePoint
+from raypex.cluster.driver.evaluation import EvaluationScheduler
+from raypex.cluster.driver.metrics import RunMetrics
+from raypex.cluster.driver.observer import RunObserver
+from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
+from raypex.cluster.driver.outputs import RunOutputs
+from raypex.cluster.driver.progress import ProgressLine, learner_ready_line
+from raypex.cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
+from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused, describe_failure
+from raypex.cluster.driver.runtime import Runtime
+from raypex.cluster.driver.signals import exit_code, release, second_aborts, signal_name
+from raypex.cluster.driver.startup import StartupTimeline
+from raypex.cluster.driver.tensorboard_layout import custom_layout, hparams_summaries, result_scalars
+from raypex.cluster.driver.tensorboard_log import TensorBoardLog
+from raypex.cluster.driver.video import video_summary, write_video
+from raypex.cluster.hosts.learner_host import LearnerRestarted
+from raypex.cluster.plan.settings import eval_give_up
+from raypex.replay.contracts import EpochStats
 
 POLL_EVERY_S = 0.5
 EPOCHS_QUEUED = 2

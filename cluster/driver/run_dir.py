@@ -13,10 +13,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.config.arguments import UsageError
-from cluster.config.schema import RunConfig
-from cluster.driver.checkpoints import ResumePoint, load_latest
-from cluster.driver.outcome import PolicyFile
+from raypex.cluster.config.arguments import UsageError
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
+from raypex.cluster.driver.outcome import PolicyFile
 
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
 # into anything else, so a resume may not change them.

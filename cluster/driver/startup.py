@@ -8,7 +8,7 @@ reaches them, and `raypex bench --stage startup` prints their medians. Pure book
 
 from __future__ import annotations
 
-from replay.contracts import CollectorStats
+from raypex.replay.contracts import CollectorStats
 
 # The moments, in the order a run reaches them; each actor moment is the earliest over its actors
 # (the first collector to step, not the last).

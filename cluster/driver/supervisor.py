@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ray
 
-from cluster.driver.progress import ProgressLine
-from cluster.driver.run_errors import RunFailed, error_line
+from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.run_errors import RunFailed, error_line
 
 
 class CollectorSupervisor:

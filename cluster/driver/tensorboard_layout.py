@@ -10,7 +10,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.custom_scalar import metadata as custom_scalar_metadata
 from tensorboard.plugins.hparams import summary_v2 as hparams_api
 
-from cluster.config.schema import RunConfig
+from raypex.cluster.config.schema import RunConfig
 
 # chart title -> tag regexes, per category
 LAYOUT = {

@@ -19,8 +19,8 @@ import ray
 from ray.util.placement_group import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.driver.placement import node_addresses
-from cluster.driver.run_errors import error_line
+from raypex.cluster.driver.placement import node_addresses
+from raypex.cluster.driver.run_errors import error_line
 
 PROBE_TIMEOUT_S = 60.0
 
@@ -31,9 +31,8 @@ class VersionMismatch(Exception):
 
 def software_versions() -> dict[str, str]:
     """raypex, Ray, torch (release) and Python (major.minor) of this process."""
-    import cluster
-
-    return {"raypex": cluster.__version__, "ray": ray.__version__, "torch": _release("torch"),
+    import raypex
+    return {"raypex": raypex.__version__, "ray": ray.__version__, "torch": _release("torch"),
             "python": ".".join(platform.python_version_tuple()[:2])}
 
 

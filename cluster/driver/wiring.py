@@ -19,11 +19,11 @@ from pathlib import Path
 
 import ray
 
-from actors.envs import EnvSpec
-from cluster.config.schema import RunConfig
-from cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
-from cluster.driver.devices import gpu_requests
-from cluster.driver.placement import (
+from raypex.actors.envs import EnvSpec
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
+from raypex.cluster.driver.devices import gpu_requests
+from raypex.cluster.driver.placement import (
     Reservation,
     ResourceRequest,
     alive_nodes,
@@ -32,13 +32,13 @@ from cluster.driver.placement import (
     node_addresses,
     reserve,
 )
-from cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
-from cluster.driver.signals import deferred, install_stop_signals, reinstall_stop_signals
-from cluster.hosts.collector_actor import CollectorActor
-from cluster.hosts.evaluator_actor import EvaluatorActor
-from cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
-from cluster.hosts.ray_seams import ChunkSink
-from cluster.plan.topology import plan_run
+from raypex.cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
+from raypex.cluster.driver.signals import deferred, install_stop_signals, reinstall_stop_signals
+from raypex.cluster.hosts.collector_actor import CollectorActor
+from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
+from raypex.cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
+from raypex.cluster.hosts.ray_seams import ChunkSink
+from raypex.cluster.plan.topology import plan_run
 
 PLACEMENT_TIMEOUT_S = 15.0
 NAMESPACE = "raypex"  # actors are named raypex-<run id>-<role>-<i> in it, so tools can find them

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from actors.settings import CollectorSettings
-from learner.cpu_features import cpu_has_bf16_units
+from raypex.actors.settings import CollectorSettings
+from raypex.learner.cpu_features import cpu_has_bf16_units
 
 
 def act_precision_for_this_cpu(settings: CollectorSettings) -> CollectorSettings:

@@ -16,11 +16,11 @@ import time
 
 import ray
 
-from actors.settings import CollectorSettings
-from cluster.hosts.acting_precision import act_precision_for_this_cpu
-from cluster.hosts.ray_seams import QUIET, ChunkSink, WeightInbox
-from cluster.process_clock import process_start_time
-from replay.contracts import CollectorStats
+from raypex.actors.settings import CollectorSettings
+from raypex.cluster.hosts.acting_precision import act_precision_for_this_cpu
+from raypex.cluster.hosts.ray_seams import QUIET, ChunkSink, WeightInbox
+from raypex.cluster.process_clock import process_start_time
+from raypex.replay.contracts import CollectorStats
 
 
 class CollectorActor:
@@ -28,7 +28,7 @@ class CollectorActor:
 
     def __init__(self, settings: CollectorSettings, sink: ChunkSink):
         self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
-        from actors.collector import Collector
+        from raypex.actors.collector import Collector
 
         self._stop = threading.Event()
         self.inbox = WeightInbox()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from cluster.hosts.ray_seams import QUIET
-from cluster.hosts.weights_evaluator import WeightsEvaluator
+from raypex.cluster.hosts.ray_seams import QUIET
+from raypex.cluster.hosts.weights_evaluator import WeightsEvaluator
 
 
 class EvaluatorActor(WeightsEvaluator):

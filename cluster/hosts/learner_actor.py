@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ray
 
-from cluster.hosts.learner_host import LearnerHost
-from cluster.hosts.ray_seams import WeightPublisher
-from cluster.plan.topology import ReplayPlan
-from learner.settings import LearnerSettings
+from raypex.cluster.hosts.learner_host import LearnerHost
+from raypex.cluster.hosts.ray_seams import WeightPublisher
+from raypex.cluster.plan.topology import ReplayPlan
+from raypex.learner.settings import LearnerSettings
 
 CONCURRENCY_GROUPS = {"replay": 1, "control": 1}
 

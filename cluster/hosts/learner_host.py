@@ -19,10 +19,10 @@ import os
 import time
 from collections.abc import Callable
 
-from cluster.plan.topology import ReplayPlan
-from cluster.process_clock import process_start_time
-from learner.settings import LearnerSettings
-from replay.contracts import EpochStats
+from raypex.cluster.plan.topology import ReplayPlan
+from raypex.cluster.process_clock import process_start_time
+from raypex.learner.settings import LearnerSettings
+from raypex.replay.contracts import EpochStats
 
 
 def gpu_busy_fraction(device) -> float | None:
@@ -55,7 +55,7 @@ class LearnerHost:
         self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
         import torch  # here only: the driver names the Ray host class without importing torch
 
-        from learner.learner import Learner
+        from raypex.learner.learner import Learner
 
         torch.set_num_threads(max(1, num_threads))
         where = torch.device(device)
@@ -102,7 +102,7 @@ class LearnerHost:
     def warm_exporter(self) -> None:
         """Start importing torch.export's modules on a thread while the run ends (learner/policy_file.py):
         `export_policy`, after the final checkpoint and evaluation, then skips most of its first use."""
-        from learner.policy_file import warm_exporter
+        from raypex.learner.policy_file import warm_exporter
 
         warm_exporter()
 

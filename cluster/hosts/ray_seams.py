@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import ray
 
-from replay.contracts import Chunk, Weights
+from raypex.replay.contracts import Chunk, Weights
 
 # Ray records an event in its GCS for every call unless told not to; at thousands of calls a
 # minute that grew gcs_server by ~400 MB over a long run. The hosts mark their per-chunk,

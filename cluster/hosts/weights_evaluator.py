@@ -15,15 +15,15 @@ import functools
 
 import numpy as np
 
-from actors.settings import EvaluatorSettings
+from raypex.actors.settings import EvaluatorSettings
 
 
 class WeightsEvaluator:
     """Holds the evaluation vector env and the network it evaluates weights with."""
 
     def __init__(self, s: EvaluatorSettings):
-        from actors.action_scaling import ActionScale
-        from actors.evaluator import Evaluator
+        from raypex.actors.action_scaling import ActionScale
+        from raypex.actors.evaluator import Evaluator
 
         # Box actions: the published weights are a td3/sac actor, acted with deterministically
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None
@@ -35,7 +35,7 @@ class WeightsEvaluator:
 
             torch.set_num_threads(1)
             if self.action_scale is None:
-                from learner.networks import build_q_network
+                from raypex.learner.networks import build_q_network
 
                 self.torch_network = build_q_network(obs_shape, s.num_actions, s.hidden, s.dueling, obs_dtype).eval()
         self.evaluator = Evaluator(s.env_id, s.env_kwargs, s.episodes, s.seed, s.frame_stack, s.epsilon, s.stacked)
@@ -45,11 +45,11 @@ class WeightsEvaluator:
             actor, scale = self._actor(arrays), self.action_scale
             return lambda obs: scale.to_env(actor.actions(obs))
         if self.torch_network is None:
-            from learner.numpy_mlp import NumpyMLPQ
+            from raypex.learner.numpy_mlp import NumpyMLPQ
 
             return NumpyMLPQ(arrays).greedy_actions
-        from learner.networks import greedy_actions
-        from learner.weights import load_arrays
+        from raypex.learner.networks import greedy_actions
+        from raypex.learner.weights import load_arrays
 
         load_arrays(self.torch_network, arrays)
         return functools.partial(greedy_actions, self.torch_network)
@@ -58,11 +58,11 @@ class WeightsEvaluator:
         """The deterministic actor of td3/sac weights: numpy for flat observations, torch for images
         (built once, on the first weights: whether it has SAC's log-std head is in their names)."""
         if len(self.obs_shape) == 1:
-            from learner.numpy_mlp import NumpyMLPActor
+            from raypex.learner.numpy_mlp import NumpyMLPActor
 
             return NumpyMLPActor(arrays)
         if self.torch_network is None:
-            from learner.actor_critic_networks import TorchActorForward
+            from raypex.learner.actor_critic_networks import TorchActorForward
 
             self.torch_network = TorchActorForward(self.obs_shape, self.obs_dtype, len(self.action_scale.low),
                                                    self.hidden, gaussian="log_std.weight" in arrays)

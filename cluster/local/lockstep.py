@@ -1,4 +1,4 @@
-"""`python -m cluster.local.lockstep`: a run's parts in lockstep in one process, without Ray.
+"""`python -m raypex.cluster.local.lockstep`: a run's parts in lockstep in one process, without Ray.
 
 The same Collector, ShardedReplay, limiter and Learner classes as `raypex train`, built
 from the same plan (cluster/plan/topology.py) by the local wiring, run one after another: the collectors insert until the limiter has no more
@@ -9,7 +9,7 @@ say how much a config learns per update, over many seeds in little time, and com
 a real run shows what the distributed run costs in updates. It is a research tool, not a way to
 train (nothing is saved).
 
-    python -m cluster.local.lockstep configs/cartpole.yaml --seeds 10 replay.error_buffer=2000
+    python -m raypex.cluster.local.lockstep configs/cartpole.yaml --seeds 10 replay.error_buffer=2000
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import statistics
 import sys
 import time
 
-from actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
-from cluster.config.loading import ConfigError, load_config
-from cluster.config.schema import RunConfig
-from cluster.config.shipped import config_path
-from cluster.local.wiring import build_local
-from cluster.plan.settings import eval_give_up
-from cluster.plan.topology import plan_run
-from replay.contracts import Weights
+from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
+from raypex.cluster.config.loading import ConfigError, load_config
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.config.shipped import config_path
+from raypex.cluster.local.wiring import build_local
+from raypex.cluster.plan.settings import eval_give_up
+from raypex.cluster.plan.topology import plan_run
+from raypex.replay.contracts import Weights
 
 
 def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
@@ -66,7 +66,7 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run seeds seed..seed+N-1 one after another; one JSON line each, then the median."""
-    parser = argparse.ArgumentParser(prog="python -m cluster.local.lockstep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m raypex.cluster.local.lockstep", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=config_path, help="a YAML file or a shipped config's name")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     parser.add_argument("--seeds", type=int, default=10, help="how many seeds, from the config's seed on")

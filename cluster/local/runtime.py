@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import time
 
-from cluster.config.schema import RunConfig
-from cluster.driver.runtime import RuntimeErrors
-from cluster.local.wiring import LocalRun, build_local
-from cluster.plan.topology import plan_run
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.runtime import RuntimeErrors
+from raypex.cluster.local.wiring import LocalRun, build_local
+from raypex.cluster.plan.topology import plan_run
 
 
 class LocalCall:

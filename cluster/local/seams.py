@@ -3,7 +3,7 @@ cluster/hosts/ray_seams.py: the same collectors, replay and learner connected by
 
 from __future__ import annotations
 
-from replay.contracts import PollWeights, Weights
+from raypex.replay.contracts import PollWeights, Weights
 
 
 class WeightBoard:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.collector import Collector
-from cluster.hosts.learner_host import LearnerHost
-from cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
-from cluster.local.seams import ShardWriter, WeightBoard
-from cluster.plan.topology import Topology
+from raypex.actors.collector import Collector
+from raypex.cluster.hosts.learner_host import LearnerHost
+from raypex.cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
+from raypex.cluster.local.seams import ShardWriter, WeightBoard
+from raypex.cluster.plan.topology import Topology
 
 
 @dataclass

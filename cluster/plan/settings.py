@@ -6,13 +6,13 @@ collectors, replay and learner from these same functions, so the two cannot drif
 
 from __future__ import annotations
 
-from actors.envs import EnvSpec, known_max_return
-from actors.settings import CollectorSettings, EvaluatorSettings
-from cluster.config.schema import RunConfig
-from learner.settings import LearnerSettings
-from replay.priorities import BetaSchedule, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import StorageSpec
+from raypex.actors.envs import EnvSpec, known_max_return
+from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+from raypex.cluster.config.schema import RunConfig
+from raypex.learner.settings import LearnerSettings
+from raypex.replay.priorities import BetaSchedule, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import StorageSpec
 
 
 def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.envs import EnvSpec
-from actors.settings import CollectorSettings, EvaluatorSettings
-from cluster.config.schema import RunConfig
-from cluster.plan.settings import (
+from raypex.actors.envs import EnvSpec
+from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.plan.settings import (
     beta_schedule,
     collector_settings,
     evaluator_settings,
@@ -32,10 +32,10 @@ from cluster.plan.settings import (
     replay_limiter,
     storage_spec,
 )
-from learner.settings import LearnerSettings
-from replay.priorities import BetaSchedule, PrioritySettings
-from replay.rate_limit import SamplesPerInsertLimiter
-from replay.shard import StorageSpec
+from raypex.learner.settings import LearnerSettings
+from raypex.replay.priorities import BetaSchedule, PrioritySettings
+from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.shard import StorageSpec
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class ReplayPlan:
     def build(self, device):
         """(the ShardedReplay this plans, in this process, its columns where `storage` and the
         torch `device` say; a one-line notice when auto kept them off the GPU, else None)."""
-        from learner.device_columns import choose_columns
-        from replay.sharded import ShardedReplay
+        from raypex.learner.device_columns import choose_columns
+        from raypex.replay.sharded import ShardedReplay
 
         backend, notice = choose_columns(self.storage, device, self.spec.column_bytes * self.num_shards)
         replay = ShardedReplay(self.num_shards, self.spec, self.limiter, self.seed, self.priorities, self.beta, backend)
