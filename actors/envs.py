@@ -67,6 +67,7 @@ class EnvSpec:
     frame_stack: int = 0
     action_low: tuple[float, ...] = ()  # a Box action space's bounds (empty for Discrete)
     action_high: tuple[float, ...] = ()
+    reward_threshold: float | None = None  # the return its registration calls solved, if it names one
 
     @property
     def action_dim(self) -> int:
@@ -240,9 +241,10 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         raise UnsupportedEnv(f"env.id '{given}' cannot be made: {reason}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
+        threshold = env.spec.reward_threshold if env.spec is not None else None
     finally:
         env.close()
-    actions = action_fields(given, act_space)
+    fields = {**action_fields(given, act_space), "reward_threshold": None if threshold is None else float(threshold)}
     if not isinstance(obs_space, gym.spaces.Box):
         raise UnsupportedEnv(
             f"env.id '{given}' has a {type(obs_space).__name__} observation space; "
@@ -250,17 +252,17 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         )
     frame = _frame_shape(obs_space)
     if frame is not None:
-        return EnvSpec((frame_stack, *frame), "uint8", frame_stack=frame_stack, **actions)
+        return EnvSpec((frame_stack, *frame), "uint8", frame_stack=frame_stack, **fields)
     layout = image_layout(obs_space.shape, obs_space.dtype)
     if layout is not None:
         if min(layout.shape[1:]) < MIN_IMAGE_SIDE:
             raise UnsupportedEnv(f"env.id '{given}' has images of {layout.shape[1]}x{layout.shape[2]} "
                                  f"(observation shape {obs_space.shape}); raypex's CNNs need at least "
                                  f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}")
-        return EnvSpec(layout.shape, layout.dtype, **actions)
+        return EnvSpec(layout.shape, layout.dtype, **fields)
     if len(obs_space.shape) != 1:
         raise UnsupportedEnv(
             f"env.id '{given}' has observations of shape {obs_space.shape} ({obs_space.dtype}); "
             "raypex supports flat (1-D) vectors, 2-D uint8 frames and rank-3 images (HWC or CHW)"
         )
-    return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, **actions)
+    return EnvSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype).name, **fields)

@@ -33,8 +33,10 @@ import numpy as np
 from raypex.cluster.config.arguments import UsageError, default_run_dir, split_positional
 from raypex.cluster.config.loading import (
     ConfigError,
+    ConfigOrigin,
     apply_overrides,
     apply_values,
+    config_origin,
     config_to_yaml,
     read_yaml,
     validate,
@@ -55,6 +57,9 @@ __all__ = ["EvalResult", "RunFailed", "RunResult", "RunningRun", "UsageError", "
            "resolve_run_config", "train"]
 
 EpochCallback = Callable[[dict[str, Any]], None]
+# A replay past this share of the machine's memory is refused before anything starts: the learner,
+# the collectors and Ray need the rest.
+REPLAY_SHARE_OF_MEMORY = 0.9
 
 
 def load_policy(path: str | Path):
@@ -93,7 +98,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     directory without a readable policy or config, or an env that cannot be built."""
     run_dir = Path(run_dir).resolve()
     if episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {episodes}")
+        raise UsageError(f"episodes (--episodes) must be >= 1, got {episodes}")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
     policy_path = run_dir / "policy.pt2"
@@ -104,7 +109,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     except ConfigError as err:
         raise UsageError(str(err)) from None
     if epsilon is not None and not 0.0 <= epsilon <= 1.0:
-        raise UsageError(f"epsilon must be within [0, 1], got {epsilon}")
+        raise UsageError(f"epsilon (--epsilon) must be within [0, 1], got {epsilon}")
 
     import torch
 
@@ -202,6 +207,19 @@ def resolve_run_config(config: str | Path | Mapping | RunConfig = "cartpole",
         raise UsageError(str(err)) from None
 
 
+def run_config_origin(config: str | Path | Mapping | RunConfig, overrides: Mapping[str, Any] | list[str] | None
+                      ) -> ConfigOrigin | None:
+    """What `config` was written for (None for a RunConfig: taken as the caller's own, already fitted)."""
+    if isinstance(config, RunConfig):
+        return None
+    given = dict(overrides) if isinstance(overrides, Mapping) else list(overrides or [])
+    if isinstance(config, Mapping):
+        return config_origin("the given config", dict(config), given)
+    path, _ = split_positional([str(config)])
+    return config_origin(f"the {path.stem} config" if path else "the default config",
+                         read_yaml(path) if path else {}, given)
+
+
 class _Watcher(RunObserver):
     """Hands each epoch to the callback and ends the run when asked (RunningRun.stop)."""
 
@@ -268,6 +286,7 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
     directory holds its final files and the summary)."""
     clock_start = time.time()
     resolved = resolve_run_config(config, overrides, seed)
+    origin = run_config_origin(config, overrides)
     run_path = Path(run_dir) if run_dir is not None else default_run_dir(resolved.env.id, resolved.seed)
     if run_path.is_dir() and any(run_path.iterdir()):
         raise UsageError(f"run_dir {run_path} already holds files; choose a new directory")
@@ -279,7 +298,8 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
             raise UsageError("another raypex run is going on in this process; wait for it or stop it first")
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            code, summary = launch(resolved, run_path, None, address, clock_start, ProgressLine(sys.stderr), (watcher,))
+            code, summary = launch(resolved, run_path, None, address, clock_start, ProgressLine(sys.stderr), (watcher,),
+                                   origin)
             return RunResult(run_path, summary, code)
         finally:
             _one_run.release()
@@ -293,11 +313,12 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
 
 
 def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
-           progress: ProgressLine, observers: tuple = ()) -> tuple[int, dict]:
+           progress: ProgressLine, observers: tuple = (), origin: ConfigOrigin | None = None) -> tuple[int, dict]:
     """Make the run directory and run in it to the end, on the runtime `config.runtime` names (Ray:
-    a local cluster unless `address`); (exit code, summary). UsageError, the directory put back,
-    for a mistake found while the run starts; RunFailed (after the final files) when a part died
-    past recovery. `raypex train` and the Python API (here) both start runs here."""
+    a local cluster unless `address`); (exit code, summary). `origin`: what the config was written
+    for (cluster/plan/env_fit.py fits it to the env). UsageError, the directory put back, for a
+    mistake found while the run starts; RunFailed (after the final files) when a part died past
+    recovery. `raypex train` and the Python API (here) both start runs here."""
     install_stop_signals()
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
@@ -306,17 +327,21 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     run_dir.mkdir(parents=True, exist_ok=True)
     hold()  # from here a signal ends the run with summary.json: it is raised once the run has begun
     try:
-        config = with_code_dir(config)
-        config_text = config_to_yaml(config)
-        atomic_write(run_dir / "config.yaml", config_text.encode())
         # Imported after the run directory is made (Ray, gymnasium, TensorBoard: half a second
         # here), so that a signal while they load is the run's to end.
-        runtime = choose_runtime(config, address, progress)
         from raypex.actors.envs import UnsupportedEnv
+
+        try:
+            config, spec, startup = checked_env(with_code_dir(config), origin, address, clock_start, progress)
+        except UnsupportedEnv as err:
+            raise UsageError(str(err), err.details) from None
+        config_text = config_to_yaml(config)
+        atomic_write(run_dir / "config.yaml", config_text.encode())
+        runtime = choose_runtime(config, address, progress)
         from raypex.cluster.driver.run import TrainingRun
 
-        run = TrainingRun(config, None, run_dir, runtime, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None)
+        run = TrainingRun(config, spec, run_dir, runtime, clock_start, progress, resume, observers=observers,
+                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
     except BaseException:  # a mistake (--address with runtime local) or a full disk: nothing half-written
         stop_holding()
         _put_back(run_dir, found_config, made)
@@ -332,6 +357,36 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     summary = json.loads(written.read_text()) if written.is_file() else run.summary()
     progress.message(_summary_line(summary, run_dir))
     return code, summary
+
+
+def checked_env(config: RunConfig, origin: ConfigOrigin | None, address: str | None, clock_start: float,
+                progress: ProgressLine):
+    """(the config fitted to its env, the env's EnvSpec, the start-up timeline with the check
+    marked): the env built and stepped once, the algorithm checked against its spaces, the config
+    fitted (cluster/plan/env_fit.py) and the replay's memory said, before anything starts.
+    UnsupportedEnv or UsageError (a replay larger than this machine) in one line."""
+    import psutil
+
+    from raypex.actors.envs import check_algo_fits, inspect_env
+    from raypex.cluster.driver.startup import StartupTimeline
+    from raypex.cluster.plan.env_fit import fit_to_env, human_bytes, replay_bytes, replay_line
+
+    env = config.env
+    spec = inspect_env(env.id, env.kwargs, env.frame_stack)
+    config, lines = fit_to_env(config, spec, origin)
+    check_algo_fits(config.algo.name, spec, env.id, config.network.obs_norm)
+    startup = StartupTimeline(clock_start)
+    startup.mark("env_checked", time.time())
+    here = psutil.virtual_memory().total
+    on_this_machine = config.runtime == "local" or (address is None and kept_up_address() is None
+                                                    and ray_job_address() is None)
+    if on_this_machine and replay_bytes(config, spec) > REPLAY_SHARE_OF_MEMORY * here:
+        raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than this machine's "
+                         f"memory allows ({human_bytes(here)} in all): lower replay.capacity (per shard) or "
+                         "collectors.num")
+    for line in [*lines, replay_line(config, spec)]:
+        progress.message(line)
+    return config, spec, startup
 
 
 def with_code_dir(config: RunConfig) -> RunConfig:

@@ -8,9 +8,11 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
+from raypex.actors.envs import inspect_env
 from raypex.cluster.commands.cli import main
-from raypex.cluster.config.loading import apply_overrides, load_config
+from raypex.cluster.config.loading import apply_overrides, config_origin, load_config
 from raypex.cluster.config.schema import RunConfig, config_warnings
+from raypex.cluster.plan.env_fit import fit_to_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +82,9 @@ BAD_TRAIN_ARGS = [
     (["env.id=ALE/Pong-v5", "env.kwargs={frame_skip: 2}"], "env.kwargs are not accepted by ALE's vector env"),
     (["env.id=ALE/Pong-v5", "env.frame_stack=0"], "env.frame_stack: Input should be greater than or equal to 1"),
     (["env.id=no_such_module:Env-v0"], "no module 'no_such_module' in "),
+    (["env.id=ALE/Pong-v5"], ("env.id 'ALE/Pong-v5' gives pixel observations (4x84x84), and the default config "
+                              "is written for CartPole-v1's flat ones")),
+    (["replay.capacity=2000000000"], "the replay would take 192 GB, more than this machine's memory allows"),
     (["env.id=NeedsAMissingPackage-v0"], "env.id 'NeedsAMissingPackage-v0' cannot be made: Box2D is not installed"),
     # NaN or infinity is never a value; a NaN target once reported a false "solved"
     (["stop.eval_return=nan"], "stop.eval_return: Input should be a finite number (got nan)"),
@@ -296,3 +301,26 @@ def test_bench_acting_on_a_gpu_this_machine_lacks_is_one_line_before_measuring(c
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "raypex: error: collectors.act_device cuda: this collector's process sees no GPU " \
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})", err
+
+
+@pytest.mark.parametrize(("overrides", "target"), [
+    (["env.id=Acrobot-v1"], -100.0),  # the env's own reward threshold, not CartPole's 490
+    (["env.id=MountainCar-v0"], -110.0),
+    (["env.id=Acrobot-v1", "stop.eval_return=-80"], -80.0),  # set by the user: kept
+    (["env.id=Pendulum-v1", "algo.name=td3"], None),  # no threshold: train to stop.env_steps, keep the best
+])
+def test_another_env_than_the_configs_gets_a_warning_line_and_its_own_stop_target(overrides, target):
+    config = load_config(None, overrides)
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    fitted, lines = fit_to_env(config, spec, config_origin("the default config", {}, overrides))
+    assert fitted.stop.eval_return == target
+    assert len(lines) == 1 and lines[0].startswith(f"warning: env.id {config.env.id} is not CartPole-v1, which the "
+                                                   "default config was written for"), lines
+    assert ("stop.eval_return" in lines[0]) == ("stop.eval_return=-80" not in overrides)
+
+
+def test_the_configs_own_env_keeps_its_settings_and_says_nothing():
+    config = load_config(ROOT / "configs" / "pendulum.yaml", ["stop.env_steps=5000"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    assert fit_to_env(config, spec, config_origin("the pendulum config", {"env": {"id": "Pendulum-v1"}}, [])) == (config, [])
+    assert fit_to_env(config, spec, None) == (config, [])  # a resumed run's config is its env's already

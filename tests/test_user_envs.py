@@ -5,6 +5,8 @@ directory, and `raypex eval` of its policy, are README lines (tests/test_readme_
 with the console script, as a user types them); a cluster whose nodes never see the file is
 tests/test_separate_hosts.py."""
 
+import re
+import subprocess
 import sys
 
 import gymnasium as gym
@@ -133,3 +135,21 @@ def test_debug_shows_the_users_own_traceback_before_the_line(in_dir, capsys):
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and 'raises_in_step.py", line 15, in step' in err, err
     assert err.strip().splitlines()[-1].startswith("raypex: error:") and expected in err
+
+
+@pytest.mark.parametrize("env_id", ["corridor:Corridor", "envs/corridor.py:Corridor"])
+def test_eval_finds_the_runs_own_env_code_from_any_directory(env_id, in_dir, tmp_path_factory):
+    """config.yaml records where the code was found (env.code_dir): `raypex eval` in a fresh
+    process elsewhere builds the same env, with an epsilon and a video of its first episode."""
+    (in_dir / "envs").mkdir()
+    (in_dir / "envs" / "corridor.py").write_text(CORRIDOR)
+    assert main(["train", "--local", "--run-dir", "runs/c", f"env.id={env_id}", "stop.env_steps=1500",
+                 "replay.min_size=300", "eval.episodes=4", "eval.every_epochs=5"]) == 0
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    evaluated = subprocess.run([sys.executable, "-m", "raypex", "eval", str(in_dir / "runs" / "c"), "--episodes", "6",
+                                "--epsilon", "0.1", "--video", "first.png"], cwd=elsewhere, capture_output=True,
+                               text=True, timeout=120, check=False)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert re.fullmatch(r"mean return -?\d+\.\d\d over 6 episodes \(min .*\)\nno video: this env has no pictures\n",
+                        evaluated.stdout), evaluated.stdout
+    assert "code_dir: " + str(in_dir) in (in_dir / "runs" / "c" / "config.yaml").read_text()

@@ -21,7 +21,9 @@ from raypex.cluster.api import launch
 from raypex.cluster.config.arguments import UsageError, default_run_dir, split_positional
 from raypex.cluster.config.loading import (
     ConfigError,
+    ConfigOrigin,
     apply_overrides,
+    config_origin,
     drop_retired_keys,
     load_config,
     read_yaml,
@@ -34,9 +36,11 @@ from raypex.cluster.driver.run_dir import check_resume, check_writable
 from raypex.cluster.driver.run_errors import RunFailed
 
 
-def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[RunConfig, Path, ResumePoint | None]:
-    """(config, run dir, resume point or None) from the arguments; UsageError on any mistake,
-    with nothing written (cluster/driver/run_dir.py checks the directory)."""
+def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]
+                   ) -> tuple[RunConfig, Path, ResumePoint | None, ConfigOrigin | None]:
+    """(config, run dir, resume point or None, what the config was written for: None for a resumed
+    run) from the arguments; UsageError on any mistake, with nothing written
+    (cluster/driver/run_dir.py checks the directory)."""
     config_path, overrides = split_positional(args.args)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
@@ -51,23 +55,25 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]) -> tup
                 raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
             saved = drop_retired_keys(read_yaml(saved_path))
             config = validate(apply_overrides(saved, overrides))
-            return config, args.resume, check_resume(args.resume, validate(saved), config, warn)
+            return config, args.resume, check_resume(args.resume, validate(saved), config, warn), None
         config = load_config(config_path, overrides)
+        origin = config_origin(f"the {config_path.stem} config" if config_path else "the default config",
+                               read_yaml(config_path) if config_path else {}, overrides)
     except ConfigError as err:
         raise UsageError(str(err)) from None
     run_dir = args.run_dir if args.run_dir is not None else default_run_dir(config.env.id, config.seed)
     if run_dir.is_dir() and any(run_dir.iterdir()):
         raise UsageError(f"--run-dir {run_dir} already holds files; choose a new directory or use --resume {run_dir}")
     check_writable(run_dir, "--run-dir")
-    return config, run_dir, None
+    return config, run_dir, None, origin
 
 
 def run_train(args: argparse.Namespace, clock_start: float) -> int:
     """The whole `raypex train` command; returns the exit code."""
     progress = ProgressLine(sys.stderr)
-    config, run_dir, resume = resolve_config(args, lambda line: progress.message(f"warning: {line}"))
+    config, run_dir, resume, origin = resolve_config(args, lambda line: progress.message(f"warning: {line}"))
     try:
-        code, _ = launch(config, run_dir, resume, args.address, clock_start, progress)
+        code, _ = launch(config, run_dir, resume, args.address, clock_start, progress, origin=origin)
     except RunFailed as err:
         print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ the CLI prints it and exits 2. Nothing is started or written before this succeed
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,24 @@ def _suggestion(loc: tuple) -> str:
         model = field.annotation
     close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
     return f"; did you mean '{'.'.join([*map(str, loc[:-1]), close[0]])}'?" if close else ""
+
+
+@dataclass(frozen=True)
+class ConfigOrigin:
+    """What a run's config was written for, and which keys the user set on top of it: a config
+    carries one env's settings, so another env.id (an override) gets a warning and that env's own
+    stop target unless stop.eval_return was set too (cluster/plan/env_fit.py)."""
+
+    name: str  # "configs/cartpole.yaml", "the default config", ...
+    env_id: str  # the env.id it names
+    overridden: frozenset[str]  # dotted keys the user set on top of it
+
+
+def config_origin(name: str, data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> ConfigOrigin:
+    """The origin of a config read as `data` (before `overrides`, key=value strings or a dict)."""
+    env_id = (data.get("env") or {}).get("id") or RunConfig.model_fields["env"].default_factory().id
+    keys = overrides.keys() if isinstance(overrides, dict) else [item.partition("=")[0] for item in overrides]
+    return ConfigOrigin(name, str(env_id), frozenset(keys))
 
 
 def load_config(path: Path | None, overrides: list[str]) -> RunConfig:

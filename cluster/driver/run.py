@@ -24,7 +24,7 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
+from raypex.actors.envs import EnvSpec, UnsupportedEnv
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from raypex.cluster.driver.evaluation import EvaluationScheduler
@@ -67,20 +67,23 @@ class TrainingRun:
     the loop that paces epochs and decides when the run ends.
     """
 
-    def __init__(self, config: RunConfig, spec: EnvSpec | None, run_dir: Path, runtime: Runtime,
+    def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, runtime: Runtime,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), kept_policy: PolicyFile | None = None,
-                 final_files: bool = True):
+                 final_files: bool = True, startup: StartupTimeline | None = None):
         self.config, self.spec, self.rt = config, spec, runtime
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
         self.progress, self.resume, self.observers = progress, resume, observers
-        self.metrics = RunMetrics(resume.env_steps if resume else 0, StartupTimeline(clock_start))
+        # `startup`: the command's timeline, its env check already marked
+        self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message)
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
-        self.revival: LearnerRevival | None = None  # made by _start, once the env is known
+        self.revival = LearnerRevival(runtime, run_dir / "checkpoints", config.checkpoint.every_epochs,
+                                      config.collectors.num, config.checkpoint.replay, len(spec.obs_shape) != 1,
+                                      progress.message)
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
@@ -131,18 +134,10 @@ class TrainingRun:
         return exit_code(interrupt) if interrupt is not None else 0
 
     def _start(self) -> None:
-        if self.spec is None:  # checked here, so that a signal while gymnasium loads ends as a stop does
-            env = self.config.env
-            self.spec = inspect_env(env.id, env.kwargs, env.frame_stack)
-            check_algo_fits(self.config.algo.name, self.spec, env.id, self.config.network.obs_norm)
-            self.metrics.startup.mark("env_checked", time.time())
         self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup)
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
-        self.revival = LearnerRevival(self.rt, self.outputs.run_dir / "checkpoints", self.config.checkpoint.every_epochs,
-                                      self.config.collectors.num, self.config.checkpoint.replay,
-                                      len(self.spec.obs_shape) != 1, self.progress.message)
         self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
@@ -317,7 +312,7 @@ class TrainingRun:
             "epochs": self.epochs_done,
             "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
             "collector_restarts": self.metrics.collector_restarts,
-            "learner_restarts": self.revival.count if self.revival else 0,
+            "learner_restarts": self.revival.count,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
         }
 
