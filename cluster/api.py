@@ -355,7 +355,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         raise UsageError(str(err), getattr(err, "details", None)) from None
     written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
     summary = json.loads(written.read_text()) if written.is_file() else run.summary()
-    progress.message(_summary_line(summary, run_dir))
+    progress.message(_summary_line(summary, run_dir, time.time() - clock_start if resume else None))
     return code, summary
 
 
@@ -432,13 +432,16 @@ def _put_back(run_dir: Path, found_config: bytes | None, made: Path | None) -> N
         run_dir.mkdir()
 
 
-def _summary_line(summary: dict, run_dir: Path) -> str:
+def _summary_line(summary: dict, run_dir: Path, command_s: float | None = None) -> str:
+    """The done line; `command_s`: a resumed run's own time, said beside the run's whole."""
     solve = summary["time_to_solve_s"]
     solved = f"solved in {solve:.1f}s" if solve is not None else "not solved"
     final = summary["final_eval_return"]
     final_text = "-" if final is None else f"{final:.1f}"
     wrote = " and ".join(str(run_dir / name) for name in ("summary.json", "policy.pt2") if (run_dir / name).is_file())
-    return (f"done: {summary['env_steps']} env steps in {summary['wall_s']:.1f}s, {solved}, "
+    took = (f"this command {command_s:.1f}s, the run {summary['wall_s']:.1f}s" if command_s is not None
+            else f"{summary['wall_s']:.1f}s")
+    return (f"done: {summary['env_steps']} env steps in {took}, {solved}, "
             f"final eval return {final_text}; wrote {wrote or 'nothing'}")
 
 

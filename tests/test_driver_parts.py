@@ -274,6 +274,18 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     assert "env steps  251.0k (stopping) |" in third and "left" not in third
 
 
+def test_progress_says_starting_until_the_speed_is_measured_and_metrics_measure_it_at_the_second_poll():
+    stream = io.StringIO()
+    progress, metrics = ProgressLine(stream, log_every_s=0.0), RunMetrics()
+    metrics.poll([collector(1_200)], [shard(1_200)], now=0.0)
+    progress.update(8.4, metrics.env_steps, metrics.sps, None, None, None, None, goal_steps=500_000)
+    metrics.poll([collector(1_700)], [shard(1_700)], now=0.5)
+    progress.update(8.9, metrics.env_steps, metrics.sps, None, None, None, None, goal_steps=500_000)
+    first, second = stream.getvalue().splitlines()
+    assert "env steps    1.2k (  0%) |     starting |" in first and "0 steps/s" not in first and "?" not in first
+    assert "env steps    1.7k (  0%, 8m18s left) |   1.0k steps/s |" in second  # (500k - 1.7k) / 1k per s
+
+
 def test_a_log_gets_the_first_line_with_a_loss_at_once_then_one_line_per_interval():
     """Not a terminal: between the interval's lines, the first line that shows a loss (learning
     has begun) is written at once; later losses wait for the interval."""

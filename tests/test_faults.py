@@ -268,7 +268,9 @@ import ray
 
 class Env(gym.Env):
     """Steps for a while, then raises at every step, in collectors only (the evaluator's copy
-    never does): an env whose process lives on while the collector's loop fails."""
+    never does): an env whose process lives on while the collector's loop fails. Its errors
+    alternate between two kinds, so that no two in a row are the same (a repeat ends the run at
+    once: the next test)."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)
@@ -284,8 +286,10 @@ class Env(gym.Env):
 
     def step(self, action):
         self.steps += 1
-        if self.in_collector and self.steps > 300:
+        if self.in_collector and self.steps > 300 and self.steps % 2:
             raise RuntimeError(f"the simulator diverged at step {self.steps}")
+        if self.in_collector and self.steps > 300:
+            raise FloatingPointError(f"the simulator overflowed at step {self.steps}")
         return np.zeros(2, np.float32), 0.0, self.steps % 50 == 0, False, {}
 '''
 
@@ -298,15 +302,38 @@ def test_an_env_that_raises_in_a_live_collector_is_restarted_three_times_then_en
     run = running("env.id=diverging.py:Env", "stop.env_steps=100000000", cwd=tmp_path)
     assert run.finish() == 1, run.output
     last = run.output.strip().splitlines()[-1]
-    failed = re.fullmatch(r"raypex: run failed: (collector (\d) raised 4 times; last error: RuntimeError: the simulator "
-                          r"diverged at step 30\d); continue it with: raypex train --resume (\S+)", last)
-    assert failed and failed[3] == str(run.run_dir), run.output
+    failed = re.fullmatch(r"raypex: run failed: (collector (\d) raised 4 times; last error: \w+Error: the simulator "
+                          r"\w+ at step 30\d \(diverging.py:\d+\)); its traceback: (\S+); continue it with: "
+                          r"raypex train --resume (\S+)", last)
+    assert failed and failed[4] == str(run.run_dir) and failed[3] == str(run.run_dir / "error.log"), run.output
     restarts = [line for line in run.output.splitlines() if line.startswith(f"collector {failed[2]} stopped")]
-    assert len(restarts) == 3 and "RuntimeError: the simulator diverged" in restarts[0], run.output
+    assert len(restarts) == 3 and re.search(r"Error: the simulator \w+ at step \d+ \(diverging.py:\d+\)\)",
+                                            restarts[0]), run.output
     result = run.summary()
     assert result["ended"] == f"failed: {failed[1]}" and result["collector_restarts"] == 0, result
     assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
     assert "Traceback" not in run.output and (run.run_dir / "policy.pt2").is_file()
+
+
+def test_an_env_that_raises_the_same_error_after_a_restart_ends_the_run_at_once_naming_it(running, tmp_path):
+    """A deterministic fault in a user's env: the second identical error (type and the line of the
+    env's code that raised it) ends the run in one line naming both, without spending the rest of
+    the restarts or suggesting a resume that would meet it again; the traceback is in error.log."""
+    (tmp_path / "stuck.py").write_text(DIVERGING_ENV.replace("and self.steps % 2", ""))
+    run = running("env.id=stuck.py:Env", "stop.env_steps=100000000", cwd=tmp_path)
+    assert run.finish() == 1, run.output
+    last = run.output.strip().splitlines()[-1]
+    failed = re.fullmatch(r"raypex: run failed: collector (\d)'s env raised the same error again after a restart, so no "
+                          r"restart or resume can fix it: RuntimeError: the simulator diverged at step 30\d "
+                          r"\(stuck.py:(\d+)\); its traceback: (\S+)", last)
+    assert failed and "--resume" not in last, run.output
+    assert int(failed[2]) == DIVERGING_ENV.splitlines().index(
+        '            raise RuntimeError(f"the simulator diverged at step {self.steps}")') + 1
+    assert len([line for line in run.output.splitlines() if line.startswith(f"collector {failed[1]} stopped")]) == 1
+    logged = Path(failed[3]).read_text()
+    assert "stuck.py" in logged and logged.rstrip().endswith("RuntimeError: the simulator diverged at step " + last[
+        last.index("step ") + 5:last.index(" (stuck")])
+    assert run.summary()["ended"].startswith("failed: collector") and "Traceback" not in run.output
 
 
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):

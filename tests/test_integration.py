@@ -119,6 +119,9 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     resumed_steps = [e.step for e in scalars(run)["losses/td_loss"]]
     assert max(resumed_steps) >= 8000 and min(s for s in resumed_steps if s > 4000) >= last["env_steps"]
     assert "stop:\n  env_steps: 8000" in (run / "config.yaml").read_text()
+    # the done line tells this command's time from the run's whole
+    took = re.search(r"^done: \d+ env steps in this command ([\d.]+)s, the run ([\d.]+)s,", err, re.MULTILINE)
+    assert took and float(took.group(1)) < float(took.group(2)) == pytest.approx(second["wall_s"], abs=0.05), err
     # The resumed run exports its best evaluation only when it beats the policy.pt2 it found.
     best = max(e.value for e in scalars(run)["eval/return_mean"])
     assert second["policy_eval_return"] == pytest.approx(max(best, first["policy_eval_return"]))

@@ -51,6 +51,8 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]
             if config_path is not None or args.run_dir is not None:
                 raise UsageError("--resume RUN_DIR takes the config from RUN_DIR; give no CONFIG or --run-dir")
             saved_path = args.resume / "config.yaml"
+            if not args.resume.is_dir():
+                raise UsageError(f"--resume {args.resume}: no such directory")
             if not saved_path.is_file():
                 raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
             saved = drop_retired_keys(read_yaml(saved_path))
@@ -75,7 +77,11 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     try:
         code, _ = launch(config, run_dir, resume, args.address, clock_start, progress, origin=origin)
     except RunFailed as err:
-        print(f"raypex: run failed: {err}; continue it with: raypex train --resume {run_dir}", file=sys.stderr)
+        if getattr(args, "debug", False) and err.details:
+            print(err.details.rstrip(), file=sys.stderr)
+        traceback = f"; its traceback: {err.log}" if err.log else ""
+        resume = f"; continue it with: raypex train --resume {run_dir}" if err.resumable else ""
+        print(f"raypex: run failed: {err}{traceback}{resume}", file=sys.stderr)
         return 1
     except OutputNotWritten as err:  # before the run began (config.yaml on a full disk)
         print(f"raypex: error: {err}", file=sys.stderr)

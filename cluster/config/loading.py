@@ -131,6 +131,8 @@ def format_validation_error(err: ValidationError) -> str:
         return f"config error: {message}"
     given = first.get("input")
     shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    if isinstance(given, str) and given.lower() in ("none", "nil"):
+        shown += "; YAML writes no value as null"  # key=None is Python's spelling, a string to YAML
     return f"config error: {field}: {message}{shown}"
 
 

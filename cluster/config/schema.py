@@ -78,7 +78,8 @@ class AlgoConfig(Section):
 class NetworkConfig(Section):
     """The Q-network shared by learner and collectors."""
 
-    hidden: list[int] = Field([64, 64], min_length=1, description="MLP hidden layer sizes.")
+    hidden: list[int] = Field([64, 64], min_length=1, description="Hidden layer sizes: the MLP's on flat "
+                              "observations; on images, the fully connected layers after the CNN torso.")
     dueling: bool = Field(True, description="Dueling value/advantage head.")
     obs_norm: bool = Field(False, description="td3/sac on flat observations: normalize each dimension by its "
                            "running mean and std over the batches the learner trains on; the statistics live in the "

@@ -34,7 +34,7 @@ class RunMetrics:
         self.lag_samples: list[float] = []
         self.lag_max = 0
         self._polls: deque[tuple[float, int, int, int]] = deque()  # time, env steps, inserted, sampled
-        self.sps = 0.0
+        self.sps: float | None = None  # env steps/s over the rate window; None until two polls measured it
         self.learner_samples_s = 0.0
         self.learner_train_s = 0.0
         self.learner_samples = 0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.cluster.driver.checkpoints import atomic_write, save_checkpoint
+from raypex.cluster.driver.checkpoints import OutputNotWritten, atomic_write, save_checkpoint
 
 
 class PendingCheckpoint(NamedTuple):
@@ -81,6 +81,14 @@ class RunOutputs:
     def policy_bytes(self, exported: bytes) -> None:
         """policy.pt2 from bytes exported already."""
         atomic_write(self.run_dir / "policy.pt2", exported)
+
+    def error_log(self, text: str) -> Path | None:
+        """error.log: the traceback behind a failed run (None when it cannot be written)."""
+        try:
+            atomic_write(self.run_dir / "error.log", text.encode())
+        except OutputNotWritten:
+            return None
+        return self.run_dir / "error.log"
 
     def summary(self, summary: dict) -> None:
         """summary.json."""

@@ -46,7 +46,7 @@ class ProgressLine:
         self._logged_learning = False  # a logged line has shown a loss
         self._width = 0
 
-    def update(self, elapsed_s: float, env_steps: int, sps: float, episode_return: float | None,
+    def update(self, elapsed_s: float, env_steps: int, sps: float | None, episode_return: float | None,
                eval_return: float | None, loss: float | None, lag: float | None,
                goal_steps: int | None = None, filling: tuple[int, int] | None = None,
                stopping: bool = False) -> None:
@@ -55,17 +55,18 @@ class ProgressLine:
         (stop.env_steps) it shows the share done and the time left at the current speed, or
         "stopping" once the run is ending (the speed then falls to nothing and the time left
         would be absurd); with `filling` (replay size, replay.min_size) it says replay is filling
-        instead of the loss."""
+        instead of the loss. `sps` None (not measured yet) shows "starting" for the speed and no time left."""
         done = ""
         if stopping:
             done = " (stopping)"
         elif goal_steps:
-            left = (goal_steps - env_steps) / sps if sps > 0 else None
-            done = f" ({min(env_steps / goal_steps, 1.0):4.0%}, {_fmt_duration(left)} left)"
+            left = (goal_steps - env_steps) / sps if sps else None
+            done = f" ({min(env_steps / goal_steps, 1.0):4.0%}" + (f", {_fmt_duration(left)} left)" if left is not None else ")")
         shows_loss = loss is not None and not filling
         learning = (f"filling replay {_fmt_count(filling[0])}/{_fmt_count(filling[1])}" if filling
                     else f"loss {_fmt(loss, '.4f')}")
-        line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7}{done} | {_fmt_count(sps):>6} steps/s | "
+        speed = f"{_fmt_count(sps):>6} steps/s" if sps is not None else "    starting"
+        line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7}{done} | {speed} | "
                 f"return {_fmt(episode_return, '7.1f')} | eval {_fmt(eval_return, '6.1f')} | "
                 f"{learning} | lag {_fmt(lag, '.1f')}")
         if self.live:

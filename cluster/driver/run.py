@@ -34,7 +34,13 @@ from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
 from raypex.cluster.driver.outputs import RunOutputs
 from raypex.cluster.driver.progress import ProgressLine, learner_ready_line
 from raypex.cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
-from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused, describe_failure
+from raypex.cluster.driver.run_errors import (
+    CheckpointRefused,
+    RunFailed,
+    StartRefused,
+    describe_failure,
+    traceback_text,
+)
 from raypex.cluster.driver.runtime import Runtime
 from raypex.cluster.driver.signals import exit_code, release, second_aborts, signal_name
 from raypex.cluster.driver.startup import StartupTimeline
@@ -114,7 +120,9 @@ class TrainingRun:
                 self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
                                       "(send it again to abort at once)")
             except (RunFailed, *self.rt.errors.any, OutputNotWritten) as err:  # not written: a full disk, say
-                failure = err if isinstance(err, RunFailed) else RunFailed(describe_failure(err, self.role_of, self.rt.errors.died))
+                failure = err if isinstance(err, RunFailed) else RunFailed(
+                    describe_failure(err, self.role_of, self.rt.errors.died),
+                    traceback_text(err) if isinstance(err, self.rt.errors.raised) else None)
                 self.outcome.ended = f"failed: {failure}"
             self.progress.finish()
             try:
@@ -130,6 +138,8 @@ class TrainingRun:
         if failure is None and self.outputs.unwritten:  # ended well, but its final files are not all there
             failure = RunFailed(self.outputs.unwritten)
         if failure is not None:
+            if failure.details:
+                failure.log = self.outputs.error_log(failure.details)
             raise failure
         return exit_code(interrupt) if interrupt is not None else 0
 

@@ -4,11 +4,17 @@ that `raypex train` can name them before it imports Ray (cluster/commands/train.
 from __future__ import annotations
 
 import re
+import sysconfig
+import traceback
+from pathlib import Path
 
 # A traceback's last line: the exception's (possibly dotted) type, a colon, its message.
 _RAISED_LINE = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$")
 # Ray's first line of a task's error: where it was raised ("ray::LearnerActor.warmup() (pid=...").
 _RAISED_IN = re.compile(r"ray::(\w+)\.(\w+)\(\)")
+# A frame of a traceback as text (what Ray keeps of a remote one), and the colours Ray puts in it.
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class PlacementError(Exception):
@@ -16,7 +22,16 @@ class PlacementError(Exception):
 
 
 class RunFailed(Exception):
-    """The run cannot go on (a collector keeps dying, the learner died); one-line message."""
+    """The run cannot go on (a collector keeps dying, the learner died); one-line message.
+    `details`: the traceback behind it, when there is one (written beside the run, shown with
+    --debug); `resumable` False when continuing the run would meet the same error (an env that
+    raises the same way every time)."""
+
+    def __init__(self, message: str, details: str | None = None, resumable: bool = True):
+        super().__init__(message)
+        self.details = details
+        self.resumable = resumable
+        self.log: Path | None = None  # where the run wrote `details`
 
 
 class CheckpointRefused(Exception):
@@ -58,3 +73,53 @@ def error_line(err: BaseException) -> str:
     if raised:  # a traceback as text (Ray's, when it could not keep the cause)
         return ": ".join(raised[-1].groups())
     return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def raised_at(err: BaseException) -> str | None:
+    """`file.py:LINE` of the innermost frame that raised `err` in code that is neither raypex's nor
+    Python's nor an installed package's (a user's env, say); None when there is none."""
+    original = original_error(err)
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(original.__traceback__)]
+    frames += [(m[1], int(m[2])) for m in _FRAME.finditer(traceback_text(err))]  # Ray's, remote
+    for file, line in reversed(frames):
+        if _users(file):
+            return f"{Path(file).name}:{line}"
+    return None
+
+
+def traceback_text(err: BaseException) -> str:
+    """The traceback of `err` as text: the remote one Ray's error carries in its text, else this
+    process's."""
+    original = original_error(err)
+    if original is not err:
+        return _ANSI.sub("", str(err)).strip() + "\n"
+    return "".join(traceback.format_exception(type(original), original, original.__traceback__))
+
+
+def cause_line(err: BaseException) -> str:
+    """`error_line`, with where the user's code raised it when it did: "RuntimeError: it broke
+    (grid.py:18)"."""
+    where = raised_at(err)
+    return f"{error_line(err)} ({where})" if where else error_line(err)
+
+
+def _users(file: str) -> bool:
+    if file.startswith("<"):
+        return False  # <frozen ...>, <string>
+    path = Path(file).resolve()
+    return not any(root == path or root in path.parents for root in _not_users_roots())
+
+
+_ROOTS: list[Path] = []
+
+
+def _not_users_roots() -> list[Path]:
+    """raypex's own folders, Python's standard library and the installed packages."""
+    if not _ROOTS:
+        import raypex
+
+        ours = [Path(raypex.__file__).resolve().parent]
+        ours += [Path(entry).resolve() / room for entry in raypex.__path__ for room in ("actors", "learner", "replay", "cluster")]
+        paths = sysconfig.get_paths()
+        _ROOTS.extend(ours + [Path(paths[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")])
+    return _ROOTS

@@ -5,9 +5,11 @@ ActorUnavailableError; one after the last restart is spent fails with ActorDiedE
 collector comes back with no loop running and an old network: the supervisor announces the
 learner's latest weights to the new process and starts its loop again, on the same shard (the
 shard lives on in the learner's process, with its data). A loop that raised (its env's error, the
-process alive) is started again too, as often. A collector's death past its restarts, or its
-loop's error past as many restarts, ends the run with one line. Restarts of the process are
-counted by the shards (each counts the collector processes attached to it).
+process alive) is started again too, as often, unless it raised the same error at the same place
+as before its last restart: a deterministic fault that no restart (nor a resume) can fix ends the
+run at once. A collector's death past its restarts, or its loop's error past as many restarts,
+ends the run with one line naming the error and where the env's code raised it. Restarts of the
+process are counted by the shards (each counts the collector processes attached to it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import ray
 
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.run_errors import RunFailed, error_line
+from raypex.cluster.driver.run_errors import RunFailed, cause_line, error_line, raised_at, traceback_text
 
 
 class CollectorSupervisor:
@@ -29,6 +31,7 @@ class CollectorSupervisor:
         self.loops: list = []  # each collector's running `run` call
         self.deaths = [0] * len(collectors)  # processes that died and that Ray restarts
         self.raised = [0] * len(collectors)  # loops that raised in a live process
+        self.last_error: list[tuple | None] = [None] * len(collectors)  # (type, where) of each one's last
         self.stopping = False  # after `stop`, a loop's end is the run's end: nothing is restarted
 
     def start(self) -> None:
@@ -54,9 +57,16 @@ class CollectorSupervisor:
                 what = "died"
             except ray.exceptions.RayError as err:
                 self.raised[i] += 1
+                signature = (error_line(err).split(":")[0], raised_at(err))
+                if signature == self.last_error[i]:
+                    raise RunFailed(f"collector {i}'s env raised the same error again after a restart, so no "
+                                    f"restart or resume can fix it: {cause_line(err)}", traceback_text(err),
+                                    resumable=False) from None
+                self.last_error[i] = signature
                 if self.raised[i] > self.max_restarts:
-                    raise RunFailed(f"collector {i} raised {self.raised[i]} times; last error: {error_line(err)}") from None
-                what = f"stopped ({error_line(err)})"
+                    raise RunFailed(f"collector {i} raised {self.raised[i]} times; last error: {cause_line(err)}",
+                                    traceback_text(err)) from None
+                what = f"stopped ({cause_line(err)})"
             self.progress.message(f"collector {i} {what}; restarting it on its shard")
             collector = self.collectors[i]
             self.learner.resend_weights.remote(i)
