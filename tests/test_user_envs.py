@@ -5,6 +5,7 @@ directory, and `raypex eval` of its policy, are README lines (tests/test_readme_
 with the console script, as a user types them); a cluster whose nodes never see the file is
 tests/test_separate_hosts.py."""
 
+import json
 import re
 import subprocess
 import sys
@@ -153,3 +154,25 @@ def test_eval_finds_the_runs_own_env_code_from_any_directory(env_id, in_dir, tmp
     assert re.fullmatch(r"mean return -?\d+\.\d\d over 6 episodes \(min .*\)\nno video: this env has no pictures\n",
                         evaluated.stdout), evaluated.stdout
     assert "code_dir: " + str(in_dir) in (in_dir / "runs" / "c" / "config.yaml").read_text()
+
+
+def test_an_env_raising_mid_run_in_one_process_ends_it_in_one_line_naming_its_line(in_dir, capsys):
+    """`--local`: the env's error (its type, message and line) is the run's one failure line, the
+    final files are written, the traceback goes to error.log, and no resume is suggested (it would
+    meet the same error)."""
+    late = GOOD.replace("        return np.zeros(2, np.float32), 0.0, False, False, {}",
+                        "        self.steps = getattr(self, 'steps', 0) + 1\n"
+                        "        if self.steps > 40:\n"
+                        "            raise RuntimeError(f'the late env broke at step {self.steps}')\n"
+                        "        return np.zeros(2, np.float32), 0.0, False, self.steps % 10 == 0, {}")
+    (in_dir / "late.py").write_text(late)
+    capsys.readouterr()
+    assert main(["train", "--local", "--run-dir", "runs/late", "env.id=late:Env", "replay.min_size=256"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    line = late.splitlines().index("            raise RuntimeError(f'the late env broke at step {self.steps}')") + 1
+    assert last == (f"raypex: run failed: RuntimeError: the late env broke at step 41 (late.py:{line}); "
+                    f"its traceback: {in_dir / 'runs' / 'late' / 'error.log'}".replace(str(in_dir) + "/", "")), last
+    run = in_dir / "runs" / "late"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ended"] == f"failed: RuntimeError: the late env broke at step 41 (late.py:{line})"
+    assert f'late.py", line {line}' in (run / "error.log").read_text()

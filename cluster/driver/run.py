@@ -39,6 +39,7 @@ from raypex.cluster.driver.run_errors import (
     RunFailed,
     StartRefused,
     describe_failure,
+    raised_at,
     traceback_text,
 )
 from raypex.cluster.driver.runtime import Runtime
@@ -120,9 +121,11 @@ class TrainingRun:
                 self.progress.message(f"{signal_name(caught)}: writing a final checkpoint and stopping "
                                       "(send it again to abort at once)")
             except (RunFailed, *self.rt.errors.any, OutputNotWritten) as err:  # not written: a full disk, say
+                raised = isinstance(err, self.rt.errors.raised)
+                # an error your code raised would meet a resumed run again
                 failure = err if isinstance(err, RunFailed) else RunFailed(
                     describe_failure(err, self.role_of, self.rt.errors.died),
-                    traceback_text(err) if isinstance(err, self.rt.errors.raised) else None)
+                    traceback_text(err) if raised else None, resumable=not (raised and raised_at(err)))
                 self.outcome.ended = f"failed: {failure}"
             self.progress.finish()
             try:

@@ -54,7 +54,7 @@ def describe_failure(err: Exception, role_of, died: tuple = ()) -> str:
         if died and isinstance(candidate, died):
             return f"{role_of(candidate.actor_id)} died"
     where = _RAISED_IN.search(str(err).strip().split("\n", 1)[0]) if original_error(err) is not err else None
-    return f"{where[1]}.{where[2]} raised {error_line(err)}" if where else error_line(err)
+    return f"{where[1]}.{where[2]} raised {cause_line(err)}" if where else cause_line(err)
 
 
 def original_error(err: BaseException) -> BaseException:
@@ -91,7 +91,7 @@ def traceback_text(err: BaseException) -> str:
     """The traceback of `err` as text: the remote one Ray's error carries in its text, else this
     process's."""
     original = original_error(err)
-    if original is not err:
+    if original.__traceback__ is None and original is not err:  # unpickled from another process
         return _ANSI.sub("", str(err)).strip() + "\n"
     return "".join(traceback.format_exception(type(original), original, original.__traceback__))
 

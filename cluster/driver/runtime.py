@@ -9,8 +9,7 @@ checkpoint, revive, stop) is written once against this interface. Two runtimes i
 
 A part's handle has Ray's call form, `handle.method.remote(*args)`, which returns a pending
 result; the runtime waits for pending results and gets them. `errors` names the exceptions that
-mean a part died or was being restarted: none exist in one process, where a part that raises
-ends the run with its own error.
+mean a part died, was being restarted or raised (in one process, only the last).
 """
 
 from __future__ import annotations

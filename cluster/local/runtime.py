@@ -4,7 +4,10 @@
 The parts are the local wiring's (cluster/local/wiring.py): the same Collector, ShardedReplay,
 LearnerHost and WeightsEvaluator classes the Ray actors host. A call on a part's handle is made
 at once, so the loop's epochs, evaluations and checkpoints run one after another; the collectors
-collect whenever the replay ratio holds the learner back (lockstep). Nothing here is restarted: a part that raises ends the run with its own error.
+collect whenever the replay ratio holds the learner back (lockstep). Nothing here is restarted: a
+part that raises (a user's env, say) ends the run as a failed one, the run loop getting its error
+wrapped as Ray's would be (PartRaised, `cause`), so that it is named in one line and summary.json
+is written.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ from raypex.cluster.local.wiring import LocalRun, build_local
 from raypex.cluster.plan.topology import plan_run
 
 
+class PartRaised(Exception):
+    """A part of a local run raised; `cause` is its exception (as Ray's error keeps a remote one)."""
+
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class LocalCall:
     """A call on a part, made at once (a pending call among its arguments gives its result)."""
 
@@ -29,9 +40,9 @@ class LocalCall:
             self.error = err
 
     def value(self):
-        """The call's result (its exception raised)."""
+        """The call's result (PartRaised for its exception)."""
         if self.error is not None:
-            raise self.error
+            raise PartRaised(self.error) from self.error
         return self.result
 
 
@@ -107,7 +118,7 @@ class LockstepCollectors:
 class LocalRuntime:
     """Runs the parts in this process."""
 
-    errors = RuntimeErrors()
+    errors = RuntimeErrors(any=(PartRaised,), raised=(PartRaised,))
 
     def __init__(self):
         self.parts: LocalParts | None = None
