@@ -371,6 +371,7 @@ def checked_env(config: RunConfig, origin: ConfigOrigin | None, address: str | N
     from raypex.cluster.driver.startup import StartupTimeline
     from raypex.cluster.plan.env_fit import fit_to_env, human_bytes, replay_bytes, replay_line
 
+    check_nothing_shadows_raypex(config)
     env = config.env
     spec = inspect_env(env.id, env.kwargs, env.frame_stack)
     config, lines = fit_to_env(config, spec, origin)
@@ -387,6 +388,20 @@ def checked_env(config: RunConfig, origin: ConfigOrigin | None, address: str | N
     for line in [*lines, replay_line(config, spec)]:
         progress.message(line)
     return config, spec, startup
+
+
+def check_nothing_shadows_raypex(config: RunConfig) -> None:
+    """UsageError when the working directory (every actor's too: Ray gives them the driver's, or
+    the env's code directory) holds a `raypex.py` or `raypex/` other than this raypex: the actors
+    would import it in our place. Every other name is safe: all of raypex lives in the package."""
+    import raypex
+
+    ours = Path(raypex.__file__).resolve().parent
+    for directory in {Path.cwd().resolve(), *([Path(config.env.code_dir)] if config.env.code_dir else [])}:
+        found = [p for p in (directory / "raypex.py", directory / "raypex") if p.exists() and p.resolve() != ours]
+        if found:
+            raise UsageError(f"{found[0]} would be imported in place of raypex by the run's actors (they work in "
+                             f"{directory}); rename it")
 
 
 def with_code_dir(config: RunConfig) -> RunConfig:

@@ -326,3 +326,14 @@ def test_the_configs_own_env_keeps_its_settings_and_says_nothing():
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     assert fit_to_env(config, spec, config_origin("the pendulum config", {"env": {"id": "Pendulum-v1"}}, [])) == (config, [])
     assert fit_to_env(config, spec, None) == (config, [])  # a resumed run's config is its env's already
+
+
+def test_a_file_named_raypex_in_the_working_directory_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
+    """The one name a user's file could shadow us by (every part of raypex is inside the package)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "raypex.py").write_text("x = 1\n")
+    assert main(["train", "--local"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"raypex: error: {tmp_path / 'raypex.py'} would be imported in place of raypex by the run's actors "
+                   f"(they work in {tmp_path}); rename it\n")
+    assert not (tmp_path / "runs").exists()
