@@ -363,13 +363,13 @@ def checked_env(config: RunConfig, origin: ConfigOrigin | None, address: str | N
                 progress: ProgressLine):
     """(the config fitted to its env, the env's EnvSpec, the start-up timeline with the check
     marked): the env built and stepped once, the algorithm checked against its spaces, the config
-    fitted (cluster/plan/env_fit.py) and the replay's memory said, before anything starts.
+    fitted (cluster/plan/env_fit.py) and the replay's memory checked, before anything starts.
     UnsupportedEnv or UsageError (a replay larger than this machine) in one line."""
     import psutil
 
     from raypex.actors.envs import check_algo_fits, inspect_env
     from raypex.cluster.driver.startup import StartupTimeline
-    from raypex.cluster.plan.env_fit import fit_to_env, human_bytes, replay_bytes, replay_line
+    from raypex.cluster.plan.env_fit import fit_to_env, human_bytes, replay_bytes
 
     check_nothing_shadows_raypex(config)
     env = config.env
@@ -385,7 +385,7 @@ def checked_env(config: RunConfig, origin: ConfigOrigin | None, address: str | N
         raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than this machine's "
                          f"memory allows ({human_bytes(here)} in all): lower replay.capacity (per shard) or "
                          "collectors.num")
-    for line in [*lines, replay_line(config, spec)]:
+    for line in lines:
         progress.message(line)
     return config, spec, startup
 

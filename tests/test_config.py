@@ -337,3 +337,14 @@ def test_a_file_named_raypex_in_the_working_directory_is_refused_before_anything
     assert err == (f"raypex: error: {tmp_path / 'raypex.py'} would be imported in place of raypex by the run's actors "
                    f"(they work in {tmp_path}); rename it\n")
     assert not (tmp_path / "runs").exists()
+
+
+def test_pixels_on_a_flat_config_pass_once_the_user_sized_the_run_for_them():
+    """Refused as the config stands (the bad-input table above); with the network, replay or learner
+    set on the command line the choice is the user's, and only the warning line remains."""
+    overrides = ["env.id=ALE/Pong-v5", "network.hidden=[64]", "replay.capacity=20000"]
+    config = load_config(None, overrides)
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    fitted, lines = fit_to_env(config, spec, config_origin("the default config", {}, overrides))
+    assert len(lines) == 1 and lines[0].startswith("warning: env.id ALE/Pong-v5 is not CartPole-v1") and \
+        fitted.stop.eval_return is None  # ALE names no reward threshold

@@ -4,7 +4,8 @@ A config is written for one env (configs/cartpole.yaml for CartPole-v1): its sto
 replay and learning rate are that env's. When `env.id` names another one, a warning says so; the
 stop target becomes the new env's own (its registration's reward threshold, or none: the run trains
 to stop.env_steps and keeps its best policy) unless the user set stop.eval_return too; and pixel
-observations on a config written for flat ones are refused, pointing at the pixel configs. The
+observations on a config written for flat ones are refused, pointing at the pixel configs, unless
+the user sized the network, replay or learner for them on the command line. The
 replay's memory is estimated from the env's observations, and refused in one line when it cannot
 fit this machine.
 """
@@ -17,6 +18,8 @@ from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.plan.settings import storage_spec
 
 PIXEL_CONFIGS = "pong, breakout (ALE) or minatar"
+# Overrides of these sections say the user sized the run for its env: pixels are theirs to choose.
+RETUNING = ("network.", "replay.", "learner.")
 
 
 def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) -> tuple[RunConfig, list[str]]:
@@ -26,7 +29,8 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
     env_id = config.env.id
     if origin is None or env_id == origin.env_id:
         return config, []
-    if len(spec.obs_shape) != 1 and _flat(origin, config):
+    retuned = any(key.startswith(RETUNING) for key in origin.overridden)
+    if len(spec.obs_shape) != 1 and not retuned and _flat(origin, config):
         shape = "x".join(map(str, spec.obs_shape))
         example = f"raypex train pong env.id={env_id}" + (f" algo.name={config.algo.name}" if spec.action_dim else "")
         raise UnsupportedEnv(f"env.id '{env_id}' gives pixel observations ({shape}), and {origin.name} is written for "
