@@ -294,14 +294,19 @@ class Env(gym.Env):
 '''
 
 
+def failed_with_env(running, tmp_path, name: str, text: str):
+    """A run on the env file `name` (holding `text`) that ends as failed: (the run, its last line)."""
+    (tmp_path / name).write_text(text)
+    run = running(f"env.id={name}:Env", "stop.env_steps=100000000", cwd=tmp_path)
+    assert run.finish() == 1, run.output
+    return run, run.output.strip().splitlines()[-1]
+
+
 def test_an_env_that_raises_in_a_live_collector_is_restarted_three_times_then_ends_the_run(running, tmp_path):
     """README: a collector's loop that raises is started again on its shard, as often as a dead
     collector is restarted; the fourth error ends the run in one line naming it, with the final
     files written and the counts adding up."""
-    (tmp_path / "diverging.py").write_text(DIVERGING_ENV)
-    run = running("env.id=diverging.py:Env", "stop.env_steps=100000000", cwd=tmp_path)
-    assert run.finish() == 1, run.output
-    last = run.output.strip().splitlines()[-1]
+    run, last = failed_with_env(running, tmp_path, "diverging.py", DIVERGING_ENV)
     failed = re.fullmatch(r"raypex: run failed: (collector (\d) raised 4 times; last error: \w+Error: the simulator "
                           r"\w+ at step 30\d \(diverging.py:\d+\)); its traceback: (\S+); continue it with: "
                           r"raypex train --resume (\S+)", last)
@@ -319,10 +324,7 @@ def test_an_env_that_raises_the_same_error_after_a_restart_ends_the_run_at_once_
     """A deterministic fault in a user's env: the second identical error (type and the line of the
     env's code that raised it) ends the run in one line naming both, without spending the rest of
     the restarts or suggesting a resume that would meet it again; the traceback is in error.log."""
-    (tmp_path / "stuck.py").write_text(DIVERGING_ENV.replace("and self.steps % 2", ""))
-    run = running("env.id=stuck.py:Env", "stop.env_steps=100000000", cwd=tmp_path)
-    assert run.finish() == 1, run.output
-    last = run.output.strip().splitlines()[-1]
+    run, last = failed_with_env(running, tmp_path, "stuck.py", DIVERGING_ENV.replace("and self.steps % 2", ""))
     failed = re.fullmatch(r"raypex: run failed: collector (\d)'s env raised the same error again after a restart, so no "
                           r"restart or resume can fix it: RuntimeError: the simulator diverged at step 30\d "
                           r"\(stuck.py:(\d+)\); its traceback: (\S+)", last)
