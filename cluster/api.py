@@ -57,9 +57,6 @@ __all__ = ["EvalResult", "RunFailed", "RunResult", "RunningRun", "UsageError", "
            "resolve_run_config", "train"]
 
 EpochCallback = Callable[[dict[str, Any]], None]
-# A replay past this share of the machine's memory is refused before anything starts: the learner,
-# the collectors and Ray need the rest.
-REPLAY_SHARE_OF_MEMORY = 0.9
 
 
 def load_policy(path: str | Path):
@@ -330,11 +327,19 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         # Imported after the run directory is made (Ray, gymnasium, TensorBoard: half a second
         # here), so that a signal while they load is the run's to end.
         from raypex.actors.envs import UnsupportedEnv
+        from raypex.cluster.driver.startup import StartupTimeline
+        from raypex.cluster.plan.env_fit import fit_run
 
+        on_this_machine = config.runtime == "local" or (address is None and kept_up_address() is None
+                                                        and ray_job_address() is None)
         try:
-            config, spec, startup = checked_env(with_code_dir(config), origin, address, clock_start, progress)
+            config, spec, lines = fit_run(config, origin, on_this_machine)
         except UnsupportedEnv as err:
             raise UsageError(str(err), err.details) from None
+        startup = StartupTimeline(clock_start)
+        startup.mark("env_checked", time.time())
+        for line in lines:
+            progress.message(line)
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
         runtime = choose_runtime(config, address, progress)
@@ -357,62 +362,6 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
     summary = json.loads(written.read_text()) if written.is_file() else run.summary()
     progress.message(_summary_line(summary, run_dir, time.time() - clock_start if resume else None))
     return code, summary
-
-
-def checked_env(config: RunConfig, origin: ConfigOrigin | None, address: str | None, clock_start: float,
-                progress: ProgressLine):
-    """(the config fitted to its env, the env's EnvSpec, the start-up timeline with the check
-    marked): the env built and stepped once, the algorithm checked against its spaces, the config
-    fitted (cluster/plan/env_fit.py) and the replay's memory checked, before anything starts.
-    UnsupportedEnv or UsageError (a replay larger than this machine) in one line."""
-    import psutil
-
-    from raypex.actors.envs import check_algo_fits, inspect_env
-    from raypex.cluster.driver.startup import StartupTimeline
-    from raypex.cluster.plan.env_fit import fit_to_env, human_bytes, replay_bytes
-
-    check_nothing_shadows_raypex(config)
-    env = config.env
-    spec = inspect_env(env.id, env.kwargs, env.frame_stack)
-    config, lines = fit_to_env(config, spec, origin)
-    check_algo_fits(config.algo.name, spec, env.id, config.network.obs_norm)
-    startup = StartupTimeline(clock_start)
-    startup.mark("env_checked", time.time())
-    here = psutil.virtual_memory().total
-    on_this_machine = config.runtime == "local" or (address is None and kept_up_address() is None
-                                                    and ray_job_address() is None)
-    if on_this_machine and replay_bytes(config, spec) > REPLAY_SHARE_OF_MEMORY * here:
-        raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than this machine's "
-                         f"memory allows ({human_bytes(here)} in all): lower replay.capacity (per shard) or "
-                         "collectors.num")
-    for line in lines:
-        progress.message(line)
-    return config, spec, startup
-
-
-def check_nothing_shadows_raypex(config: RunConfig) -> None:
-    """UsageError when the working directory (every actor's too: Ray gives them the driver's, or
-    the env's code directory) holds a `raypex.py` or `raypex/` other than this raypex: the actors
-    would import it in our place. Every other name is safe: all of raypex lives in the package."""
-    import raypex
-
-    ours = Path(raypex.__file__).resolve().parent
-    for directory in {Path.cwd().resolve(), *([Path(config.env.code_dir)] if config.env.code_dir else [])}:
-        found = [p for p in (directory / "raypex.py", directory / "raypex") if p.exists() and p.resolve() != ours]
-        if found:
-            raise UsageError(f"{found[0]} would be imported in place of raypex by the run's actors (they work in "
-                             f"{directory}); rename it")
-
-
-def with_code_dir(config: RunConfig) -> RunConfig:
-    """The config with env.code_dir set to this working directory when env.id names code that is
-    looked up there (and no directory was recorded yet): config.yaml then says where it was."""
-    from raypex.actors.env_ids import names_code
-
-    if config.env.code_dir is not None or not names_code(config.env.id):
-        return config
-    env = config.env.model_copy(update={"code_dir": str(Path.cwd().resolve())})
-    return config.model_copy(update={"env": env})
 
 
 def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLine):

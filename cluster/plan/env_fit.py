@@ -1,4 +1,5 @@
-"""Does the config fit the env the run trains on? Checked once, before anything starts.
+"""Does the run fit its env and its working directory? Checked once, before anything starts
+(cluster/api.py `launch` calls `fit_run`).
 
 A config is written for one env (configs/cartpole.yaml for CartPole-v1): its stop target, network,
 replay and learning rate are that env's. When `env.id` names another one, a warning says so; the
@@ -7,19 +8,51 @@ to stop.env_steps and keeps its best policy) unless the user set stop.eval_retur
 observations on a config written for flat ones are refused, pointing at the pixel configs, unless
 the user sized the network, replay or learner for them on the command line. The
 replay's memory is estimated from the env's observations, and refused in one line when it cannot
-fit this machine.
+fit this machine. An env.id naming the user's code records where it was found (env.code_dir, so
+that `raypex eval` finds it from any directory), and a `raypex.py` in the working directory, the one
+name that would shadow raypex on the actors, is refused.
 """
 
 from __future__ import annotations
 
-from raypex.actors.envs import EnvSpec, UnsupportedEnv, inspect_env
+from pathlib import Path
+
+from raypex.actors.env_ids import names_code
+from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
+from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.config.loading import ConfigOrigin
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.plan.settings import storage_spec
 
 PIXEL_CONFIGS = "pong, breakout (ALE) or minatar"
+# A replay past this share of the machine's memory is refused before anything starts: the learner,
+# the collectors and Ray need the rest.
+REPLAY_SHARE_OF_MEMORY = 0.9
 # Overrides of these sections say the user sized the run for its env: pixels are theirs to choose.
 RETUNING = ("network.", "replay.", "learner.")
+
+
+def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: bool
+            ) -> tuple[RunConfig, EnvSpec, list[str]]:
+    """(the config to run, its env's EnvSpec, the lines to print): nothing in the working directory
+    shadows raypex, the env built and stepped once, the config fitted to it (`fit_to_env`), the
+    algorithm checked against its spaces and, when the run is on this machine, the replay's memory
+    against the machine's. UnsupportedEnv or UsageError in one line."""
+    import psutil
+
+    config = with_code_dir(config)
+    check_nothing_shadows_raypex(config)
+    env = config.env
+    spec = inspect_env(env.id, env.kwargs, env.frame_stack)
+    config, lines = fit_to_env(config, spec, origin)
+    check_algo_fits(config.algo.name, spec, env.id, config.network.obs_norm)
+    here = psutil.virtual_memory().total
+    if on_this_machine and replay_bytes(config, spec) > REPLAY_SHARE_OF_MEMORY * here:
+        raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than this machine's "
+                         f"memory allows ({human_bytes(here)} in all): lower replay.capacity (per shard) or "
+                         "collectors.num")
+    return config, spec, lines
+
 
 
 def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) -> tuple[RunConfig, list[str]]:
@@ -79,3 +112,26 @@ def human_bytes(n: float) -> str:
             return f"{n:.3g} {unit}"
         n /= 1000
     return f"{n:.3g} TB"
+
+
+def check_nothing_shadows_raypex(config: RunConfig) -> None:
+    """UsageError when the working directory (every actor's too: Ray gives them the driver's, or
+    the env's code directory) holds a `raypex.py` or `raypex/` other than this raypex: the actors
+    would import it in our place. Every other name is safe: all of raypex lives in the package."""
+    import raypex
+
+    ours = Path(raypex.__file__).resolve().parent
+    for directory in {Path.cwd().resolve(), *([Path(config.env.code_dir)] if config.env.code_dir else [])}:
+        found = [p for p in (directory / "raypex.py", directory / "raypex") if p.exists() and p.resolve() != ours]
+        if found:
+            raise UsageError(f"{found[0]} would be imported in place of raypex by the run's actors (they work in "
+                             f"{directory}); rename it")
+
+
+def with_code_dir(config: RunConfig) -> RunConfig:
+    """The config with env.code_dir set to this working directory when env.id names code that is
+    looked up there (and no directory was recorded yet): config.yaml then says where it was."""
+    if config.env.code_dir is not None or not names_code(config.env.id):
+        return config
+    env = config.env.model_copy(update={"code_dir": str(Path.cwd().resolve())})
+    return config.model_copy(update={"env": env})
