@@ -348,3 +348,22 @@ def test_pixels_on_a_flat_config_pass_once_the_user_sized_the_run_for_them():
     fitted, lines = fit_to_env(config, spec, config_origin("the default config", {}, overrides))
     assert len(lines) == 1 and lines[0].startswith("warning: env.id ALE/Pong-v5 is not CartPole-v1") and \
         fitted.stop.eval_return is None  # ALE names no reward threshold
+
+
+def test_the_replay_is_measured_against_the_memory_it_will_live_in():
+    """Host memory, except replay.storage device on a GPU learner, where the GPU's (as nvidia-smi
+    reports it: the driver opens no CUDA context to ask)."""
+    import shutil
+
+    import psutil
+
+    from raypex.cluster.plan.env_fit import replay_room
+
+    host = ("this machine's", psutil.virtual_memory().total)
+    assert replay_room(load_config(None, [])) == host
+    assert replay_room(load_config(None, ["replay.storage=device", "learner.device=cpu"])) == host
+    on_gpu = replay_room(load_config(None, ["replay.storage=device", "learner.device=cuda"]))
+    if shutil.which("nvidia-smi") is None:
+        assert on_gpu == host
+    else:
+        assert on_gpu[0] == "the GPU's" and 2**30 < on_gpu[1] < host[1] * 64

@@ -37,21 +37,45 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     """(the config to run, its env's EnvSpec, the lines to print): nothing in the working directory
     shadows raypex, the env built and stepped once, the config fitted to it (`fit_to_env`), the
     algorithm checked against its spaces and, when the run is on this machine, the replay's memory
-    against the machine's. UnsupportedEnv or UsageError in one line."""
-    import psutil
-
+    against where it will live (`replay_room`). UnsupportedEnv or UsageError in one line."""
     config = with_code_dir(config)
     check_nothing_shadows_raypex(config)
     env = config.env
     spec = inspect_env(env.id, env.kwargs, env.frame_stack)
     config, lines = fit_to_env(config, spec, origin)
     check_algo_fits(config.algo.name, spec, env.id, config.network.obs_norm)
-    here = psutil.virtual_memory().total
-    if on_this_machine and replay_bytes(config, spec) > REPLAY_SHARE_OF_MEMORY * here:
-        raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than this machine's "
-                         f"memory allows ({human_bytes(here)} in all): lower replay.capacity (per shard) or "
-                         "collectors.num")
+    room = replay_room(config) if on_this_machine else None
+    if room is not None and replay_bytes(config, spec) > REPLAY_SHARE_OF_MEMORY * room[1]:
+        raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than {room[0]} memory "
+                         f"allows ({human_bytes(room[1])} in all): lower replay.capacity (per shard) or collectors.num")
     return config, spec, lines
+
+
+def replay_room(config: RunConfig) -> tuple[str, int] | None:
+    """(whose, bytes) of the memory the replay of a run on this machine lives in: the GPU's with
+    replay.storage device on a GPU learner (read from nvidia-smi: no CUDA context in the driver),
+    else this machine's. With `auto` a replay that does not fit the GPU stays in host memory."""
+    import psutil
+
+    if config.replay.storage == "device" and config.learner.device != "cpu":
+        gpu = _gpu_memory()
+        if gpu is not None:
+            return "the GPU's", gpu
+    return "this machine's", psutil.virtual_memory().total
+
+
+def _gpu_memory() -> int | None:
+    """The first GPU's memory in bytes, None without one (or without nvidia-smi)."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    answer = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                            text=True, timeout=10, check=False)
+    first = answer.stdout.strip().splitlines()[:1]
+    return int(float(first[0]) * 2**20) if answer.returncode == 0 and first else None
 
 
 
