@@ -330,8 +330,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         from raypex.cluster.driver.startup import StartupTimeline
         from raypex.cluster.plan.env_fit import fit_run
 
-        on_this_machine = config.runtime == "local" or (address is None and kept_up_address() is None
-                                                        and ray_job_address() is None)
+        on_this_machine = config.runtime == "local" or joined_address(address)[0] is None
         try:
             config, spec, lines = fit_run(config, origin, on_this_machine)
         except UnsupportedEnv as err:
@@ -375,14 +374,25 @@ def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLin
         return LocalRuntime()
     from raypex.cluster.driver.ray_runtime import RayRuntime
 
-    ship_code = True
-    from_variable = address is None and (address := kept_up_address()) is not None
-    if from_variable:
+    address, named_by = joined_address(address)
+    if named_by == "variable":
         progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
-    elif address is None and (address := ray_job_address()) is not None:
+    elif named_by == "job":
         progress.message(f"inside a Ray job: joining its cluster at {address}")
-        ship_code = False  # the job's own working directory (ray job submit --working-dir) is the actors' already
-    return RayRuntime(address, ship_code, from_variable)
+    # inside a job, its own working directory (ray job submit --working-dir) is the actors' already
+    return RayRuntime(address, named_by != "job", named_by == "variable")
+
+
+def joined_address(address: str | None) -> tuple[str | None, str | None]:
+    """(the Ray cluster a run joins, what named it: "given", "variable" for RAYPEX_ADDRESS, "job"
+    inside `ray job submit`); (None, None): a local cluster of its own, on this machine."""
+    if address is not None:
+        return address, "given"
+    if (address := kept_up_address()) is not None:
+        return address, "variable"
+    if (address := ray_job_address()) is not None:
+        return address, "job"
+    return None, None
 
 
 def _put_back(run_dir: Path, found_config: bytes | None, made: Path | None) -> None:

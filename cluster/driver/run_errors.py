@@ -3,6 +3,7 @@ that `raypex train` can name them before it imports Ray (cluster/commands/train.
 
 from __future__ import annotations
 
+import functools
 import re
 import sysconfig
 import traceback
@@ -78,9 +79,7 @@ def error_line(err: BaseException) -> str:
 def raised_at(err: BaseException) -> str | None:
     """`file.py:LINE` of the innermost frame that raised `err` in code that is neither raypex's nor
     Python's nor an installed package's (a user's env, say); None when there is none."""
-    original = original_error(err)
-    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(original.__traceback__)]
-    frames += [(m[1], int(m[2])) for m in _FRAME.finditer(traceback_text(err))]  # Ray's, remote
+    frames = [(m[1], int(m[2])) for m in _FRAME.finditer(traceback_text(err))]  # this process's, or Ray's remote one
     for file, line in reversed(frames):
         if _users(file):
             return f"{Path(file).name}:{line}"
@@ -110,16 +109,12 @@ def _users(file: str) -> bool:
     return not any(root == path or root in path.parents for root in _not_users_roots())
 
 
-_ROOTS: list[Path] = []
-
-
-def _not_users_roots() -> list[Path]:
+@functools.cache
+def _not_users_roots() -> tuple[Path, ...]:
     """raypex's own folders, Python's standard library and the installed packages."""
-    if not _ROOTS:
-        import raypex
+    import raypex
 
-        ours = [Path(raypex.__file__).resolve().parent]
-        ours += [Path(entry).resolve() / room for entry in raypex.__path__ for room in ("actors", "learner", "replay", "cluster")]
-        paths = sysconfig.get_paths()
-        _ROOTS.extend(ours + [Path(paths[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")])
-    return _ROOTS
+    ours = [Path(raypex.__file__).resolve().parent]
+    ours += [Path(entry).resolve() / room for entry in raypex.__path__ for room in ("actors", "learner", "replay", "cluster")]
+    paths = sysconfig.get_paths()
+    return tuple(ours + [Path(paths[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")])

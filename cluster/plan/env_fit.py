@@ -45,8 +45,9 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     config, lines = fit_to_env(config, spec, origin)
     check_algo_fits(config.algo.name, spec, env.id, config.network.obs_norm)
     room = replay_room(config) if on_this_machine else None
-    if room is not None and replay_bytes(config, spec) > REPLAY_SHARE_OF_MEMORY * room[1]:
-        raise UsageError(f"the replay would take {human_bytes(replay_bytes(config, spec))}, more than {room[0]} memory "
+    needed = replay_bytes(config, spec)
+    if room is not None and needed > REPLAY_SHARE_OF_MEMORY * room[1]:
+        raise UsageError(f"the replay would take {human_bytes(needed)}, more than {room[0]} memory "
                          f"allows ({human_bytes(room[1])} in all): lower replay.capacity (per shard) or collectors.num")
     return config, spec, lines
 
