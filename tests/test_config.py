@@ -367,3 +367,13 @@ def test_the_replay_is_measured_against_the_memory_it_will_live_in():
         assert on_gpu == host
     else:
         assert on_gpu[0] == "the GPU's" and 2**30 < on_gpu[1] < host[1] * 64
+
+
+def test_the_replays_size_is_said_before_anything_starts():
+    """fit_run's last line (printed before a runtime starts): shards x capacity x bytes each."""
+    from raypex.cluster.plan.env_fit import fit_run
+
+    config = load_config(None, ["collectors.num=2", "replay.capacity=1000", "learner.device=cpu"])
+    _, _, lines = fit_run(config, None, on_this_machine=True)
+    assert lines[-1].startswith("replay: 2 shards x 1,000 transitions x "), lines
+    assert lines[-1].endswith("in the learner's process"), lines
