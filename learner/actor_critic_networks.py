@@ -22,16 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.networks import conv_output_width, image_convs, scaled_input
 from raypex.learner.numpy_mlp import squashed_log_std
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.weights import load_arrays
 
 
-def _torso(width: int, hidden: list[int]) -> tuple[nn.Sequential, int]:
-    layers: list[nn.Module] = []
+def _torso(width: int, hidden: list[int], renorm: bool = False) -> tuple[nn.Sequential, int]:
+    """Linear and ReLU per hidden layer; with `renorm` (CrossQ's critics) batch renormalization of
+    the input and of each hidden layer's output."""
+    layers: list[nn.Module] = [BatchRenorm(width)] if renorm else []
     for size in hidden:
-        layers += [nn.Linear(width, size), nn.ReLU()]
+        layers += [nn.Linear(width, size), nn.ReLU(), *([BatchRenorm(size)] if renorm else [])]
         width = size
     return nn.Sequential(*layers), width
 
@@ -111,14 +114,15 @@ class ActorNetwork(nn.Module):
 
 class TwinCritic(nn.Module):
     """Two independent MLPs of (obs, action) -> Q (for images, of the features of one encoder they
-    share); forward returns both [B] Q-values."""
+    share); forward returns both [B] Q-values. With `batch_renorm`, CrossQ's critics
+    (learner/batch_renorm.py): their output depends on the batch in training mode."""
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], obs_dtype: str = "float32",
-                 obs_norm: bool = False):
+                 obs_norm: bool = False, batch_renorm: bool = False):
         super().__init__()
         self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
-        self.q1_torso, out_width = _torso(width + action_dim, hidden)
-        self.q2_torso, _ = _torso(width + action_dim, hidden)
+        self.q1_torso, out_width = _torso(width + action_dim, hidden, batch_renorm)
+        self.q2_torso, _ = _torso(width + action_dim, hidden, batch_renorm)
         self.q1_out = nn.Linear(out_width, 1)
         self.q2_out = nn.Linear(out_width, 1)
 

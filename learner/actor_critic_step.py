@@ -1,5 +1,5 @@
-"""One whole TD3 or SAC update from a [G, B] batch: the critics' step, then (every update for SAC,
-every `policy_delay` updates for TD3) the actor's step, SAC's temperature step and the Polyak
+"""One whole TD3 or SAC update from a [G, B] batch: the critics' step, then (every `policy_delay`
+updates: by default every second for TD3, every one for SAC) the actor's step, SAC's temperature step and the Polyak
 move of the targets. With `network.obs_norm` each update first merges its batch's observations
 into the running statistics, which every network then reads (learner/obs_norm.py).
 
@@ -55,8 +55,10 @@ class ActorCriticStep:
         self.precision = precision = precision or make_precision(resolve_precision(settings.precision, device, False), device)
         obs_shape, obs_dtype, action_dim = tuple(settings.obs_shape), settings.obs_dtype, settings.action_dim
         self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype, settings.obs_norm).to(device)
-        self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm).to(device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        crossq = settings.critic_norm == "batch_renorm"
+        self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq).to(device)
+        # CrossQ's critics have no targets: their next-state values come from the same batch
+        self.critic_target = None if crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
         self.policy: nn.Module = self.actor  # what collectors act with and policy.pt2 holds
         self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())
@@ -102,8 +104,8 @@ class ActorCriticStep:
         return out.normal_(generator=self.generator)
 
     def with_actor_next(self) -> bool:
-        """Whether the next update steps the actor too (SAC: always; TD3: every policy_delay-th)."""
-        return self.sac or (self.updates + 1) % self.s.policy_delay == 0
+        """Whether the next update steps the actor too: every policy_delay-th (SAC's default: every one)."""
+        return (self.updates + 1) % self.s.policy_delay == 0
 
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
         """One eager update (see the module docstring)."""
@@ -167,13 +169,14 @@ class ActorCriticStep:
             self.critic_scale.update()
         if with_actor:
             self._actor_step(batch, groups, noise[1])
-            targets = [*self.critic_target.parameters()]
-            sources = list(self.critic_params)
-            if self.actor_target is not None:
-                targets += list(self.actor_target.parameters())
-                sources += self.actor_params
-            with torch.no_grad():
-                torch._foreach_lerp_(targets, sources, s.target_tau)
+            targets, sources = [], []
+            for target, online in ((self.critic_target, self.critic), (self.actor_target, self.actor)):
+                if target is not None:
+                    targets += list(target.parameters())
+                    sources += list(online.parameters())
+            if targets:
+                with torch.no_grad():
+                    torch._foreach_lerp_(targets, sources, s.target_tau)
 
     def _update_normalizers(self, obs: torch.Tensor) -> None:
         first, *others = self.normalizers
@@ -182,7 +185,8 @@ class ActorCriticStep:
             torch._foreach_copy_(list(other.buffers()), list(first.buffers()))
 
     def _actor_step(self, batch: Mapping[str, torch.Tensor], groups: int, noise: torch.Tensor) -> None:
-        self.critic.requires_grad_(False)  # the actor's loss moves the actor only
+        # the actor's loss moves the actor only, and reads batch-renormalized critics by their running statistics
+        self.critic.requires_grad_(False).eval()
         for g in range(groups):
             obs = batch["obs"][g]
             with self.precision.autocast():
@@ -195,7 +199,7 @@ class ActorCriticStep:
                     loss = actor_loss / groups
             _backward(loss, self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
-        self.critic.requires_grad_(True)
+        self.critic.requires_grad_(True).train()
         if self.actor_scale is not None:
             self.actor_scale.unscale_([p.grad for p in self.actor_params]
                                       + ([self.log_alpha.grad] if self.sac else []))
@@ -210,7 +214,7 @@ class ActorCriticStep:
 
     def training_tensors(self) -> list[torch.Tensor]:
         """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
-        networks = [self.actor, self.critic, self.critic_target, *([self.actor_target] if self.actor_target is not None else [])]
+        networks = [net for net in (self.actor, self.critic, self.critic_target, self.actor_target) if net is not None]
         scales = [t for scale in (self.critic_scale, self.actor_scale) if scale is not None
                   for t in (scale.scale, scale.growth_tracker, scale.found_inf)]
         return [*(p for net in networks for p in net.parameters()), *(b for net in networks for b in net.buffers()),
@@ -236,11 +240,12 @@ class ActorCriticStep:
     def state_dict(self) -> dict:
         """Every network, optimizer and counter an exact resume needs."""
         state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                 "critic_target": self.critic_target.state_dict(),
                  "actor_optimizer": self.actor_optimizer.state_dict(),
                  "critic_optimizer": self.critic_optimizer.state_dict(),
                  "log_alpha": self.log_alpha.detach().clone(), "updates": self.updates,
                  "generator": self.generator.get_state()}
+        if self.critic_target is not None:
+            state["critic_target"] = self.critic_target.state_dict()
         if self.actor_target is not None:
             state["actor_target"] = self.actor_target.state_dict()
         if self.alpha_optimizer is not None:
@@ -253,7 +258,8 @@ class ActorCriticStep:
         """Restore from `state_dict` output."""
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        if self.critic_target is not None:
+            self.critic_target.load_state_dict(state["critic_target"])
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         with torch.no_grad():

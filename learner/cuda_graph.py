@@ -99,7 +99,7 @@ class CapturedUpdate:
 
 class CapturedActorCriticUpdate:
     """An ActorCriticStep's update captured twice over static copies of `example`: with the
-    actor's step (every SAC update, every policy_delay-th TD3 one) and, for TD3, without it. Each
+    actor's step (every policy_delay-th update) and, when policy_delay > 1, without it. Each
     call copies the batch in, draws the update's noise into the static noise buffer (one kernel,
     outside the graph: the graph needs no random generator of its own), replays the graph the
     host's counter chooses and counts the update."""
@@ -111,7 +111,7 @@ class CapturedActorCriticUpdate:
         # and every update after capture would get the noise meant for the next one.
         self.noise = torch.empty(step.noise_shape(), device=step.log_alpha.device)
         snapshot = TrainingStateSnapshot(step)
-        variants = (True,) if step.sac else (False, True)
+        variants = (True,) if step.s.policy_delay == 1 else (False, True)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

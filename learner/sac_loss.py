@@ -3,6 +3,7 @@ transitions (s, a, G, gamma_m, s'), actions in [-1, 1] from a tanh-squashed Gaus
 
     a', log p(a'|s') ~ actor(s')
     target = G + gamma_m * (min(Q1_target(s', a'), Q2_target(s', a')) - alpha * log p(a'|s'))
+             (CrossQ: the critics themselves in place of their targets, in the same batch as (s, a))
     critic = mean_i w_i [(Q1(s_i, a_i) - target_i)^2 + (Q2(s_i, a_i) - target_i)^2]
     actor  = mean_i (alpha * log p(a~_i|s_i) - min(Q1, Q2)(s_i, a~_i)),  a~_i ~ actor(s_i)
     alpha  = -mean_i log_alpha * (log p(a~_i|s_i) + target_entropy)        (log p detached)
@@ -17,19 +18,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from raypex.learner.td3_loss import CriticLossOutput, critic_loss_to
+from raypex.learner.td3_loss import CriticLossOutput, twin_critic_loss
 
 
-def sac_critic_loss(critic: nn.Module, critic_target: nn.Module, actor: nn.Module, alpha: torch.Tensor,
+def sac_critic_loss(critic: nn.Module, critic_target: nn.Module | None, actor: nn.Module, alpha: torch.Tensor,
                     obs: torch.Tensor, action: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
                     next_obs: torch.Tensor, weight: torch.Tensor | None, noise: torch.Tensor) -> CriticLossOutput:
-    """The twin critics' loss against the soft clipped double-Q target."""
+    """The twin critics' loss against the soft clipped double-Q target; `critic_target` None:
+    CrossQ's (td3_loss.py twin_critic_loss)."""
     with torch.no_grad():
         next_action, next_log_prob = actor.sample(next_obs, noise)
-        q1_next, q2_next = critic_target(next_obs, next_action)
-        soft_next = torch.minimum(q1_next, q2_next).float() - alpha * next_log_prob.float()
-        target = returns + discount * soft_next
-    return critic_loss_to(critic, obs, action, target, weight)
+        entropy_bonus = -alpha * next_log_prob.float()
+    return twin_critic_loss(critic, critic_target, obs, action, returns, discount, next_obs, next_action,
+                            entropy_bonus, weight)
 
 
 def sac_actor_and_temperature_loss(actor: nn.Module, critic: nn.Module, log_alpha: torch.Tensor, obs: torch.Tensor,

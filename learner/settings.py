@@ -38,10 +38,11 @@ class LearnerSettings:
     action_high: tuple[float, ...] = ()
     policy_noise: float = 0.2  # td3: target smoothing noise, fraction of the half-range
     noise_clip: float = 0.5  # td3
-    policy_delay: int = 2  # td3: critic updates per actor update
+    policy_delay: int = 2  # critic updates per actor update
     target_entropy: float | None = None  # sac: None is minus the action dimensions
     init_temperature: float = 1.0  # sac
     obs_norm: bool = False  # td3/sac: running observation normalization inside the networks (learner/obs_norm.py)
+    critic_norm: str = "none"  # td3/sac: none | batch_renorm (CrossQ's critics, no target critics)
 
     def captures(self, device_type: str) -> bool:
         """Whether the update is captured as CUDA graphs on a device of this type (auto: on CUDA)."""

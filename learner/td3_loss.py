@@ -31,25 +31,37 @@ def weighted_mean(per_item: torch.Tensor, weight: torch.Tensor | None) -> torch.
     return per_item.mean() if weight is None else (weight.to(per_item.dtype) * per_item).mean()
 
 
-def critic_loss_to(critic: nn.Module, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor,
-                   weight: torch.Tensor | None) -> CriticLossOutput:
-    """Both critics' squared error to one target (shared by TD3 and SAC)."""
-    q1, q2 = critic(obs, action)
-    q1, q2 = q1.float(), q2.float()
+def twin_critic_loss(critic: nn.Module, critic_target: nn.Module | None, obs: torch.Tensor, action: torch.Tensor,
+                     returns: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, next_action: torch.Tensor,
+                     next_bonus: torch.Tensor | float, weight: torch.Tensor | None) -> CriticLossOutput:
+    """Both critics' squared error to G + gamma_m * (min(Q1, Q2)(s', a') + next_bonus), shared by TD3
+    and SAC. The next Q-values come from `critic_target`, or with None (CrossQ: no target critics)
+    from the critics themselves, (s, a) and (s', a') going through them as one batch so that their
+    batch renormalization sees both; either way no gradient flows through the target."""
+    if critic_target is None:
+        q1_both, q2_both = critic(torch.cat([obs, next_obs]), torch.cat([action, next_action.to(action.dtype)]))
+        q1, q1_next = q1_both.float().chunk(2)
+        q2, q2_next = q2_both.float().chunk(2)
+        next_q = torch.minimum(q1_next, q2_next).detach()
+    else:
+        with torch.no_grad():
+            q1_next, q2_next = critic_target(next_obs, next_action)
+            next_q = torch.minimum(q1_next, q2_next).float()
+        q1, q2 = (q.float() for q in critic(obs, action))
+    target = returns + discount * (next_q + next_bonus)
     loss = weighted_mean((q1 - target).pow(2) + (q2 - target).pow(2), weight)
     return CriticLossOutput(loss, (q1 - target).detach(), q1.detach().mean())
 
 
-def td3_critic_loss(critic: nn.Module, critic_target: nn.Module, actor_target: nn.Module, obs: torch.Tensor,
+def td3_critic_loss(critic: nn.Module, critic_target: nn.Module | None, actor_target: nn.Module, obs: torch.Tensor,
                     action: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
                     weight: torch.Tensor | None, noise: torch.Tensor, noise_clip: float) -> CriticLossOutput:
     """The twin critics' loss against the smoothed, clipped double-Q target; `noise` is the
-    smoothing noise already scaled by policy_noise (clipped here to +-noise_clip)."""
+    smoothing noise already scaled by policy_noise (clipped here to +-noise_clip);
+    `critic_target` None: CrossQ's (twin_critic_loss)."""
     with torch.no_grad():
         next_action = (actor_target(next_obs).float() + noise.clamp(-noise_clip, noise_clip)).clamp(-1.0, 1.0)
-        q1_next, q2_next = critic_target(next_obs, next_action)
-        target = returns + discount * torch.minimum(q1_next, q2_next).float()
-    return critic_loss_to(critic, obs, action, target, weight)
+    return twin_critic_loss(critic, critic_target, obs, action, returns, discount, next_obs, next_action, 0.0, weight)
 
 
 def td3_actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,7 @@ BAD_TRAIN_ARGS = [
     (["replay.capacity=2000000000"], "the replay would take 192 GB, more than this machine's memory allows"),
     (["env.id=NeedsAMissingPackage-v0"], "env.id 'NeedsAMissingPackage-v0' cannot be made: Box2D is not installed"),
     # NaN or infinity is never a value; a NaN target once reported a false "solved"
+    (["configs/pendulum.yaml", "algo.policy_delay=0"], "algo.policy_delay: Input should be greater than or equal to 1"),
     (["stop.eval_return=nan"], "stop.eval_return: Input should be a finite number (got nan)"),
     (["eval.max_return=nan"], "eval.max_return: Input should be a finite number (got nan)"),
     (["learner.lr=inf"], "learner.lr: Input should be a finite number (got inf)"),

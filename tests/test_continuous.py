@@ -59,6 +59,59 @@ def test_td3_critic_loss_matches_a_hand_computation():
     assert torch.allclose(weighted.loss, ((q1[0] - target[0]) ** 2 + (q2[0] - target[0]) ** 2) / 2)
 
 
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_crossq_critics_give_the_target_critics_loss_and_gradients_when_the_batch_does_not_matter(algo):
+    """With no target critics (CrossQ) the next values come from the critics themselves, in one
+    forward over (s, a) and (s', a'): for critics without batch statistics that is the loss, TD
+    errors and gradients of a target network equal to them, and nothing flows through the target."""
+    import copy
+
+    from raypex.learner.actor_critic_networks import TwinCritic
+
+    torch.manual_seed(0)
+    critic = TwinCritic((2,), 1, [8])
+    seen = []
+    critic.register_forward_hook(lambda module, args, out: seen.append(len(args[0])))
+
+    def loss(critic_target):
+        if algo == "td3":
+            return td3_critic_loss(critic, critic_target, LinearActor(), OBS, ACTION, RETURN, DISCOUNT, NEXT, None,
+                                   torch.tensor([[0.9], [0.0]]), noise_clip=0.5)
+        return sac_critic_loss(critic, critic_target, LinearActor(), torch.tensor(0.2), OBS, ACTION, RETURN, DISCOUNT,
+                               NEXT, None, torch.zeros(2, 1))
+
+    joint = loss(None)
+    joint.loss.backward()
+    joint_grads = [p.grad.clone() for p in critic.parameters()]
+    critic.zero_grad()
+    assert seen == [4]  # one forward of both halves
+    apart = loss(copy.deepcopy(critic).requires_grad_(False))
+    apart.loss.backward()
+    assert torch.allclose(joint.loss, apart.loss) and torch.allclose(joint.td_error, apart.td_error)
+    assert all(torch.allclose(a, p.grad) for a, p in zip(joint_grads, critic.parameters(), strict=True))
+
+
+def test_batch_renormalization_uses_the_batch_then_corrects_it_towards_the_running_statistics():
+    from raypex.learner.batch_renorm import EPS, MOMENTUM, BatchRenorm
+
+    x = torch.randn(256, 3, generator=torch.Generator().manual_seed(0)) * torch.tensor([0.5, 2.0, 9.0]) + 3.0
+    mean, var = x.mean(0), x.var(0, unbiased=False)
+    warming = BatchRenorm(3)
+    out = warming(x)  # the warm-up: batch normalization
+    assert torch.allclose(out, (x - mean) / (var + EPS).sqrt(), atol=1e-5)
+    assert torch.allclose(warming.running_mean, MOMENTUM * mean) and int(warming.steps) == 1
+    assert torch.allclose(warming.running_var, 1 + MOMENTUM * (var * 256 / 255 - 1))  # unbiased, as BatchNorm's
+    renorm = BatchRenorm(3, warmup_steps=0)  # running statistics 0 and 1: r and d clip at 3 and 5 here
+    running_std = (1 + EPS) ** 0.5
+    r = ((var + EPS).sqrt() / running_std).clamp(1 / 3, 3)
+    d = (mean / running_std).clamp(-5, 5)
+    assert torch.allclose(renorm(x), (x - mean) / (var + EPS).sqrt() * r + d, atol=1e-5)
+    renorm.eval()  # what the actor's loss reads: the running statistics alone
+    stats = renorm.running_mean.clone(), renorm.running_var.clone()
+    assert torch.allclose(renorm(x), (x - stats[0]) / (stats[1] + EPS).sqrt())
+    assert torch.equal(renorm.running_mean, stats[0]) and int(renorm.steps) == 1
+
+
 def test_td3_actor_loss_is_minus_the_first_critic_at_the_actors_action():
     loss = td3_actor_loss(LinearActor(), ConstantCritic(), OBS)
     assert math.isclose(float(loss), -float((OBS.sum(1) + 2 * torch.tanh(OBS[:, 0])).mean()), rel_tol=1e-6)
@@ -171,14 +224,15 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
     (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
     (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn"),
     (["network.obs_norm=true"], "network.obs_norm is for algo.name td3 and sac"),
+    (["network.critic_norm=batch_renorm"], "network.critic_norm is for algo.name td3 and sac"),
 ])
 def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
     with pytest.raises(ConfigError, match=says):
         load_config(None, overrides)
 
 
-@pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo):
+@pytest.mark.parametrize("algo, critic_norm", [("td3", "none"), ("sac", "none"), ("sac", "batch_renorm")])
+def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo, critic_norm):
     from pathlib import Path
 
     from raypex.cluster.local.wiring import build_local
@@ -186,7 +240,8 @@ def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resum
 
     config = load_config(Path("configs/pendulum.yaml"), [
         f"algo.name={algo}", "collectors.chunk_steps=4", "replay.min_size=256", "learner.updates_per_epoch=4",
-        "replay.prioritized=true", "replay.initial_priority=max", "network.hidden=[32,32]"])
+        "replay.prioritized=true", "replay.initial_priority=max", "network.hidden=[32,32]",
+        f"network.critic_norm={critic_norm}"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     run = build_local(plan_run(config, spec))
     for _ in range(5):
@@ -209,6 +264,9 @@ def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resum
     ours, theirs = run.learner.step.actor, again.learner.step.actor
     assert torch.equal(ours(torch.from_numpy(obs)), theirs(torch.from_numpy(obs)))
     assert again.learner.updates == run.learner.updates and again.learner.step.updates == run.learner.step.updates
+    critics = run.learner.step.critic, again.learner.step.critic
+    assert critics[0].training and all(torch.equal(a, b) for a, b in zip(*(c.state_dict().values() for c in critics)))
+    assert (run.learner.step.critic_target is None) == (critic_norm == "batch_renorm")
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
@@ -271,7 +329,8 @@ def continuous_learner(algo: str, device: torch.device, columns=None, images: bo
         return rng.normal(size=(512, *obs_shape)).astype(np.float32)
 
     s = settings(obs_shape=obs_shape, obs_dtype=obs_dtype, num_actions=0, algo=algo, action_low=(-2.0,),
-                 action_high=(2.0,), hidden=[32, 32], target_update="polyak", policy_delay=2, **overrides)
+                 action_high=(2.0,), hidden=[32, 32], target_update="polyak",
+                 policy_delay=overrides.pop("policy_delay", 2 if algo == "td3" else 1), **overrides)
     replay = ShardedReplay(2, StorageSpec(512, obs_shape, obs_dtype, action_dim=1), SamplesPerInsertLimiter(0.0, 1, 1),
                            0, None, None, *([columns] if columns is not None else []))
     for shard in range(2):
@@ -299,15 +358,17 @@ def test_the_learner_matrix_replay_gathers_box_actions_with_their_dimension():
     assert batch["obs"].shape == batch["next_obs"].shape == (2, 8, 3)
 
 
-@pytest.mark.parametrize("images, obs_norm", [(False, False), (True, False), (False, True)],
-                         ids=["flat", "images", "obs_norm"])
-def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images, obs_norm):
+@pytest.mark.parametrize("images, obs_norm, critic_norm", [(False, False, "none"), (True, False, "none"),
+                                                           (False, True, "none"), (False, False, "batch_renorm")],
+                         ids=["flat", "images", "obs_norm", "crossq"])
+def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images, obs_norm, critic_norm):
     """What capture relies on (learner/cuda_graph.py): updates run during warm-up leave the
-    networks (image encoders and observation statistics included), the three optimizers' state,
-    the sums and the noise generator as they were."""
+    networks (image encoders, observation statistics and batch renormalization's included), the
+    three optimizers' state, the sums and the noise generator as they were."""
     from raypex.learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
 
-    learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2, obs_norm=obs_norm)
+    learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2, obs_norm=obs_norm,
+                                 critic_norm=critic_norm)
     step = learner.step
     learner.train_epoch()  # Adam has state now: restored, not zeroed
     before = [t.detach().clone() for t in step.training_tensors()]
@@ -328,9 +389,11 @@ def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_strea
     assert all(p.grad is None for p in step.actor_params + step.critic_params)
 
 
-def test_td3_steps_its_actor_every_policy_delay_updates_and_sac_every_update():
-    for algo, actor_updates in (("td3", [False, True, False, True]), ("sac", [True] * 4)):
-        learner = continuous_learner(algo, torch.device("cpu"), updates_per_epoch=1)
+def test_the_actor_steps_every_policy_delay_updates():
+    """TD3's paper's 2, SAC's 1 (the defaults, cluster/plan/settings.py policy_delay), CrossQ's 3."""
+    for algo, delay, actor_updates in (("td3", 2, [False, True, False, True]), ("sac", 1, [True] * 4),
+                                       ("sac", 3, [False, False, True, False])):
+        learner = continuous_learner(algo, torch.device("cpu"), updates_per_epoch=1, policy_delay=delay)
         seen = []
         for _ in range(4):
             seen.append(learner.step.with_actor_next())
@@ -399,7 +462,7 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     from tests.test_learner import settings
 
     cpu = torch.device("cpu")
-    s = settings(obs_shape=(3,), num_actions=0, algo="sac", action_low=(-2.0,), action_high=(2.0,), hidden=[16],
+    s = settings(obs_shape=(3,), num_actions=0, algo="sac", policy_delay=1, action_low=(-2.0,), action_high=(2.0,), hidden=[16],
                  target_update="polyak", micro_batch=32, accumulation_steps=2)
     step = ActorCriticStep(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
     batch = {"obs": torch.randn(2, 32, 3), "action": torch.rand(2, 32, 1) * 2 - 1, "return": torch.randn(2, 32),

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from raypex.cluster.config.schema import RunConfig
 
-_UNION_MEMBER_TAGS = {"float", "int", "str", "bool", "none", "list", "dict"}
+_UNION_MEMBER_TAGS = {"float", "int", "str", "bool", "none", "list", "dict", "constrained-int"}
 
 
 class ConfigError(Exception):

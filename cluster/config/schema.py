@@ -8,7 +8,7 @@ fields it needs.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -69,7 +69,8 @@ class AlgoConfig(Section):
                                 "the half-range).")
     noise_clip: float = Field(0.5, ge=0.0, le=1.0, description="td3: the smoothing noise's clip (fraction of the "
                               "half-range).")
-    policy_delay: int = Field(2, ge=1, le=100, description="td3: critic updates per actor update.")
+    policy_delay: Annotated[int, Field(ge=1, le=100)] | Literal["auto"] = Field(
+        "auto", description="Critic updates per actor update (and SAC's temperature update); auto: 2 for td3, 1 for sac.")
     target_entropy: float | Literal["auto"] = Field(
         "auto", description="sac: the entropy the temperature is tuned to (auto: minus the action dimensions).")
     init_temperature: float = Field(1.0, gt=0.0, description="sac: the entropy temperature's first value.")
@@ -84,6 +85,9 @@ class NetworkConfig(Section):
     obs_norm: bool = Field(False, description="td3/sac on flat observations: normalize each dimension by its "
                            "running mean and std over the batches the learner trains on; the statistics live in the "
                            "networks, so collectors, evaluations and policy.pt2 apply them.")
+    critic_norm: Literal["none", "batch_renorm"] = Field(
+        "none", description="td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): batch renormalization "
+        "of their input and hidden layers and no target critics, (s, a) and (s', a') going through them as one batch.")
 
     @model_validator(mode="after")
     def _positive_layers(self) -> NetworkConfig:
@@ -260,6 +264,8 @@ class RunConfig(Section):
                              "use collectors.act_device auto or cpu, or learner.device auto or cuda")
         if self.network.obs_norm and not continuous:
             raise ValueError("network.obs_norm is for algo.name td3 and sac")
+        if self.network.critic_norm != "none" and not continuous:
+            raise ValueError("network.critic_norm is for algo.name td3 and sac")
         if continuous and self.replay.prioritized and self.replay.initial_priority == "td":
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")

@@ -65,10 +65,17 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
         prioritized=config.replay.prioritized,
         algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
-        policy_noise=config.algo.policy_noise, noise_clip=config.algo.noise_clip, policy_delay=config.algo.policy_delay,
+        policy_noise=config.algo.policy_noise, noise_clip=config.algo.noise_clip, policy_delay=policy_delay(config),
         target_entropy=None if config.algo.target_entropy == "auto" else config.algo.target_entropy,
         init_temperature=config.algo.init_temperature, obs_norm=config.network.obs_norm,
+        critic_norm=config.network.critic_norm,
     )
+
+
+def policy_delay(config: RunConfig) -> int:
+    """Critic updates per actor update: algo.policy_delay, its auto TD3's 2 (its paper) and SAC's 1."""
+    delay = config.algo.policy_delay
+    return delay if delay != "auto" else (2 if config.algo.name == "td3" else 1)
 
 
 def priority_settings(config: RunConfig) -> PrioritySettings | None:
