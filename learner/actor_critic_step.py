@@ -25,7 +25,7 @@ from torch import nn
 
 from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
-from raypex.learner.host_adam import adam_for
+from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
@@ -260,8 +260,8 @@ class ActorCriticStep:
         self.critic.load_state_dict(state["critic"])
         if self.critic_target is not None:
             self.critic_target.load_state_dict(state["critic_target"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        load_optimizer(self.actor_optimizer, state["actor_optimizer"], self.s.lr, self.s.adam_eps)
+        load_optimizer(self.critic_optimizer, state["critic_optimizer"], self.s.lr, self.s.adam_eps)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.updates = state["updates"]
@@ -269,7 +269,7 @@ class ActorCriticStep:
         if self.actor_target is not None:
             self.actor_target.load_state_dict(state["actor_target"])
         if self.alpha_optimizer is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+            load_optimizer(self.alpha_optimizer, state["alpha_optimizer"], self.s.lr, self.s.adam_eps)
         scales = state.get("loss_scales")
         if scales is not None and self.critic_scale is not None and self.actor_scale is not None:
             self.critic_scale.load_state_dict(scales["critic"])

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
-from raypex.learner.host_adam import adam_for
+from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.losses import double_dqn_loss
 from raypex.learner.networks import NatureCNNQNetwork, build_q_network
 from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
@@ -166,7 +166,7 @@ class DQNStep:
         """Restore from `state_dict` output (a CPU run's into a GPU run's too)."""
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(self.optimizer, state["optimizer"], self.s.lr, self.s.adam_eps)
         for group in self.optimizer.param_groups:  # a CPU run's checkpoint says capturable=False
             group["capturable"] = self.device.type == "cuda"
         if self.precision.scaler is not None and state["scaler"] is not None:

@@ -85,6 +85,15 @@ class HostAdam:
                              "exp_avg_sq": s["exp_avg_sq"].detach().to(p.device, p.dtype).clone()}
 
 
+def load_optimizer(optimizer, state: dict, lr: float, eps: float) -> None:
+    """`optimizer.load_state_dict(state)`, then this run's learning rate and epsilon: a checkpoint
+    holds the ones it was trained with, and a resumed run (or an exploited Tune trial) may set new
+    ones (torch's load_state_dict would silently keep the saved ones)."""
+    optimizer.load_state_dict(state)
+    for group in optimizer.param_groups:
+        group["lr"], group["eps"] = lr, eps
+
+
 def adam_for(params: Iterable[torch.Tensor], lr: float, eps: float, device: torch.device):
     """The learner's Adam: fused torch.optim.Adam, capturable, on CUDA; HostAdam on the CPU."""
     if device.type == "cuda":
