@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 KINDS = {"dqn": "dqn", "actor_critic": "td3 or sac"}
+POLICY_NETWORK = {"dqn": "online", "actor_critic": "actor"}  # the network each kind of step acts with
 
 
 def learner_state(learner) -> dict:
@@ -41,3 +42,10 @@ def restore_learner_state(learner, state: dict) -> None:
     counters = state["counters"]
     learner.updates, learner.epochs, learner.version = counters["updates"], counters["epochs"], counters["version"]
     torch.set_rng_state(state["torch_rng"].cpu())  # loaded with map_location=cuda on a GPU
+
+
+def policy_arrays(state: dict) -> dict:
+    """The policy network's weights in `learner_state` output, as they are published (CPU float32
+    numpy arrays by name: learner/weights.py export_arrays)."""
+    kind, step_state = _kind_and_step_state(state)
+    return {name: t.detach().to("cpu", torch.float32).numpy() for name, t in step_state[POLICY_NETWORK[kind]].items()}

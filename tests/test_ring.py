@@ -86,6 +86,24 @@ def test_state_roundtrip():
     assert np.array_equal(other.columns["obs"], ring.columns["obs"])
 
 
+def test_a_restored_storage_has_the_digest_of_the_state_it_was_restored_from():
+    """replay/digest.py: what a Tune exploit compares (the donor's checkpoint, the recipient's shard)."""
+    from raypex.replay.digest import content_digest
+
+    ring = storage(6)
+    ring.add(chunk(0, 9))
+    saved = ring.get_state()
+    other = storage(6)
+    other.set_state(saved)
+    assert content_digest(other.get_state()) == content_digest(saved)
+    other.add(chunk(100, 1))  # one transition more
+    assert content_digest(other.get_state()) != content_digest(saved)
+    changed = storage(6)
+    changed.set_state(saved)
+    changed.columns["return"][2] += 1.0  # one value differs, size and cursors the same
+    assert content_digest(changed.get_state()) != content_digest(saved)
+
+
 def test_limiter_gates_inserts_and_samples():
     lim = SamplesPerInsertLimiter(samples_per_insert=4.0, min_size=100, error_buffer=10)
     assert lim.insert_room(inserted=0, sampled=0, size=0) == 110

@@ -76,7 +76,7 @@ class LearnerRevival:
         info = self.rt.get(warmup.remote(resume.learner_state if resume else None, version))
         learner.count_lost_writes.remote()
         if resume is not None and resume.replay_files and self.checkpoint_replay and not self.pixels:
-            what = restore_replay(self.rt, learner, self.num_shards, resume)
+            what = restore_replay(self.rt, learner, self.num_shards, resume).line
         else:
             what = "its replay was lost with it and refills from the collectors (summary.json counts what was lost)"
             if self.checkpoint_replay and self.pixels:
@@ -88,16 +88,23 @@ class LearnerRevival:
         return Revived(start_epoch, info["version"])
 
 
-def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> str:
-    """Load every shard's replay from a checkpoint set into the learner's replay; what came back,
-    in one line."""
+class RestoredReplay(NamedTuple):
+    """What `restore_replay` brought back."""
+
+    line: str  # said to the user
+    digests: list[str]  # each shard's digest as the learner holds it now (replay/digest.py); empty: none restored
+
+
+def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> RestoredReplay:
+    """Load every shard's replay from a checkpoint set into the learner's replay."""
     if len(resume.replay_files) != num_shards:
         why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
-        return f"replay not restored: {why}; it refills"
+        return RestoredReplay(f"replay not restored: {why}; it refills", [])
     states = [read_replay(path) for path in resume.replay_files]
     try:
-        runtime.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
+        digests = runtime.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
     except (*runtime.errors.raised, ValueError) as err:
-        return f"replay not restored ({error_line(err)}); it refills"
+        return RestoredReplay(f"replay not restored ({error_line(err)}); it refills", [])
     inserted = sum(state["storage"]["total_added"] for state in states)
-    return f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions inserted by then)"
+    return RestoredReplay(f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions "
+                          "inserted by then)", list(digests))

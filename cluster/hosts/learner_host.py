@@ -22,7 +22,9 @@ from collections.abc import Callable
 from raypex.cluster.plan.topology import ReplayPlan
 from raypex.cluster.process_clock import process_start_time
 from raypex.learner.settings import LearnerSettings
+from raypex.learner.weights import export_arrays
 from raypex.replay.contracts import EpochStats
+from raypex.replay.digest import content_digest
 
 
 def gpu_busy_fraction(device) -> float | None:
@@ -86,9 +88,11 @@ class LearnerHost:
         """One shard's replay, for a checkpoint."""
         return self.replay.get_state(shard)
 
-    def set_replay_state(self, shard: int, state: dict) -> None:
-        """Restore one shard's replay from a checkpoint."""
+    def set_replay_state(self, shard: int, state: dict) -> str:
+        """Restore one shard's replay from a checkpoint; the digest of what the shard now holds
+        (replay/digest.py), read back from it."""
         self.replay.set_state(shard, state)
+        return content_digest(self.replay.get_state(shard)["storage"])
 
     def count_lost_writes(self) -> None:
         """This process replaces a learner that died: report what collectors sent that died with it."""
@@ -119,7 +123,9 @@ class LearnerHost:
         self.learner.publish_weights()
         self.warmed_up = True
         learner = self.learner
-        return {"device": str(learner.device), "precision": learner.step.precision.name,
+        # what a restored learner holds, comparable with its checkpoint's (a Tune exploit's donor)
+        restored = {"weights_sha256": content_digest(export_arrays(learner.step.policy))} if state is not None else {}
+        return {**restored, "device": str(learner.device), "precision": learner.step.precision.name,
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
                 "version": learner.version, "updates": learner.updates,
                 "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice,
