@@ -310,12 +310,14 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
 
 
 def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
-           progress: ProgressLine, observers: tuple = (), origin: ConfigOrigin | None = None) -> tuple[int, dict]:
+           progress: ProgressLine, observers: tuple = (), origin: ConfigOrigin | None = None,
+           runtime=None) -> tuple[int, dict]:
     """Make the run directory and run in it to the end, on the runtime `config.runtime` names (Ray:
     a local cluster unless `address`); (exit code, summary). `origin`: what the config was written
     for (cluster/plan/env_fit.py fits it to the env). UsageError, the directory put back, for a
     mistake found while the run starts; RunFailed (after the final files) when a part died past
-    recovery. `raypex train` and the Python API (here) both start runs here."""
+    recovery. `runtime`: one made by the caller (a Tune trial's, in its placement group), else the
+    config's. `raypex train`, the Python API (here) and Tune trials all start runs here."""
     install_stop_signals()
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
@@ -341,7 +343,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
             progress.message(line)
         config_text = config_to_yaml(config)
         atomic_write(run_dir / "config.yaml", config_text.encode())
-        runtime = choose_runtime(config, address, progress)
+        runtime = runtime or choose_runtime(config, address, progress)
         from raypex.cluster.driver.run import TrainingRun
 
         run = TrainingRun(config, spec, run_dir, runtime, clock_start, progress, resume, observers=observers,

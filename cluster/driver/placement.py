@@ -169,16 +169,22 @@ def pair_strategy(request: ResourceRequest, room: list[dict[str, float]]) -> str
 
 @dataclass(frozen=True)
 class Reservation:
-    """The placement groups of one run: the learner's and the collectors'."""
+    """The placement groups of one run: the learner's and the collectors'. A Tune trial's is one
+    group Tune reserved (cluster/sweep/trial.py): the learner's bundle and the collectors' follow
+    the trial's own, and Tune gives the group back."""
 
     learner: object
     pairs: object
     pair_strategy: str = "SPREAD"  # how the pairs were laid out
+    learner_bundle: int = 0  # the learner's (and evaluator's) bundle in `learner`
+    first_pair_bundle: int = 0  # collector i's bundle in `pairs` is this + i
+    owned: bool = True  # reserved by the run, which releases it
 
     def release(self) -> None:
-        """Give both placement groups back to the cluster."""
-        for group in (self.learner, self.pairs):
-            remove_placement_group(group)
+        """Give both placement groups back to the cluster (unless they are someone else's)."""
+        if self.owned:
+            for group in (self.learner, self.pairs):
+                remove_placement_group(group)
 
 
 def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:

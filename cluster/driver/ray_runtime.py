@@ -19,6 +19,7 @@ from raypex.actors.env_ids import code_to_ship
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.address import ConnectError, connect_error_line
 from raypex.cluster.driver.devices import choose_act_device, choose_device, with_act_device
+from raypex.cluster.driver.placement import Reservation
 from raypex.cluster.driver.run_errors import PlacementError, StartRefused
 from raypex.cluster.driver.runtime import RuntimeErrors
 from raypex.cluster.driver.supervisor import CollectorSupervisor
@@ -52,19 +53,21 @@ class RayRuntime:
     errors = RAY_ERRORS
 
     def __init__(self, address: str | None = None, ship_code: bool = True, from_variable: bool = False,
-                 connected_device: str | None = None, learner_host: type = LearnerActor):
+                 connected_device: str | None = None, learner_host: type = LearnerActor,
+                 reservation: Reservation | None = None):
         """`address`: a cluster to join (None: start a local one); `ship_code`: a user's env code
         goes to every actor (actors/env_ids.py `code_to_ship`; not inside a Ray job, whose working
         directory is the actors' already); `from_variable`: the address came from RAYPEX_ADDRESS (its errors
         say so). `connected_device`: the caller has connected already and chose this learner
         device (the bench, tests), so the runtime neither connects nor leaves. `learner_host`: the
-        learner's Ray host class (the bench and tests subclass it)."""
+        learner's Ray host class (the bench and tests subclass it). `reservation`: placement groups
+        reserved already (a Tune trial's), used instead of reserving the run's own."""
         self.address, self.ship_code, self.from_variable = address, ship_code, from_variable
         self.device = connected_device
         self.owns_connection = connected_device is None
         self.learner_host = learner_host
         self.started_local = False
-        self.group = None  # the placement groups, once reserved
+        self.group = reservation  # the placement groups, once reserved
         self.actors: RunActors | None = None
 
     def start(self, config: RunConfig, spec, progress, startup) -> RunActors:
@@ -82,7 +85,7 @@ class RayRuntime:
                 self.device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
             act_device = choose_act_device(config, node_resources(), self.device, len(spec.obs_shape) == 3, progress)
             run_config = with_act_device(config, act_device)
-            self.group = reserve_resources(run_config, self.device)
+            self.group = self.group or reserve_resources(run_config, self.device)
             startup.mark("resources_reserved", time.time())
             # On a cluster others set up, whose nodes may run other versions, the version probes go
             # first, the actors right behind them, and the answers are read while the actors start.

@@ -43,7 +43,7 @@ from raypex.cluster.driver.run_errors import (
     traceback_text,
 )
 from raypex.cluster.driver.runtime import Runtime
-from raypex.cluster.driver.signals import exit_code, release, second_aborts, signal_name
+from raypex.cluster.driver.signals import StopAsked, exit_code, release, second_aborts, signal_name
 from raypex.cluster.driver.startup import StartupTimeline
 from raypex.cluster.driver.tensorboard_layout import custom_layout, hparams_summaries, result_scalars
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
@@ -96,6 +96,9 @@ class TrainingRun:
         self.actors = None  # the runtime's RunParts, once started
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
         self.queued_epochs: deque[QueuedEpoch] = deque()
+        # what a resumed run's learner holds once restored (replay/digest.py): its weights, each shard
+        self.restored_weights: str | None = None
+        self.restored_replay: list[str] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
@@ -115,6 +118,10 @@ class TrainingRun:
             except (UnsupportedEnv, CheckpointRefused, StartRefused):  # no final files: they would replace what the run found
                 self.tb.discard()
                 raise
+            except StopAsked as asked:
+                interrupt = asked
+                self.outcome.ended = asked.ended
+                self.progress.message(f"{asked.ended}: writing a final checkpoint and stopping")
             except KeyboardInterrupt as caught:
                 interrupt = caught
                 self.outcome.ended = "terminated" if signal_name(caught) == "SIGTERM" else "interrupted"
@@ -158,12 +165,15 @@ class TrainingRun:
         state = self.resume.learner_state if self.resume else None
         warmup = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
-            self.progress.message(restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume))
+            restored = restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume)
+            self.restored_replay = restored.digests
+            self.progress.message(restored.line)
         # The collectors start at once (an MLP's at random, a CNN's with its own initial network,
         # until the learner publishes): replay reaches min_size while the learner warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
         self.metrics.startup.learner(info := warmed_up(self.rt, warmup, restoring=self.resume is not None))
+        self.restored_weights = info.get("weights_sha256")
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready

@@ -24,6 +24,16 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived; handled exactly as Ctrl-C, but exits 143."""
 
 
+class StopAsked(KeyboardInterrupt):
+    """A stop asked from inside the process (a Tune scheduler's, or a sweep's Ctrl-C reaching its
+    trials: cluster/sweep/trial.py), raised in the driver's loop by an observer: the run ends as
+    after a signal (nothing new starts), its summary's `ended` saying why."""
+
+    def __init__(self, ended: str):
+        super().__init__(ended)
+        self.ended = ended
+
+
 # The signals received, first first. Ray turns any KeyboardInterrupt raised while the driver waits
 # inside ray.get or ray.wait into a plain KeyboardInterrupt, so the exception's type alone cannot
 # say which signal stopped the run.
