@@ -4,6 +4,7 @@
     result = raypex.train("cartpole", {"stop.env_steps": 30000}, seed=1)
     raypex.evaluate(result.run_dir, episodes=20)
     policy = raypex.load_policy(result.run_dir)
+    outcome = raypex.tune("cartpole", ["learner.lr=loguniform(1e-4,1e-1)"], samples=4, scheduler="pbt")
 
 Everything raypex installs lives under this one package, so a user's `replay.py` or `learner.py`
 shadows nothing of ours: raypex.actors, raypex.learner, raypex.replay and raypex.cluster are the
@@ -35,11 +36,16 @@ __all__ = [
     "evaluate",
     "load_policy",
     "train",
+    "tune",
 ]
-_API = set(__all__) - {"__version__"}  # each from raypex.cluster.api
+_API = set(__all__) - {"__version__", "tune"}  # each from raypex.cluster.api
 
 
 def __getattr__(name: str):
+    if name == "tune":  # a sweep: raypex.cluster.sweep.api
+        from raypex.cluster.sweep.api import tune
+
+        return tune
     if name in _API:
         from raypex.cluster import api
 

@@ -123,8 +123,9 @@ def test_imports_follow_the_dependency_rule(module):
 
 
 # cluster's parts drawn top to bottom: each imports only those below it (the CLI calls the Python
-# API, which calls the runtimes; the driver's run loop knows no runtime's wiring).
-CLUSTER_LAYERS = ("cluster.commands", "cluster.api", "cluster.bench", "cluster.local",
+# API, which calls the runtimes; a sweep's trials start runs as the API does; the driver's run loop
+# knows no runtime's wiring).
+CLUSTER_LAYERS = ("cluster.commands", "cluster.sweep", "cluster.api", "cluster.bench", "cluster.local",
                   "cluster.driver", "cluster.hosts", "cluster.plan", "cluster.config", "cluster.process_clock")
 
 

@@ -1,5 +1,5 @@
-"""The `raypex` command: its parser and entry point for `raypex train`, `eval`, `bench`, `configs` and
-`config show`.
+"""The `raypex` command: its parser and entry point for `raypex train`, `tune`, `eval`, `bench`,
+`configs` and `config show`.
 
 Every user mistake (arguments, config, env, run directory, cluster address, resources) ends in
 one line on stderr and exit code 2, before anything is written or started. Only the entry point
@@ -73,6 +73,31 @@ def build_parser() -> argparse.ArgumentParser:
                        "$RAYPEX_ADDRESS when set, as `raypex train` does, else a local cluster)")
     bench.add_argument("--variants", metavar="PRECISION:GRAPHS,...",
                        help="with --stage learner: which, e.g. fp16:on,bf16:on (default: all)")
+    sweep = sub.add_parser(
+        "tune", help="a sweep of runs as Ray Tune trials: random search, ASHA or PBT (replay carried through exploits)",
+        epilog="A value written as loguniform(a,b), uniform(a,b), randint(a,b), choice([...]) or grid([...]), in the "
+        "YAML or as an override, is searched: raypex tune cartpole 'learner.lr=loguniform(1e-4,1e-1)' --samples 4 "
+        "--scheduler pbt. Everything goes to one experiment directory; Ctrl-C ends every trial's run as a stop does, "
+        "and --resume continues the sweep.")
+    sweep.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
+                       help="YAML file or shipped config name (default: the CartPole config) and dotted overrides, "
+                       "some of them search spaces")
+    sweep.add_argument("--samples", type=int, default=4, help="trials drawn from the space (each grid key "
+                       "multiplies them; default: 4)")
+    sweep.add_argument("--scheduler", default="none", help="none (every trial to its end), asha (stops the worst "
+                       "early, by env steps) or pbt (the worst copy the best, then perturb; default: none)")
+    sweep.add_argument("--experiment-dir", type=Path, help="where to write the sweep (must not exist yet; default: "
+                       "runs/tune-ENV-DATE-TIME)")
+    sweep.add_argument("--no-replay-carry", action="store_true", help="PBT: an exploit copies the donor's weights and "
+                       "optimizer but not its replay (as RLlib's checkpoints do; default: replay carried)")
+    sweep.add_argument("--report-every", type=int, default=5, metavar="EPOCHS",
+                       help="epochs between a trial's reports to Tune (one Tune iteration; default: 5)")
+    sweep.add_argument("--perturb-every", type=int, default=2, metavar="REPORTS",
+                       help="PBT: reports between exploit/explore steps (default: 2)")
+    sweep.add_argument("--address", help="join this Ray cluster (default: a local one started for the sweep)")
+    sweep.add_argument("--resume", type=Path, metavar="EXPERIMENT_DIR",
+                       help="continue the sweep in EXPERIMENT_DIR (its unfinished trials from their newest checkpoints; "
+                       "default: a new sweep)")
     sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)",
                    description="The configs that ship with raypex: name, env id and purpose. `raypex train NAME` "
                    "runs one from any directory; `raypex config show NAME` prints its every key.")
@@ -108,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             from raypex.cluster.commands.train import run_train
 
             return run_train(args, clock_start)
+        if args.command == "tune":
+            from raypex.cluster.commands.tune import run_tune
+
+            return run_tune(args)
         if args.command in ("configs", "config"):
             from raypex.cluster.commands.configs import run_config_show, run_configs
 
@@ -142,7 +171,7 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) 
     args, extra = parser.parse_known_args(argv)
     # argparse takes no positionals after options: `train CONFIG --seed 1 lr=...` leaves the
     # overrides over. Take them back; anything else left over is a real mistake.
-    takes_overrides = args.command in ("train", "bench", "config")
+    takes_overrides = args.command in ("train", "bench", "config", "tune")
     unknown = [item for item in extra if not takes_overrides or item.startswith("-")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
