@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import shutil
@@ -73,6 +74,8 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
     # has its own TensorBoard); its JSON and CSV results stay.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's tables stay out of the output: raypex prints its own lines
+    # and its warnings too (a restored experiment's trials that never reported, its own Ctrl-C text)
+    logging.getLogger("ray.tune").setLevel(logging.ERROR)
     stop = SweepStop(experiment_dir)
     previous = {sig: signal.signal(sig, stop.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -217,7 +220,7 @@ class SweepProgress(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         result = trial.last_result or {}
-        say(f"trial {trial.trial_id} ended ({result.get('ended', 'done')}): "
+        say(f"trial {trial.trial_id} ended ({result.get('ended', 'stopped by the scheduler')}): "
                               f"{result.get('env_steps', 0)} env steps, best eval {result.get('eval_return_best')}")
 
 
