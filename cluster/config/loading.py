@@ -71,7 +71,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             raise ConfigError(f"override '{item}': the value is not valid YAML") from None
-        _set_dotted(result, key, _as_number_if_numeric(value), item)
+        _set_dotted(result, key, as_number_if_numeric(value), item)
     return result
 
 
@@ -185,7 +185,7 @@ def config_to_yaml(config: RunConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
 
 
-def _as_number_if_numeric(value: Any) -> Any:
+def as_number_if_numeric(value: Any) -> Any:
     """YAML 1.1 reads '3e-4' (no dot) as a string; users mean the number."""
     if isinstance(value, str):
         try:

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from raypex.cluster.config.arguments import UsageError
-from raypex.cluster.config.loading import ConfigError, apply_values, validate
+from raypex.cluster.config.loading import ConfigError, apply_values, as_number_if_numeric, validate
 
 SCHEDULERS = ("none", "asha", "pbt")
 KINDS = ("loguniform", "uniform", "randint", "choice", "grid")
@@ -55,7 +55,7 @@ def parse_domain(key: str, text: str) -> Domain | None:
         raise ConfigError(f"{key}: cannot read the arguments of {kind}({inner})") from None
     if kind in ("choice", "grid") and len(args) == 1 and isinstance(args[0], list):
         args = args[0]
-    args = [_number(a) for a in args]
+    args = [as_number_if_numeric(a) for a in args]  # YAML 1.1 reads 1e-4 (no dot) as text
     where = f"{key}={kind}({inner})"
     if kind in ("choice", "grid"):
         if not args:
@@ -71,16 +71,6 @@ def parse_domain(key: str, text: str) -> Domain | None:
     if kind == "randint" and not (isinstance(low, int) and isinstance(high, int)):
         raise ConfigError(f"{where}: randint takes integers (high excluded), e.g. randint(1, 5)")
     return Domain(kind, (low, high))
-
-
-def _number(value: Any) -> Any:
-    """YAML 1.1 reads 1e-4 (no dot) as text; a user means the number."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def split_space(data: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, Domain]]:
