@@ -370,11 +370,11 @@ def test_the_replay_is_measured_against_the_memory_it_will_live_in():
         assert on_gpu[0] == "the GPU's" and 2**30 < on_gpu[1] < host[1] * 64
 
 
-def test_the_replays_size_is_said_before_anything_starts():
-    """fit_run's last line (printed before a runtime starts): shards x capacity x bytes each."""
-    from raypex.cluster.plan.env_fit import fit_run
+def test_the_replays_size_is_said_in_one_line():
+    """Shards x capacity x bytes each, and where it lives (refused before anything starts when it
+    does not fit: BAD_TRAIN_ARGS above)."""
+    from raypex.cluster.plan.env_fit import replay_line
 
     config = load_config(None, ["collectors.num=2", "replay.capacity=1000", "learner.device=cpu"])
-    _, _, lines = fit_run(config, None, on_this_machine=True)
-    assert lines[-1].startswith("replay: 2 shards x 1,000 transitions x "), lines
-    assert lines[-1].endswith("in the learner's process"), lines
+    line = replay_line(config, inspect_env("CartPole-v1", {}, 4))
+    assert line == "replay: 2 shards x 1,000 transitions x 48 B = 96 KB, in the learner's process", line

@@ -425,8 +425,8 @@ SEPARATE_HOSTS = "tests/test_separate_hosts.py::test_three_hosts_in_network_name
 RAY_JOB = "tests/test_ray_jobs.py::test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkpoints"
 LAUNCHER = "tests/test_deploy_files.py::test_the_launcher_file_starts_nodes_that_hold_its_command"
 HOURS = "the line trains for hours here"
-SWEEP = "tests/test_sweep.py::test_a_pbt_exploit_carries_the_donors_replay_weights_and_env_steps_exactly"
-SWEEP_STOP = "tests/test_sweep.py::test_ctrl_c_ends_every_trials_run_as_a_stop_and_resume_finishes_the_sweep"
+SWEEP = "tests/test_sweep.py::test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep"
+ASHA = "tests/test_sweep.py::test_asha_stops_by_env_steps_up_to_the_runs_own_end"
 INSTALL = "tests/test_install.py::test_pip_install_gives_one_package_and_a_run_beside_files_named_like_our_folders_trains"
 PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
@@ -461,11 +461,11 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     'pip install -e ".[tune]"': Elsewhere(".ci/run", '-e ".[test]"', "`.ci/run` installs the test extra, which "
                                           "holds the tune extra"),
     "raypex tune configs/cartpole.yaml --samples 4 --scheduler pbt": Elsewhere(
-        SWEEP, "scheduler=\"pbt\"", "the same PBT sweep of CartPole with two smaller trials and a shorter run, its "
-        "exploits checked; the four-trial line's runs are in BENCHMARKS.md"),
+        SWEEP, "\"--scheduler\", \"pbt\"", "the same PBT sweep of CartPole with two smaller trials and a shorter run, "
+        "its exploits checked, stopped by Ctrl-C and resumed; the four-trial line's runs are in BENCHMARKS.md"),
     "raypex tune configs/cartpole.yaml 'learner.lr=loguniform(1e-3,3e-2)' --samples 8 --scheduler asha": Elsewhere(
-        SWEEP_STOP, "--scheduler\", \"asha\"", "an ASHA sweep of two smaller CartPole trials, stopped by Ctrl-C and "
-        "resumed; the eight-trial line's run is in BENCHMARKS.md"),
+        ASHA, "\"asha\"", "ASHA's rungs for the config's stop.env_steps are checked; the eight-trial line's run, "
+        "stopped by Ctrl-C and resumed, is in BENCHMARKS.md"),
     "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces"),
     "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
         SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces, token authentication on"),

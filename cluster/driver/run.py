@@ -49,6 +49,7 @@ from raypex.cluster.driver.tensorboard_layout import custom_layout, hparams_summ
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
 from raypex.cluster.driver.video import video_summary, write_video
 from raypex.cluster.hosts.learner_host import LearnerRestarted
+from raypex.cluster.plan.env_fit import replay_line
 from raypex.cluster.plan.settings import eval_give_up
 from raypex.replay.contracts import EpochStats
 
@@ -157,6 +158,8 @@ class TrainingRun:
         self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup)
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
+        # estimated and checked before anything started (fit_run); said once the cluster took the run
+        self.progress.message(replay_line(self.config, self.spec))
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
         self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_epochs,
                                                eval_give_up(self.config),

@@ -37,8 +37,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     """(the config to run, its env's EnvSpec, the lines to print): nothing in the working directory
     shadows raypex, the env built and stepped once, the config fitted to it (`fit_to_env`), the
     algorithm checked against its spaces and, when the run is on this machine, the replay's memory
-    against where it will live (`replay_room`), said in the last line before anything starts.
-    UnsupportedEnv or UsageError in one line."""
+    against where it will live (`replay_room`). UnsupportedEnv or UsageError in one line."""
     config = with_code_dir(config)
     check_nothing_shadows_raypex(config)
     env = config.env
@@ -50,7 +49,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     if room is not None and needed > REPLAY_SHARE_OF_MEMORY * room[1]:
         raise UsageError(f"the replay would take {human_bytes(needed)}, more than {room[0]} memory "
                          f"allows ({human_bytes(room[1])} in all): lower replay.capacity (per shard) or collectors.num")
-    return config, spec, [*lines, replay_line(config, spec)]
+    return config, spec, lines
 
 
 def replay_room(config: RunConfig) -> tuple[str, int] | None:

@@ -90,7 +90,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
             tune.with_parameters(RaypexTrial, base=base, experiment_dir=str(experiment_dir.resolve()), device=device,
                                  carry_replay=request.carry_replay, report_every_epochs=request.report_every_epochs),
             tune.PlacementGroupFactory(trial_bundles(config, device), strategy="PACK"))
-        callbacks = [stop, SweepProgress(), JsonLoggerCallback(), CSVLoggerCallback()]
+        callbacks = [stop, SweepProgress(experiment_dir), JsonLoggerCallback(), CSVLoggerCallback()]
         storage = str(experiment_dir.resolve())
         if resume:
             tuner = tune.Tuner.restore(str(experiment_dir.resolve() / "tune"), trainable, resume_unfinished=True,
@@ -198,14 +198,24 @@ def _ended_since(run_dir: Path, since: float) -> bool:
 
 
 class SweepProgress(Callback):
-    """A line when a trial ends, and every STATUS_EVERY_S one for the sweep (a Tune callback)."""
+    """A line when a trial ends, one for each PBT exploit once its recipient has restored it, and
+    every STATUS_EVERY_S one for the sweep (a Tune callback)."""
 
-    def __init__(self):
+    def __init__(self, experiment_dir: Path):
+        self.experiment_dir = experiment_dir
+        self.exploits_seen: dict[str, int] = {}
         self.start = time.time()
         self.last = 0.0
         self.best: tuple[float, str] | None = None
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        log = self.experiment_dir / "trials" / trial.trial_id / "exploits.jsonl"
+        records = log.read_text().splitlines() if log.is_file() else []
+        for line in records[self.exploits_seen.get(trial.trial_id, 0):]:
+            record = json.loads(line)
+            say(f"trial {trial.trial_id} copied trial {record['donor']} (PBT exploit at {record['env_steps']} env steps, "
+                f"replay {'carried' if record['replay_carried'] else 'not carried'}); its settings now {record['params']}")
+        self.exploits_seen[trial.trial_id] = len(records)
         value = result.get(METRIC, -math.inf)
         if value is not None and math.isfinite(value) and (self.best is None or value > self.best[0]):
             self.best = (value, trial.trial_id)
