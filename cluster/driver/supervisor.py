@@ -10,6 +10,10 @@ as before its last restart: a deterministic fault that no restart (nor a resume)
 run at once. A collector's death past its restarts, or its loop's error past as many restarts,
 ends the run with one line naming the error and where the env's code raised it. Restarts of the
 process are counted by the shards (each counts the collector processes attached to it).
+
+After a death the loop is started again only once the collector answers (a `pid` call): a call
+sent at once can reach the dead process before Ray has noticed it died, and on a loaded machine
+that failed call once counted as one more death (a single kill read as four).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ class CollectorSupervisor:
         self.learner = learner
         self.max_restarts = max_restarts
         self.progress = progress
-        self.loops: list = []  # each collector's running `run` call
+        self.loops: list = []  # each collector's running `run` call, or its `pid` call while it restarts
+        self.restarting = [False] * len(collectors)  # loops[i] is the pid call of a restarting collector
         self.deaths = [0] * len(collectors)  # processes that died and that Ray restarts
         self.raised = [0] * len(collectors)  # loops that raised in a live process
         self.last_error: list[tuple | None] = [None] * len(collectors)  # (type, where) of each one's last
@@ -48,13 +53,19 @@ class CollectorSupervisor:
             i = self.loops.index(ref)
             try:
                 ray.get(ref)
+                if self.restarting[i]:  # the restarted process answers: its loop again
+                    self._start_loop(i)
                 continue  # returned normally: it was asked to stop
             except ray.exceptions.ActorDiedError:
                 raise RunFailed(f"collector {i} died after {self.deaths[i]} restarts (a collector is restarted "
                                 f"{self.max_restarts} times)") from None
             except ray.exceptions.RayActorError:  # its process died; Ray is restarting it
-                self.deaths[i] += 1
-                what = "died"
+                if not self.restarting[i]:  # (a pid call that reached the dead process is not a death)
+                    self.deaths[i] += 1
+                    self.progress.message(f"collector {i} died; restarting it on its shard")
+                self.restarting[i] = True
+                self.loops[i] = self.collectors[i].pid.remote()
+                continue
             except ray.exceptions.RayError as err:
                 self.raised[i] += 1
                 signature = (error_line(err).split(":")[0], raised_at(err))
@@ -68,9 +79,13 @@ class CollectorSupervisor:
                                     traceback_text(err)) from None
                 what = f"stopped ({cause_line(err)})"
             self.progress.message(f"collector {i} {what}; restarting it on its shard")
-            collector = self.collectors[i]
-            self.learner.resend_weights.remote(i)
-            self.loops[i] = collector.run.remote()
+            self._start_loop(i)
+
+    def _start_loop(self, i: int) -> None:
+        """Collector i's loop again, with the learner's newest weights sent to it first."""
+        self.restarting[i] = False
+        self.learner.resend_weights.remote(i)
+        self.loops[i] = self.collectors[i].run.remote()
 
     def stop(self) -> None:
         """Ask every collector to end its loop after the chunk in progress."""

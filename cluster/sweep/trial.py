@@ -194,6 +194,9 @@ class TrialWatch(RunObserver):
             self.stopped = True
             raise StopAsked(self.stop_with or INTERRUPTED)
 
+    def before_finish(self, run) -> None:
+        self.stopped = True  # the run is ending already: a stop asked now changes nothing
+
     def checkpoint_now(self, run_thread: threading.Thread, timeout_s: float) -> Path | None:
         """Ask the run's driver loop for a checkpoint set and wait for it (called from Tune's thread);
         None when the run ends first (its final checkpoint is then the newest set)."""
