@@ -11,9 +11,9 @@ run at once. A collector's death past its restarts, or its loop's error past as 
 ends the run with one line naming the error and where the env's code raised it. Restarts of the
 process are counted by the shards (each counts the collector processes attached to it).
 
-After a death the loop is started again only once the collector answers (a `pid` call): a call
-sent at once can reach the dead process before Ray has noticed it died, and on a loaded machine
-that failed call once counted as one more death (a single kill read as four).
+After a death the loop is started again, and the restart said, only once the collector answers (a
+`pid` call): a call sent at once can reach the dead process before Ray has noticed it died, and on
+a loaded machine that failed call once counted as one more death (a single kill read as four).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class CollectorSupervisor:
             try:
                 ray.get(ref)
                 if self.restarting[i]:  # the restarted process answers: its loop again
+                    self.progress.message(f"collector {i} died; restarting it on its shard")
                     self._start_loop(i)
                 continue  # returned normally: it was asked to stop
             except ray.exceptions.ActorDiedError:
@@ -62,7 +63,6 @@ class CollectorSupervisor:
             except ray.exceptions.RayActorError:  # its process died; Ray is restarting it
                 if not self.restarting[i]:  # (a pid call that reached the dead process is not a death)
                     self.deaths[i] += 1
-                    self.progress.message(f"collector {i} died; restarting it on its shard")
                 self.restarting[i] = True
                 self.loops[i] = self.collectors[i].pid.remote()
                 continue
