@@ -23,7 +23,7 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     experiment = tmp_path / "exp"
     env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
-               "stop.eval_return=null", "stop.env_steps=4000", *SMALL_TRIALS, "--samples", "2", "--scheduler", "pbt",
+               "stop.eval_return=null", "stop.env_steps=8000", *SMALL_TRIALS, "--samples", "2", "--scheduler", "pbt",
                "--experiment-dir", str(experiment), "--report-every", "1", "--perturb-every", "2"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -48,7 +48,7 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     results = json.loads((experiment / "results.json").read_text())
     assert len(results["trials"]) == 2 and results["interrupted"] is None
     for row in results["trials"]:
-        assert row["ended"] == "env_steps" and row["env_steps"] >= 4000, row
+        assert row["ended"] == "env_steps" and row["env_steps"] >= 8000, row
         log = (Path(row["run_dir"]) / "progress.log").read_text()
         if interrupted[row["trial"]] == "interrupted":  # it went on from a checkpoint, not from nothing
             assert "replay restored from the checkpoint" in log.split("interrupted: writing a final checkpoint")[-1]
