@@ -141,8 +141,8 @@ class RaypexTrial(tune.Trainable):
         resume = load_latest(self.run_dir / "checkpoints")
         if resume is not None:  # launch reads the config a resumed run was started with
             atomic_write(self.run_dir / "config.yaml", config_to_yaml(self.run_config).encode())
-        reservation = Reservation(_current_group(), _current_group(), "PACK", learner_bundle=1, first_pair_bundle=2,
-                                  owned=False)
+        group = _current_group()
+        reservation = Reservation(group, group, "PACK", learner_bundle=1, first_pair_bundle=2, owned=False)
         runtime = RayRuntime(connected_device=self.device, reservation=reservation)
         log = open(self.run_dir / "progress.log", "a", buffering=1)  # noqa: SIM115 - the thread closes it
 
