@@ -93,6 +93,18 @@ def test_a_runs_rate_by_tenth_shows_a_fast_fill_apart_from_a_slowdown():
     assert run.first_tenth_rate == pytest.approx(2000.0) and run.last_tenth_rate == pytest.approx(1000.0)
 
 
+def test_warmup_counts_the_first_tenth_of_env_steps_even_when_the_first_report_comes_late():
+    from raypex.cluster.bench.ray_stages import RunRecord
+
+    # a loaded box: the driver's first report (0.7 s) says 0 steps, the next 5,000 at 1.2 s
+    timeline = [(0.7, 0), (1.2, 5_000), (5.0, 30_000)]
+    run = RunRecord(summary={}, train_wall_s=5.0, timeline=timeline, rss_full=None, rss_end={},
+                    bytes_per_transition=0.0, replay_ratio=1.0, fill_steps=1_000)
+    assert run.tenth_rates[0] == 0.0  # by time, the first half second shows nothing
+    assert run.first_tenth_rate == pytest.approx(3_000 / 1.0)  # 3,000 steps reached at 1.0 s
+    assert run.last_tenth_rate == pytest.approx(3_000 / (5.0 - (1.2 + 3.8 * 22_000 / 25_000)))
+
+
 def test_the_linearity_note_appears_only_where_replay_filling_is_a_fifth_of_T_or_more():
     from raypex.cluster.bench.report import linearity_note
 

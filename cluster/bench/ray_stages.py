@@ -60,15 +60,33 @@ class RunRecord:
         at = np.interp([start, end], times, steps)
         return float((at[1] - at[0]) / max(end - start, 1e-9))
 
+    def _seconds_at(self, steps: float) -> float:
+        """When the run's env-steps count first reached `steps`, interpolated between the reports
+        around it (collection starts at 0 steps at 0 s)."""
+        times = np.array([0.0] + [t for t, _ in self.timeline])
+        counts = np.array([0] + [n for _, n in self.timeline], dtype=np.float64)
+        after = int(np.argmax(counts >= steps))
+        if after == 0:
+            return 0.0
+        t0, t1, n0, n1 = times[after - 1], times[after], counts[after - 1], counts[after]
+        return float(t0 + (t1 - t0) * (steps - n0) / max(n1 - n0, 1e-9))
+
+    def _rate_over_steps(self, start_fraction: float, end_fraction: float) -> float:
+        total = self.timeline[-1][1] if self.timeline else 0
+        start, end = start_fraction * total, end_fraction * total
+        return float((end - start) / max(self._seconds_at(end) - self._seconds_at(start), 1e-9))
+
     @property
     def first_tenth_rate(self) -> float:
-        """Env steps/s over the first 10% of the collection time."""
-        return self._rate_between(0.0, 0.1 * self.train_wall_s)
+        """Env steps/s over the run's first 10% of env steps. Counted by env steps, not by time:
+        counts reach the driver in reports, and under load the first report can come after the
+        first tenth of the time has gone, which would read as no steps at all."""
+        return self._rate_over_steps(0.0, 0.1)
 
     @property
     def last_tenth_rate(self) -> float:
-        """Env steps/s over the last 10% of the collection time."""
-        return self._rate_between(0.9 * self.train_wall_s, self.train_wall_s)
+        """Env steps/s over the run's last 10% of env steps."""
+        return self._rate_over_steps(0.9, 1.0)
 
     @property
     def tenth_rates(self) -> list[float]:

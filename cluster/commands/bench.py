@@ -9,7 +9,7 @@ cluster, so ratios hold even when the machine's absolute speed drifts:
   learner_feed   learner fed by the replay beside it    vs the same loop fed from memory (samples/s)
   broadcast      ray.put -> last collector acting       vs one ray.put + ray.get
   e2e_*          a training run of the config           (report; replay ratio held vs asked)
-  warmup         first 10% of the run vs the last 10%
+  warmup         the first 10% of its env steps vs the last 10% (env steps/s)
   linearity      the run at 5T env steps vs at T
   memory         actors' resident memory at the end vs when replay was full
 
