@@ -34,7 +34,7 @@ from pathlib import Path
 from raypex.cluster.driver.observer import RunObserver
 
 SCALING_OVERRIDES = ["collectors.num_cpus=0.03", "learner.num_cpus=0.5", "env.num_envs=4",
-                     "stop.eval_return=null", "stop.env_steps=10000000000", "eval.every_epochs=1000000"]
+                     "stop.eval_return=null", "stop.env_steps=10000000000", "eval.every_env_steps=10000000000"]
 MEASURES = ("poll_ms", "broadcast_ms", "feed_ms_per_update", "gcs_server_mb", "raylet_mb", "driver_mb",
             "object_store_mib")
 

@@ -157,6 +157,7 @@ class EpochStats:
     beta: float | None = None  # prioritized replay's importance exponent now
     priority_updates_unsent: int | None = None  # transitions whose errors the learner did not send
     gpu_busy_fraction: float | None = None
+    writer_env_steps: int = 0  # the collectors' env steps up to each shard's newest stored chunk, summed
 
 
 class TrainingStopped(Exception):

@@ -72,7 +72,7 @@ class PressCtrlC(RunObserver):
 
 def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_path: Path):
     config = load_config(None, ["stop.eval_return=null", "replay.min_size=500", "checkpoint.every_epochs=1",
-                                "eval.every_epochs=1000", "eval.episodes=4"])
+                                "eval.every_env_steps=100000000", "eval.episodes=4"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     connect(None)
     try:

@@ -23,6 +23,7 @@ from raypex.cluster.driver.checkpoints import (
     read_replay,
     save_checkpoint,
 )
+from raypex.cluster.driver.evaluation import EvaluationScheduler, Taken
 from raypex.cluster.driver.metrics import RunMetrics
 from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
 from raypex.cluster.driver.placement import (
@@ -38,6 +39,7 @@ from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.reaper import cluster_processes, reap, still_running
 from raypex.cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
 from raypex.cluster.driver.startup import PHASES, StartupTimeline
+from raypex.cluster.local.runtime import LocalHandle, LocalRuntime
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
 from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
 
@@ -409,7 +411,8 @@ def test_the_reaper_finds_and_kills_descendants_that_lost_the_variable():
 
 def _evaluated(outcome: RunOutcome, *means: float) -> None:
     for version, mean in enumerate(means):
-        outcome.record_evaluation({"mean": mean, "version": version}, f"ref{version}", 100 * version)
+        outcome.record_evaluation({"mean": mean, "version": version}, f"ref{version}", 100 * version,
+                                  Taken(time.time(), 100 * version))
 
 
 def test_the_export_is_the_solving_version_else_the_best_evaluated_else_the_kept_policy():
@@ -556,3 +559,53 @@ def test_a_collectors_host_makes_auto_fp32_where_the_cpu_has_no_bf16_units(monke
     assert acting_precision.act_precision_for_this_cpu(on_gpu).act_precision == "auto"  # the GPU's to decide
     monkeypatch.setattr(acting_precision, "cpu_has_bf16_units", lambda: True)
     assert acting_precision.act_precision_for_this_cpu(settings).act_precision == "auto"  # timed by the collector
+
+
+class AnsweringEvaluator:
+    """An evaluator part that answers at once, naming the weights it was given."""
+
+    def evaluate(self, weights, give_up=None, record=False) -> dict:
+        return {"mean": 0.0, "min": 0.0, "version": weights, "complete": True}
+
+
+def test_evaluations_are_due_by_env_steps_or_by_time_and_never_twice_on_the_same_weights():
+    clock, newest = [100.0], [0]
+    scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(AnsweringEvaluator()), every_env_steps=1000,
+                                    every_s=None, give_up=None, newest_weights=lambda: newest[0],
+                                    clock=lambda: clock[0])
+
+    def poll(env_steps: int, publish: bool = True):
+        """An epoch (publishing weights) or not, then the count; what evaluation it started and ended."""
+        if publish:
+            newest[0] += 1
+            scheduler.on_epoch()
+        scheduler.on_env_steps(env_steps)
+        scheduler.maybe_start()
+        return scheduler.take()[1:] if scheduler.pending is not None else None
+
+    scheduler.on_env_steps(0)
+    assert poll(999) is None
+    assert poll(1000) == (2, Taken(100.0, 1000))
+    assert poll(1500) is None
+    assert poll(2600) == (4, Taken(100.0, 2600))  # the 2,000 mark passed: due at once
+    assert poll(3100, publish=False) is None  # due, but no weights since the last evaluation
+    assert poll(3150) == (5, Taken(100.0, 3150))  # the due one starts on the next weights
+    clock[0] += 10_000
+    assert poll(3200) is None  # no time trigger without every_s
+
+    timed = EvaluationScheduler(LocalRuntime(), LocalHandle(AnsweringEvaluator()), every_env_steps=1000,
+                                every_s=30.0, give_up=None, newest_weights=lambda: "w", clock=lambda: clock[0])
+    timed.on_env_steps(12_345)  # a resumed run: its first mark is 13,000
+    timed.on_epoch()
+    clock[0] += 29.0
+    timed.on_env_steps(12_400)
+    timed.maybe_start()
+    assert timed.pending is None
+    clock[0] += 1.0
+    timed.on_env_steps(12_450)  # 30 s since the last became due
+    timed.maybe_start()
+    assert timed.take()[2] == Taken(clock[0], 12_450)
+    timed.on_epoch()
+    timed.on_env_steps(13_000)
+    timed.maybe_start()
+    assert timed.take()[2].env_steps == 13_000

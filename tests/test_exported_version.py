@@ -33,7 +33,7 @@ class NewestWeights(RunObserver):
 def test_policy_pt2_holds_the_solving_else_the_best_evaluated_version(stop, tmp_path):
     ending = ["stop.eval_return=60", "stop.env_steps=60000"] if stop == "solved" else \
         ["stop.eval_return=null", "stop.env_steps=6000"]
-    config = load_config(None, ["seed=3", "eval.every_epochs=2", "eval.episodes=4", *ending])
+    config = load_config(None, ["seed=3", "eval.every_env_steps=800", "eval.episodes=4", *ending])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     newest = NewestWeights()
     run = TrainingRun(config, spec, tmp_path, LocalRuntime(), time.time(), ProgressLine(io.StringIO()),

@@ -26,7 +26,7 @@ from raypex.cluster.driver.ray_runtime import RayRuntime
 from raypex.cluster.driver.reaper import cluster_processes, still_running
 from raypex.cluster.driver.run_errors import describe_failure, error_line
 
-SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1", "eval.episodes=4",
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_env_steps=400", "eval.episodes=4",
          "checkpoint.every_epochs=5"]
 
 
@@ -218,12 +218,19 @@ def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
     """The test's steps, in this process joined to the kept-up cluster."""
     first = ray.get(evaluator.pid.remote())
     weights = ray.put("weights v1")
-    evaluations = EvaluationScheduler(RayRuntime(connected_device="cpu"), evaluator, every_epochs=1, give_up=None, newest_weights=lambda: weights)
+    evaluations = EvaluationScheduler(RayRuntime(connected_device="cpu"), evaluator, every_env_steps=100, every_s=None,
+                                      give_up=None, newest_weights=lambda: weights)
+
+    def an_epoch_and_a_mark(epoch: int) -> None:
+        evaluations.on_epoch()
+        evaluations.on_env_steps(100 * epoch)
+
+    evaluations.on_env_steps(0)
     os.kill(first, signal.SIGKILL)
-    evaluations.on_epoch(1)
+    an_epoch_and_a_mark(1)
     evaluations.maybe_start()  # sent to the dead process: lost
-    assert evaluations.take() == (None, weights) and evaluations.lost == 1
-    evaluations.on_epoch(2)
+    assert evaluations.take()[:2] == (None, weights) and evaluations.lost == 1
+    an_epoch_and_a_mark(2)
     evaluations.maybe_start()
     assert evaluations.pending is None  # not started while the evaluator restarts
     deadline = time.monotonic() + 60
@@ -231,10 +238,10 @@ def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
         assert time.monotonic() < deadline, "the due evaluation never started"
         time.sleep(0.05)  # the driver loop's pace; the loop ends on the scheduler's own state
         evaluations.maybe_start()
-    result, _ = evaluations.take()
+    result, _, _ = evaluations.take()
     assert result["weights"] == "weights v1" and result["pid"] != first and evaluations.lost == 1
     os.kill(result["pid"], signal.SIGKILL)
-    evaluations.on_epoch(3)
+    an_epoch_and_a_mark(3)
     evaluations.maybe_start()
     assert evaluations.take()[0] is None and evaluations.lost == 2
     final = evaluations.evaluate_now(weights)  # waits for the restart, then runs

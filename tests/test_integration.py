@@ -26,7 +26,7 @@ from raypex.cluster.driver.startup import PHASES
 from tests.kept_up_cluster import raypex_joined
 
 # A short run: learning starts early and every epoch evaluates and checkpoints often.
-SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_epochs=1",
+SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_env_steps=400",
          "eval.episodes=4", "checkpoint.every_epochs=5"]
 
 CPU_TAGS = {

@@ -23,7 +23,7 @@ TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 PIXEL_CATCH = ["env.id=pixel_env:PixelCatch-v0", "env.num_envs=4", "env.clip_rewards=true", "network.hidden=[64]",
                "learner.micro_batch=32", "learner.accumulation_steps=2", "learner.lr=1e-3", "replay.capacity=20000",
-               "replay.min_size=1000", "replay.samples_per_insert=4", "eval.episodes=8", "eval.every_epochs=4"]
+               "replay.min_size=1000", "replay.samples_per_insert=4", "eval.episodes=8"]
 
 
 def scalars(run_dir: Path) -> dict[str, list]:
@@ -47,7 +47,7 @@ def test_pixel_game_learns_through_frame_once_replay(tmp_path, monkeypatch, caps
     # 7 of 9 points over 8 greedy episodes (one ball missed in eight games); a random policy
     # scores about -6. Asking 8.0 (near perfect) took 61-66 s here against 40-46 s for 7.0, and
     # the policies 7.0 saved scored 7.5 over 16 fresh episodes and 7.86 over 100.
-    done = raypex_joined(["train", "--run-dir", str(run), *PIXEL_CATCH, "eval.every_epochs=2",
+    done = raypex_joined(["train", "--run-dir", str(run), *PIXEL_CATCH, "eval.every_env_steps=800",
                           "stop.env_steps=150000", "stop.eval_return=7.0"], joining_environment)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "as its working directory" not in done.stderr  # imported from PYTHONPATH, not shipped
@@ -83,7 +83,7 @@ def test_td3_learns_to_reach_from_pictures_on_a_ray_cluster(tmp_path, monkeypatc
     done = raypex_joined(["train", str(ROOT / "configs/pendulum.yaml"), "--run-dir", str(run), "env.id=pixel_env:PixelReach-v0",
                           "algo.name=td3", "network.hidden=[64]", "learner.micro_batch=64",
                           "replay.samples_per_insert=16", "replay.min_size=500", "eval.episodes=50",
-                          "eval.every_epochs=2", "stop.env_steps=40000", "stop.eval_return=-1.5"], joining_environment)
+                          "eval.every_env_steps=400", "stop.env_steps=40000", "stop.eval_return=-1.5"], joining_environment)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["time_to_solve_s"] is not None, summary

@@ -485,7 +485,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/pendulum.yaml algo.name=sac --run-dir runs/pendulum-sac": Run(check=sac_solved),
     "raypex eval runs/pendulum-sac --episodes 100": Run(check=sac_evaluated),
     "raypex train configs/halfcheetah.yaml": Run(
-        "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_epochs=2 eval.episodes=1",
+        "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1",
         "a short run: the 30-minute ones are in BENCHMARKS.md", check=td3_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
                                           check=refused_in_one_line),

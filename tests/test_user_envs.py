@@ -145,7 +145,7 @@ def test_eval_finds_the_runs_own_env_code_from_any_directory(env_id, in_dir, tmp
     (in_dir / "envs").mkdir()
     (in_dir / "envs" / "corridor.py").write_text(CORRIDOR)
     assert main(["train", "--local", "--run-dir", "runs/c", f"env.id={env_id}", "stop.env_steps=1500",
-                 "replay.min_size=300", "eval.episodes=4", "eval.every_epochs=5"]) == 0
+                 "replay.min_size=300", "eval.episodes=4", "eval.every_env_steps=2000"]) == 0
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     evaluated = subprocess.run([sys.executable, "-m", "raypex", "eval", str(in_dir / "runs" / "c"), "--episodes", "6",
                                 "--epsilon", "0.1", "--video", "first.png"], cwd=elsewhere, capture_output=True,

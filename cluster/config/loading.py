@@ -112,6 +112,8 @@ RETIRED_KEYS = {
     "learner.feed_threads": "replay lives in the learner's process now, so no thread fetches batches",
     "replay.num_cpus": "shards are no longer actors of their own (replay lives in the learner's process)",
     "learner.head_start": "the forked head start is gone; `raypex train --local` runs every part in one process",
+    "eval.every_epochs": "evaluations are due by env steps (eval.every_env_steps; an epoch's env steps change with "
+                         "the batch shape and the replay ratio) or by time (eval.every_s)",
 }
 
 

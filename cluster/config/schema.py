@@ -135,8 +135,13 @@ class EvalConfig(Section):
     epsilon: float = Field(
         0.0, ge=0.0, le=1.0, description="Random-action rate while evaluating (Atari's protocol uses 0.05)."
     )
-    every_epochs: int = Field(
-        2, ge=1, description="Epochs between evaluations of the newest weights (one runs at a time)."
+    every_env_steps: int = Field(
+        800, ge=1, description="Env steps between evaluations of the newest weights (one runs at a time, "
+        "only on weights published since the last one started)."
+    )
+    every_s: float | None = Field(
+        None, gt=0, description="Also evaluate once this many seconds have passed since the last evaluation "
+        "became due, so a run whose env steps crawl still draws its curve; null = by env steps only."
     )
     video_every: int = Field(
         20, ge=0, description="Every this many evaluations, the first episode of one that runs to the end is "

@@ -1,9 +1,12 @@
 """EvaluationScheduler: when the evaluator actor gets which weights.
 
-Every `eval.every_epochs` epochs an evaluation of the newest published weights becomes due; it
-starts as soon as none is running (one at a time, while the learner keeps training), on the
-Weights the learner returns by value when asked: that ref is the driver's own, it outlives the
-learner, and no ref travels inside a reply. With a give-up bound (eval.max_return known), an
+An evaluation of the newest published weights becomes due every `eval.every_env_steps` env steps,
+and, with `eval.every_s`, also once that many seconds have passed since the last one became due;
+it starts as soon as none is running (one at a time, while the learner keeps training) and the
+learner has published weights since the last one started (the same weights are never evaluated
+twice), on the Weights the learner returns by value when asked: that ref is the driver's own, it
+outlives the learner, and no ref travels inside a reply. Counting env steps, not epochs, keeps the
+curve's spacing the same whatever the batch shape or replay ratio. With a give-up bound (eval.max_return known), an
 evaluation may stop once stop.eval_return is out of reach, except every FULL_EVAL_EVERY-th, which
 runs to the end so eval/return_mean keeps a curve, and every `eval.video_every`-th, which runs to
 the end and records its first episode's pictures for the run's video.
@@ -16,28 +19,43 @@ evaluation started then would be lost too: on a busy 2-core box a restart takes 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 FULL_EVAL_EVERY = 5
 EVALUATOR_BACK_S = 60  # the run's final evaluation waits this long for a restarting evaluator
 
 
+class Taken(NamedTuple):
+    """When an evaluation took its weights: seconds on the driver's clock (time.time) and env steps."""
+
+    at_s: float
+    env_steps: int
+
+
 class EvaluationScheduler:
     """Starts evaluations on the evaluator actor and hands back their results with their weights."""
 
-    def __init__(self, runtime, evaluator, every_epochs: int, give_up: tuple[float, float] | None,
-                 newest_weights: Callable[[], object], video_every: int = 0):
+    def __init__(self, runtime, evaluator, every_env_steps: int, every_s: float | None,
+                 give_up: tuple[float, float] | None, newest_weights: Callable[[], object], video_every: int = 0,
+                 clock: Callable[[], float] = time.time):
         self.rt = runtime  # where the evaluator runs (cluster/driver/runtime.py)
         self.evaluator = evaluator
-        self.every_epochs = every_epochs
+        self.every_env_steps = every_env_steps
+        self.every_s = every_s  # None: by env steps only
         self.give_up = give_up  # None: every evaluation runs to the end
         self.newest_weights = newest_weights  # asks the learner for its newest Weights
         self.video_every = video_every  # every this many evaluations one is recorded (0: none)
-        self.published = False  # whether the learner now running has published weights
+        self.clock = clock
+        self.new_weights = False  # the learner published weights since the last evaluation started
         self.started = 0
         self.lost = 0  # evaluations lost to the evaluator's death
+        self.env_steps = 0  # the run's count at the newest poll
+        self._next_mark: int | None = None  # the env steps at which the next evaluation is due
+        self._due_at_s = clock()  # when the newest evaluation became due (or the scheduler started)
         self._due = False
-        self._in_flight: tuple | None = None  # (result ref, weights ref)
+        self._in_flight: tuple | None = None  # (result ref, weights ref, Taken)
         self._evaluator_back = None  # after a loss: a ref answered once the evaluator is up again
 
     @property
@@ -45,30 +63,42 @@ class EvaluationScheduler:
         """The running evaluation's result ref, or None."""
         return self._in_flight[0] if self._in_flight else None
 
-    def on_epoch(self, epoch: int) -> None:
-        """Note an epoch (it published weights); an evaluation is due every every_epochs."""
-        self.published = True
-        if epoch % self.every_epochs == 0:
-            self._due = True
+    def on_epoch(self) -> None:
+        """Note an epoch: the learner published weights."""
+        self.new_weights = True
+
+    def on_env_steps(self, env_steps: int) -> None:
+        """Note the run's env steps (each poll): an evaluation is due at every every_env_steps mark
+        passed, and every every_s seconds. The first mark is the first after the count the run
+        started from (a resumed run's too)."""
+        self.env_steps = env_steps
+        if self._next_mark is None:
+            self._next_mark = (env_steps // self.every_env_steps + 1) * self.every_env_steps
+        now = self.clock()
+        if env_steps >= self._next_mark or (self.every_s is not None and now - self._due_at_s >= self.every_s):
+            self._due, self._due_at_s = True, now
+            self._next_mark = (env_steps // self.every_env_steps + 1) * self.every_env_steps
 
     def maybe_start(self) -> None:
-        """Start the due evaluation on the newest weights, if none is running."""
-        if self._due and self._in_flight is None and self.published and self._evaluator_up(timeout_s=0):
+        """Start the due evaluation on the newest weights, if none is running and there are new ones."""
+        if self._due and self._in_flight is None and self.new_weights and self._evaluator_up(timeout_s=0):
             self._start(self.newest_weights())
-            self._due = False
+            self._due, self.new_weights = False, False
 
     def _start(self, weights_ref) -> None:
         record = self.video_every > 0 and self.started % self.video_every == 0
         give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None
         self.started += 1
-        self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up, record), weights_ref)
+        self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up, record), weights_ref,
+                           Taken(self.clock(), self.env_steps))
 
-    def take(self) -> tuple[dict | None, object]:
-        """(result, weights ref) of the finished evaluation (call once `pending` is ready); the
-        result is None when the evaluator died during it, or the learner before handing over its weights."""
-        result_ref, weights_ref = self._in_flight
+    def take(self) -> tuple[dict | None, object, Taken]:
+        """(result, weights ref, when it took them) of the finished evaluation (call once `pending`
+        is ready); the result is None when the evaluator died during it, or the learner before
+        handing over its weights."""
+        result_ref, weights_ref, taken = self._in_flight
         self._in_flight = None
-        return self._result(result_ref), weights_ref
+        return self._result(result_ref), weights_ref, taken
 
     def evaluate_now(self, weights_ref) -> dict | None:
         """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
@@ -100,4 +130,4 @@ class EvaluationScheduler:
 
     def forget_weights(self) -> None:
         """The learner died: wait for its replacement's first epoch before the next evaluation."""
-        self.published = False
+        self.new_weights = False

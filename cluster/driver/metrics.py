@@ -125,6 +125,8 @@ class RunMetrics:
     def epoch(self, m: EpochStats) -> dict[str, float]:
         """Scalars from one learner epoch's figures (the algorithm's losses as losses/<name>)."""
         self.learner_version = max(self.learner_version, m.version)
+        # what the shards stored so far: the env-step count between polls (evaluations are due by it)
+        self.env_steps = max(self.env_steps, self.env_steps_offset + m.writer_env_steps)
         self.startup.mark("first_update", m.first_update_at)
         self.last_loss = m.losses["td_loss"]
         samples = m.updates_in_epoch * m.samples_per_update

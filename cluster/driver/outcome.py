@@ -34,7 +34,9 @@ class RunOutcome:
         self.target = target  # stop.eval_return, or None: never solved
         self.clock_start = clock_start  # time_to_solve_s counts from here (the command's start)
         self.time_to_solve_s: float | None = None
-        self.env_steps_at_solve: int | None = None
+        self.env_steps_at_solve: int | None = None  # when the solve was seen
+        self.solve_weights_env_steps: int | None = None  # when the solving evaluation took its weights
+        self.solve_seen_after_s: float | None = None  # from taking them to the solve seen
         self.final_eval: float | None = None  # the newest complete evaluation's mean return
         self.solved: Evaluated | None = None  # the evaluation that reached the target
         self.best: Evaluated | None = None  # the best evaluation
@@ -47,14 +49,17 @@ class RunOutcome:
         if self.best is None or result["mean"] > self.best.mean:
             self.best = Evaluated(weights_ref, result["version"], result["mean"])
 
-    def record_evaluation(self, result: dict, weights_ref, env_steps: int) -> bool:
-        """Note a complete evaluation during the run (it finished now); True when it is the one
-        that solves it."""
+    def record_evaluation(self, result: dict, weights_ref, env_steps: int, taken) -> bool:
+        """Note a complete evaluation during the run (it finished now, at `env_steps`; it took its
+        weights at `taken`, evaluation.Taken); True when it is the one that solves it."""
         self.note_evaluation(result, weights_ref)
         if self.target is None or result["mean"] < self.target or self.time_to_solve_s is not None:
             return False
-        self.time_to_solve_s = time.time() - self.clock_start
+        now = time.time()
+        self.time_to_solve_s = now - self.clock_start
         self.env_steps_at_solve = env_steps
+        self.solve_weights_env_steps = taken.env_steps
+        self.solve_seen_after_s = now - taken.at_s
         self.solved = Evaluated(weights_ref, result["version"], result["mean"])
         self.ended = "solved"
         return True
@@ -81,6 +86,8 @@ class RunOutcome:
         return {
             "time_to_solve_s": None if self.time_to_solve_s is None else round(self.time_to_solve_s, 3),
             "env_steps_at_solve": self.env_steps_at_solve,
+            "solve_weights_env_steps": self.solve_weights_env_steps,
+            "solve_seen_after_s": None if self.solve_seen_after_s is None else round(self.solve_seen_after_s, 3),
             "final_eval_return": self.final_eval,
             "ended": self.ended,
             "policy_eval_return": None if self.policy is None else self.policy.eval_return,

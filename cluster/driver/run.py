@@ -2,7 +2,7 @@
 
 The driver is never on the data path. It keeps two `train_epoch` calls queued on the learner (so
 the learner never idles between epochs), hands the newest published weights to the evaluator
-every `eval.every_epochs` epochs (one evaluation at a time, while the learner keeps training),
+every `eval.every_env_steps` env steps (one evaluation at a time, while the learner keeps training),
 reads every actor's counters a few times a second, writes all TensorBoard scalars, restarts
 collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps`, on an
 evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
@@ -161,8 +161,8 @@ class TrainingRun:
         # estimated and checked before anything started (fit_run); said once the cluster took the run
         self.progress.message(replay_line(self.config, self.spec))
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
-        self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_epochs,
-                                               eval_give_up(self.config),
+        self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_env_steps,
+                                               self.config.eval.every_s, eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
         state = self.resume.learner_state if self.resume else None
@@ -254,8 +254,9 @@ class TrainingRun:
         if m.updates_in_epoch == 0:
             return  # cut before its first update: the run is stopping
         self.epochs_done = epoch
-        self.evaluations.on_epoch(epoch)
         self.tb.scalars(scalars := self.metrics.epoch(m), self.metrics.env_steps)
+        self.evaluations.on_epoch()
+        self.evaluations.on_env_steps(self.metrics.env_steps)
         for observer in self.observers:
             observer.after_epoch(self, epoch, scalars)
         if epoch % self.config.checkpoint.every_epochs == 0:
@@ -263,7 +264,7 @@ class TrainingRun:
 
     def on_evaluation(self) -> bool:
         """Record the evaluation that has just finished; True when it reached stop.eval_return."""
-        result, weights_ref = self.evaluations.take()
+        result, weights_ref, taken = self.evaluations.take()
         if result is None:
             self.progress.message("an evaluation was lost (the evaluator died, or the learner it took weights from); "
                                   "the next one runs as usual")
@@ -273,11 +274,12 @@ class TrainingRun:
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         if "video" in result:
             self._video(result)
-        if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps):
+        if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps, taken):
             return False
         self.progress.message(
             f"solved: eval return {result['mean']:.1f} >= {self.outcome.target:g} (weights version "
-            f"{result['version']}) after {self.outcome.time_to_solve_s:.1f}s and {self.metrics.env_steps} env steps")
+            f"{result['version']}, taken at {taken.env_steps} env steps) after {self.outcome.time_to_solve_s:.1f}s "
+            f"and {self.metrics.env_steps} env steps ({self.outcome.solve_seen_after_s:.1f}s after taking them)")
         return True
 
     def _video(self, result: dict) -> None:
@@ -301,6 +303,7 @@ class TrainingRun:
                 return False  # a collector or the learner is being restarted by Ray; read again next poll
             stats = [self.rt.get(refs[-1])]  # the shards alone (RunMetrics.poll counts each collector there)
         scalars = self.metrics.poll(stats[:-1], stats[-1])
+        self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
         replay, min_size = sum(m.shard_sizes), self.config.replay.min_size

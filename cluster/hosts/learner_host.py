@@ -148,6 +148,7 @@ class LearnerHost:
             stats.beta = self.replay.beta
             stats.priority_updates_unsent = self.learner.feedback.unsent
         stats.gpu_busy_fraction = gpu_busy_fraction(self.learner.device)
+        stats.writer_env_steps = sum(shard.writer_env_steps for shard in self.replay.shards)
         return stats
 
     def flush_priorities(self) -> int:

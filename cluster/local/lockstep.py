@@ -3,8 +3,8 @@
 The same Collector, ShardedReplay, limiter and Learner classes as `raypex train`, built
 from the same plan (cluster/plan/topology.py) by the local wiring, run one after another: the collectors insert until the limiter has no more
 room (in a real run they are faster than the learner and sit at that bound), the learner trains
-one epoch, its newest weights reach the collectors and, every `eval.every_epochs` epochs, the
-evaluator. No asynchrony, no CPU contention: the updates it takes to reach `stop.eval_return`
+one epoch, its newest weights reach the collectors and, once `eval.every_env_steps` more env steps
+were collected, the evaluator. No asynchrony, no CPU contention: the updates it takes to reach `stop.eval_return`
 say how much a config learns per update, over many seeds in little time, and comparing them with
 a real run shows what the distributed run costs in updates. It is a research tool, not a way to
 train (nothing is saved).
@@ -49,12 +49,14 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     start = time.perf_counter()
     learner.publish_weights()
     result = None
-    env_steps = 0
+    env_steps, every = 0, config.eval.every_env_steps
+    next_mark = every
     while learner.updates < max_updates and env_steps < config.stop.env_steps:
         fill_to_the_insert_bound()
         learner.train_epoch()
         env_steps = sum(c.env_steps for c in collectors)
-        if learner.epochs % config.eval.every_epochs == 0:
+        if env_steps >= next_mark:
+            next_mark = (env_steps // every + 1) * every
             result = evaluate(run.weights.latest_weights)
             if target is not None and result is not None and result >= target:
                 break

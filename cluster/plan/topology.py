@@ -13,7 +13,7 @@ by both wirings with the seam of replay/contracts.py it travels through:
   learner/replay_feed.py), no seam: nothing per batch crosses a process; new |TD errors| go back
   the same way.
 - the learner -> every collector: weights (PublishWeights -> PollWeights), one copy per version.
-- the driver -> the evaluator: which published weights to evaluate, every eval.every_epochs epochs.
+- the driver -> the evaluator: which published weights to evaluate, every eval.every_env_steps env steps (or eval.every_s).
 """
 
 from __future__ import annotations
