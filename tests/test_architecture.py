@@ -172,3 +172,17 @@ def test_pyproject_installs_one_package_holding_every_folder_and_the_configs():
                for room in PACKAGES for init in (ROOT / room).rglob("__init__.py")}
     assert set(setuptools["packages"]) == on_disk | {"raypex", "raypex.configs"}
     assert setuptools["package-data"]["raypex.configs"] == ["*.yaml"]
+
+
+def test_the_driver_and_an_mlp_runs_collectors_and_evaluator_never_import_torch():
+    """Only the learner's process pays torch's import (about 1.5 s of CPU here): the driver and,
+    for MLP envs, the collectors and the evaluator act and evaluate in numpy. A top-level import
+    of learner.weights in the learner's host once put torch on every run's path to Ray's start."""
+    import subprocess
+    import sys
+
+    modules = ["raypex.cluster.commands.train", "raypex.cluster.driver.ray_runtime", "raypex.cluster.driver.wiring",
+               "raypex.cluster.hosts.collector_actor", "raypex.cluster.hosts.evaluator_actor"]
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

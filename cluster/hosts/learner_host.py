@@ -22,7 +22,6 @@ from collections.abc import Callable
 from raypex.cluster.plan.topology import ReplayPlan
 from raypex.cluster.process_clock import process_start_time
 from raypex.learner.settings import LearnerSettings
-from raypex.learner.weights import export_arrays
 from raypex.replay.contracts import EpochStats
 from raypex.replay.digest import content_digest
 
@@ -124,7 +123,11 @@ class LearnerHost:
         self.warmed_up = True
         learner = self.learner
         # what a restored learner holds, comparable with its checkpoint's (a Tune exploit's donor)
-        restored = {"weights_sha256": content_digest(export_arrays(learner.step.policy))} if state is not None else {}
+        restored = {}
+        if state is not None:
+            from raypex.learner.weights import export_arrays  # torch: imported here, so the driver never does
+
+            restored["weights_sha256"] = content_digest(export_arrays(learner.step.policy))
         return {**restored, "device": str(learner.device), "precision": learner.step.precision.name,
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
                 "version": learner.version, "updates": learner.updates,
