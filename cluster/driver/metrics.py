@@ -30,6 +30,7 @@ class RunMetrics:
         self.learner_version = 0
         self.last_return: float | None = None
         self.last_eval: float | None = None
+        self.eval_cpu_s = 0.0  # the evaluator's CPU seconds over every evaluation that came back
         self.last_loss: float | None = None
         self.lag_samples: list[float] = []
         self.lag_max = 0
@@ -188,6 +189,7 @@ class RunMetrics:
             "replay_bytes_per_transition": self.replay_bytes_per_transition,
             **self.priority_updates,
             "startup_s": self.startup.seconds(),
+            "eval_cpu_s": round(self.eval_cpu_s, 3),
         }
 
 

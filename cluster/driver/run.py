@@ -269,6 +269,7 @@ class TrainingRun:
             self.progress.message("an evaluation was lost (the evaluator died, or the learner it took weights from); "
                                   "the next one runs as usual")
             return False
+        self.metrics.eval_cpu_s += result["cpu_s"]
         if not result["complete"]:
             return False  # gave up: the target was out of reach
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
@@ -428,6 +429,7 @@ class TrainingRun:
             final = learner.published_weights.remote()
             result = self.evaluations.evaluate_now(final)
             if result is not None:
+                self.metrics.eval_cpu_s += result["cpu_s"]
                 outcome.note_evaluation(result, final)
                 self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         choice = outcome.to_export()

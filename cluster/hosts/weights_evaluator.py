@@ -12,6 +12,7 @@ on the same cores. Networks on images are evaluated with torch.
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
@@ -80,11 +81,13 @@ class WeightsEvaluator:
         """
         if weights is None:
             return None
+        started = time.thread_time()
         returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record)
-        version = weights.version
+        version, cpu_s = weights.version, time.thread_time() - started  # what the evaluation cost its core
         if returns is None:
-            return {"version": version, "complete": False, "mean": None, "min": None}
-        result = {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min())}
+            return {"version": version, "complete": False, "mean": None, "min": None, "cpu_s": cpu_s}
+        result = {"version": version, "complete": True, "mean": float(returns.mean()), "min": float(returns.min()),
+                  "cpu_s": cpu_s}
         if record and self.evaluator.video is not None:
             result["video"] = self.evaluator.video
         return result
