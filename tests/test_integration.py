@@ -115,7 +115,8 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     assert restored, err
     assert sum(summary(run)["replay_inserted_per_shard"]) > int(restored.group(1)) > 0
     second = summary(run)
-    assert second["env_steps"] >= 8000 and second["epochs"] > first["epochs"]
+    # counters go on from the checkpoint it fell back to, not from where the first run ended
+    assert second["env_steps"] >= 8000 and second["epochs"] > last["epochs"]
     resumed_steps = [e.step for e in scalars(run)["losses/td_loss"]]
     assert max(resumed_steps) >= 8000 and min(s for s in resumed_steps if s > 4000) >= last["env_steps"]
     assert "stop:\n  env_steps: 8000" in (run / "config.yaml").read_text()
