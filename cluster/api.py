@@ -39,6 +39,7 @@ from raypex.cluster.config.loading import (
     config_origin,
     config_to_yaml,
     read_yaml,
+    saved_config_upgraded,
     validate,
 )
 from raypex.cluster.config.schema import RunConfig, config_warnings
@@ -102,7 +103,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     if not policy_path.is_file():
         raise UsageError(f"{run_dir}: no policy.pt2 (the run has not finished, or this is not a run directory)")
     try:
-        config = validate(read_yaml(run_dir / "config.yaml"))
+        config = validate(saved_config_upgraded(read_yaml(run_dir / "config.yaml")))
     except ConfigError as err:
         raise UsageError(str(err)) from None
     if epsilon is not None and not 0.0 <= epsilon <= 1.0:

@@ -10,7 +10,7 @@ import pytest
 
 from raypex.actors.envs import inspect_env
 from raypex.cluster.commands.cli import main
-from raypex.cluster.config.loading import apply_overrides, config_origin, load_config
+from raypex.cluster.config.loading import apply_overrides, config_origin, load_config, saved_config_upgraded, validate
 from raypex.cluster.config.schema import RunConfig, config_warnings
 from raypex.cluster.plan.env_fit import fit_to_env
 
@@ -378,3 +378,20 @@ def test_the_replays_size_is_said_in_one_line():
     config = load_config(None, ["collectors.num=2", "replay.capacity=1000", "learner.device=cpu"])
     line = replay_line(config, inspect_env("CartPole-v1", {}, 4))
     assert line == "replay: 2 shards x 1,000 transitions x 48 B = 96 KB, in the learner's process", line
+
+
+def test_an_older_runs_evaluation_period_in_epochs_becomes_the_env_steps_they_held(tmp_path, capsys):
+    """A run directory from before evaluations were due by env steps resumes and evaluates as it
+    did; a config written now with eval.every_epochs is told what replaced it."""
+    pendulum = {"learner": {"updates_per_epoch": 50, "micro_batch": 256}, "replay": {"samples_per_insert": 256},
+                "eval": {"every_epochs": 5, "episodes": 20}}
+    upgraded = saved_config_upgraded(pendulum)
+    assert upgraded["eval"] == {"every_env_steps": 250, "episodes": 20} and pendulum["eval"]["every_epochs"] == 5
+    assert validate(upgraded).eval.every_env_steps == 250
+    assert saved_config_upgraded({"eval": {"every_epochs": 2}})["eval"] == {"every_env_steps": 800}  # CartPole's defaults
+    unlimited = saved_config_upgraded({"replay": {"samples_per_insert": 0}, "eval": {"every_epochs": 2}})
+    assert unlimited["eval"] == {}  # no limiter: an epoch's env steps are unknown, the default period applies
+    code = main(["config", "show", "cartpole", "eval.every_epochs=2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("raypex: error: config key 'eval.every_epochs' was removed: evaluations "
+                                            "are due by env steps (eval.every_env_steps")

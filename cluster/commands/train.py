@@ -24,9 +24,9 @@ from raypex.cluster.config.loading import (
     ConfigOrigin,
     apply_overrides,
     config_origin,
-    drop_retired_keys,
     load_config,
     read_yaml,
+    saved_config_upgraded,
     validate,
 )
 from raypex.cluster.config.schema import RunConfig
@@ -55,7 +55,7 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]
                 raise UsageError(f"--resume {args.resume}: no such directory")
             if not saved_path.is_file():
                 raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
-            saved = drop_retired_keys(read_yaml(saved_path))
+            saved = saved_config_upgraded(read_yaml(saved_path))
             config = validate(apply_overrides(saved, overrides))
             return config, args.resume, check_resume(args.resume, validate(saved), config, warn), None
         config = load_config(config_path, overrides)

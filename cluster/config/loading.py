@@ -49,10 +49,24 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def drop_retired_keys(data: dict[str, Any]) -> dict[str, Any]:
-    """A saved config without the keys this raypex no longer has (RETIRED_KEYS: a resume of an
-    older run's directory)."""
+def saved_config_upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's saved config as this raypex reads it: the keys it no longer has
+    (RETIRED_KEYS) dropped, and an evaluation period in epochs turned into the env steps those
+    epochs held (updates x batch / samples per insert), so an older run resumes and evaluates as
+    it did."""
     result = _deep_copy(data)
+    evaluation = result.get("eval")
+    if isinstance(evaluation, dict) and "every_epochs" in evaluation and "every_env_steps" not in evaluation:
+        learner, replay = result.get("learner") or {}, result.get("replay") or {}
+        field = RunConfig.model_fields
+        default = {name: section.annotation.model_fields[key].default for name, section, key in (
+            ("updates", field["learner"], "updates_per_epoch"), ("batch", field["learner"], "micro_batch"),
+            ("accumulation", field["learner"], "accumulation_steps"), ("ratio", field["replay"], "samples_per_insert"))}
+        samples = learner.get("updates_per_epoch", default["updates"]) * learner.get("micro_batch", default["batch"]) \
+            * learner.get("accumulation_steps", default["accumulation"])
+        ratio = replay.get("samples_per_insert", default["ratio"])
+        if ratio:  # 0: no limiter, an epoch's env steps unknown: the default period
+            evaluation["every_env_steps"] = max(1, round(evaluation["every_epochs"] * samples / ratio))
     for dotted in RETIRED_KEYS:
         section, _, key = dotted.partition(".")
         if isinstance(result.get(section), dict):
