@@ -57,14 +57,11 @@ def saved_config_upgraded(data: dict[str, Any]) -> dict[str, Any]:
     result = _deep_copy(data)
     evaluation = result.get("eval")
     if isinstance(evaluation, dict) and "every_epochs" in evaluation and "every_env_steps" not in evaluation:
-        learner, replay = result.get("learner") or {}, result.get("replay") or {}
-        field = RunConfig.model_fields
-        default = {name: section.annotation.model_fields[key].default for name, section, key in (
-            ("updates", field["learner"], "updates_per_epoch"), ("batch", field["learner"], "micro_batch"),
-            ("accumulation", field["learner"], "accumulation_steps"), ("ratio", field["replay"], "samples_per_insert"))}
-        samples = learner.get("updates_per_epoch", default["updates"]) * learner.get("micro_batch", default["batch"]) \
-            * learner.get("accumulation_steps", default["accumulation"])
-        ratio = replay.get("samples_per_insert", default["ratio"])
+        learner, replay, default = result.get("learner") or {}, result.get("replay") or {}, RunConfig()
+        samples = learner.get("updates_per_epoch", default.learner.updates_per_epoch) \
+            * learner.get("micro_batch", default.learner.micro_batch) \
+            * learner.get("accumulation_steps", default.learner.accumulation_steps)
+        ratio = replay.get("samples_per_insert", default.replay.samples_per_insert)
         if ratio:  # 0: no limiter, an epoch's env steps unknown: the default period
             evaluation["every_env_steps"] = max(1, round(evaluation["every_epochs"] * samples / ratio))
     for dotted in RETIRED_KEYS:

@@ -27,6 +27,11 @@ FULL_EVAL_EVERY = 5
 EVALUATOR_BACK_S = 60  # the run's final evaluation waits this long for a restarting evaluator
 
 
+def mark_after(env_steps: int, every: int) -> int:
+    """The first multiple of `every` env steps above `env_steps`: when the next evaluation is due."""
+    return (env_steps // every + 1) * every
+
+
 class Taken(NamedTuple):
     """When an evaluation took its weights: seconds on the driver's clock (time.time) and env steps."""
 
@@ -73,11 +78,11 @@ class EvaluationScheduler:
         started from (a resumed run's too)."""
         self.env_steps = env_steps
         if self._next_mark is None:
-            self._next_mark = (env_steps // self.every_env_steps + 1) * self.every_env_steps
+            self._next_mark = mark_after(env_steps, self.every_env_steps)
         now = self.clock()
         if env_steps >= self._next_mark or (self.every_s is not None and now - self._due_at_s >= self.every_s):
             self._due, self._due_at_s = True, now
-            self._next_mark = (env_steps // self.every_env_steps + 1) * self.every_env_steps
+            self._next_mark = mark_after(env_steps, self.every_env_steps)
 
     def maybe_start(self) -> None:
         """Start the due evaluation on the newest weights, if none is running and there are new ones."""

@@ -24,6 +24,7 @@ from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect
 from raypex.cluster.config.loading import ConfigError, load_config
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.config.shipped import config_path
+from raypex.cluster.driver.evaluation import mark_after
 from raypex.cluster.local.wiring import build_local
 from raypex.cluster.plan.settings import eval_give_up
 from raypex.cluster.plan.topology import plan_run
@@ -50,13 +51,13 @@ def run_lockstep(config: RunConfig, spec: EnvSpec, max_updates: int) -> dict:
     learner.publish_weights()
     result = None
     env_steps, every = 0, config.eval.every_env_steps
-    next_mark = every
+    next_mark = mark_after(0, every)
     while learner.updates < max_updates and env_steps < config.stop.env_steps:
         fill_to_the_insert_bound()
         learner.train_epoch()
         env_steps = sum(c.env_steps for c in collectors)
         if env_steps >= next_mark:
-            next_mark = (env_steps // every + 1) * every
+            next_mark = mark_after(env_steps, every)
             result = evaluate(run.weights.latest_weights)
             if target is not None and result is not None and result >= target:
                 break
