@@ -395,3 +395,24 @@ def test_an_older_runs_evaluation_period_in_epochs_becomes_the_env_steps_they_he
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("raypex: error: config key 'eval.every_epochs' was removed: evaluations "
                                             "are due by env steps (eval.every_env_steps")
+
+
+def test_the_hard_target_period_is_counted_in_samples_and_an_older_runs_updates_become_samples(capsys):
+    """learner.target_update_every_samples holds when the batch shape changes (MinAtar's 1,000
+    updates of 128 are 62 of 512x4); a run directory that counted it in updates keeps its period."""
+    from raypex.cluster.plan.settings import target_update_every
+
+    minatar = load_config(Path("configs/minatar.yaml"), [])
+    assert target_update_every(minatar.learner) == 1000
+    large = load_config(Path("configs/minatar.yaml"), ["learner.micro_batch=512", "learner.accumulation_steps=4"])
+    assert target_update_every(large.learner) == 62
+    tiny = load_config(Path("configs/minatar.yaml"), ["learner.target_update_every_samples=1"])
+    assert target_update_every(tiny.learner) == 1  # at least every update
+    older = {"learner": {"micro_batch": 128, "accumulation_steps": 4, "target_update_every": 2500}}
+    upgraded = saved_config_upgraded(older)
+    assert upgraded["learner"] == {"micro_batch": 128, "accumulation_steps": 4, "target_update_every_samples": 1280000}
+    assert target_update_every(validate(upgraded).learner) == 2500
+    code = main(["config", "show", "minatar", "learner.target_update_every=500"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("raypex: error: config key 'learner.target_update_every' was removed: "
+                                            "the hard target period is counted in samples")

@@ -51,19 +51,21 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 def saved_config_upgraded(data: dict[str, Any]) -> dict[str, Any]:
     """A run directory's saved config as this raypex reads it: the keys it no longer has
-    (RETIRED_KEYS) dropped, and an evaluation period in epochs turned into the env steps those
-    epochs held (updates x batch / samples per insert), so an older run resumes and evaluates as
-    it did."""
+    (RETIRED_KEYS) dropped, an evaluation period in epochs turned into the env steps those epochs
+    held (updates x batch / samples per insert) and a target period in updates into the samples
+    they held, so an older run resumes and evaluates as it did."""
     result = _deep_copy(data)
+    learner, replay, default = result.get("learner") or {}, result.get("replay") or {}, RunConfig()
+    batch = learner.get("micro_batch", default.learner.micro_batch) \
+        * learner.get("accumulation_steps", default.learner.accumulation_steps)
     evaluation = result.get("eval")
     if isinstance(evaluation, dict) and "every_epochs" in evaluation and "every_env_steps" not in evaluation:
-        learner, replay, default = result.get("learner") or {}, result.get("replay") or {}, RunConfig()
-        samples = learner.get("updates_per_epoch", default.learner.updates_per_epoch) \
-            * learner.get("micro_batch", default.learner.micro_batch) \
-            * learner.get("accumulation_steps", default.learner.accumulation_steps)
+        samples = learner.get("updates_per_epoch", default.learner.updates_per_epoch) * batch
         ratio = replay.get("samples_per_insert", default.replay.samples_per_insert)
         if ratio:  # 0: no limiter, an epoch's env steps unknown: the default period
             evaluation["every_env_steps"] = max(1, round(evaluation["every_epochs"] * samples / ratio))
+    if "target_update_every" in learner and "target_update_every_samples" not in learner:
+        learner["target_update_every_samples"] = learner["target_update_every"] * batch
     for dotted in RETIRED_KEYS:
         section, _, key = dotted.partition(".")
         if isinstance(result.get(section), dict):
@@ -123,6 +125,9 @@ RETIRED_KEYS = {
     "learner.feed_threads": "replay lives in the learner's process now, so no thread fetches batches",
     "replay.num_cpus": "shards are no longer actors of their own (replay lives in the learner's process)",
     "learner.head_start": "the forked head start is gone; `raypex train --local` runs every part in one process",
+    "learner.target_update_every": "the hard target period is counted in samples "
+                                   "(learner.target_update_every_samples = updates x micro_batch x accumulation_steps), "
+                                   "so that it holds when the batch shape changes",
     "eval.every_epochs": "evaluations are due by env steps (eval.every_env_steps; an epoch's env steps change with "
                          "the batch shape and the replay ratio) or by time (eval.every_s)",
 }

@@ -114,7 +114,10 @@ class LearnerConfig(Section):
     micro_batch: int = Field(256, ge=1, description="Transitions per micro-batch (drawn across all shards).")
     accumulation_steps: int = Field(1, ge=1, description="Micro-batches accumulated per update.")
     target_update: Literal["hard", "polyak"] = Field("polyak", description="Target network update rule.")
-    target_update_every: int = Field(50, ge=1, description="Updates between hard target copies.")
+    target_update_every_samples: int = Field(
+        12800, ge=1, description="Samples trained between hard target copies (updates x micro_batch x "
+        "accumulation_steps), counted in samples so that the period holds when the batch shape changes; the learner "
+        "copies every round(this / batch) updates, at least every update.")
     target_tau: float = Field(0.02, gt=0.0, le=1.0, description="Polyak rate per update.")
     updates_per_epoch: int = Field(25, ge=1, description="Optimizer steps in one epoch.")
     broadcast_every_epochs: int = Field(1, ge=1, description="Epochs between weight broadcasts.")

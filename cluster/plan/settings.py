@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from raypex.actors.envs import EnvSpec, known_max_return
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
-from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.config.schema import LearnerConfig, RunConfig
 from raypex.learner.settings import LearnerSettings
 from raypex.replay.priorities import BetaSchedule, PrioritySettings
 from raypex.replay.rate_limit import SamplesPerInsertLimiter
@@ -60,7 +60,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
         max_grad_norm=lc.max_grad_norm, micro_batch=lc.micro_batch,
         accumulation_steps=lc.accumulation_steps, target_update=lc.target_update,
-        target_update_every=lc.target_update_every, target_tau=lc.target_tau,
+        target_update_every=target_update_every(lc), target_tau=lc.target_tau,
         updates_per_epoch=lc.updates_per_epoch, broadcast_every_epochs=lc.broadcast_every_epochs,
         precision=lc.precision, compile=None if lc.compile == "auto" else lc.compile, seed=config.seed, cuda_graphs=lc.cuda_graphs,
         prioritized=config.replay.prioritized,
@@ -70,6 +70,11 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         init_temperature=config.algo.init_temperature, obs_norm=config.network.obs_norm,
         critic_norm=config.network.critic_norm,
     )
+
+
+def target_update_every(lc: LearnerConfig) -> int:
+    """Updates between hard target copies: learner.target_update_every_samples in whole updates."""
+    return max(1, round(lc.target_update_every_samples / (lc.micro_batch * lc.accumulation_steps)))
 
 
 def policy_delay(config: RunConfig) -> int:
