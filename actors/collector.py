@@ -46,7 +46,7 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype)
+    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
     return ActingPolicy(network, s.act_precision, example_obs, s.act_fusion, s.act_device)
 
 

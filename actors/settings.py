@@ -41,6 +41,7 @@ class CollectorSettings:
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()
     action_noise: float = 0.0  # td3: this collector's Gaussian noise, a fraction of each action's half-range
+    layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
 
     @property
     def action_dim(self) -> int:
@@ -66,3 +67,4 @@ class EvaluatorSettings:
     epsilon: float  # random-action rate while evaluating (Atari's protocol: 0.05)
     action_low: tuple[float, ...] = ()  # Box actions' bounds: the weights are a td3/sac actor
     action_high: tuple[float, ...] = ()
+    layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)

@@ -58,7 +58,7 @@ class DQNStep:
         # costs start-up everywhere else it was measured.
         self.compiled = settings.compile if settings.compile is not None else (settings.captures(device.type) and pixels)
         self.online = build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
-                                      settings.obs_dtype).to(device)
+                                      settings.obs_dtype, settings.critic_norm == "layer_norm").to(device)
         if isinstance(self.online, NatureCNNQNetwork):
             self.online.use_channels_last(settings.channels_last and cuda)
         self.target = copy.deepcopy(self.online).requires_grad_(False)

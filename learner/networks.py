@@ -19,9 +19,11 @@ from torch import nn
 
 
 class MLPQNetwork(nn.Module):
-    """Maps a float32 batch of flat observations [B, obs_dim] to Q-values [B, num_actions]."""
+    """Maps a float32 batch of flat observations [B, obs_dim] to Q-values [B, num_actions].
+    With `layer_norm`, each hidden layer's output is layer-normalized before its ReLU (PQN's
+    Q-network; network.critic_norm layer_norm)."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], dueling: bool):
+    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], dueling: bool, layer_norm: bool = False):
         super().__init__()
         layers: list[nn.Module] = []
         width = obs_dim
@@ -29,6 +31,7 @@ class MLPQNetwork(nn.Module):
             layers += [nn.Linear(width, size), nn.ReLU()]
             width = size
         self.torso = nn.Sequential(*layers)
+        self.norms = nn.ModuleList(nn.LayerNorm(size) for size in hidden) if layer_norm else None
         self.dueling = dueling
         self.advantage = nn.Linear(width, num_actions)
         self.value = nn.Linear(width, 1) if dueling else None
@@ -38,8 +41,12 @@ class MLPQNetwork(nn.Module):
         # F.linear on the layers' own parameters instead of calling each nn.Module: for a network
         # this small the per-module call overhead is a large share of the learner's update time.
         features = obs.to(self.advantage.weight.dtype)  # float32, or an acting copy's bf16
-        for layer in self._hidden_layers:
-            features = F.relu(F.linear(features, layer.weight, layer.bias))
+        for i, layer in enumerate(self._hidden_layers):
+            features = F.linear(features, layer.weight, layer.bias)
+            if self.norms is not None:
+                norm = self.norms[i]
+                features = F.layer_norm(features, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+            features = F.relu(features)
         advantage = F.linear(features, self.advantage.weight, self.advantage.bias)
         if self.value is None:
             return advantage
@@ -53,12 +60,12 @@ class NatureCNNQNetwork(nn.Module):
     in the same range) to Q-values [B, num_actions]."""
 
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool,
-                 input_scale: float = 1.0 / 255.0):
+                 input_scale: float = 1.0 / 255.0, layer_norm: bool = False):
         super().__init__()
         self.input_scale = input_scale
         self.convs = nature_convs(obs_shape[0])
         width = conv_output_width(self.convs, obs_shape)
-        self.head = MLPQNetwork(width, num_actions, hidden, dueling)
+        self.head = MLPQNetwork(width, num_actions, hidden, dueling, layer_norm)
         self.channels_last = False
 
     def use_channels_last(self, enabled: bool) -> NatureCNNQNetwork:
@@ -79,11 +86,11 @@ class SmallCNNQNetwork(nn.Module):
     maps [B, C, H, W] to Q-values [B, num_actions]."""
 
     def __init__(self, obs_shape: tuple[int, int, int], num_actions: int, hidden: list[int], dueling: bool,
-                 input_scale: float = 1.0 / 255.0):
+                 input_scale: float = 1.0 / 255.0, layer_norm: bool = False):
         super().__init__()
         self.input_scale = input_scale
         self.convs = small_convs(obs_shape[0])
-        self.head = MLPQNetwork(conv_output_width(self.convs, obs_shape), num_actions, hidden, dueling)
+        self.head = MLPQNetwork(conv_output_width(self.convs, obs_shape), num_actions, hidden, dueling, layer_norm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale)))
@@ -132,17 +139,18 @@ SMALL_CNN_MIN_SIDE = 3  # its 3x3 convolution; actors/envs.py refuses smaller im
 
 
 def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                    obs_dtype: str = "uint8") -> nn.Module:
+                    obs_dtype: str = "uint8", layer_norm: bool = False) -> nn.Module:
     """The Q-network for an observation shape: MLP for flat vectors; for images [C, H, W] the
-    Nature CNN from 36x36 up, the small CNN below. uint8 images are scaled by 1/255 inside."""
+    Nature CNN from 36x36 up, the small CNN below. uint8 images are scaled by 1/255 inside.
+    `layer_norm`: LayerNorm before the ReLU of each fully connected hidden layer."""
     if len(obs_shape) == 1:
-        return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling)
+        return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling, layer_norm)
     if len(obs_shape) == 3:
         scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
         if min(obs_shape[1:]) >= NATURE_CNN_MIN_SIDE:
-            return NatureCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale)
+            return NatureCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale, layer_norm)
         if min(obs_shape[1:]) >= SMALL_CNN_MIN_SIDE:
-            return SmallCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale)
+            return SmallCNNQNetwork(obs_shape, num_actions, hidden, dueling, scale, layer_norm)
         raise ValueError(f"no CNN for images of {obs_shape[1]}x{obs_shape[2]}: at least "
                          f"{SMALL_CNN_MIN_SIDE}x{SMALL_CNN_MIN_SIDE}")
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")

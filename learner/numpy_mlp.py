@@ -16,6 +16,7 @@ import numpy as np
 # clipped to +-NORM_CLIP; here so that this torch-free module and the torch one apply the same
 NORM_EPS = 1e-8
 NORM_CLIP = 10.0
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which learner/networks.py uses
 
 
 def linear_layer(arrays: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -30,11 +31,26 @@ def torso_layers(arrays: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.nda
     return [linear_layer(arrays, name) for name in names]
 
 
-def torso_forward(layers: list[tuple[np.ndarray, np.ndarray]], obs: np.ndarray) -> np.ndarray:
-    """ReLU(x @ W + b) through every torso layer, in float32."""
+def layer_norms(arrays: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The (scale, shift) of each hidden layer's LayerNorm (`norms.N`), or None without them."""
+    if "norms.0.weight" not in arrays:
+        return None
+    count = len({name for name in arrays if name.startswith("norms.")}) // 2
+    return [(arrays[f"norms.{i}.weight"], arrays[f"norms.{i}.bias"]) for i in range(count)]
+
+
+def torso_forward(layers: list[tuple[np.ndarray, np.ndarray]], obs: np.ndarray,
+                  norms: list[tuple[np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
+    """ReLU(x @ W + b) through every torso layer, in float32, each pre-activation layer-normalized
+    first when `norms` are given (torch's LayerNorm: biased variance, eps LAYER_NORM_EPS)."""
     features = np.asarray(obs, np.float32)
-    for weight, bias in layers:
-        features = np.maximum(features @ weight + bias, 0.0)
+    for i, (weight, bias) in enumerate(layers):
+        features = features @ weight + bias
+        if norms is not None:
+            mean = features.mean(axis=-1, keepdims=True)
+            var = features.var(axis=-1, keepdims=True)
+            features = (features - mean) / np.sqrt(var + LAYER_NORM_EPS) * norms[i][0] + norms[i][1]
+        features = np.maximum(features, 0.0)
     return features
 
 
@@ -43,12 +59,13 @@ class NumpyMLPQ:
 
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.hidden = torso_layers(arrays)
+        self.norms = layer_norms(arrays)
         self.advantage = linear_layer(arrays, "advantage")
         self.value = linear_layer(arrays, "value") if "value.weight" in arrays else None
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """[B, obs_dim] observations -> [B, num_actions] float32 Q-values."""
-        features = torso_forward(self.hidden, obs)
+        features = torso_forward(self.hidden, obs, self.norms)
         advantage = features @ self.advantage[0] + self.advantage[1]
         if self.value is None:
             return advantage

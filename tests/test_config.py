@@ -416,3 +416,14 @@ def test_the_hard_target_period_is_counted_in_samples_and_an_older_runs_updates_
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith("raypex: error: config key 'learner.target_update_every' was removed: "
                                             "the hard target period is counted in samples")
+
+
+@pytest.mark.parametrize(("algo", "norm", "allowed"), [("dqn", "batch_renorm", "none or layer_norm"),
+                                                       ("td3", "layer_norm", "none or batch_renorm"),
+                                                       ("sac", "layer_norm", "none or batch_renorm")])
+def test_each_algorithm_is_told_which_critic_norms_it_has(algo, norm, allowed, capsys):
+    env = "Pendulum-v1" if algo != "dqn" else "CartPole-v1"
+    code = main(["config", "show", "cartpole", f"algo.name={algo}", f"env.id={env}", f"network.critic_norm={norm}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1] == (f"raypex: error: config error: network.critic_norm {norm} is not for algo.name "
+                                     f"{algo}; use {allowed}"), err

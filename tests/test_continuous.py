@@ -224,7 +224,7 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
     (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
     (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn"),
     (["network.obs_norm=true"], "network.obs_norm is for algo.name td3 and sac"),
-    (["network.critic_norm=batch_renorm"], "network.critic_norm is for algo.name td3 and sac"),
+    (["network.critic_norm=batch_renorm"], "network.critic_norm batch_renorm is not for algo.name dqn"),
 ])
 def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
     with pytest.raises(ConfigError, match=says):

@@ -155,6 +155,26 @@ def test_epoch_updates_publishes_and_syncs_target():
     assert np.isfinite(metrics.losses["td_loss"]) and metrics.samples_per_update == 32
 
 
+def test_a_layer_normalized_q_network_trains_its_norms_and_publishes_them_to_the_collectors_network():
+    """network.critic_norm layer_norm: the learner's Q-network trains the LayerNorms' scales and
+    shifts, and the weights it publishes load into the network a collector builds from its settings."""
+    from raypex.learner.networks import build_q_network
+    from raypex.learner.weights import load_arrays
+
+    learner, published = make_learner(critic_norm="layer_norm", updates_per_epoch=5)
+    norms = [name for name in learner.step.online.state_dict() if name.startswith("head.norms.") or
+             name.startswith("norms.")]
+    assert len(norms) == 4  # scale and shift of each of the two hidden layers
+    before = {name: learner.step.online.state_dict()[name].clone() for name in norms}
+    learner.train_epoch()
+    assert all(not torch.equal(before[name], learner.step.online.state_dict()[name]) for name in norms)
+    acting = build_q_network((4,), 3, [32, 32], True, "float32", layer_norm=True)
+    load_arrays(acting, published[-1].arrays)
+    obs = torch.randn(64, 4)
+    with torch.inference_mode():
+        torch.testing.assert_close(acting(obs), learner.step.online(obs))
+
+
 def test_polyak_moves_the_target_tau_of_the_way_to_the_updated_online_network():
     learner, _ = make_learner(target_update="polyak", target_tau=0.25, updates_per_epoch=1)
     with torch.no_grad():  # a target apart from the online network, so the mix is visible
@@ -280,17 +300,19 @@ def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
 
 @pytest.mark.parametrize("hidden", [[64, 64], [32], []])
 @pytest.mark.parametrize("dueling", [True, False])
-def test_numpy_evaluation_twin_matches_the_torch_mlp(hidden, dueling):
-    """The evaluator runs MLPs in numpy; it must give the torch network's Q-values and actions."""
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_numpy_evaluation_twin_matches_the_torch_mlp(hidden, dueling, layer_norm):
+    """The evaluator runs MLPs in numpy; it must give the torch network's Q-values and actions,
+    layer-normalized hidden layers (network.critic_norm layer_norm) included."""
     from raypex.learner.networks import build_q_network
     from raypex.learner.numpy_mlp import NumpyMLPQ
     from raypex.learner.weights import export_arrays
 
     torch.manual_seed(3)
-    network = build_q_network((4,), 3, hidden, dueling)
-    with torch.no_grad():  # trained-looking weights, not the init's small ones
+    network = build_q_network((4,), 3, hidden, dueling, "float32", layer_norm)
+    with torch.no_grad():  # trained-looking weights, not the init's small ones (LayerNorm's start at 1 and 0)
         for parameter in network.parameters():
-            parameter.mul_(3.0)
+            parameter.mul_(3.0).add_(torch.randn_like(parameter) * 0.5)
     twin = NumpyMLPQ(export_arrays(network))
     obs = np.random.default_rng(4).normal(size=(256, 4)).astype(np.float32)
     with torch.inference_mode():

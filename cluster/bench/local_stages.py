@@ -61,7 +61,7 @@ def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
         return export_arrays(ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, s.algo == "sac", s.obs_dtype))
     from raypex.learner.networks import build_q_network
 
-    return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype))
+    return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm))
 
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:

@@ -85,9 +85,11 @@ class NetworkConfig(Section):
     obs_norm: bool = Field(False, description="td3/sac on flat observations: normalize each dimension by its "
                            "running mean and std over the batches the learner trains on; the statistics live in the "
                            "networks, so collectors, evaluations and policy.pt2 apply them.")
-    critic_norm: Literal["none", "batch_renorm"] = Field(
-        "none", description="td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): batch renormalization "
-        "of their input and hidden layers and no target critics, (s, a) and (s', a') going through them as one batch.")
+    critic_norm: Literal["none", "layer_norm", "batch_renorm"] = Field(
+        "none", description="Normalization in the value networks. dqn: layer_norm puts a LayerNorm before each hidden "
+        "layer's ReLU in the Q-network (as PQN does). td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): "
+        "batch renormalization of their input and hidden layers and no target critics, (s, a) and (s', a') going "
+        "through them as one batch.")
 
     @model_validator(mode="after")
     def _positive_layers(self) -> NetworkConfig:
@@ -272,8 +274,10 @@ class RunConfig(Section):
                              "use collectors.act_device auto or cpu, or learner.device auto or cuda")
         if self.network.obs_norm and not continuous:
             raise ValueError("network.obs_norm is for algo.name td3 and sac")
-        if self.network.critic_norm != "none" and not continuous:
-            raise ValueError("network.critic_norm is for algo.name td3 and sac")
+        allowed = ("none", "batch_renorm") if continuous else ("none", "layer_norm")
+        if self.network.critic_norm not in allowed:
+            raise ValueError(f"network.critic_norm {self.network.critic_norm} is not for algo.name {self.algo.name}; "
+                             f"use {' or '.join(allowed)}")
         if continuous and self.replay.prioritized and self.replay.initial_priority == "td":
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")

@@ -20,7 +20,8 @@ from raypex.cluster.driver.outcome import PolicyFile
 
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
 # into anything else, so a resume may not change them.
-SHAPE_KEYS = ("env.id", "env.kwargs", "env.frame_stack", "network.hidden", "network.dueling")
+SHAPE_KEYS = ("env.id", "env.kwargs", "env.frame_stack", "network.hidden", "network.dueling",
+              "network.critic_norm")
 
 
 def check_writable(run_dir: Path, option: str) -> None:

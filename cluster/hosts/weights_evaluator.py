@@ -38,7 +38,7 @@ class WeightsEvaluator:
             if self.action_scale is None:
                 from raypex.learner.networks import build_q_network
 
-                self.torch_network = build_q_network(obs_shape, s.num_actions, s.hidden, s.dueling, obs_dtype).eval()
+                self.torch_network = build_q_network(obs_shape, s.num_actions, s.hidden, s.dueling, obs_dtype, s.layer_norm).eval()
         self.evaluator = Evaluator(s.env_id, s.env_kwargs, s.episodes, s.seed, s.frame_stack, s.epsilon, s.stacked)
 
     def _policy(self, arrays: dict[str, np.ndarray]):

@@ -31,6 +31,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
         algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
         action_noise=collector_noise(config, index) if config.algo.name == "td3" else 0.0,
+        layer_norm=config.network.critic_norm == "layer_norm",
     )
 
 
@@ -108,7 +109,7 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
     return EvaluatorSettings(config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
                              spec.obs_dtype, spec.num_actions, config.network.hidden, config.network.dueling,
                              config.env.frame_stack, spec.frame_stack > 0, config.eval.epsilon,
-                             spec.action_low, spec.action_high)
+                             spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm")
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:
