@@ -109,7 +109,7 @@ BAD_TRAIN_ARGS = [
     (["collectors.num_gpus=0"], "collectors.num_gpus: must be auto or a share of one GPU from 0.0001 to 1"),
     (["collectors.act_device=cuda", "collectors.act_fusion=on"], "act_fusion on is oneDNN's, for CPUs"),
     (["collectors.act_device=cuda", "learner.device=cpu"], "collectors.act_device cuda shares the learner's GPU"),
-    (["configs/pendulum.yaml", "collectors.act_device=cuda"], "collectors.act_device cuda is for dqn; algo.name td3"),
+    (["configs/pendulum.yaml", "collectors.act_device=cuda"], "collectors.act_device cuda is for dqn; algo.name sac"),
 ]
 
 

@@ -482,9 +482,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     'collectors.num_cpus=1 learner.num_cpus=4"': Elsewhere(
         LAUNCHER, "check_fits", "needs an AWS account; that its nodes hold this command is checked"),
     "raypex train configs/cartpole.yaml replay.prioritized=true": Run(check=prioritized_solved),
-    "raypex train configs/pendulum.yaml algo.name=sac --run-dir runs/pendulum-sac": Run(check=sac_solved),
-    "raypex eval runs/pendulum-sac --episodes 100": Run(check=sac_evaluated),
-    "raypex train configs/halfcheetah.yaml": Run(
+    "raypex train configs/pendulum.yaml --run-dir runs/pendulum": Run(check=sac_solved),
+    "raypex eval runs/pendulum --episodes 100": Run(check=sac_evaluated),
+    "raypex train configs/halfcheetah.yaml algo.name=td3": Run(
         "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1",
         "a short run: the 30-minute ones are in BENCHMARKS.md", check=td3_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
