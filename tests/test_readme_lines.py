@@ -220,6 +220,18 @@ def pong_trained_on_a_small_box(ran: Ran) -> None:
     assert 0 < min(tags["replay/is_weight_min"]) <= 1
 
 
+def minatar_large_batch_trained(ran: Ran) -> None:
+    """The large-batch MinAtar line: collectors act and the evaluator evaluates with the
+    layer-normalized Q-network the learner trains, and policy.pt2 holds its LayerNorms."""
+    import torch
+
+    run = the_run(ran)
+    result = summary(run)
+    assert result["env_id"] == "MinAtar/Breakout-v1" and result["ended"] == "env_steps" and result["epochs"] > 0
+    assert result["final_eval_return"] is not None and result["collector_restarts"] == 0, result
+    assert "layer_norm" in str(torch.export.load(str(run / "policy.pt2")).graph)
+
+
 def minatar_trained(ran: Ran) -> None:
     """MinAtar's boolean images stored as bytes, and a policy.pt2 that takes the converted
     observations one at a time or as a batch."""
@@ -499,6 +511,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                                              check=minatar_trained),
     "raypex train configs/minatar.yaml env.id=MinAtar/Asterix-v1": Run(
         SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
+    "raypex train configs/minatar.yaml learner.micro_batch=512 learner.accumulation_steps=4 learner.lr=1e-3": Run(
+        SHORTER, HOURS, check=minatar_large_batch_trained),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
     "python -m benchmarks.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --copy": Run(
