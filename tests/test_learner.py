@@ -162,8 +162,7 @@ def test_a_layer_normalized_q_network_trains_its_norms_and_publishes_them_to_the
     from raypex.learner.weights import load_arrays
 
     learner, published = make_learner(critic_norm="layer_norm", updates_per_epoch=5)
-    norms = [name for name in learner.step.online.state_dict() if name.startswith("head.norms.") or
-             name.startswith("norms.")]
+    norms = [name for name in learner.step.online.state_dict() if name.startswith("norms.")]
     assert len(norms) == 4  # scale and shift of each of the two hidden layers
     before = {name: learner.step.online.state_dict()[name].clone() for name in norms}
     learner.train_epoch()
