@@ -85,15 +85,16 @@ def relative_gap(captured: Learner, eager: Learner, initial: list[torch.Tensor])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("pixels", [False, True, "frames"], ids=["mlp", "cnn", "frames"])
 @pytest.mark.parametrize("target_update", ["polyak", "hard"])
-def test_captured_updates_give_the_eager_parameters(precision, pixels, target_update):
+@pytest.mark.parametrize("critic_norm", ["none", "layer_norm"])
+def test_captured_updates_give_the_eager_parameters(precision, pixels, target_update, critic_norm):
     captured, eager = learner_pair(pixels, precision=precision, accumulation_steps=2, updates_per_epoch=5,
                                    target_update=target_update, target_update_every=3, lr=1e-3,
-                                   adam_eps=1e-3)  # Adam with a tiny eps turns rounding in ~0 grads into whole steps
+                                   adam_eps=1e-3, critic_norm=critic_norm)  # Adam with a tiny eps turns rounding in ~0 grads into whole steps
     assert captured.captured and not eager.captured
     initial = [p.detach().clone() for p in eager.step.online.parameters()]
     for _ in range(2):
         m_captured, m_eager = captured.train_epoch(), eager.train_epoch()
-        assert m_captured["td_loss"] == pytest.approx(m_eager["td_loss"], rel=2e-2)
+        assert m_captured.losses["td_loss"] == pytest.approx(m_eager.losses["td_loss"], rel=2e-2)
     tolerance = 1e-3 if precision == "fp32" else 2e-2
     assert relative_gap(captured, eager, initial) < tolerance
     for a, b in zip(captured.step.target.parameters(), eager.step.target.parameters()):
@@ -191,14 +192,17 @@ def test_a_captured_prioritized_update_gives_the_replay_the_eager_errors():
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("images", [False, True], ids=["flat", "images"])
-def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision, images):
+@pytest.mark.parametrize("critic_norm", ["none", "batch_renorm"])
+def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision, images, critic_norm):
     """Both graphs of a TD3 update (with and without the actor's step) and SAC's one, against
     eager updates from the same weights, draws and noise; on flat observations and on uint8
-    pictures (the image encoders inside the graphs)."""
+    pictures (the image encoders inside the graphs); with CrossQ's batch-renormalized critics too
+    (their running statistics are buffers the graph updates in place)."""
     from tests.test_continuous import continuous_learner
 
     pair = [continuous_learner(algo, CUDA, DeviceColumns(CUDA), images, cuda_graphs=graphs, precision=precision,
-                               accumulation_steps=2, updates_per_epoch=5, lr=1e-3, adam_eps=1e-3)
+                               accumulation_steps=2, updates_per_epoch=5, lr=1e-3, adam_eps=1e-3,
+                               critic_norm=critic_norm)
             for graphs in ("on", "off")]
     captured, eager = pair
     for learner in pair:
@@ -207,8 +211,8 @@ def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision,
     initial = [p.detach().clone() for p in eager.step.critic_params + eager.step.actor_params]
     for _ in range(2):
         m_captured, m_eager = captured.train_epoch(), eager.train_epoch()
-        assert m_captured["td_loss"] == pytest.approx(m_eager["td_loss"], rel=2e-2)
-        assert m_captured["actor_loss"] == pytest.approx(m_eager["actor_loss"], rel=5e-2, abs=1e-3)
+        assert m_captured.losses["td_loss"] == pytest.approx(m_eager.losses["td_loss"], rel=2e-2)
+        assert m_captured.losses["actor_loss"] == pytest.approx(m_eager.losses["actor_loss"], rel=5e-2, abs=1e-3)
     assert captured.step.updates == eager.step.updates == 10
     with torch.no_grad():
         ours = captured.step.critic_params + captured.step.actor_params
@@ -216,5 +220,10 @@ def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision,
         gap = sum(float((a - b).norm() ** 2) for a, b in zip(ours, theirs)) ** 0.5
         moved = sum(float((a - b).norm() ** 2) for a, b in zip(theirs, initial)) ** 0.5
     assert moved > 0 and gap / moved < (1e-3 if precision == "fp32" else 2e-2)
+    statistics = [(name, a, b) for (name, a), b in zip(captured.step.critic.named_buffers(), eager.step.critic.buffers())
+                  if "running_" in name or name.endswith("steps")]
+    assert bool(statistics) == (critic_norm == "batch_renorm")
+    for name, a, b in statistics:
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3, msg=name)
     if algo == "sac":
         assert float(captured.step.alpha) == pytest.approx(float(eager.step.alpha), rel=1e-3)
