@@ -499,10 +499,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/halfcheetah.yaml algo.name=td3": Run(
         "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1",
         "a short run: the 30-minute ones are in BENCHMARKS.md", check=td3_ran),
-    "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
+    "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for a GPU box with 16 cores, refused in one line",
                                           check=refused_in_one_line),
-    "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32 replay.min_size=5000 "
-    "stop.env_steps=20000": Run("eval.episodes=1 stop.env_steps=10000", "one evaluation game instead of eight and half "
+    "raypex train configs/pong.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
+    "learner.micro_batch=32 replay.min_size=5000 stop.env_steps=20000": Run("eval.episodes=1 stop.env_steps=10000", "one evaluation game instead of eight and half "
                                 "the env steps (5,000 of training, every env finishing games): the same proof, shorter",
                                 check=pong_trained_on_a_small_box),
     "raypex train configs/breakout.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
@@ -540,7 +540,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                                                           "CI's own command; this test is one of its"),
     "raypex train configs/breakout.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32": Run(
         SHORTER, HOURS, check=trained_until_stopped("ALE/Breakout-v5")),
-    "raypex train configs/pong.yaml collectors.num=2 env.num_envs=4 learner.micro_batch=32": Elsewhere(
+    "raypex train configs/pong.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
+    "learner.micro_batch=32": Elsewhere(
         PONG_ON_A_SMALL_BOX, "10000 <= result", "README's 2-core Pong line is this line with replay.min_size and "
         "stop.env_steps added"),
 }
