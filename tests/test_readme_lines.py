@@ -502,9 +502,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for a GPU box with 16 cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
-    "learner.micro_batch=32 replay.min_size=5000 stop.env_steps=20000": Run("eval.episodes=1 stop.env_steps=10000", "one evaluation game instead of eight and half "
-                                "the env steps (5,000 of training, every env finishing games): the same proof, shorter",
-                                check=pong_trained_on_a_small_box),
+    "learner.micro_batch=32 replay.min_size=5000 stop.env_steps=20000": Run(
+        "eval.episodes=1 stop.env_steps=10000", "one evaluation game instead of eight and half the env steps (5,000 of "
+        "training, every env finishing games): the same proof, shorter",
+        check=pong_trained_on_a_small_box),
     "raypex train configs/breakout.yaml": Run(exit_code=2, why="sized for 32 collector cores, refused in one line",
                                               check=refused_in_one_line),
     "raypex train configs/minatar.yaml": Run("stop.env_steps=6000 replay.min_size=2000 eval.episodes=4", HOURS,
@@ -522,7 +523,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "--quick --window 1", "a minute instead of two, 1 s windows", check=bench_wrote_every_row),
     "raypex bench configs/cartpole.yaml --stage learner --quick": Run(
         "--window 1 --json learner.json", "1 s windows; rows read back", check=learner_stage_measured),
-    "raypex bench configs/pong.yaml --stage collect collectors.num=2": Run(
+    "raypex bench configs/pong.yaml --stage collect collectors.num=2 collectors.num_cpus=0.4 "
+    "learner.num_cpus=1": Run(
         "--quick --window 1 --json collect.json env.num_envs=8", "1 s windows, 8 envs per collector; rows read back",
         check=collect_stage_measured),
     "raypex bench configs/cartpole.yaml --stage priorities": Run(
