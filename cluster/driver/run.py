@@ -212,6 +212,8 @@ class TrainingRun:
                 restarted = isinstance(getattr(err, "cause", None), LearnerRestarted)
                 dead = isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
                 if not (restarted or dead) or stopping or not self.revival.allowed(self.epochs_done):
+                    if restarted:  # the process Ray put in a dead learner's place refused: say what died
+                        raise RunFailed("the learner died") from err
                     raise
                 self._revive_learner()
                 next_epoch = self.epochs_done + 1
