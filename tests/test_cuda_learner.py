@@ -87,9 +87,10 @@ def relative_gap(captured: Learner, eager: Learner, initial: list[torch.Tensor])
 @pytest.mark.parametrize("target_update", ["polyak", "hard"])
 @pytest.mark.parametrize("critic_norm", ["none", "layer_norm"])
 def test_captured_updates_give_the_eager_parameters(precision, pixels, target_update, critic_norm):
+    # adam_eps 1e-3: Adam with a tiny eps turns rounding in ~0 grads into whole steps
     captured, eager = learner_pair(pixels, precision=precision, accumulation_steps=2, updates_per_epoch=5,
                                    target_update=target_update, target_update_every=3, lr=1e-3,
-                                   adam_eps=1e-3, critic_norm=critic_norm)  # Adam with a tiny eps turns rounding in ~0 grads into whole steps
+                                   adam_eps=1e-3, critic_norm=critic_norm)
     assert captured.captured and not eager.captured
     initial = [p.detach().clone() for p in eager.step.online.parameters()]
     for _ in range(2):
