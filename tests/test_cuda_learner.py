@@ -221,8 +221,8 @@ def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision,
         gap = sum(float((a - b).norm() ** 2) for a, b in zip(ours, theirs)) ** 0.5
         moved = sum(float((a - b).norm() ** 2) for a, b in zip(theirs, initial)) ** 0.5
     assert moved > 0 and gap / moved < (1e-3 if precision == "fp32" else 2e-2)
-    statistics = [(name, a, b) for (name, a), b in zip(captured.step.critic.named_buffers(), eager.step.critic.buffers())
-                  if "running_" in name or name.endswith("steps")]
+    pairs = zip(captured.step.critic.named_buffers(), eager.step.critic.buffers())
+    statistics = [(name, a, b) for (name, a), b in pairs if "running_" in name or name.endswith("steps")]
     assert bool(statistics) == (critic_norm == "batch_renorm")
     for name, a, b in statistics:
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3, msg=name)
