@@ -16,6 +16,10 @@ from raypex.replay.digest import content_digest
 # Two CartPole trials side by side on two cores: small actors, one collector each.
 SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus=0.5", "env.num_envs=8",
                 "eval.episodes=10", "checkpoint.every_epochs=1000"]
+# PBT exploits only once both trials have an evaluation and the better one was checkpointed at one of
+# its perturbations: every report perturbs, and the trials run long enough for that on a busy machine
+# (at 8,000 env steps with every second report, CI once saw both trials end before any exploit).
+ENV_STEPS = 12000
 
 
 def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(tmp_path,
@@ -23,8 +27,8 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     experiment = tmp_path / "exp"
     env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
-               "stop.eval_return=null", "stop.env_steps=8000", *SMALL_TRIALS, "--samples", "2", "--scheduler", "pbt",
-               "--experiment-dir", str(experiment), "--report-every", "1", "--perturb-every", "2"]
+               "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2", "--scheduler",
+               "pbt", "--experiment-dir", str(experiment), "--report-every", "1", "--perturb-every", "1"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     seen = []
@@ -48,7 +52,7 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     results = json.loads((experiment / "results.json").read_text())
     assert len(results["trials"]) == 2 and results["interrupted"] is None
     for row in results["trials"]:
-        assert row["ended"] == "env_steps" and row["env_steps"] >= 8000, row
+        assert row["ended"] == "env_steps" and row["env_steps"] >= ENV_STEPS, row
         log = (Path(row["run_dir"]) / "progress.log").read_text()
         if interrupted[row["trial"]] == "interrupted":  # it went on from a checkpoint, not from nothing
             assert "replay restored from the checkpoint" in log.split("interrupted: writing a final checkpoint")[-1]
