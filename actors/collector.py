@@ -70,6 +70,7 @@ class Collector:
         self.rng = np.random.default_rng(seed)
         self.env = make_vector_env(s.env_id, s.num_envs, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
+        self.env_ready_at = time.time()  # wall clock: the env made and reset (start-up's moments)
         self.policy = acting_policy(s, self.obs, seed)
         self.adder = make_adder(s, self.obs, info)
         self.exploration = exploration_for(s, self.rng)

@@ -477,13 +477,14 @@ def test_the_startup_timeline_keeps_each_moments_earliest_report_in_phase_order(
     timeline.mark("ray_connected", 101.5)
     timeline.mark("env_checked", 100.25)
     first, second = collector(), collector()
-    first.startup = {"process_started": 102.0, "constructed": 103.0}
+    first.startup = {"process_started": 102.0, "imported": 102.4, "env_ready": 102.7, "constructed": 103.0}
     second.startup, second.first_step_at = {"process_started": 101.8, "constructed": 103.5}, 103.75
     timeline.collectors([first, second])
     timeline.mark("first_env_step", 104.0)  # a later collector's first step: the first one counts
     timeline.learner({"process_started": 101.9, "constructed": 103.2, "warmed_up": 103.6})
     assert timeline.seconds() == {"env_checked": 0.25, "ray_connected": 1.5, "collector_process_started": 1.8,
-                                  "learner_process_started": 1.9, "collector_constructed": 3.0,
+                                  "learner_process_started": 1.9, "collector_imported": 2.4, "collector_env_ready": 2.7,
+                                  "collector_constructed": 3.0,
                                   "learner_constructed": 3.2, "first_env_step": 3.75, "learner_warmed_up": 3.6}
     assert list(timeline.seconds()) == [p for p in PHASES if p in timeline.seconds()]
     with pytest.raises(ValueError, match="unknown start-up phase 'first_step'"):

@@ -19,7 +19,9 @@ PHASES = (
     "actors_asked",  # every actor's creation requested
     "collector_process_started",
     "learner_process_started",
-    "collector_constructed",  # env made and reset, acting network built
+    "collector_imported",  # its modules imported (gymnasium, the env's package)
+    "collector_env_ready",  # its vector env made and reset
+    "collector_constructed",  # acting network built (and, for a CNN on a CPU, its form timed)
     "learner_constructed",  # replay allocated, networks and optimizer built
     "first_env_step",
     "learner_warmed_up",  # warm-up updates done, first weights published
@@ -45,6 +47,8 @@ class StartupTimeline:
         """Take the collectors' start-up moments from their polled stats."""
         for s in stats:
             self.mark("collector_process_started", s.startup.get("process_started"))
+            self.mark("collector_imported", s.startup.get("imported"))
+            self.mark("collector_env_ready", s.startup.get("env_ready"))
             self.mark("collector_constructed", s.startup.get("constructed"))
             self.mark("first_env_step", s.first_step_at)
 
