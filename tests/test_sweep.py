@@ -27,8 +27,8 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     experiment = tmp_path / "exp"
     env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
-               "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2", "--scheduler",
-               "pbt", "--experiment-dir", str(experiment), "--report-every", "1", "--perturb-every", "1"]
+               "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2",
+               "--scheduler", "pbt", "--experiment-dir", str(experiment), "--report-every", "1", "--perturb-every", "1"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     seen = []
