@@ -19,9 +19,9 @@ PHASES = (
     "actors_asked",  # every actor's creation requested
     "collector_process_started",
     "learner_process_started",
-    "collector_imported",  # its modules imported (gymnasium, the env's package)
+    "collector_imported",  # its modules imported (numpy, gymnasium; the env's own package loads while it is made)
     "collector_env_ready",  # its vector env made and reset
-    "collector_constructed",  # acting network built (and, for a CNN on a CPU, its form timed)
+    "collector_constructed",  # acting network built (a CNN's: torch imported and, on a CPU, its form timed)
     "learner_constructed",  # replay allocated, networks and optimizer built
     "first_env_step",
     "learner_warmed_up",  # warm-up updates done, first weights published
