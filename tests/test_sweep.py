@@ -14,12 +14,14 @@ from raypex.learner.weights import export_arrays
 from raypex.replay.digest import content_digest
 
 # Two CartPole trials side by side on two cores: small actors, one collector each.
+# PBT exploits a trial only when, at its own report, it ranks below one that was checkpointed at its
+# last report. With evaluations every 800 env steps both trials often improve between reports, each
+# ranking first at its own, and CI twice saw both end without an exploit (at 8,000 and at 12,000 env
+# steps). Before the first evaluation both report -inf: PBT's stable sort ranks the first trial last
+# every time, so it copies the second at its next report. The first evaluation waits until half way.
+ENV_STEPS = 8000
 SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus=0.5", "env.num_envs=8",
-                "eval.episodes=10", "checkpoint.every_epochs=1000"]
-# PBT exploits only once both trials have an evaluation and the better one was checkpointed at one of
-# its perturbations: every report perturbs, and the trials run long enough for that on a busy machine
-# (at 8,000 env steps with every second report, CI once saw both trials end before any exploit).
-ENV_STEPS = 12000
+                "eval.episodes=10", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
 
 
 def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(tmp_path,
