@@ -339,13 +339,15 @@ def learner_stage_measured(ran: Ran) -> None:
 
 
 def collect_stage_measured(ran: Ran) -> None:
-    """env_raw, env_policy, collect through Ray and against the env alone, then broadcast; nothing
-    of the learner; each collector's acting precision and whether its forward was fused."""
+    """env_raw, env_policy, collect through Ray, broadcast, then the env alone in both collectors'
+    places at once and collect against it; nothing of the learner; each collector's acting
+    precision and whether its forward was fused."""
     found = rows(ran.workdir / "collect.json")
-    assert set(found) == {"env_raw", "env_policy", "collect", "collect_vs_env_raw", "broadcast",
+    assert set(found) == {"env_raw", "env_policy", "collect", "env_raw_all", "collect_vs_env_raw", "broadcast",
                           "broadcast_env_loop_pause"}
     raw = found["env_raw"]["value"]
-    assert found["collect_vs_env_raw"]["reference"] == raw * min(2, os.cpu_count())
+    assert found["env_raw_all"]["reference"] == raw * min(2, os.cpu_count()) and found["env_raw_all"]["value"] > 0
+    assert found["collect_vs_env_raw"]["reference"] == found["env_raw_all"]["value"]
     assert found["env_policy"]["reference"] == raw and found["collect"]["value"] > 0
     details = json.loads((ran.workdir / "collect.json").read_text())["machine"]["details"]
     precisions, forms = details["act_precision"], details["act_form"]

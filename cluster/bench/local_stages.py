@@ -6,6 +6,10 @@ compared with.
 - `env_raw`: steps/s of that Collector's vector env alone (ALE's own vector env for Atari, without
   raypex's frame stacking), random actions, no policy. Stepped after env_policy, not built again:
   ALE's vector env takes seconds to build and reset (3.1 s for 8 Pong envs on the 2-core box).
+
+`RawEnvProbe` steps the same raw vector env inside an actor; the Ray stage places one where each
+collector ran and steps them all at once (`env_raw_all`): ALE alone on the collectors' cores, which
+is less than env_raw x collectors where cores are hyperthreads or share memory bandwidth.
 """
 
 from __future__ import annotations
@@ -40,6 +44,28 @@ def env_raw_steps_per_s(env, seconds: float, seed: int = 0) -> float:
             env.step(a)
         steps += len(actions)
     return steps * env.num_envs / (time.perf_counter() - start)
+
+
+class RawEnvProbe:
+    """A collector's vector env without raypex's frame stacking, made and reset in the constructor
+    (seconds for ALE), stepped with random actions by `rate`."""
+
+    def __init__(self, env_id: str, num_envs: int, env_kwargs: dict, seed: int):
+        from raypex.actors.envs import make_raw_vector_env
+
+        self.env = make_raw_vector_env(env_id, num_envs, env_kwargs)
+        self.env.reset(seed=seed)
+        self.seed = seed
+
+    def ready(self) -> None:
+        """Returns once the constructor has made and reset the env (an actor's first call waits)."""
+
+    def rate(self, seconds: float) -> float:
+        """Env steps per second over `seconds` of stepping."""
+        return env_raw_steps_per_s(self.env, seconds, self.seed)
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -15,14 +15,17 @@ import ray
 
 from raypex.actors.envs import EnvSpec
 from raypex.cluster.bench.learner_probes import ProbedLearnerActor
+from raypex.cluster.bench.local_stages import RawEnvProbe
 from raypex.cluster.bench.recorder import RunRecorder
 from raypex.cluster.bench.report import BenchRow, bounding_stage
 from raypex.cluster.config.loading import with_overrides
 from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.driver.placement import in_bundle
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.ray_runtime import RayRuntime
 from raypex.cluster.driver.run import TrainingRun
-from raypex.cluster.driver.wiring import RunActors, reserve_resources, start_actors
+from raypex.cluster.driver.wiring import RunActors, reserve_resources, resource_request, start_actors
+from raypex.cluster.plan.topology import plan_run
 from raypex.replay.contracts import CollectorStats
 
 # Stage windows are measured against the clock; these bound how long a stage waits for actors to
@@ -196,6 +199,27 @@ class ClusterBench:
             return (collect, *self._broadcast(actors, repeats))
         finally:
             self._release(group, actors)
+
+    def raw_envs_at_once(self, seconds: float) -> float:
+        """ALE alone on the collectors' cores: the raw vector env stepped in each collector's place
+        (its bundle, its CPUs), all at once, no learner running; their env steps/s summed."""
+        self.progress.message(f"bench: env_raw_all ({seconds:g}s, the env alone in each collector's place)")
+        group = reserve_resources(self.config, self.device)
+        cpus = resource_request(self.config, self.device).collector_cpus
+        probes = []
+        for c in plan_run(self.config, self.spec).collectors:
+            place = in_bundle(group.pairs, group.first_pair_bundle + c.index)
+            probes.append(ray.remote(RawEnvProbe).options(num_cpus=cpus, scheduling_strategy=place).remote(
+                c.settings.env_id, c.settings.num_envs, c.settings.env_kwargs, c.settings.seed))
+        try:
+            ray.get([p.ready.remote() for p in probes], timeout=_STAGE_TIMEOUT_S)  # made and reset first
+            return sum(ray.get([p.rate.remote(seconds) for p in probes], timeout=_STAGE_TIMEOUT_S + seconds))
+        except ray.exceptions.GetTimeoutError:
+            raise BenchError(f"gave up waiting {_STAGE_TIMEOUT_S:g}s for the env probes in the collectors' places") from None
+        finally:
+            for probe in probes:
+                ray.kill(probe, no_restart=True)
+            group.release()
 
     def _collect(self, actors: RunActors, seconds: float) -> float:
         for c in actors.collectors:
