@@ -39,8 +39,8 @@ from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.reaper import cluster_processes, reap, still_running
 from raypex.cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
 from raypex.cluster.driver.startup import PHASES, StartupTimeline
-from raypex.cluster.local.runtime import LocalHandle, LocalRuntime
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
+from raypex.cluster.local.runtime import LocalHandle, LocalRuntime
 from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
 
 
