@@ -64,9 +64,6 @@ class RawEnvProbe:
         """Env steps per second over `seconds` of stepping."""
         return env_raw_steps_per_s(self.env, seconds, self.seed)
 
-    def close(self) -> None:
-        self.env.close()
-
 
 def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
     """`count` batches of uniformly random actions for `num_envs` envs of one action space
