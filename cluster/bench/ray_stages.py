@@ -20,7 +20,6 @@ from raypex.cluster.bench.recorder import RunRecorder
 from raypex.cluster.bench.report import BenchRow, bounding_stage
 from raypex.cluster.config.loading import with_overrides
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.placement import in_bundle
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.ray_runtime import RayRuntime
 from raypex.cluster.driver.run import TrainingRun
@@ -206,11 +205,9 @@ class ClusterBench:
         self.progress.message(f"bench: env_raw_all ({seconds:g}s, the env alone in each collector's place)")
         group = reserve_resources(self.config, self.device)
         cpus = resource_request(self.config, self.device).collector_cpus
-        probes = []
-        for c in plan_run(self.config, self.spec).collectors:
-            place = in_bundle(group.pairs, group.first_pair_bundle + c.index)
-            probes.append(ray.remote(RawEnvProbe).options(num_cpus=cpus, scheduling_strategy=place).remote(
-                c.settings.env_id, c.settings.num_envs, c.settings.env_kwargs, c.settings.seed))
+        probes = [ray.remote(RawEnvProbe).options(num_cpus=cpus, scheduling_strategy=group.collector_place(c.index))
+                  .remote(c.settings.env_id, c.settings.num_envs, c.settings.env_kwargs, c.settings.seed)
+                  for c in plan_run(self.config, self.spec).collectors]
         try:
             ray.get([p.ready.remote() for p in probes], timeout=_STAGE_TIMEOUT_S)  # made and reset first
             return sum(ray.get([p.rate.remote(seconds) for p in probes], timeout=_STAGE_TIMEOUT_S + seconds))

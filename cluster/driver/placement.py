@@ -180,6 +180,14 @@ class Reservation:
     first_pair_bundle: int = 0  # collector i's bundle in `pairs` is this + i
     owned: bool = True  # reserved by the run, which releases it
 
+    def learner_place(self) -> PlacementGroupSchedulingStrategy:
+        """Where the learner (and the evaluator beside it) runs: its bundle in `learner`."""
+        return in_bundle(self.learner, self.learner_bundle)
+
+    def collector_place(self, index: int) -> PlacementGroupSchedulingStrategy:
+        """Where collector `index` runs: its bundle in `pairs`."""
+        return in_bundle(self.pairs, self.first_pair_bundle + index)
+
     def release(self) -> None:
         """Give both placement groups back to the cluster (unless they are someone else's)."""
         if self.owned:

@@ -28,7 +28,6 @@ from raypex.cluster.driver.placement import (
     ResourceRequest,
     alive_nodes,
     check_cpus_fit_one_node,
-    in_bundle,
     node_addresses,
     reserve,
 )
@@ -273,7 +272,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     # request_stop, which must not queue behind either.
     learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(learner_host).options(
         num_cpus=request.learner_cpus, num_gpus=request.learner_gpus,
-        scheduling_strategy=in_bundle(group.learner, group.learner_bundle), name=learner_name(run_id),
+        scheduling_strategy=group.learner_place(), name=learner_name(run_id),
         max_restarts=LEARNER_MAX_RESTARTS,
     ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
     collector_cls = ray.remote(CollectorActor)
@@ -285,7 +284,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         # the same shard.
         collectors.append(collector_cls.options(
             num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
-            scheduling_strategy=in_bundle(group.pairs, group.first_pair_bundle + i), max_concurrency=4,
+            scheduling_strategy=group.collector_place(i), max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
         ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
     # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
@@ -293,7 +292,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     # collectors (throttled to the replay ratio) leave free.
     # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.
     evaluator = ray.remote(EvaluatorActor).options(
-        num_cpus=0, scheduling_strategy=in_bundle(group.learner, group.learner_bundle), max_restarts=-1,
+        num_cpus=0, scheduling_strategy=group.learner_place(), max_restarts=-1,
         name=f"raypex-{run_id}-evaluator",
     ).remote(plan.evaluator)
     return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy)
