@@ -143,15 +143,16 @@ class WeightInbox:
         self._newest_version = -1
         self._ready: Weights | None = None
 
-    def receive(self, ref: ray.ObjectRef, version: int) -> None:
-        """Fetch an announced version (older than one already received: ignored)."""
+    def receive(self, ref: ray.ObjectRef, version: int, untrained: bool = False) -> None:
+        """Fetch an announced version (older than one already received: ignored); `untrained`:
+        a fresh learner's starting weights, which TD3/SAC collectors do not act with."""
         if version <= self._newest_version:
             return
         arrays = ray.get(ref)
         with self._lock:
             if version > self._newest_version:
                 self._newest_version = version
-                self._ready = Weights(version, arrays)
+                self._ready = Weights(version, arrays, untrained=untrained)
 
     def poll(self) -> Weights | None:
         """The newest received weights not handed out yet, else None (never blocks)."""
@@ -171,7 +172,7 @@ class WeightPublisher:
     def __init__(self, collector_names: list[str]):
         self.collector_names = collector_names
         self._collectors: list | None = None
-        self.latest: tuple[ray.ObjectRef, int] | None = None
+        self.latest: tuple[ray.ObjectRef, int, bool] | None = None  # ref, version, untrained
         self.latest_weights: Weights | None = None  # the same version by value, for the driver
 
     @property
@@ -184,13 +185,13 @@ class WeightPublisher:
     def publish(self, weights: Weights) -> None:
         """One ray.put, then the same ref (wrapped in a list, so Ray does not resolve it) to all."""
         ref = ray.put(weights.arrays)
-        self.latest = (ref, weights.version)
+        self.latest = (ref, weights.version, weights.untrained)
         self.latest_weights = weights
         for collector in self.collectors:
-            collector.set_weights.remote([ref], weights.version)
+            collector.set_weights.remote([ref], weights.version, weights.untrained)
 
     def resend(self, index: int) -> None:
         """Announce the latest version to collector `index` (after Ray restarted it)."""
         if self.latest is not None:
-            ref, version = self.latest
-            self.collectors[index].set_weights.remote([ref], version)
+            ref, version, untrained = self.latest
+            self.collectors[index].set_weights.remote([ref], version, untrained)
