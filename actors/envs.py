@@ -79,10 +79,10 @@ class EnvSpec:
 CONTINUOUS_ALGOS = ("td3", "sac")
 
 
-def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, obs_norm: bool = False) -> None:
+def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, flat_only: tuple[str, ...] = ()) -> None:
     """One line when `algo` cannot learn on the env `spec` describes: td3/sac need Box actions, dqn
-    Discrete ones (every observation `inspect_env` accepts serves all three); `obs_norm`
-    (network.obs_norm) needs flat observations."""
+    Discrete ones (every observation `inspect_env` accepts serves all three); the options named in
+    `flat_only` (NetworkConfig.flat_only: network.obs_norm, network.sale) need flat observations."""
     if algo in CONTINUOUS_ALGOS and not spec.action_dim:
         raise UnsupportedEnv(f"algo.name {algo} needs a Box action space; env.id '{env_id}' has "
                              f"{spec.num_actions} Discrete actions: use algo.name dqn")
@@ -90,8 +90,8 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, obs_norm: bool = Fals
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
                              f"space of shape ({spec.action_dim},): use algo.name td3 or sac "
                              "(configs/pendulum.yaml has settings for both)")
-    if obs_norm and len(spec.obs_shape) != 1:
-        raise UnsupportedEnv(f"network.obs_norm is for flat observations; env.id '{env_id}' has images of shape "
+    if flat_only and len(spec.obs_shape) != 1:
+        raise UnsupportedEnv(f"{flat_only[0]} is for flat observations; env.id '{env_id}' has images of shape "
                              f"{spec.obs_shape}, which their encoder scales")
 
 

@@ -1,7 +1,8 @@
-"""What one TD3 or SAC update costs on this machine, by critic kind: the whole update and the
-critics' step alone, on one thread, for an env's shapes.
+"""What one TD3 or SAC update costs on this machine, by critic kind (plain, CrossQ's batch
+renormalization, SALE's embeddings): the whole update and the critics' step alone, on one
+thread, for an env's shapes and a precision.
 
-    python -m benchmarks.update_cost --obs 17 --actions 6 --hidden 256 256
+    python -m benchmarks.update_cost --obs 17 --actions 6 --hidden 256 256 --precision bf16
 
 Synthetic batches (the learner's cost does not depend on their values); each figure is the mean
 of `--updates` updates after 30 to warm up.
@@ -18,13 +19,14 @@ from raypex.learner.actor_critic_step import ActorCriticStep
 from raypex.learner.settings import LearnerSettings
 
 
-def settings(obs: int, actions: int, hidden: list[int], algo: str, critic_norm: str, batch: int) -> LearnerSettings:
+def settings(obs: int, actions: int, hidden: list[int], algo: str, critic_norm: str, batch: int,
+             sale: bool = False, precision: str = "fp32") -> LearnerSettings:
     return LearnerSettings(
         obs_shape=(obs,), obs_dtype="float32", num_actions=0, hidden=hidden, dueling=False, double_dqn=False,
         huber_delta=1.0, lr=1e-3, adam_eps=1e-8, max_grad_norm=100.0, micro_batch=batch, accumulation_steps=1,
         target_update="polyak", target_update_every=1, target_tau=0.005, updates_per_epoch=1, broadcast_every_epochs=1,
-        precision="fp32", compile=False, seed=0, algo=algo, action_low=(-1.0,) * actions, action_high=(1.0,) * actions,
-        policy_delay=1, critic_norm=critic_norm)
+        precision=precision, compile=False, seed=0, algo=algo, action_low=(-1.0,) * actions, action_high=(1.0,) * actions,
+        policy_delay=1, critic_norm=critic_norm, sale=sale)
 
 
 def update_ms(step: ActorCriticStep, batch: dict, with_actor: bool, updates: int) -> float:
@@ -44,18 +46,21 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--algo", default="sac", choices=["td3", "sac"])
     parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"{args.algo}, obs {args.obs}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, 1 thread")
-    for critic_norm in ("none", "batch_renorm"):
-        step = ActorCriticStep(settings(args.obs, args.actions, args.hidden, args.algo, critic_norm, args.batch),
-                               torch.device("cpu"))
+    print(f"{args.algo}, obs {args.obs}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, "
+          f"{args.precision}, 1 thread")
+    for kind, critic_norm, sale in (("plain", "none", False), ("batch_renorm", "batch_renorm", False),
+                                    ("sale", "none", True)):
+        step = ActorCriticStep(settings(args.obs, args.actions, args.hidden, args.algo, critic_norm, args.batch, sale,
+                                        args.precision), torch.device("cpu"))
         batch = {"obs": torch.randn(1, args.batch, args.obs), "action": torch.rand(1, args.batch, args.actions) * 2 - 1,
                  "return": torch.randn(1, args.batch), "discount": torch.full((1, args.batch), 0.99),
                  "next_obs": torch.randn(1, args.batch, args.obs)}
         whole = update_ms(step, batch, True, args.updates)
         critics = update_ms(step, batch, False, args.updates)
-        print(f"critic_norm {critic_norm:12s}  whole update {whole:6.2f} ms  critics' step alone {critics:6.2f} ms")
+        print(f"{kind:12s}  whole update {whole:6.2f} ms  critics' step alone {critics:6.2f} ms")
 
 
 if __name__ == "__main__":

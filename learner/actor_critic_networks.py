@@ -26,6 +26,8 @@ from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.networks import conv_output_width, image_convs, scaled_input
 from raypex.learner.numpy_mlp import squashed_log_std
 from raypex.learner.obs_norm import RunningObsNorm
+from raypex.learner.precision import fp32_head
+from raypex.learner.sale import SaleActorInput
 from raypex.learner.weights import load_arrays
 
 
@@ -81,12 +83,17 @@ def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str,
 
 class ActorNetwork(nn.Module):
     """obs [B, *obs_shape] -> tanh(mean) [B, action_dim]; with `gaussian`, also a log-std head for
-    SAC's `sample`; with `obs_norm`, flat observations are normalized first (learner/obs_norm.py)."""
+    SAC's `sample`; with `obs_norm`, flat observations are normalized first (learner/obs_norm.py);
+    with `sale`, they go in beside their SALE embedding (learner/sale.py)."""
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], gaussian: bool,
-                 obs_dtype: str = "float32", obs_norm: bool = False):
+                 obs_dtype: str = "float32", obs_norm: bool = False, sale: bool = False):
         super().__init__()
-        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
+        if sale:  # learner/sale.py: the flat observation projected, beside its frozen embedding
+            self.encoder: nn.Module | None = SaleActorInput(obs_shape[0], hidden[0])
+            width = self.encoder.width
+        else:
+            self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
         self.torso, width = _torso(width, hidden)
         self.mean = nn.Linear(width, action_dim)
         self.log_std = nn.Linear(width, action_dim) if gaussian else None
@@ -97,14 +104,14 @@ class ActorNetwork(nn.Module):
         return self.torso(obs.to(self.mean.weight.dtype))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.mean(self._features(obs)))
+        return torch.tanh(fp32_head(self.mean, self._features(obs)))
 
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(tanh(mean + std * noise), its log-probability [B]) for standard normal `noise`; the
         log-probability includes the tanh's change of variables."""
         features = self._features(obs)
-        mean = self.mean(features)
-        log_std = squashed_log_std(self.log_std(features))
+        mean = fp32_head(self.mean, features)
+        log_std = squashed_log_std(fp32_head(self.log_std, features))
         pre_tanh = mean + log_std.exp() * noise
         gaussian_log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(dim=1)
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable where tanh saturates
@@ -130,7 +137,7 @@ class TwinCritic(nn.Module):
         if self.encoder is not None:
             obs = self.encoder(obs)
         x = torch.cat([obs.to(self.q1_out.weight.dtype), action.to(self.q1_out.weight.dtype)], dim=1)
-        return self.q1_out(self.q1_torso(x)).squeeze(1), self.q2_out(self.q2_torso(x)).squeeze(1)
+        return fp32_head(self.q1_out, self.q1_torso(x)).squeeze(1), fp32_head(self.q2_out, self.q2_torso(x)).squeeze(1)
 
 
 class ActionsInEnvUnits(nn.Module):

@@ -1,7 +1,10 @@
 """One whole TD3 or SAC update from a [G, B] batch: the critics' step, then (every `policy_delay`
 updates: by default every second for TD3, every one for SAC) the actor's step, SAC's temperature step and the Polyak
 move of the targets. With `network.obs_norm` each update first merges its batch's observations
-into the running statistics, which every network then reads (learner/obs_norm.py).
+into the running statistics, which every network then reads (learner/obs_norm.py). With
+`network.sale` each micro-batch first trains the SALE encoder, the actor and critics read its
+frozen copies, and every target period `after_update` copies the targets whole and refreshes the
+copies (learner/sale.py).
 
 Like the DQN update (learner/dqn_step.py) it accumulates G micro-batches' gradients (each loss
 scaled by 1/G), scales fp16 losses on the device (one scale for the critics' step, one for the
@@ -28,8 +31,9 @@ from raypex.learner.cuda_graph import CapturedActorCriticUpdate
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
 from raypex.learner.obs_norm import RunningObsNorm
-from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
+from raypex.learner.precision import WIDE_MLP, PrecisionPolicy, make_precision, resolve_precision
 from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
+from raypex.learner.sale import SaleEncoder, SaleTwinCritic
 from raypex.learner.settings import LearnerSettings
 from raypex.learner.td3_loss import td3_actor_loss, td3_critic_loss
 
@@ -48,20 +52,31 @@ class ActorCriticStep:
     def __init__(self, settings: LearnerSettings, device: torch.device,
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
                  precision: PrecisionPolicy | None = None):
-        """`gather` as DQNStep's; `precision` None: the settings' (auto resolved as for an MLP: fp32)."""
+        """`gather` as DQNStep's; `precision` None: the settings' (auto: learner/precision.py resolve_precision)."""
         self.s = settings
         self.sac = settings.algo == "sac"
         self.gather = gather
-        self.precision = precision = precision or make_precision(resolve_precision(settings.precision, device, False), device)
         obs_shape, obs_dtype, action_dim = tuple(settings.obs_shape), settings.obs_dtype, settings.action_dim
-        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype, settings.obs_norm).to(device)
+        wide = len(obs_shape) == 1 and min(settings.hidden) >= WIDE_MLP
+        self.precision = precision = precision or make_precision(
+            resolve_precision(settings.precision, device, False, wide_actor_critic=wide), device)
+        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype, settings.obs_norm,
+                                  settings.sale).to(device)
         crossq = settings.critic_norm == "batch_renorm"
-        self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq).to(device)
+        # network.sale (learner/sale.py): the encoder trained here; the actor and critics read frozen copies of it
+        self.encoder = SaleEncoder(obs_shape[0], action_dim).to(device) if settings.sale else None
+        if self.encoder is not None:
+            self.critic: nn.Module = SaleTwinCritic(obs_shape[0], action_dim, settings.hidden).to(device)
+            self._refresh_embeddings()
+        else:
+            self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq).to(device)
         # CrossQ's critics have no targets: their next-state values come from the same batch
         self.critic_target = None if crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
         self.policy: nn.Module = self.actor  # what collectors act with and policy.pt2 holds
-        self.actor_params, self.critic_params = list(self.actor.parameters()), list(self.critic.parameters())
+        # what the losses train: a frozen embedding copy is not among them
+        self.actor_params = [p for p in self.actor.parameters() if p.requires_grad]
+        self.critic_params = [p for p in self.critic.parameters() if p.requires_grad]
         # network.obs_norm: the actor's statistics are updated from each batch, then copied to the others
         networks = (self.actor, self.critic, self.critic_target, self.actor_target)
         self.normalizers = [net.encoder for net in networks if net is not None and isinstance(net.encoder, RunningObsNorm)]
@@ -71,12 +86,21 @@ class ActorCriticStep:
         self.log_alpha = torch.tensor(float(torch.tensor(settings.init_temperature).log()), device=device,
                                       requires_grad=True)
         self.alpha_optimizer = adam_for([self.log_alpha], settings.lr, settings.adam_eps, device) if self.sac else None
+        self.encoder_optimizer = (adam_for(list(self.encoder.parameters()), settings.lr, settings.adam_eps, device)
+                                  if self.encoder is not None else None)
+        # SALE's value clipping: the next Q-value is clamped into the [min, max] of the targets of
+        # the previous target period (at first [0, 0]), which bounds what the embeddings extrapolate
+        self.next_q_bounds = torch.zeros(2, device=device)
+        self.targets_seen = torch.tensor([float("inf"), float("-inf")], device=device)
+        self.encoder_loss_sum = torch.zeros((), device=device)
         # fp16: a loss scale for the critics' step and one for the actor's (and SAC's temperature):
         # an overflow in one skips that step only, on the device (fused Adam reads found_inf)
         self.critic_scale: DeviceLossScale | None = precision.scaler
         self.actor_scale = DeviceLossScale(device) if precision.scaler is not None else None
         if self.critic_scale is not None and self.actor_scale is not None:
             self.critic_optimizer.found_inf = self.critic_scale.found_inf
+            if self.encoder_optimizer is not None:
+                self.encoder_optimizer.found_inf = self.critic_scale.found_inf
             self.actor_optimizer.found_inf = self.actor_scale.found_inf
             if self.alpha_optimizer is not None:
                 self.alpha_optimizer.found_inf = self.actor_scale.found_inf
@@ -114,7 +138,24 @@ class ActorCriticStep:
         self.count(with_actor)
 
     def after_update(self, updates: int) -> None:
-        """Nothing: the targets move by Polyak inside the update."""
+        """With SALE, every target period: the hard target copies, then the frozen embeddings from
+        the encoder (the targets keep the period before's) and the value clipping's new bounds.
+        Otherwise nothing: the targets move by Polyak inside the update."""
+        if self.encoder is None or updates % self.s.target_update_every:
+            return
+        with torch.no_grad():
+            for target, online in ((self.critic_target, self.critic), (self.actor_target, self.actor)):
+                if target is not None:
+                    torch._foreach_copy_([*target.parameters(), *target.buffers()], [*online.parameters(), *online.buffers()])
+            self._refresh_embeddings()
+            self.next_q_bounds.copy_(self.targets_seen)
+            self.targets_seen.copy_(torch.tensor([float("inf"), float("-inf")]))
+
+    def _refresh_embeddings(self) -> None:
+        """The actor's and critics' frozen embeddings := the encoder's."""
+        with torch.no_grad():
+            torch._foreach_copy_(list(self.actor.encoder.embedding.parameters()), list(self.encoder.state.parameters()))
+            torch._foreach_copy_(list(self.critic.embedding.parameters()), list(self.encoder.parameters()))
 
     def capture(self, example: Mapping[str, torch.Tensor]) -> CapturedActorCriticUpdate:
         """The update captured as two CUDA graphs, with and without the actor's step."""
@@ -143,32 +184,46 @@ class ActorCriticStep:
         if self.s.prioritized and self.td_abs is None:
             self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)
         s = self.s
+        bounds = self.next_q_bounds if self.encoder is not None else None
         for g in range(groups):
             action = batch["action"][g]
             weight = batch["weight"][g] if s.prioritized else None
+            if self.encoder is not None:
+                with self.precision.autocast():
+                    encoder_loss = self.encoder.loss(batch["obs"][g], action, batch["next_obs"][g])
+                _backward(encoder_loss / groups, self.critic_scale)
+                self.encoder_loss_sum += encoder_loss.detach()
             with self.precision.autocast():
                 if self.sac:
                     out = sac_critic_loss(self.critic, self.critic_target, self.actor, self.alpha, batch["obs"][g],
                                           action, batch["return"][g], batch["discount"][g], batch["next_obs"][g],
-                                          weight, noise[0, g])
+                                          weight, noise[0, g], bounds)
                 else:
                     out = td3_critic_loss(self.critic, self.critic_target, self.actor_target, batch["obs"][g], action,
                                           batch["return"][g], batch["discount"][g], batch["next_obs"][g], weight,
-                                          noise[0, g] * s.policy_noise, s.noise_clip)
+                                          noise[0, g] * s.policy_noise, s.noise_clip, bounds)
             _backward(out.loss / groups, self.critic_scale)
+            if bounds is not None:
+                self.targets_seen.copy_(torch.stack([torch.minimum(self.targets_seen[0], out.target.min()),
+                                                     torch.maximum(self.targets_seen[1], out.target.max())]))
             if self.td_abs is not None:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
+        encoder_params = list(self.encoder.parameters()) if self.encoder is not None else []
         if self.critic_scale is not None:
-            self.critic_scale.unscale_([p.grad for p in self.critic_params])
+            self.critic_scale.unscale_([p.grad for p in self.critic_params + encoder_params])
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
+        if self.encoder_optimizer is not None:
+            self.encoder_optimizer.step()
+            self.encoder_optimizer.zero_grad(set_to_none=True)
         if self.critic_scale is not None:
             self.critic_scale.update()
         if with_actor:
             self._actor_step(batch, groups, noise[1])
+        if with_actor and self.encoder is None:  # SALE copies its targets in after_update
             targets, sources = [], []
             for target, online in ((self.critic_target, self.critic), (self.actor_target, self.actor)):
                 if target is not None:
@@ -186,7 +241,9 @@ class ActorCriticStep:
 
     def _actor_step(self, batch: Mapping[str, torch.Tensor], groups: int, noise: torch.Tensor) -> None:
         # the actor's loss moves the actor only, and reads batch-renormalized critics by their running statistics
-        self.critic.requires_grad_(False).eval()
+        for p in self.critic_params:
+            p.requires_grad_(False)
+        self.critic.eval()
         for g in range(groups):
             obs = batch["obs"][g]
             with self.precision.autocast():
@@ -199,7 +256,9 @@ class ActorCriticStep:
                     loss = actor_loss / groups
             _backward(loss, self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
-        self.critic.requires_grad_(True).train()
+        for p in self.critic_params:
+            p.requires_grad_(True)
+        self.critic.train()
         if self.actor_scale is not None:
             self.actor_scale.unscale_([p.grad for p in self.actor_params]
                                       + ([self.log_alpha.grad] if self.sac else []))
@@ -214,16 +273,18 @@ class ActorCriticStep:
 
     def training_tensors(self) -> list[torch.Tensor]:
         """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
-        networks = [net for net in (self.actor, self.critic, self.critic_target, self.actor_target) if net is not None]
+        networks = [net for net in (self.actor, self.critic, self.critic_target, self.actor_target, self.encoder)
+                    if net is not None]
         scales = [t for scale in (self.critic_scale, self.actor_scale) if scale is not None
                   for t in (scale.scale, scale.growth_tracker, scale.found_inf)]
         return [*(p for net in networks for p in net.parameters()), *(b for net in networks for b in net.buffers()),
-                self.log_alpha, self.loss_sum, self.q_sum,
+                self.log_alpha, self.loss_sum, self.q_sum, self.next_q_bounds, self.targets_seen, self.encoder_loss_sum,
                 self.actor_loss_sum, *scales, *([self.td_abs] if self.td_abs is not None else [])]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers an update steps."""
-        return [self.critic_optimizer, self.actor_optimizer, *([self.alpha_optimizer] if self.alpha_optimizer is not None else [])]
+        return [optimizer for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer,
+                                            self.encoder_optimizer) if optimizer is not None]
 
     def take_metrics(self, micro_batches: int) -> dict[str, float]:
         """The critics' mean loss and Q1 over the `micro_batches` since the last call, the actor's
@@ -235,6 +296,9 @@ class ActorCriticStep:
         self.actor_steps = 0
         if self.sac:
             metrics["temperature"] = float(self.alpha)
+        if self.encoder is not None:
+            metrics["embedding_loss"] = float(self.encoder_loss_sum) / micro_batches
+            self.encoder_loss_sum.zero_()
         return metrics
 
     def state_dict(self) -> dict:
@@ -250,6 +314,9 @@ class ActorCriticStep:
             state["actor_target"] = self.actor_target.state_dict()
         if self.alpha_optimizer is not None:
             state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        if self.encoder is not None and self.encoder_optimizer is not None:
+            state["sale"] = {"encoder": self.encoder.state_dict(), "optimizer": self.encoder_optimizer.state_dict(),
+                             "next_q_bounds": self.next_q_bounds.clone(), "targets_seen": self.targets_seen.clone()}
         if self.critic_scale is not None and self.actor_scale is not None:
             state["loss_scales"] = {"critic": self.critic_scale.state_dict(), "actor": self.actor_scale.state_dict()}
         return state
@@ -270,6 +337,13 @@ class ActorCriticStep:
             self.actor_target.load_state_dict(state["actor_target"])
         if self.alpha_optimizer is not None:
             load_optimizer(self.alpha_optimizer, state["alpha_optimizer"], self.s.lr, self.s.adam_eps)
+        if self.encoder is not None and self.encoder_optimizer is not None:
+            sale = state["sale"]
+            self.encoder.load_state_dict(sale["encoder"])
+            load_optimizer(self.encoder_optimizer, sale["optimizer"], self.s.lr, self.s.adam_eps)
+            with torch.no_grad():
+                self.next_q_bounds.copy_(sale["next_q_bounds"])
+                self.targets_seen.copy_(sale["targets_seen"])
         scales = state.get("loss_scales")
         if scales is not None and self.critic_scale is not None and self.actor_scale is not None:
             self.critic_scale.load_state_dict(scales["critic"])

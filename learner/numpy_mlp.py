@@ -17,6 +17,7 @@ import numpy as np
 NORM_EPS = 1e-8
 NORM_CLIP = 10.0
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which learner/networks.py uses
+AVG_L1_EPS = 1e-8  # network.sale's AvgL1Norm (learner/sale.py) divides by at least this
 
 
 def linear_layer(arrays: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -90,11 +91,27 @@ class NumpyMLPActor:
         if "encoder.mean" in arrays:
             scale = 1.0 / np.sqrt(np.asarray(arrays["encoder.var"], np.float32) + NORM_EPS)
             self.norm = (np.asarray(arrays["encoder.mean"], np.float32), scale.astype(np.float32))
+        self.sale = None  # network.sale: the projection and the state embedding's ELU layers (learner/sale.py)
+        if "encoder.project.weight" in arrays:
+            self.sale = (linear_layer(arrays, "encoder.project"),
+                         [linear_layer(arrays, f"encoder.embedding.layers.{i}") for i in (0, 2, 4)])
 
     def _features(self, obs: np.ndarray) -> np.ndarray:
         if self.norm is not None:
             obs = np.clip((np.asarray(obs, np.float32) - self.norm[0]) * self.norm[1], -NORM_CLIP, NORM_CLIP)
+        if self.sale is not None:
+            obs = self._sale_input(np.asarray(obs, np.float32))
         return torso_forward(self.hidden, obs)
+
+    def _sale_input(self, obs: np.ndarray) -> np.ndarray:
+        """[AvgL1Norm(W obs), zs], as learner/sale.py SaleActorInput."""
+        (weight, bias), embedding = self.sale
+        zs = obs
+        for i, (layer_weight, layer_bias) in enumerate(embedding):
+            zs = zs @ layer_weight + layer_bias
+            if i < len(embedding) - 1:
+                zs = np.where(zs > 0, zs, np.expm1(np.minimum(zs, 0.0)))  # ELU
+        return np.concatenate([avg_l1_norm(obs @ weight + bias), avg_l1_norm(zs)], axis=-1)
 
     def actions(self, obs: np.ndarray) -> np.ndarray:
         """[B, obs_dim] -> [B, action_dim] deterministic actions in [-1, 1]."""
@@ -108,6 +125,11 @@ class NumpyMLPActor:
             raise ValueError("these actor weights have no log_std head (a TD3 actor): nothing to sample")
         log_std = squashed_log_std(features @ self.log_std[0] + self.log_std[1])
         return np.tanh(mean + np.exp(log_std) * rng.standard_normal(mean.shape).astype(np.float32))
+
+
+def avg_l1_norm(x: np.ndarray) -> np.ndarray:
+    """x over its mean absolute value along the last axis (learner/sale.py's AvgL1Norm)."""
+    return x / np.maximum(np.abs(x).mean(axis=-1, keepdims=True), AVG_L1_EPS)
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SAC's log standard deviation, squashed into this range

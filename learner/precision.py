@@ -12,6 +12,7 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from raypex.learner.cpu_features import cpu_has_bf16_units
 from raypex.learner.loss_scale import DeviceLossScale
@@ -41,17 +42,30 @@ class PrecisionPolicy:
         return "fp16+scaler" if self.scaler is not None else str(self.dtype).removeprefix("torch.")
 
 
-def resolve_precision(precision: str, device: torch.device, pixels: bool) -> str:
+def fp32_head(head: nn.Linear, features: torch.Tensor) -> torch.Tensor:
+    """`head(features)` outside autocast, in the head's own dtype (fp32 when training). Why: a
+    bf16 output has 8 bits of mantissa, so a Q-value near 500 would move in steps of 2 to 4, as
+    large as a step's reward; the hidden layers keep bf16's speed, the heads cost little."""
+    with torch.autocast(features.device.type, enabled=False):
+        return head(features.to(head.weight.dtype))
+
+
+WIDE_MLP = 256  # hidden units from which a TD3/SAC MLP trains faster in bf16 on a CPU with bf16 units
+
+
+def resolve_precision(precision: str, device: torch.device, pixels: bool, wide_actor_critic: bool = False) -> str:
     """`precision`, with 'auto' replaced by the fastest measured (BENCHMARKS.md, "The learner on
-    its GPU" and "bf16 on a CPU without bf16 units"): fp16 for the CNN on CUDA (1.4x fp32 captured
-    and compiled on an H100, where bf16 was no faster than fp32); for it on a CPU, bf16 where the
-    CPU has bf16 matrix instructions (1.5x fp32 on an AVX512-BF16 box) and fp32 where it does not
-    (there bf16 is emulated: 9x slower than fp32 on an AVX2-only EPYC); fp32 for an MLP (the
-    casts cost more than a small MLP's matmuls save)."""
+    its GPU", "bf16 on a CPU without bf16 units" and "bf16 for TD3 and SAC on a CPU"): fp16 for the
+    CNN on CUDA (1.4x fp32 captured and compiled on an H100, where bf16 was no faster than fp32);
+    for it on a CPU, bf16 where the CPU has bf16 matrix instructions (1.5x fp32 on an AVX512-BF16
+    box) and fp32 where it does not (there bf16 is emulated: 9x slower than fp32 on an AVX2-only
+    EPYC). For an MLP fp32 (the casts cost more than a small MLP's matmuls save), except TD3's and
+    SAC's of WIDE_MLP units or more (`wide_actor_critic`) on a CPU with bf16 units: bf16 there,
+    their heads in fp32 (`fp32_head`)."""
     if precision != "auto":
         return precision
     if not pixels:
-        return "fp32"
+        return "bf16" if wide_actor_critic and device.type == "cpu" and cpu_has_bf16_units() else "fp32"
     if device.type == "cuda":
         return "fp16"
     return "bf16" if cpu_has_bf16_units() else "fp32"

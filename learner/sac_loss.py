@@ -23,14 +23,15 @@ from raypex.learner.td3_loss import CriticLossOutput, twin_critic_loss
 
 def sac_critic_loss(critic: nn.Module, critic_target: nn.Module | None, actor: nn.Module, alpha: torch.Tensor,
                     obs: torch.Tensor, action: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
-                    next_obs: torch.Tensor, weight: torch.Tensor | None, noise: torch.Tensor) -> CriticLossOutput:
+                    next_obs: torch.Tensor, weight: torch.Tensor | None, noise: torch.Tensor,
+                    next_q_bounds: torch.Tensor | None = None) -> CriticLossOutput:
     """The twin critics' loss against the soft clipped double-Q target; `critic_target` None:
     CrossQ's (td3_loss.py twin_critic_loss)."""
     with torch.no_grad():
         next_action, next_log_prob = actor.sample(next_obs, noise)
         entropy_bonus = -alpha * next_log_prob.float()
     return twin_critic_loss(critic, critic_target, obs, action, returns, discount, next_obs, next_action,
-                            entropy_bonus, weight)
+                            entropy_bonus, weight, next_q_bounds)
 
 
 def sac_actor_and_temperature_loss(actor: nn.Module, critic: nn.Module, log_alpha: torch.Tensor, obs: torch.Tensor,

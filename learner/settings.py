@@ -43,6 +43,7 @@ class LearnerSettings:
     init_temperature: float = 1.0  # sac
     obs_norm: bool = False  # td3/sac: running observation normalization inside the networks (learner/obs_norm.py)
     critic_norm: str = "none"  # dqn: none | layer_norm; td3/sac: none | batch_renorm (CrossQ's critics, no target critics)
+    sale: bool = False  # td3/sac: SALE embeddings, hard target copies every target_update_every (learner/sale.py)
 
     def captures(self, device_type: str) -> bool:
         """Whether the update is captured as CUDA graphs on a device of this type (auto: on CUDA)."""

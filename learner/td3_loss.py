@@ -24,6 +24,7 @@ class CriticLossOutput:
     loss: torch.Tensor
     td_error: torch.Tensor  # [B] Q1(s, a) - target, detached
     q_mean: torch.Tensor  # scalar, detached
+    target: torch.Tensor  # [B] the regression target, detached
 
 
 def weighted_mean(per_item: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
@@ -33,11 +34,13 @@ def weighted_mean(per_item: torch.Tensor, weight: torch.Tensor | None) -> torch.
 
 def twin_critic_loss(critic: nn.Module, critic_target: nn.Module | None, obs: torch.Tensor, action: torch.Tensor,
                      returns: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, next_action: torch.Tensor,
-                     next_bonus: torch.Tensor | float, weight: torch.Tensor | None) -> CriticLossOutput:
+                     next_bonus: torch.Tensor | float, weight: torch.Tensor | None,
+                     next_q_bounds: torch.Tensor | None = None) -> CriticLossOutput:
     """Both critics' squared error to G + gamma_m * (min(Q1, Q2)(s', a') + next_bonus), shared by TD3
     and SAC. The next Q-values come from `critic_target`, or with None (CrossQ: no target critics)
     from the critics themselves, (s, a) and (s', a') going through them as one batch so that their
-    batch renormalization sees both; either way no gradient flows through the target."""
+    batch renormalization sees both; either way no gradient flows through the target. With
+    `next_q_bounds` ([min, max], SALE's value clipping) the next Q-value is clamped into them."""
     if critic_target is None:
         q1_both, q2_both = critic(torch.cat([obs, next_obs]), torch.cat([action, next_action.to(action.dtype)]))
         q1, q1_next = q1_both.float().chunk(2)
@@ -48,20 +51,24 @@ def twin_critic_loss(critic: nn.Module, critic_target: nn.Module | None, obs: to
             q1_next, q2_next = critic_target(next_obs, next_action)
             next_q = torch.minimum(q1_next, q2_next).float()
         q1, q2 = (q.float() for q in critic(obs, action))
+    if next_q_bounds is not None:
+        next_q = next_q.clamp(next_q_bounds[0], next_q_bounds[1])
     target = returns + discount * (next_q + next_bonus)
     loss = weighted_mean((q1 - target).pow(2) + (q2 - target).pow(2), weight)
-    return CriticLossOutput(loss, (q1 - target).detach(), q1.detach().mean())
+    return CriticLossOutput(loss, (q1 - target).detach(), q1.detach().mean(), target.detach())
 
 
 def td3_critic_loss(critic: nn.Module, critic_target: nn.Module | None, actor_target: nn.Module, obs: torch.Tensor,
                     action: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
-                    weight: torch.Tensor | None, noise: torch.Tensor, noise_clip: float) -> CriticLossOutput:
+                    weight: torch.Tensor | None, noise: torch.Tensor, noise_clip: float,
+                    next_q_bounds: torch.Tensor | None = None) -> CriticLossOutput:
     """The twin critics' loss against the smoothed, clipped double-Q target; `noise` is the
     smoothing noise already scaled by policy_noise (clipped here to +-noise_clip);
     `critic_target` None: CrossQ's (twin_critic_loss)."""
     with torch.no_grad():
         next_action = (actor_target(next_obs).float() + noise.clamp(-noise_clip, noise_clip)).clamp(-1.0, 1.0)
-    return twin_critic_loss(critic, critic_target, obs, action, returns, discount, next_obs, next_action, 0.0, weight)
+    return twin_critic_loss(critic, critic_target, obs, action, returns, discount, next_obs, next_action, 0.0, weight,
+                            next_q_bounds)
 
 
 def td3_actor_loss(actor: nn.Module, critic: nn.Module, obs: torch.Tensor) -> torch.Tensor:

@@ -189,9 +189,10 @@ def test_running_observation_statistics_merge_batches_exactly_and_the_numpy_acto
     obs = batches[1][:5]
     with torch.no_grad():
         assert np.allclose(NumpyMLPActor(export_arrays(actor)).actions(obs), actor(torch.from_numpy(obs)).numpy(), atol=1e-5)
-    with pytest.raises(UnsupportedEnv, match="network.obs_norm is for flat observations; env.id 'Img-v0' has images"):
-        check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0",
-                        obs_norm=True)
+    for option in ("network.obs_norm", "network.sale"):
+        with pytest.raises(UnsupportedEnv, match=f"{option} is for flat observations; env.id 'Img-v0' has images"):
+            check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0",
+                            flat_only=(option,))
 
 
 @pytest.mark.parametrize("space, says", [
@@ -222,17 +223,27 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
 @pytest.mark.parametrize("overrides, says", [
     (["algo.name=ppo"], "algo.name"),
     (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
-    (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn"),
+    (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn and network.sale"),
     (["network.obs_norm=true"], "network.obs_norm is for algo.name td3 and sac"),
     (["network.critic_norm=batch_renorm"], "network.critic_norm batch_renorm is not for algo.name dqn"),
+    (["network.sale=true"], "network.sale is for algo.name td3 and sac"),
+    (["algo.name=td3", "network.sale=true", "algo.n_step=3", "learner.target_update=hard"], "needs algo.n_step 1"),
+    (["algo.name=td3", "network.sale=true", "algo.n_step=1"], "set learner.target_update hard"),
+    (["algo.name=sac", "network.sale=true", "algo.n_step=1", "learner.target_update=hard", "network.obs_norm=true"],
+     "network.sale goes with network.critic_norm none and network.obs_norm false"),
 ])
 def test_settings_td3_and_sac_do_not_take_are_refused(overrides, says):
     with pytest.raises(ConfigError, match=says):
         load_config(None, overrides)
 
 
-@pytest.mark.parametrize("algo, critic_norm", [("td3", "none"), ("sac", "none"), ("sac", "batch_renorm")])
-def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo, critic_norm):
+SALE = ["network.sale=true", "algo.n_step=1", "learner.target_update=hard"]
+
+
+@pytest.mark.parametrize("algo, critic_norm, extra", [("td3", "none", []), ("sac", "none", []),
+                                                      ("sac", "batch_renorm", []), ("td3", "none", SALE)],
+                         ids=["td3", "sac", "crossq", "sale"])
+def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resumes(algo, critic_norm, extra):
     from pathlib import Path
 
     from raypex.cluster.local.wiring import build_local
@@ -241,7 +252,7 @@ def test_a_continuous_run_flows_collector_to_shard_to_learner_and_back_and_resum
     config = load_config(Path("configs/pendulum.yaml"), [
         f"algo.name={algo}", "collectors.chunk_steps=4", "replay.min_size=256", "learner.updates_per_epoch=4",
         "replay.prioritized=true", "replay.initial_priority=max", "network.hidden=[32,32]",
-        f"network.critic_norm={critic_norm}"])
+        f"network.critic_norm={critic_norm}", *extra])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     run = build_local(plan_run(config, spec))
     for _ in range(5):
@@ -358,17 +369,17 @@ def test_the_learner_matrix_replay_gathers_box_actions_with_their_dimension():
     assert batch["obs"].shape == batch["next_obs"].shape == (2, 8, 3)
 
 
-@pytest.mark.parametrize("images, obs_norm, critic_norm", [(False, False, "none"), (True, False, "none"),
-                                                           (False, True, "none"), (False, False, "batch_renorm")],
-                         ids=["flat", "images", "obs_norm", "crossq"])
-def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images, obs_norm, critic_norm):
+@pytest.mark.parametrize("images, obs_norm, critic_norm, sale", [
+    (False, False, "none", False), (True, False, "none", False), (False, True, "none", False),
+    (False, False, "batch_renorm", False), (False, False, "none", True)], ids=["flat", "images", "obs_norm", "crossq", "sale"])
+def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_stream_back(images, obs_norm, critic_norm, sale):
     """What capture relies on (learner/cuda_graph.py): updates run during warm-up leave the
     networks (image encoders, observation statistics and batch renormalization's included), the
     three optimizers' state, the sums and the noise generator as they were."""
     from raypex.learner.cuda_graph import TrainingStateSnapshot, optimizer_state_tensors
 
     learner = continuous_learner("sac", torch.device("cpu"), images=images, accumulation_steps=2, obs_norm=obs_norm,
-                                 critic_norm=critic_norm)
+                                 critic_norm=critic_norm, sale=sale)
     step = learner.step
     learner.train_epoch()  # Adam has state now: restored, not zeroed
     before = [t.detach().clone() for t in step.training_tensors()]

@@ -548,5 +548,27 @@ def test_auto_precision_on_a_cpu_is_bf16_only_where_the_cpu_has_bf16_units():
     cpu = torch.device("cpu")
     assert resolve_precision("auto", cpu, pixels=True) == ("bf16" if cpu_has_bf16_units() else "fp32")
     assert resolve_precision("auto", cpu, pixels=False) == "fp32"
+    assert resolve_precision("auto", cpu, pixels=False, wide_actor_critic=True) == ("bf16" if cpu_has_bf16_units() else "fp32")
+    assert resolve_precision("auto", torch.device("cuda"), pixels=False, wide_actor_critic=True) == "fp32"
     assert resolve_precision("auto", torch.device("cuda"), pixels=True) == "fp16"
     assert resolve_precision("bf16", cpu, pixels=True) == "bf16"  # asked for: kept
+
+
+def test_actor_critic_heads_stay_fp32_under_bf16_autocast():
+    """bf16 has 8 bits of mantissa: Q-values near 500 would move in steps of 2 (learner/precision.py
+    fp32_head). Under bf16 autocast the hidden layers run in bf16 and the heads in fp32."""
+    from raypex.learner.actor_critic_networks import ActorNetwork, TwinCritic
+
+    torch.manual_seed(0)
+    critic, actor = TwinCritic((17,), 6, [32, 32]), ActorNetwork((17,), 6, [32, 32], gaussian=True)
+    with torch.no_grad():
+        critic.q1_out.bias.fill_(500.0)
+    obs, action = torch.randn(16, 17), torch.rand(16, 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q1, _ = critic(obs, action)
+        features = critic.q1_torso(torch.cat([obs, action], 1))
+        sampled, log_prob = actor.sample(obs, torch.randn(16, 6))
+    assert features.dtype == torch.bfloat16 and q1.dtype == sampled.dtype == log_prob.dtype == torch.float32
+    expected = (features.float() @ critic.q1_out.weight.T + critic.q1_out.bias).squeeze(1)
+    assert torch.allclose(q1, expected, atol=1e-4)
+    assert float((q1 - q1.bfloat16().float()).abs().max().detach()) > 0.1  # precision a bf16 head would have rounded off

@@ -117,7 +117,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     try:
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-        check_algo_fits(config.algo.name, spec, config.env.id, config.network.obs_norm)
+        check_algo_fits(config.algo.name, spec, config.env.id, config.network.flat_only)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None
     wanted_variants = parse_variants(args.variants) if args.variants else None

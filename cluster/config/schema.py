@@ -90,6 +90,16 @@ class NetworkConfig(Section):
         "layer's ReLU in the Q-network (as PQN does). td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): "
         "batch renormalization of their input and hidden layers and no target critics, (s, a) and (s', a') going "
         "through them as one batch.")
+    sale: bool = Field(False, description="td3/sac on flat observations: SALE embeddings (Fujimoto et al. 2023, TD7's): "
+                       "an encoder learns zs = f(s) and zsa = g(zs, a) by predicting the next state's zs, and the actor "
+                       "and critics read them beside the observation; the targets are hard copies every "
+                       "learner.target_update_every_samples (set learner.target_update hard), the next Q-value clipped "
+                       "to the range of the last period's targets. Needs algo.n_step 1.")
+
+    @property
+    def flat_only(self) -> tuple[str, ...]:
+        """The options set here that need flat observations (actors/envs.py check_algo_fits)."""
+        return tuple(name for name, on in (("network.obs_norm", self.obs_norm), ("network.sale", self.sale)) if on)
 
     @model_validator(mode="after")
     def _positive_layers(self) -> NetworkConfig:
@@ -108,7 +118,8 @@ class LearnerConfig(Section):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds loss scaling), fp32 = off; auto = "
         "the fastest measured: fp16 for CNNs on CUDA, bf16 for CNNs on a CPU with bf16 units (AVX512-BF16 or AMX; "
-        "elsewhere bf16 is emulated, 9x slower than fp32 on an AVX2 EPYC, so fp32), fp32 for MLPs."
+        "elsewhere bf16 is emulated, 9x slower than fp32 on an AVX2 EPYC, so fp32), and for td3/sac MLPs of 256 units or "
+        "more on such a CPU (1.5x fp32 per update, their output heads kept in fp32); fp32 for other MLPs."
     )
     lr: float = Field(0.02, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
@@ -263,9 +274,10 @@ class RunConfig(Section):
         if self.learner.cuda_graphs == "on" and self.learner.device == "cpu":
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
         continuous = self.algo.name != "dqn"
-        if continuous and self.learner.target_update == "hard":
-            raise ValueError(f"learner.target_update hard is for dqn; algo.name {self.algo.name} moves its targets by "
-                             "learner.target_tau (polyak)")
+        self._check_sale(continuous)
+        if continuous and self.learner.target_update == "hard" and not self.network.sale:
+            raise ValueError(f"learner.target_update hard is for dqn and network.sale; algo.name {self.algo.name} moves "
+                             "its targets by learner.target_tau (polyak)")
         if continuous and self.collectors.act_device == "cuda":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act on their CPU "
                              "(numpy for flat observations, torch for images); use auto or cpu")
@@ -282,6 +294,21 @@ class RunConfig(Section):
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")
         return self
+
+    def _check_sale(self, continuous: bool) -> None:
+        if not self.network.sale:
+            return
+        if not continuous:
+            raise ValueError("network.sale is for algo.name td3 and sac")
+        if self.algo.n_step != 1:
+            raise ValueError(f"network.sale needs algo.n_step 1 (its encoder predicts the next observation from one "
+                             f"action), got {self.algo.n_step}")
+        if self.learner.target_update != "hard":
+            raise ValueError("network.sale copies its targets whole every learner.target_update_every_samples: set "
+                             "learner.target_update hard")
+        if self.network.critic_norm != "none" or self.network.obs_norm:
+            raise ValueError("network.sale goes with network.critic_norm none and network.obs_norm false (its "
+                             "embeddings are normalized already)")
 
 
 def config_warnings(config: RunConfig) -> list[str]:

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
-        check_algo_fits(config.algo.name, spec, config.env.id, config.network.obs_norm)
+        check_algo_fits(config.algo.name, spec, config.env.id, config.network.flat_only)
     except (ConfigError, UnsupportedEnv) as err:
         print(f"lockstep: {err}", file=sys.stderr)
         return 2

@@ -43,7 +43,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     env = config.env
     spec = inspect_env(env.id, env.kwargs, env.frame_stack)
     config, lines = fit_to_env(config, spec, origin)
-    check_algo_fits(config.algo.name, spec, env.id, config.network.obs_norm)
+    check_algo_fits(config.algo.name, spec, env.id, config.network.flat_only)
     room = replay_room(config) if on_this_machine else None
     needed = replay_bytes(config, spec)
     if room is not None and needed > REPLAY_SHARE_OF_MEMORY * room[1]:

@@ -70,6 +70,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         target_entropy=None if config.algo.target_entropy == "auto" else config.algo.target_entropy,
         init_temperature=config.algo.init_temperature, obs_norm=config.network.obs_norm,
         critic_norm=config.network.critic_norm,
+        sale=config.network.sale,
     )
 
 

@@ -1,0 +1,110 @@
+"""SALE (Fujimoto et al. 2023, the representation of TD7): learned embeddings of the state,
+zs = f(s), and of the state-action pair, zsa = g(zs, a), trained so that zsa predicts the next
+state's zs. The actor reads [AvgL1Norm(W s), zs] and each critic [AvgL1Norm(W (s, a)), zsa, zs]
+(`network.sale`, td3 and sac on flat observations).
+
+Why: on HalfCheetah-v5 it moved TD3 from about 2,500 to 7,300 at 35k env steps (BENCHMARKS.md,
+"SALE embeddings"): the critics no longer learn the dynamics from the TD error alone.
+
+What the actor and critics read is a frozen copy of the trained encoder ("fixed" in the paper),
+refreshed with the hard target copies every target period, and the targets read the copy of the
+period before, so a critic's inputs move in steps rather than with every update
+(ActorCriticStep.after_update). The frozen copies live inside the actor and critic modules, so
+the published actor weights carry their embedding (learner/numpy_mlp.py acts with it) and so does
+policy.pt2.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from raypex.learner.numpy_mlp import AVG_L1_EPS
+from raypex.learner.precision import fp32_head
+
+EMBEDDING_WIDTH = 256  # zs and zsa, as TD7
+ENCODER_HIDDEN = 256
+
+
+def avg_l1_norm(x: torch.Tensor) -> torch.Tensor:
+    """x divided by its mean absolute value over the last dimension (TD7's AvgL1Norm), in fp32."""
+    x = x.float()
+    return x / x.abs().mean(-1, keepdim=True).clamp(min=AVG_L1_EPS)
+
+
+def _elu_mlp(width: int, hidden: list[int], out: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for size in hidden:
+        layers += [nn.Linear(width, size), nn.ELU()]
+        width = size
+    return nn.Sequential(*layers, nn.Linear(width, out))
+
+
+class StateEmbedding(nn.Module):
+    """f: obs [B, obs_dim] -> zs [B, EMBEDDING_WIDTH], AvgL1Norm-ed."""
+
+    def __init__(self, obs_dim: int):
+        super().__init__()
+        self.layers = _elu_mlp(obs_dim, [ENCODER_HIDDEN, ENCODER_HIDDEN], EMBEDDING_WIDTH)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return avg_l1_norm(self.layers(obs.float()))  # float64 observations (MuJoCo's) are not autocast
+
+
+class SaleEncoder(nn.Module):
+    """f and g, and the loss that trains them: |g(f(s), a) - f(s')|^2 with f(s') held fixed."""
+
+    def __init__(self, obs_dim: int, action_dim: int):
+        super().__init__()
+        self.state = StateEmbedding(obs_dim)
+        self.state_action = _elu_mlp(EMBEDDING_WIDTH + action_dim, [ENCODER_HIDDEN, ENCODER_HIDDEN], EMBEDDING_WIDTH)
+
+    def embed(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(zs, zsa), both fp32."""
+        zs = self.state(obs)
+        return zs, self.state_action(torch.cat([zs, action.float()], 1)).float()
+
+    def loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """The mean squared error of the predicted next-state embedding."""
+        with torch.no_grad():
+            target = self.state(next_obs)
+        return F.mse_loss(self.embed(obs, action)[1], target)
+
+
+class SaleActorInput(nn.Module):
+    """The actor's input: [AvgL1Norm(W obs), zs], zs from its frozen copy of f."""
+
+    def __init__(self, obs_dim: int, width: int):
+        super().__init__()
+        self.project = nn.Linear(obs_dim, width)
+        self.embedding = StateEmbedding(obs_dim).requires_grad_(False)
+        self.width = width + EMBEDDING_WIDTH
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.cat([avg_l1_norm(self.project(obs.float())), self.embedding(obs)], 1)
+
+
+class SaleTwinCritic(nn.Module):
+    """Twin critics on [AvgL1Norm(W (s, a)), zsa, zs]: a projection of `hidden[0]` units each,
+    then ELU layers of `hidden`; forward returns both [B] Q-values, as TwinCritic's."""
+
+    encoder = None  # TwinCritic's image encoder or observation normalizer: none here
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
+        super().__init__()
+        self.embedding = SaleEncoder(obs_dim, action_dim).requires_grad_(False)
+        width = hidden[0] + 2 * EMBEDDING_WIDTH
+        self.q1_project, self.q2_project = (nn.Linear(obs_dim + action_dim, hidden[0]) for _ in range(2))
+        self.q1_torso, self.q2_torso = (_elu_mlp(width, hidden[:-1], hidden[-1]) for _ in range(2))
+        self.q1_out, self.q2_out = nn.Linear(hidden[-1], 1), nn.Linear(hidden[-1], 1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        zs, zsa = self.embedding.embed(obs, action)
+        pair = torch.cat([obs.float(), action.float()], 1)
+        q = []
+        for project, torso, out in ((self.q1_project, self.q1_torso, self.q1_out),
+                                    (self.q2_project, self.q2_torso, self.q2_out)):
+            features = F.elu(torso(torch.cat([avg_l1_norm(project(pair)), zsa, zs], 1)))
+            q.append(fp32_head(out, features).squeeze(1))
+        return q[0], q[1]
