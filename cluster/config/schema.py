@@ -119,7 +119,7 @@ class LearnerConfig(Section):
         "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds loss scaling), fp32 = off; auto = "
         "the fastest measured: fp16 for CNNs on CUDA, bf16 for CNNs on a CPU with bf16 units (AVX512-BF16 or AMX; "
         "elsewhere bf16 is emulated, 9x slower than fp32 on an AVX2 EPYC, so fp32), and for td3/sac MLPs of 256 units or "
-        "more on such a CPU (1.5x fp32 per update, their output heads kept in fp32); fp32 for other MLPs."
+        "more on such a CPU (1.3-1.4x fp32 per update, their output heads kept in fp32); fp32 for other MLPs."
     )
     lr: float = Field(0.02, gt=0.0, lt=1.0, description="Adam learning rate.")
     adam_eps: float = Field(1e-8, gt=0.0, description="Adam epsilon.")
