@@ -77,6 +77,11 @@ class ActorCriticStep:
         # what the losses train: a frozen embedding copy is not among them
         self.actor_params = [p for p in self.actor.parameters() if p.requires_grad]
         self.critic_params = [p for p in self.critic.parameters() if p.requires_grad]
+        # each target's parameters and the online ones it follows: moved by Polyak in `update`, or
+        # with SALE copied whole in `after_update` (their networks hold no buffers)
+        pairs = [(t, o) for t, o in ((self.critic_target, self.critic), (self.actor_target, self.actor)) if t is not None]
+        self.target_params = [p for target, _ in pairs for p in target.parameters()]
+        self.followed_params = [p for _, online in pairs for p in online.parameters()]
         # network.obs_norm: the actor's statistics are updated from each batch, then copied to the others
         networks = (self.actor, self.critic, self.critic_target, self.actor_target)
         self.normalizers = [net.encoder for net in networks if net is not None and isinstance(net.encoder, RunningObsNorm)]
@@ -86,7 +91,8 @@ class ActorCriticStep:
         self.log_alpha = torch.tensor(float(torch.tensor(settings.init_temperature).log()), device=device,
                                       requires_grad=True)
         self.alpha_optimizer = adam_for([self.log_alpha], settings.lr, settings.adam_eps, device) if self.sac else None
-        self.encoder_optimizer = (adam_for(list(self.encoder.parameters()), settings.lr, settings.adam_eps, device)
+        self.encoder_params = list(self.encoder.parameters()) if self.encoder is not None else []
+        self.encoder_optimizer = (adam_for(self.encoder_params, settings.lr, settings.adam_eps, device)
                                   if self.encoder is not None else None)
         # SALE's value clipping: the next Q-value is clamped into the [min, max] of the targets of
         # the previous target period (at first [0, 0]), which bounds what the embeddings extrapolate
@@ -144,9 +150,7 @@ class ActorCriticStep:
         if self.encoder is None or updates % self.s.target_update_every:
             return
         with torch.no_grad():
-            for target, online in ((self.critic_target, self.critic), (self.actor_target, self.actor)):
-                if target is not None:
-                    torch._foreach_copy_([*target.parameters(), *target.buffers()], [*online.parameters(), *online.buffers()])
+            torch._foreach_copy_(self.target_params, self.followed_params)
             self._refresh_embeddings()
             self.next_q_bounds.copy_(self.targets_seen)
             self.targets_seen.copy_(torch.tensor([float("inf"), float("-inf")]))
@@ -210,9 +214,8 @@ class ActorCriticStep:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
-        encoder_params = list(self.encoder.parameters()) if self.encoder is not None else []
         if self.critic_scale is not None:
-            self.critic_scale.unscale_([p.grad for p in self.critic_params + encoder_params])
+            self.critic_scale.unscale_([p.grad for p in self.critic_params + self.encoder_params])
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -223,15 +226,9 @@ class ActorCriticStep:
             self.critic_scale.update()
         if with_actor:
             self._actor_step(batch, groups, noise[1])
-        if with_actor and self.encoder is None:  # SALE copies its targets in after_update
-            targets, sources = [], []
-            for target, online in ((self.critic_target, self.critic), (self.actor_target, self.actor)):
-                if target is not None:
-                    targets += list(target.parameters())
-                    sources += list(online.parameters())
-            if targets:
-                with torch.no_grad():
-                    torch._foreach_lerp_(targets, sources, s.target_tau)
+        if with_actor and self.encoder is None and self.target_params:  # SALE copies its targets in after_update
+            with torch.no_grad():
+                torch._foreach_lerp_(self.target_params, self.followed_params, s.target_tau)
 
     def _update_normalizers(self, obs: torch.Tensor) -> None:
         first, *others = self.normalizers

@@ -25,10 +25,10 @@ def linear_layer(arrays: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, 
     return np.ascontiguousarray(arrays[f"{name}.weight"].T), arrays[f"{name}.bias"]
 
 
-def torso_layers(arrays: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The `torso.N` Linear layers of a state dict, in order."""
-    names = sorted({name.rsplit(".", 1)[0] for name in arrays if name.startswith("torso.")},
-                   key=lambda prefix: int(prefix.split(".")[1]))
+def torso_layers(arrays: dict[str, np.ndarray], prefix: str = "torso.") -> list[tuple[np.ndarray, np.ndarray]]:
+    """The `{prefix}N` Linear layers of a state dict (a Sequential's), in order of N."""
+    names = sorted({name.rsplit(".", 1)[0] for name in arrays if name.startswith(prefix)},
+                   key=lambda layer: int(layer.rsplit(".", 1)[1]))
     return [linear_layer(arrays, name) for name in names]
 
 
@@ -94,7 +94,7 @@ class NumpyMLPActor:
         self.sale = None  # network.sale: the projection and the state embedding's ELU layers (learner/sale.py)
         if "encoder.project.weight" in arrays:
             self.sale = (linear_layer(arrays, "encoder.project"),
-                         [linear_layer(arrays, f"encoder.embedding.layers.{i}") for i in (0, 2, 4)])
+                         torso_layers(arrays, "encoder.embedding.layers."))
 
     def _features(self, obs: np.ndarray) -> np.ndarray:
         if self.norm is not None:
