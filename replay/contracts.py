@@ -97,7 +97,7 @@ class CollectorStats:
     episode_lengths: list[int]
     epsilon: float  # the exploration rate or noise it acts with now
     exploration: str | None  # what `epsilon` is: "epsilon" (a greedy rate), "noise" (TD3's), None (SAC samples)
-    version: int  # the weights version it acts with (-1: its own initial network)
+    version: int  # the newest weights version it took (-1: none; TD3/SAC act at random under untrained ones)
     version_loaded_at: float | None
     max_weight_load_s: float  # the longest its env loop paused to take new weights
     phase_s: dict[str, float]  # seconds per phase of its loop (env, act, push, throttle, ...)
