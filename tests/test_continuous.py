@@ -340,7 +340,7 @@ def continuous_learner(algo: str, device: torch.device, columns=None, images: bo
         return rng.normal(size=(512, *obs_shape)).astype(np.float32)
 
     s = settings(obs_shape=obs_shape, obs_dtype=obs_dtype, num_actions=0, algo=algo, action_low=(-2.0,),
-                 action_high=(2.0,), hidden=[32, 32], target_update="polyak",
+                 action_high=(2.0,), hidden=[32, 32], target_update=overrides.pop("target_update", "polyak"),
                  policy_delay=overrides.pop("policy_delay", 2 if algo == "td3" else 1), **overrides)
     replay = ShardedReplay(2, StorageSpec(512, obs_shape, obs_dtype, action_dim=1), SamplesPerInsertLimiter(0.0, 1, 1),
                            0, None, None, *([columns] if columns is not None else []))

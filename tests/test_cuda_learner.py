@@ -228,3 +228,39 @@ def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision,
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3, msg=name)
     if algo == "sac":
         assert float(captured.step.alpha) == pytest.approx(float(eager.step.alpha), rel=1e-3)
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_captured_sale_updates_give_the_eager_parameters(algo, precision):
+    """network.sale inside the graphs: the encoder's step and the value clipping are captured; the
+    hard target copies, the frozen embeddings and the clipping's bounds change on the host between
+    replays (every 4 updates here), in place, so the graphs read them without a new capture."""
+    from tests.test_continuous import continuous_learner
+
+    pair = [continuous_learner(algo, CUDA, DeviceColumns(CUDA), cuda_graphs=graphs, precision=precision,
+                               accumulation_steps=2, updates_per_epoch=5, lr=1e-3, adam_eps=1e-3, sale=True,
+                               target_update="hard", target_update_every=4)
+            for graphs in ("on", "off")]
+    captured, eager = pair
+    for learner in pair:
+        learner.warmup()
+    assert captured.captured and not eager.captured
+
+    def trained(learner: Learner) -> list[torch.Tensor]:
+        step = learner.step
+        return step.critic_params + step.actor_params + step.encoder_params + list(step.critic.embedding.parameters())
+
+    initial = [p.detach().clone() for p in trained(eager)]
+    for _ in range(2):
+        m_captured, m_eager = captured.train_epoch(), eager.train_epoch()
+        assert m_captured.losses["td_loss"] == pytest.approx(m_eager.losses["td_loss"], rel=2e-2)
+        assert m_captured.losses["embedding_loss"] == pytest.approx(m_eager.losses["embedding_loss"], rel=2e-2)
+    assert captured.step.updates == eager.step.updates == 10
+    with torch.no_grad():
+        gap = sum(float((a - b).float().norm() ** 2) for a, b in zip(trained(captured), trained(eager))) ** 0.5
+        moved = sum(float((a - b).float().norm() ** 2) for a, b in zip(trained(eager), initial)) ** 0.5
+    assert moved > 0 and gap / moved < (1e-3 if precision == "fp32" else 2e-2)
+    bounds = eager.step.next_q_bounds
+    assert float(bounds[1] - bounds[0]) > 0  # two target periods passed: the clipping has real bounds
+    torch.testing.assert_close(captured.step.next_q_bounds, bounds, rtol=2e-2, atol=1e-3)
