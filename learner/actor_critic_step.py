@@ -94,8 +94,8 @@ class ActorCriticStep:
         self.encoder_params = list(self.encoder.parameters()) if self.encoder is not None else []
         self.encoder_optimizer = (adam_for(self.encoder_params, settings.lr, settings.adam_eps, device)
                                   if self.encoder is not None else None)
-        # SALE's value clipping: the next Q-value is clamped into the [min, max] of the targets of
-        # the previous target period (at first [0, 0]), which bounds what the embeddings extrapolate
+        # SALE's value clipping: the next Q-value is clamped into the [min, max] of every target seen
+        # up to the last target period (at first [0, 0]), which bounds what the embeddings extrapolate
         self.next_q_bounds = torch.zeros(2, device=device)
         self.targets_seen = torch.tensor([float("inf"), float("-inf")], device=device)
         self.encoder_loss_sum = torch.zeros((), device=device)
@@ -145,7 +145,8 @@ class ActorCriticStep:
 
     def after_update(self, updates: int) -> None:
         """With SALE, every target period: the hard target copies, then the frozen embeddings from
-        the encoder (the targets keep the period before's) and the value clipping's new bounds.
+        the encoder (the targets keep the period before's) and the value clipping's bounds widened
+        to every target seen so far.
         Otherwise nothing: the targets move by Polyak inside the update."""
         if self.encoder is None or updates % self.s.target_update_every:
             return
@@ -153,7 +154,6 @@ class ActorCriticStep:
             torch._foreach_copy_(self.target_params, self.followed_params)
             self._refresh_embeddings()
             self.next_q_bounds.copy_(self.targets_seen)
-            self.targets_seen.copy_(torch.tensor([float("inf"), float("-inf")]))
 
     def _refresh_embeddings(self) -> None:
         """The actor's and critics' frozen embeddings := the encoder's."""

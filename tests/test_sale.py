@@ -1,6 +1,6 @@
 """SALE embeddings (network.sale, learner/sale.py): what the actor and critics read moves only at
 the target period, the targets read the period before's, the next Q-value is clipped to the
-last period's targets, and collectors (numpy) and policy.pt2 act as the learner's actor does."""
+targets seen up to the last period (TD7's), and collectors (numpy) and policy.pt2 act as the learner's actor does."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_the_frozen_embeddings_move_only_at_the_target_period_and_the_targets_ke
     assert all(p.grad is None for p in step.critic.embedding.parameters())
 
 
-def test_the_next_q_value_is_clipped_to_the_last_periods_targets():
+def test_the_next_q_value_is_clipped_to_the_targets_seen_up_to_the_last_period():
     step, rng = sale_step("td3"), np.random.default_rng(1)
     data = batch(rng)
     obs, action, next_obs = data["obs"][0], data["action"][0], data["next_obs"][0]
@@ -80,7 +80,14 @@ def test_the_next_q_value_is_clipped_to_the_last_periods_targets():
         seen.append(step.targets_seen.clone())
         step.after_update(update)
     assert torch.equal(step.next_q_bounds, seen[-1]) and seen[-1][0] < seen[-1][1]
-    assert torch.equal(step.targets_seen, torch.tensor([float("inf"), float("-inf")]))
+    first = step.next_q_bounds.clone()
+    # a period of zero returns: every target, 0.99 * a clamped Q-value, lies inside the bounds;
+    # TD7's bounds keep every target seen before (bounds of that period alone would shrink)
+    quiet = {**data, "return": torch.zeros_like(data["return"])}
+    for update in range(PERIOD + 1, 2 * PERIOD + 1):
+        step(quiet)
+        step.after_update(update)
+    assert torch.equal(step.next_q_bounds, first)
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
