@@ -94,7 +94,7 @@ class NetworkConfig(Section):
                        "an encoder learns zs = f(s) and zsa = g(zs, a) by predicting the next state's zs, and the actor "
                        "and critics read them beside the observation; the targets are hard copies every "
                        "learner.target_update_every_samples (set learner.target_update hard), the next Q-value clipped "
-                       "to the range of the last period's targets. Needs algo.n_step 1.")
+                       "to the range of the targets seen up to the last period. Needs algo.n_step 1.")
 
     @property
     def flat_only(self) -> tuple[str, ...]:
