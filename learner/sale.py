@@ -3,9 +3,9 @@ zs = f(s), and of the state-action pair, zsa = g(zs, a), trained so that zsa pre
 state's zs. The actor reads [AvgL1Norm(W s), zs] and each critic [AvgL1Norm(W (s, a)), zsa, zs]
 (`network.sale`, td3 and sac on flat observations).
 
-Why: on HalfCheetah-v5, TD3 with it reached 9,640 at 100k env steps where SAC without it had 4,225
-(BENCHMARKS.md, "bf16, the warm-up through Ray, and SALE"): the critics no longer learn the
-dynamics from the TD error alone.
+Why: on HalfCheetah-v5, TD3 with it reached 8,721-9,830 at 100k env steps (three seeds) where SAC
+without it had 3,918 (BENCHMARKS.md, "Three seeds of the SALE config"): the critics no longer
+learn the dynamics from the TD error alone.
 
 What the actor and critics read is a frozen copy of the trained encoder ("fixed" in the paper),
 refreshed with the hard target copies every target period, and the targets read the copy of the
