@@ -53,8 +53,9 @@ def warm_exporter() -> None:
     while the learner's own thread still trains or saves could see tracing's patched torch."""
     global _warming
     if _warming is None:
-        _warming = threading.Thread(target=_import_exporter, name="warm-exporter", daemon=True)
-        _warming.start()
+        thread = threading.Thread(target=_import_exporter, name="warm-exporter", daemon=True)
+        thread.start()
+        _warming = thread  # only once started: an export on the learner's other thread joins it
 
 
 def _import_exporter() -> None:

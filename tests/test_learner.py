@@ -2,6 +2,7 @@
 
 import io
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -390,6 +391,23 @@ def test_the_exporter_warmed_on_a_thread_is_started_once_and_waited_for_by_the_e
     obs = torch.randn(4)
     with torch.inference_mode():
         torch.testing.assert_close(load_policy(path).q_values(obs.numpy()), network(obs[None])[0])
+
+
+def test_the_warming_thread_is_published_only_once_started(monkeypatch):
+    """warm_exporter runs on the learner actor's control thread while export_policy may already run
+    on its default one (a run that ends at once): the export must never find a thread it cannot
+    join yet (seen in CI: "cannot join thread before it is started")."""
+    monkeypatch.setattr(policy_file, "_warming", None)
+    published_at_start = []
+    start = threading.Thread.start
+
+    def recording_start(thread):
+        published_at_start.append(policy_file._warming)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    policy_file.warm_exporter()
+    assert published_at_start == [None] and policy_file._warming is not None
 
 
 def scaled_step(learner: Learner) -> tuple[DQNStep, DeviceLossScale]:
