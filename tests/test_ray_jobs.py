@@ -16,23 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import until
 from tests.test_address import free_port
 from tests.test_integration import SHORT
 from tests.test_separate_hosts import MY_CARTPOLE
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
-
-
-def _until(condition, timeout_s: float, what: str, shown=None):
-    """Poll `condition` (a question put to the cluster) until it returns something true; on a
-    timeout the failure names `what` and shows what `shown()` returns (the job's logs, say)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        answer = condition()
-        if answer:
-            return answer
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} within {timeout_s:g}s" + (f"; it showed:\n{shown()}" if shown else ""))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +72,7 @@ def _head(monkeypatch):
             except (ConnectionError, RuntimeError):
                 return None
 
-        yield url, _until(client, 60, "job server"), f"127.0.0.1:{port}"
+        yield url, until(client, 60, "job server"), f"127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -115,10 +104,10 @@ def test_a_job_trains_on_the_cluster_it_was_submitted_to_and_ray_job_stop_checkp
     run = tmp_path / "stopped"
     job = client.submit_job(entrypoint=f"raypex train cartpole --run-dir {run} stop.env_steps=100000000 "
                             + " ".join(SHORT))
-    _until(lambda: "env steps" in client.get_job_logs(job), 120, "progress line in the job's logs",
+    until(lambda: "env steps" in client.get_job_logs(job), 120, "progress line in the job's logs",
            shown=lambda: client.get_job_logs(job))
     client.stop_job(job)
-    _until(lambda: client.get_job_status(job) in (JobStatus.STOPPED, JobStatus.FAILED), 60, "stopped job")
+    until(lambda: client.get_job_status(job) in (JobStatus.STOPPED, JobStatus.FAILED), 60, "stopped job")
     logs = client.get_job_logs(job)
     assert "SIGTERM: writing a final checkpoint" in logs and "done:" in logs, logs
     result = json.loads((run / "summary.json").read_text())

@@ -1,7 +1,6 @@
 """Weights through Ray (cluster/hosts/ray_seams.py): WeightPublisher -> CollectorActor.set_weights ->
 WeightInbox -> the collector's env loop, in a real local Ray cluster with a real collector actor."""
 
-import time
 import uuid
 
 import numpy as np
@@ -16,6 +15,7 @@ from raypex.cluster.plan.settings import collector_settings
 from raypex.learner.actor_critic_networks import ActorNetwork
 from raypex.learner.weights import export_arrays
 from raypex.replay.contracts import Weights
+from tests.polling import until
 
 
 class ShardStandIn:
@@ -39,25 +39,16 @@ class ShardStandIn:
         return self.mean_abs_actions
 
 
-def _until(condition, what: str, timeout_s: float = 60.0):
-    """Ask `condition` (a Ray round trip each time) until it returns something true."""
-    deadline = time.monotonic() + timeout_s
-    while not (answer := condition()):
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f}s"
-        time.sleep(0.02)  # the asking's pace; the loop ends on the actors' own state
-    return answer
-
-
 def _mean_abs_action_after(collector, shard, version: int) -> float:
     """Mean |action| of three chunks the collector began after it took weights `version`."""
-    _until(lambda: ray.get(collector.stats.remote()).version == version, f"the collector taking version {version}")
+    until(lambda: ray.get(collector.stats.remote()).version == version, 60, f"collector taking version {version}")
     first = len(ray.get(shard.chunk_actions.remote())) + 1  # the chunk being filled then may predate it
 
     def three_chunks_from_first():
         actions = ray.get(shard.chunk_actions.remote())
         return actions[first:first + 3] if len(actions) >= first + 3 else None
 
-    return float(np.mean(_until(three_chunks_from_first, "three more chunks")))
+    return float(np.mean(until(three_chunks_from_first, 60, "three more chunks")))
 
 
 def test_ray_collectors_keep_the_warm_up_random_under_a_fresh_learners_weights(kept_up_ray):
