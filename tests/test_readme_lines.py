@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import pickle
 import queue
 import re
 import signal
@@ -254,6 +253,7 @@ def td3_ran(ran: Ran) -> None:
     collector's own noise in TensorBoard, the actor's and the embeddings' losses, a uniform warm-up,
     HalfCheetah's six float actions acted in its bounds, and MuJoCo's known deprecation warning
     kept out of the output."""
+    from raypex.cluster.driver.checkpoints import load_latest, read_replay
     from raypex.learner.policy_file import load_policy
 
     run = the_run(ran)
@@ -266,11 +266,10 @@ def td3_ran(ran: Ran) -> None:
     assert np.isfinite(tags["losses/embedding_loss"]).all()
     # the replay warm-up: uniform actions until trained weights come (Ray's weights messages once
     # dropped the "untrained" mark, and collectors filled it with a fresh actor's near-zero actions)
-    newest = max((run / "checkpoints").glob("ckpt-*.json")).stem
-    shards = sorted((run / "checkpoints").glob(f"{newest}-shard-*.replay"))
+    shards = load_latest(run / "checkpoints").replay_files
     assert len(shards) == 2, shards
     for shard in shards:
-        warm_up = pickle.loads(shard.read_bytes())["storage"]["columns"]["action"][:200]
+        warm_up = read_replay(shard)["storage"]["columns"]["action"][:200]
         assert abs(float(np.abs(warm_up).mean()) - 0.5) < 0.05, (shard.name, float(np.abs(warm_up).mean()))
     assert "WARNING: compiler attribute" not in ran.err + ran.out
     actions = load_policy(run / "policy.pt2").act(np.zeros((5, 17), np.float32))
