@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from raypex.actors.envs import inspect_env
-from raypex.cluster.config.loading import load_config
+from raypex.cluster.config.loading import ConfigError, load_config
 from raypex.cluster.driver.checkpoints import load_latest, read_replay
 from raypex.cluster.plan.settings import learner_settings
 from raypex.learner.actor_critic_step import ActorCriticStep
@@ -101,7 +101,10 @@ def probe(steps: dict[str, ActorCriticStep], columns: dict[str, np.ndarray], row
 
 def load_run(run_dir: Path) -> tuple[dict[str, ActorCriticStep], dict[str, np.ndarray], int]:
     """The run's newest checkpoint as fp32 and bf16 steps, its first shard's rows, and its env steps."""
-    config = load_config(run_dir / "config.yaml", [])
+    try:
+        config = load_config(run_dir / "config.yaml", [])
+    except ConfigError as err:
+        raise SystemExit(f"{run_dir}/config.yaml: {err}") from None
     if config.algo.name == "dqn":
         raise SystemExit(f"{run_dir}: a dqn run; this probe reads td3 and sac critics")
     point = load_latest(run_dir / "checkpoints")
