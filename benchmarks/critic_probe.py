@@ -23,10 +23,8 @@ from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import ConfigError, load_config
 from raypex.cluster.driver.checkpoints import load_latest, read_replay
 from raypex.cluster.plan.settings import learner_settings
-from raypex.learner.actor_critic_step import ActorCriticStep
+from raypex.learner.actor_critic_step import TRANSITION, ActorCriticStep
 from raypex.learner.precision import make_precision
-from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
-from raypex.learner.td3_loss import CriticLossOutput, td3_actor_loss, td3_critic_loss
 
 GRADIENT_ROWS = 256  # one micro-batch of the HalfCheetah config
 
@@ -46,46 +44,29 @@ class CriticProbe:
     actor_gradient_cosine: float
 
 
-def _critic_loss(step: ActorCriticStep, batch: dict[str, torch.Tensor], noise: torch.Tensor) -> CriticLossOutput:
-    """The critics' loss of the step's update on `batch` (standard normal `noise`), under its precision."""
-    s, bounds = step.s, step.next_q_bounds if step.encoder is not None else None
-    with step.precision.autocast():
-        if step.sac:
-            return sac_critic_loss(step.critic, step.critic_target, step.actor, step.alpha, batch["obs"],
-                                   batch["action"], batch["return"], batch["discount"], batch["next_obs"], None, noise,
-                                   bounds)
-        return td3_critic_loss(step.critic, step.critic_target, step.actor_target, batch["obs"], batch["action"],
-                               batch["return"], batch["discount"], batch["next_obs"], None, noise * s.policy_noise,
-                               s.noise_clip, bounds)
-
-
-def _actor_loss(step: ActorCriticStep, batch: dict[str, torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
-    with step.precision.autocast():
-        if step.sac:
-            return sac_actor_and_temperature_loss(step.actor, step.critic, step.log_alpha, batch["obs"], noise,
-                                                  step.target_entropy)[0]
-        return td3_actor_loss(step.actor, step.critic, batch["obs"])
-
-
-def _gradient(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
+def _gradients(step: ActorCriticStep, batch: dict[str, torch.Tensor], noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The critics' and the actor's gradients on `batch`, each flat; the actor's through critics in
+    eval mode, as the update takes it (batch-renormalized critics read their running statistics)."""
+    critic = torch.autograd.grad(step.critic_loss(batch, None, noise).loss, step.critic_params)
+    step.critic.eval()
+    actor = torch.autograd.grad(step.actor_loss(batch["obs"], noise)[0], step.actor_params)
+    step.critic.train()
+    return torch.cat([g.flatten() for g in critic]), torch.cat([g.flatten() for g in actor])
 
 
 def probe(steps: dict[str, ActorCriticStep], columns: dict[str, np.ndarray], rows: int, seed: int) -> CriticProbe:
     """`steps`: the same weights as an fp32 and a bf16 ActorCriticStep; `columns`: replay rows."""
     generator = torch.Generator().manual_seed(seed)
     picked = torch.randperm(len(columns["obs"]), generator=generator)[:rows].numpy()
-    batch = {k: torch.as_tensor(np.asarray(columns[k])[picked]) for k in ("obs", "action", "return", "discount",
-                                                                           "next_obs")}
+    batch = {k: torch.as_tensor(np.asarray(columns[k])[picked]) for k in TRANSITION}
     with torch.no_grad():
-        size = _critic_loss(steps["fp32"], batch, torch.randn(batch["action"].shape, generator=generator)).td_error.abs()
+        size = steps["fp32"].critic_loss(batch, None, torch.randn(batch["action"].shape,
+                                                                   generator=generator)).td_error.abs()
     squared = size.square().sort(descending=True).values
     terminal = batch["discount"] == 0
     small = {k: v[:GRADIENT_ROWS] for k, v in batch.items()}
     noise = torch.randn(small["action"].shape, generator=generator)
-    (critic32, actor32), (critic16, actor16) = (
-        (_gradient(_critic_loss(step, small, noise).loss, step.critic_params),
-         _gradient(_actor_loss(step, small, noise), step.actor_params)) for step in (steps["fp32"], steps["bf16"]))
+    (critic32, actor32), (critic16, actor16) = (_gradients(step, small, noise) for step in (steps["fp32"], steps["bf16"]))
     cosine = torch.nn.functional.cosine_similarity
     quantiles = torch.quantile(size, torch.tensor([0.5, 0.9, 0.99, 1.0]))
     return CriticProbe(

@@ -35,7 +35,9 @@ from raypex.learner.precision import WIDE_MLP, PrecisionPolicy, make_precision, 
 from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from raypex.learner.sale import SaleEncoder, SaleTwinCritic
 from raypex.learner.settings import LearnerSettings
-from raypex.learner.td3_loss import td3_actor_loss, td3_critic_loss
+from raypex.learner.td3_loss import CriticLossOutput, td3_actor_loss, td3_critic_loss
+
+TRANSITION = ("obs", "action", "return", "discount", "next_obs")  # the columns a critic loss reads
 
 
 def _backward(loss: torch.Tensor, scale: DeviceLossScale | None) -> None:
@@ -197,15 +199,7 @@ class ActorCriticStep:
                     encoder_loss = self.encoder.loss(batch["obs"][g], action, batch["next_obs"][g])
                 _backward(encoder_loss / groups, self.critic_scale)
                 self.encoder_loss_sum += encoder_loss.detach()
-            with self.precision.autocast():
-                if self.sac:
-                    out = sac_critic_loss(self.critic, self.critic_target, self.actor, self.alpha, batch["obs"][g],
-                                          action, batch["return"][g], batch["discount"][g], batch["next_obs"][g],
-                                          weight, noise[0, g], bounds)
-                else:
-                    out = td3_critic_loss(self.critic, self.critic_target, self.actor_target, batch["obs"][g], action,
-                                          batch["return"][g], batch["discount"][g], batch["next_obs"][g], weight,
-                                          noise[0, g] * s.policy_noise, s.noise_clip, bounds)
+            out = self.critic_loss({key: batch[key][g] for key in TRANSITION}, weight, noise[0, g])
             _backward(out.loss / groups, self.critic_scale)
             if bounds is not None:
                 self.targets_seen.copy_(torch.stack([torch.minimum(self.targets_seen[0], out.target.min()),
@@ -230,6 +224,27 @@ class ActorCriticStep:
             with torch.no_grad():
                 torch._foreach_lerp_(self.target_params, self.followed_params, s.target_tau)
 
+    def critic_loss(self, transitions: Mapping[str, torch.Tensor], weight: torch.Tensor | None,
+                    noise: torch.Tensor) -> CriticLossOutput:
+        """The critics' loss on one micro-batch of TRANSITION columns, under the step's precision;
+        `noise`: standard normal, one per action (TD3's target smoothing, SAC's next action)."""
+        s, bounds = self.s, (self.next_q_bounds if self.encoder is not None else None)
+        obs, action, returns, discount, next_obs = (transitions[key] for key in TRANSITION)
+        with self.precision.autocast():
+            if self.sac:
+                return sac_critic_loss(self.critic, self.critic_target, self.actor, self.alpha, obs, action, returns,
+                                       discount, next_obs, weight, noise, bounds)
+            return td3_critic_loss(self.critic, self.critic_target, self.actor_target, obs, action, returns, discount,
+                                   next_obs, weight, noise * s.policy_noise, s.noise_clip, bounds)
+
+    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the actor's loss, SAC's temperature loss or 0) on one micro-batch, under the step's precision."""
+        with self.precision.autocast():
+            if self.sac:
+                return sac_actor_and_temperature_loss(self.actor, self.critic, self.log_alpha, obs, noise,
+                                                      self.target_entropy)
+            return td3_actor_loss(self.actor, self.critic, obs), torch.zeros((), device=obs.device)
+
     def _update_normalizers(self, obs: torch.Tensor) -> None:
         first, *others = self.normalizers
         first.update(obs)
@@ -242,16 +257,8 @@ class ActorCriticStep:
             p.requires_grad_(False)
         self.critic.eval()
         for g in range(groups):
-            obs = batch["obs"][g]
-            with self.precision.autocast():
-                if self.sac:
-                    actor_loss, temperature_loss = sac_actor_and_temperature_loss(
-                        self.actor, self.critic, self.log_alpha, obs, noise[g], self.target_entropy)
-                    loss = (actor_loss + temperature_loss) / groups  # they share no parameter
-                else:
-                    actor_loss = td3_actor_loss(self.actor, self.critic, obs)
-                    loss = actor_loss / groups
-            _backward(loss, self.actor_scale)
+            actor_loss, temperature_loss = self.actor_loss(batch["obs"][g], noise[g])
+            _backward((actor_loss + temperature_loss) / groups, self.actor_scale)  # they share no parameter
             self.actor_loss_sum += actor_loss.detach()
         for p in self.critic_params:
             p.requires_grad_(True)
