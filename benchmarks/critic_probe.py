@@ -88,10 +88,13 @@ def load_run(run_dir: Path) -> tuple[dict[str, ActorCriticStep], dict[str, np.nd
         raise SystemExit(f"{run_dir}/config.yaml: {err}") from None
     if config.algo.name == "dqn":
         raise SystemExit(f"{run_dir}: a dqn run; this probe reads td3 and sac critics")
+    settings = learner_settings(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack))
+    if len(settings.obs_shape) != 1:
+        raise SystemExit(f"{run_dir}: observations of shape {settings.obs_shape}; this probe reads flat ones "
+                         "(an image replay stores frames, not observations)")
     point = load_latest(run_dir / "checkpoints")
     if point is None or not point.replay_files:
         raise SystemExit(f"{run_dir}: no intact checkpoint with its replay (checkpoint.replay true) under checkpoints/")
-    settings = learner_settings(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack))
     state = torch.load(io.BytesIO(point.learner_state), map_location="cpu", weights_only=False)["step"]
     cpu, steps = torch.device("cpu"), {}
     for precision in ("fp32", "bf16"):
