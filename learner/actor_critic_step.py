@@ -237,13 +237,13 @@ class ActorCriticStep:
             return td3_critic_loss(self.critic, self.critic_target, self.actor_target, obs, action, returns, discount,
                                    next_obs, weight, noise * s.policy_noise, s.noise_clip, bounds)
 
-    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the actor's loss, SAC's temperature loss or 0) on one micro-batch, under the step's precision."""
+    def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the actor's loss, SAC's temperature loss or None for TD3) on one micro-batch, under the step's precision."""
         with self.precision.autocast():
             if self.sac:
                 return sac_actor_and_temperature_loss(self.actor, self.critic, self.log_alpha, obs, noise,
                                                       self.target_entropy)
-            return td3_actor_loss(self.actor, self.critic, obs), torch.zeros((), device=obs.device)
+            return td3_actor_loss(self.actor, self.critic, obs), None
 
     def _update_normalizers(self, obs: torch.Tensor) -> None:
         first, *others = self.normalizers
@@ -258,7 +258,8 @@ class ActorCriticStep:
         self.critic.eval()
         for g in range(groups):
             actor_loss, temperature_loss = self.actor_loss(batch["obs"][g], noise[g])
-            _backward((actor_loss + temperature_loss) / groups, self.actor_scale)  # they share no parameter
+            loss = actor_loss if temperature_loss is None else actor_loss + temperature_loss  # no shared parameter
+            _backward(loss / groups, self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
         for p in self.critic_params:
             p.requires_grad_(True)
