@@ -382,15 +382,17 @@ def test_a_learner_that_dies_again_at_once_ends_the_run_in_one_line_with_the_res
     assert result["ended"] == "failed: the learner died" and result["learner_restarts"] == 1
 
 
-def test_killing_the_driver_leaves_no_process_of_the_run(running):
-    """kill -9 of `raypex train` itself: within 15 s no process of its Ray cluster is left (every
-    process it started, directly or through Ray, inherits the marker in its environment, or
-    descends from one that did: Ray's agents overwrite theirs with their process title)."""
+def test_killing_the_driver_leaves_no_process_of_the_run(running, tmp_path):
+    """kill -9 of `raypex train` itself, started outside the checkout as an installed user starts
+    it: within 15 s no process of its Ray cluster is left (every process it started, directly or
+    through Ray, inherits the marker in its environment, or descends from one that did: Ray's
+    agents overwrite theirs with their process title)."""
     marker = f"RAYPEX_FAULT_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
-    run = running("stop.env_steps=100000000", env={key: value}, own_cluster=True)
+    run = running("stop.env_steps=100000000", env={key: value}, own_cluster=True, cwd=tmp_path)
     run.read_until("[")
     started = cluster_processes(marker)
+    assert "watchdog" not in run.output, run.output
     names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in started}
     # The GCS, the raylet, Ray's agents (found as the raylet's children), the actors, the watchdog.
     assert {"gcs_server", "raylet", "ray::RuntimeEnv"} <= names and len(started) > 8, names

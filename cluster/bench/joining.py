@@ -57,7 +57,7 @@ def bench_on_a_cluster(config, spec, progress: ProgressLine, address: str | None
             check_local_cluster_holds(config)
         else:
             progress.message(f"bench: joining the Ray cluster at {address}")
-        started_local = connect(address)
+        started_local = connect(address, say=progress.message)
     except (ConnectError, PlacementError) as err:
         raise UsageError(str(err)) from None
     leave = shutdown if started_local else disconnect

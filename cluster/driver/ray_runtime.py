@@ -80,7 +80,7 @@ class RayRuntime:
                 if code_dir is not None:
                     progress.message(f"env.id {config.env.id}: {code_dir} goes to every actor as its working directory")
                 self.started_local = self.address is None
-                connect(self.address, code_dir)
+                connect(self.address, code_dir, progress.message)
                 startup.mark("ray_connected", time.time())
                 self.device = choose_device(config, cluster_gpus(), progress, len(spec.obs_shape) == 1)
             act_device = choose_act_device(config, node_resources(), self.device, len(spec.obs_shape) == 3, progress)

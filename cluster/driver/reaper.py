@@ -9,7 +9,8 @@ the cluster inherits a token in its environment; the watchdog notes those proces
 descendants while the driver lives and, after a short grace for a normal shutdown, kills those
 still running.
 
-Run as `python -m raypex.cluster.driver.reaper TOKEN` with the pipe as stdin (start_reaper does that).
+Run as `python -m raypex.cluster.driver.reaper TOKEN` with the pipe as stdin (start_reaper does that);
+it writes READY to its stdout once it runs (confirm_reaper reads it).
 """
 
 from __future__ import annotations
@@ -26,20 +27,50 @@ from pathlib import Path
 TOKEN_VARIABLE = "RAYPEX_CLUSTER_TOKEN"
 GRACE_S = 2.0  # what a crashed driver's cluster gets to exit by itself
 SCAN_S = 2.0  # how often the watchdog notes the cluster's processes
+READY = b"ready\n"  # what the watchdog writes once it runs
+CONFIRM_S = 10.0  # how long confirm_reaper waits for READY (it comes in well under a second)
 _write_ends: list[int] = []  # kept open for the life of the driver's process
+_starting: list[subprocess.Popen] = []  # started, not confirmed yet
 
 
 def start_reaper() -> None:
     """Start the watchdog for the Ray cluster this process is about to start; every process
-    started after this call (Ray's included) carries the token it looks for."""
+    started after this call (Ray's included) carries the token it looks for. It is started by this
+    module's own name, so an installed raypex finds it from any working directory;
+    `confirm_reaper` says whether it came up."""
     token = uuid.uuid4().hex
     read_end, write_end = os.pipe()  # not inherited by later children: only this process writes
-    subprocess.Popen([sys.executable, "-m", "cluster.driver.reaper", token], stdin=read_end,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                     env={k: v for k, v in os.environ.items() if k != TOKEN_VARIABLE})
+    _starting.append(subprocess.Popen(
+        [sys.executable, "-m", __name__, token], stdin=read_end, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+        env={k: v for k, v in os.environ.items() if k != TOKEN_VARIABLE}))
     os.close(read_end)
     _write_ends.append(write_end)
     os.environ[TOKEN_VARIABLE] = token
+
+
+def confirm_reaper() -> str | None:
+    """None once the watchdog `start_reaper` started has said it runs, else one line saying that
+    it did not start and why (its own last line). Called after Ray's start, which takes longer
+    than the watchdog's, so it rarely waits."""
+    if not _starting:
+        return None
+    process = _starting.pop()
+    output = b""
+    deadline = time.monotonic() + CONFIRM_S
+    while not output.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(process.stdout.fileno(), 4096) if ready else b""
+        if ready and not chunk:
+            break  # it ended
+        output += chunk
+    process.stdout.close()  # it writes nothing more
+    if output.startswith(READY):
+        return None
+    lines = output.decode(errors="replace").strip().splitlines()
+    why = lines[-1] if lines else f"no word from it within {CONFIRM_S:g}s"
+    return (f"the watchdog did not start ({why}): if this driver is killed, its Ray cluster's "
+            "processes may be left running (`ray stop` ends them)")
 
 
 def _process_table() -> dict[int, tuple[int, int, bytes]]:
@@ -110,6 +141,7 @@ def main(token: str) -> None:
     agent can no longer be found once its parent is gone); once it has ended, reap them all."""
     variable = cluster_variable(token)
     known: dict[int, int] = {}
+    os.write(sys.stdout.fileno(), READY)
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], SCAN_S)
         if ready and not os.read(sys.stdin.fileno(), 4096):

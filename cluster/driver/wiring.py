@@ -31,7 +31,14 @@ from raypex.cluster.driver.placement import (
     node_addresses,
     reserve,
 )
-from raypex.cluster.driver.reaper import TOKEN_VARIABLE, cluster_processes, cluster_variable, reap, start_reaper
+from raypex.cluster.driver.reaper import (
+    TOKEN_VARIABLE,
+    cluster_processes,
+    cluster_variable,
+    confirm_reaper,
+    reap,
+    start_reaper,
+)
 from raypex.cluster.driver.signals import deferred, install_stop_signals, reinstall_stop_signals
 from raypex.cluster.hosts.collector_actor import CollectorActor
 from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
@@ -60,9 +67,10 @@ def code_runtime_env(code_dir: Path | None) -> dict:
     return {"runtime_env": {"working_dir": str(code_dir), "excludes": SHIPPED_EXCLUDES}}
 
 
-def connect(address: str | None, code_dir: Path | None = None) -> bool:
+def connect(address: str | None, code_dir: Path | None = None, say: Callable[[str], None] = print) -> bool:
     """Join the cluster at `address`, or start a fresh local one; True when we started it.
-    `code_dir`: a user's env code, shipped to every actor (code_runtime_env).
+    `code_dir`: a user's env code, shipped to every actor (code_runtime_env); `say`: where a line
+    about the local cluster's watchdog goes when it did not start.
 
     `address="local"` always starts a new cluster, so a local Ray instance that is already
     running on this machine (or RAY_ADDRESS in the environment) cannot hijack a local run.
@@ -81,6 +89,9 @@ def connect(address: str | None, code_dir: Path | None = None) -> bool:
         with sigterm_blocked_in_children(), ray_keeps_our_handlers(), deferred():
             ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
             reinstall_stop_signals()  # Ray's core worker set its own C handler (a stack dump, then abort)
+        not_watched = confirm_reaper()
+        if not_watched is not None:
+            say(not_watched)
         return True
     check_gcs_port(address)
     check_gcs_auth(address)

@@ -68,7 +68,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
         experiment_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(experiment_dir / "sweep.json", json.dumps(request.to_json(), indent=2).encode())
     (experiment_dir / STOP_FILE).unlink(missing_ok=True)
-    started_local = connect(address, code_to_ship(config.env.id))
+    started_local = connect(address, code_to_ship(config.env.id), progress.message)
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # raypex's stop: every trial's run ends first (SweepStop)
     # Tune's own TensorBoard logger would write each trial's -inf before its first evaluation (each run
     # has its own TensorBoard); its JSON and CSV results stay.
