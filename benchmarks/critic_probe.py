@@ -12,7 +12,6 @@ few rows near the episodes' ends.
 from __future__ import annotations
 
 import argparse
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from raypex.cluster.config.loading import ConfigError, load_config
 from raypex.cluster.driver.checkpoints import load_latest, read_replay
 from raypex.cluster.plan.settings import learner_settings
 from raypex.learner.actor_critic_step import TRANSITION, ActorCriticStep
+from raypex.learner.learner_state import read_learner_state
 from raypex.learner.precision import make_precision
 
 GRADIENT_ROWS = 256  # one micro-batch of the HalfCheetah config
@@ -95,7 +95,7 @@ def load_run(run_dir: Path) -> tuple[dict[str, ActorCriticStep], dict[str, np.nd
     point = load_latest(run_dir / "checkpoints")
     if point is None or not point.replay_files:
         raise SystemExit(f"{run_dir}: no intact checkpoint with its replay (checkpoint.replay true) under checkpoints/")
-    state = torch.load(io.BytesIO(point.learner_state), map_location="cpu", weights_only=False)["step"]
+    state = read_learner_state(point.learner_state)["step"]
     cpu, steps = torch.device("cpu"), {}
     for precision in ("fp32", "bf16"):
         steps[precision] = ActorCriticStep(settings, cpu, precision=make_precision(precision, cpu))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from raypex.learner.algorithm import AlgorithmStep, build_step
-from raypex.learner.learner_state import learner_state, restore_learner_state
+from raypex.learner.learner_state import learner_state, read_learner_state, restore_learner_state
 from raypex.learner.policy_file import export_policy_archive
 from raypex.learner.precision import configure_cuda_math
 from raypex.learner.priority_feedback import PriorityFeedback
@@ -221,7 +221,7 @@ class Learner:
 
     def load_state_bytes(self, data: bytes) -> None:
         """Restore from `state_bytes` output."""
-        self.set_state(torch.load(io.BytesIO(data), map_location=self.device, weights_only=False))
+        self.set_state(read_learner_state(data, self.device))
 
     def export_policy(self, arrays: dict[str, np.ndarray] | None = None) -> bytes:
         """policy.pt2's bytes: the step's policy for one observation or a batch (learner/policy_file).

@@ -7,6 +7,10 @@ TD3's and SAC's under "actor_critic") are read as the same thing."""
 
 from __future__ import annotations
 
+import io
+import pickle
+import warnings
+
 import torch
 
 KINDS = {"dqn": "dqn", "actor_critic": "td3 or sac"}
@@ -18,6 +22,28 @@ def learner_state(learner) -> dict:
     return {"kind": learner.step.kind, "step": learner.step.state_dict(),
             "counters": {"updates": learner.updates, "epochs": learner.epochs, "version": learner.version},
             "torch_rng": torch.get_rng_state()}
+
+
+class UnsafeLearnerState(ValueError):
+    """Learner-state bytes that hold more than tensors and plain containers (a pickle that could
+    run code): refused by torch's weights-only loader, nothing in them run."""
+
+
+def read_learner_state(data: bytes, device: torch.device | str = "cpu", name: str = "the learner state") -> dict:
+    """`learner_state` output from torch.save bytes (a checkpoint's ckpt-E.pt), loaded weights-only:
+    tensors, dicts, lists and numbers come back, anything else is refused (UnsafeLearnerState, one
+    line naming `name`)."""
+    try:
+        with warnings.catch_warnings():  # torch warns of pickle protocols it did not write
+            warnings.simplefilter("ignore")
+            state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
+        raise UnsafeLearnerState(f"{name} is not plain tensors ({first}); raypex loads nothing else from a "
+                                 "run directory") from None
+    if not isinstance(state, dict):
+        raise UnsafeLearnerState(f"{name} is not a learner state (a {type(state).__name__}, not a mapping)")
+    return state
 
 
 def _kind_and_step_state(state: dict) -> tuple[str, dict]:

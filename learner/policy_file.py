@@ -16,7 +16,11 @@ torch; `obs[None]` through "model" is the public way).
 from __future__ import annotations
 
 import io
+import json
+import re
 import threading
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +146,8 @@ def load_policy(path: str | Path) -> ExportedPolicy:
     try:
         programs, outputs = _read_programs(path)
         program = programs[BATCH_PROGRAM]
+    except CodeInPolicyFile:
+        raise
     except Exception as err:  # torch reports a damaged archive in several types; to the user it is one thing
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0]
         raise PolicyFileError(f"{path}: not a readable policy.pt2 (cut short, damaged, or not written by "
@@ -155,7 +161,59 @@ def load_policy(path: str | Path) -> ExportedPolicy:
     return ExportedPolicy(batched, single, obs_shape, outputs)
 
 
+# What torch.export writes for raypex's policies: programs as JSON, weights and constants as raw
+# bytes with JSON configs, example inputs as a tensor file, extra files as text, and a few markers.
+# Its reader also unpickles (weights or constants marked `use_pickle`, opaque objects, example
+# inputs that fail a weights-only load, legacy .pt files) and loads compiled AOTInductor code:
+# an archive holding anything beyond this list is refused before torch reads it.
+_PROGRAM_FILES = re.compile(
+    r"[^/]+/(models/[^/]+\.json|data/weights/weight_\d+|data/(weights|constants)/[^/]+_(weights|constants)_config\.json"
+    r"|data/constants/tensor_constant\d+|data/sample_inputs/[^/]+\.pt|extra/[^/]+|archive_format|archive_version"
+    r"|byteorder|\.data/version|\.data/serialization_id)")
+
+
+class CodeInPolicyFile(PolicyFileError):
+    """A policy.pt2 holding something torch would unpickle or execute: refused unread."""
+
+
+def check_no_code(path: str | Path) -> None:
+    """CodeInPolicyFile, in one line naming the part, when the archive at `path` holds anything
+    torch's reader would unpickle or execute (see _PROGRAM_FILES); a file that is not a zip archive
+    at all is left to the reader's own error."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError):
+        return
+    with archive:
+        for name in archive.namelist():
+            if name.endswith("/"):
+                continue
+            if not _PROGRAM_FILES.fullmatch(name):
+                raise CodeInPolicyFile(f"{path}: not a readable policy.pt2 (it holds {name}, which raypex never "
+                                       "writes and which could run code when loaded): refused unread")
+            if name.endswith("_config.json") and _pickled_payloads(archive.read(name)):
+                raise CodeInPolicyFile(f"{path}: not a readable policy.pt2 ({name} marks payloads as pickled, "
+                                       "which raypex never writes and which could run code when loaded): refused unread")
+            if name.split("/")[-2] == "sample_inputs":
+                try:
+                    with warnings.catch_warnings():  # torch warns of protocols it was not written with
+                        warnings.simplefilter("ignore")
+                        torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception:  # noqa: BLE001 - torch would retry it unpickled: whatever a weights-only load refuses
+                    raise CodeInPolicyFile(f"{path}: not a readable policy.pt2 ({name} is not plain tensors and "
+                                           "could run code when loaded): refused unread") from None
+
+
+def _pickled_payloads(config: bytes) -> bool:
+    try:
+        entries = json.loads(config)["config"].values()
+        return any(entry.get("use_pickle", True) for entry in entries)
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return True  # unreadable: not what torch.export wrote
+
+
 def _read_programs(path: str | Path) -> tuple[dict, str]:
+    check_no_code(path)
     try:
         from torch.export.pt2_archive._package import load_pt2
     except ImportError:  # a torch without the multi-program archive

@@ -13,15 +13,19 @@ import uuid
 
 import numpy as np
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.driver.checkpoints import (
     OutputNotWritten,
+    discard_parts,
     list_checkpoints,
     load_latest,
     read_replay,
+    replay_file,
     save_checkpoint,
+    write_replay,
 )
 from raypex.cluster.driver.evaluation import EvaluationScheduler, Taken
 from raypex.cluster.driver.metrics import RunMetrics
@@ -42,30 +46,45 @@ from raypex.cluster.driver.startup import PHASES, StartupTimeline
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
 from raypex.cluster.local.runtime import LocalHandle, LocalRuntime
 from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
+from raypex.replay.digest import content_digest
+
+
+def learner_bytes(tag: int, size: int = 4) -> bytes:
+    """What a learner's state is saved as (torch.save of tensors in dicts), told apart by `tag`."""
+    buffer = io.BytesIO()
+    torch.save({"tag": tag, "step": {"weight": torch.full((size,), float(tag))}}, buffer)
+    return buffer.getvalue()
+
+
+def write_set(directory, epoch: int, keep: int, replay: list[dict] | None = None) -> None:
+    """A checkpoint set as a run writes it: each shard's file first (where the shard lives), then
+    the learner's state and the manifest."""
+    parts = None if replay is None else [write_replay(replay_file(directory, epoch, i), state)
+                                         for i, state in enumerate(replay)]
+    save_checkpoint(directory, epoch, learner_bytes(epoch), {"epochs": epoch, "env_steps": 10 * epoch, "wall_s": 1.0},
+                    keep=keep, replay_parts=parts)
 
 
 def test_checkpoints_keep_the_newest_and_load_the_latest(tmp_path):
     for epoch in (1, 2, 3, 4):
-        save_checkpoint(tmp_path, epoch, f"state-{epoch}".encode(), {"epochs": epoch, "env_steps": 10 * epoch,
-                                                                      "wall_s": 1.0}, keep=2)
+        write_set(tmp_path, epoch, keep=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-00000003.json", "ckpt-00000004.json"]
     assert not list(tmp_path.glob("*.tmp"))
     latest = load_latest(tmp_path)
-    assert latest.learner_state == b"state-4" and latest.env_steps == 40 and latest.epochs == 4
+    assert latest.learner_state == learner_bytes(4) and latest.env_steps == 40 and latest.epochs == 4
 
 
 def test_a_checkpoint_without_its_counters_is_ignored(tmp_path):
-    save_checkpoint(tmp_path, 1, b"one", {"epochs": 1, "env_steps": 5, "wall_s": 0.5}, keep=3)
+    write_set(tmp_path, 1, keep=3)
     (tmp_path / "ckpt-00000002.pt").write_bytes(b"half")  # crashed before the .json was renamed
-    assert load_latest(tmp_path).learner_state == b"one"
+    assert load_latest(tmp_path).learner_state == learner_bytes(1)
     assert load_latest(tmp_path / "missing") is None
 
 
 @pytest.mark.parametrize("damage", ["truncated .pt", "corrupt .json", "flipped byte in .pt"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, damage):
     for epoch in (1, 2):
-        save_checkpoint(tmp_path, epoch, f"state-{epoch}-".encode() * 100, {"epochs": epoch, "env_steps": 10 * epoch,
-                                                                           "wall_s": 1.0}, keep=3)
+        write_set(tmp_path, epoch, keep=3)
     newest = tmp_path / "ckpt-00000002"
     if damage == "truncated .pt":
         newest.with_suffix(".pt").write_bytes(newest.with_suffix(".pt").read_bytes()[:100])
@@ -77,22 +96,28 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, dama
         newest.with_suffix(".pt").write_bytes(bytes(data))
     skipped: list[str] = []
     point = load_latest(tmp_path, skipped.append)
-    assert point.epochs == 1 and point.learner_state.startswith(b"state-1-")
+    assert point.epochs == 1 and point.learner_state == learner_bytes(1)
     assert len(skipped) == 1 and "ckpt-00000002 is damaged" in skipped[0] and "\n" not in skipped[0]
 
 
+def shard_state(i: int, rows: int = 8) -> dict:
+    return {"storage": {"columns": {"obs": np.full((rows, 3), i, np.float32), "action": np.arange(rows)},
+                        "size": rows, "cursor": 0, "total_added": 10 * i},
+            "sampled": i, "priorities": {"masses": np.ones(rows, np.float32), "max_mass": 1.5}}
+
+
 def test_a_checkpoint_set_holds_every_shards_replay_and_a_damaged_part_voids_it(tmp_path):
-    replay = [{"storage": {"total_added": 10 * i}, "sampled": i} for i in (1, 2)]
+    replay = [shard_state(1), shard_state(2)]
     for epoch in (1, 2, 3, 4):
-        save_checkpoint(tmp_path, epoch, b"learner", {"epochs": epoch, "env_steps": epoch, "wall_s": 1.0}, keep=2,
-                        replay_states=replay)
+        write_set(tmp_path, epoch, keep=2, replay=replay)
     # the sets rotated out took their replay files with them
-    assert sorted(p.name for p in tmp_path.glob("*.replay")) == [
-        "ckpt-00000003-shard-0.replay", "ckpt-00000003-shard-1.replay",
-        "ckpt-00000004-shard-0.replay", "ckpt-00000004-shard-1.replay"]
+    assert sorted(p.name for p in tmp_path.glob("*.npz")) == [
+        "ckpt-00000003-shard-0.npz", "ckpt-00000003-shard-1.npz",
+        "ckpt-00000004-shard-0.npz", "ckpt-00000004-shard-1.npz"]
     point = load_latest(tmp_path)
-    assert point.epochs == 4 and [read_replay(p) for p in point.replay_files] == replay
-    (tmp_path / "ckpt-00000004-shard-1.replay").unlink()  # a part missing: the whole set is void
+    assert point.epochs == 4
+    assert [content_digest(read_replay(p)) for p in point.replay_files] == [content_digest(r) for r in replay]
+    (tmp_path / "ckpt-00000004-shard-1.npz").unlink()  # a part missing: the whole set is void
     skipped: list[str] = []
     assert load_latest(tmp_path, skipped.append).epochs == 3
     assert skipped and "ckpt-00000004 is damaged" in skipped[0]
@@ -102,20 +127,24 @@ def test_a_checkpoint_that_cannot_be_written_leaves_nothing_of_itself(tmp_path):
     """A set whose write fails part-way (here at this process's file-size limit, as at a full disk)
     takes its written parts and temporary files with it, names the newest whole set in one line,
     and that set still loads."""
-    counters = {"epochs": 1, "env_steps": 1, "wall_s": 1.0}
-    save_checkpoint(tmp_path, 1, b"learner", counters, keep=3, replay_states=[{"frames": b"a" * 1000}])
-    replay = [{"frames": b"b" * 1000}, {"frames": b"c" * 300_000}]  # the second shard's is too big
+    write_set(tmp_path, 1, keep=3, replay=[shard_state(0)])
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, limit[1]))
-    try:
+    try:  # the learner's part first, then the driver's: each leaves nothing behind
+        write_replay(replay_file(tmp_path, 2, 0), shard_state(1))
+        with pytest.raises(OutputNotWritten) as refused:
+            write_replay(replay_file(tmp_path, 2, 1), shard_state(2, rows=20_000))  # too big
+        assert str(refused.value) == f"{replay_file(tmp_path, 2, 1)} was not written (File too large)"
+        discard_parts(tmp_path, 2)  # what the driver does when a shard's file failed
         with pytest.raises(OutputNotWritten) as failed:
-            save_checkpoint(tmp_path, 2, b"learner", {**counters, "epochs": 2}, keep=3, replay_states=replay)
+            save_checkpoint(tmp_path, 2, learner_bytes(2, size=40_000), {"epochs": 2, "env_steps": 2, "wall_s": 1.0},
+                            keep=3)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
     assert str(failed.value) == (f"checkpoint ckpt-00000002 could not be written in {tmp_path} (File too large); "
                                  "the newest whole one is ckpt-00000001")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ckpt-00000001-shard-0.replay", "ckpt-00000001.json", "ckpt-00000001.pt"]
+        "ckpt-00000001-shard-0.npz", "ckpt-00000001.json", "ckpt-00000001.pt"]
     assert load_latest(tmp_path).epochs == 1
 
 

@@ -277,7 +277,7 @@ def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
     assert "Ctrl-C: writing a final checkpoint" in rest and "Traceback" not in rest, rest
     assert "died" not in rest and "stopped" not in rest, rest
     newest = max((run / "checkpoints").glob("ckpt-*.pt"))
-    assert len(list(newest.parent.glob(f"{newest.stem}-shard-*.replay"))) == 2  # the set has both shards' replay
+    assert len(list(newest.parent.glob(f"{newest.stem}-shard-*.npz"))) == 2  # the set has both shards' replay
     assert (run / "policy.pt2").is_file() and (run / "summary.json").is_file()
     assert "replay/size" in scalars(run)  # the TensorBoard file was flushed
     first = summary(run)
@@ -342,7 +342,7 @@ def test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_st
     assert result["ended"] == "terminated" and final["env_steps"] == result["env_steps"], (final, result)
     assert sum(result["replay_inserted_per_shard"]) == result["env_steps"], result
     newest = max((run / "checkpoints").glob("ckpt-*.pt"))
-    assert len(list(newest.parent.glob(f"{newest.stem}-shard-*.replay"))) == 2  # the set has both shards' replay
+    assert len(list(newest.parent.glob(f"{newest.stem}-shard-*.npz"))) == 2  # the set has both shards' replay
     resumed = raypex_joined(["train", "--resume", str(run), f"stop.env_steps={final['env_steps'] + 2000}"],
                             joining_environment)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -11,13 +11,14 @@ from raypex.cluster.commands.cli import main
 from raypex.cluster.config.loading import config_to_yaml, load_config
 from raypex.cluster.driver.checkpoints import save_checkpoint
 from raypex.cluster.driver.run_dir import check_resume
+from tests.test_driver_parts import learner_bytes
 
 
 def make_run(run_dir: Path, summary: dict | None = None, epochs=(5, 10)) -> None:
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(config_to_yaml(load_config(None, [])))
     for epoch in epochs:
-        save_checkpoint(run_dir / "checkpoints", epoch, f"learner-{epoch}".encode() * 50,
+        save_checkpoint(run_dir / "checkpoints", epoch, learner_bytes(epoch),
                         {"epochs": epoch, "env_steps": 1000 * epoch, "wall_s": 1.0 * epoch}, keep=3)
     if summary is not None:
         (run_dir / "summary.json").write_text(json.dumps(summary))

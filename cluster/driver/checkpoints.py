@@ -1,12 +1,19 @@
 """Checkpoint sets in RUN_DIR/checkpoints: the learner's bytes, every shard's replay, counters.
 
-A checkpoint of epoch E is `ckpt-E.pt` (the learner's torch.save bytes), with
-`checkpoint.replay: true` one `ckpt-E-shard-I.replay` per shard (its storage, pickled), and
-`ckpt-E.json`: the manifest (env steps, epochs, wall time so far, and each file's size and
-SHA-256). Every file is written to a temporary name and renamed, the manifest last, so a crash
-mid-write never leaves a set that looks complete; a part damaged or missing later (a full disk, a
-copy cut short) no longer matches its manifest, and resuming falls back to the newest intact set,
-checked before Ray starts.
+A checkpoint of epoch E is `ckpt-E.pt` (the learner's state: tensors and plain containers, read
+weights-only), with `checkpoint.replay: true` one `ckpt-E-shard-I.npz` per shard (its state as
+arrays: replay/state_file.py), and `ckpt-E.json`: the manifest (env steps, epochs, wall time so
+far, and each file's size and SHA-256). Each shard's file is written by the process that holds the
+shard (the learner, `write_replay`), never passed through the driver; the driver writes the
+learner's file and then the manifest, once every part has landed. Every file is written to a
+temporary name and renamed, the manifest last, so a crash mid-write never leaves a set that looks
+complete; a part damaged or missing later (a full disk, a copy cut short) no longer matches its
+manifest, and resuming falls back to the newest intact set, checked before Ray starts.
+
+Nothing in a run directory is unpickled: a set whose files hold anything but tensors, arrays and
+JSON (a pickle planted by whoever could edit the files, hashes and all) is refused in one line
+(UnsafeRunFile). Replay pickled by raypex before it wrote arrays is left unread: the run resumes
+without it, and says so.
 """
 
 from __future__ import annotations
@@ -14,11 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raypex.replay.state_file import NotAnArrayFile, check_state_file, read_state, write_state
+
+REPLAY_SUFFIX = ".npz"
+PICKLED_REPLAY_SUFFIX = ".replay"  # what raypex wrote before replay files held arrays
+HASH_CHUNK = 1 << 22  # bytes read at a time to check a file's SHA-256
 
 @dataclass
 class ResumePoint:
@@ -30,6 +41,11 @@ class ResumePoint:
     epochs: int
     wall_s: float
     replay_files: list[Path] = field(default_factory=list)
+
+
+class UnsafeRunFile(ValueError):
+    """A run-directory file that holds more than data (something that would run code if loaded)
+    or replay in raypex's old pickled form: refused in one line naming the file."""
 
 
 class OutputNotWritten(OSError):
@@ -64,28 +80,67 @@ def _part(path: Path, data: bytes) -> dict:
     return {"file": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def checkpoint_stem(epoch: int) -> str:
+    """The name every file of epoch `epoch`'s set starts with."""
+    return f"ckpt-{epoch:08d}"
+
+
+def replay_file(directory: Path, epoch: int, shard: int) -> Path:
+    """Where shard `shard`'s replay of epoch `epoch`'s set is written."""
+    return directory / f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}"
+
+
+def write_replay(path: Path, state: dict) -> dict:
+    """Write one shard's replay state to `path` (by the process that holds it: cluster/hosts/
+    learner_host.py), via a temporary file and a rename; returns its manifest entry (file, bytes,
+    SHA-256). OutputNotWritten, with nothing left behind, when it cannot be written."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as handle:
+            size, sha256 = write_state(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OutputNotWritten(f"{path} was not written ({_reason(err)})") from err
+    return {"file": path.name, "bytes": size, "sha256": sha256}
+
+
+def _set_parts(directory: Path, stem: str) -> list[Path]:
+    """The files of set `stem` other than its manifest."""
+    return [directory / f"{stem}.pt", *directory.glob(f"{stem}-shard-*{REPLAY_SUFFIX}"),
+            *directory.glob(f"{stem}-shard-*{PICKLED_REPLAY_SUFFIX}")]
+
+
+def discard_parts(directory: Path, epoch: int) -> None:
+    """Remove what a set that will not be completed has written (its manifest never was)."""
+    for part in _set_parts(directory, checkpoint_stem(epoch)):
+        part.unlink(missing_ok=True)
+
+
 def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,
-                    replay_states: list[dict] | None = None) -> Path:
-    """Write one checkpoint set and delete all but the newest `keep`; returns the .pt path."""
-    stem = f"ckpt-{epoch:08d}"
+                    replay_parts: list[dict] | None = None) -> Path:
+    """Write one checkpoint set and delete all but the newest `keep`; returns the .pt path.
+    `replay_parts`: the manifest entries of every shard's replay file (`write_replay`), already
+    in `directory`."""
+    stem = checkpoint_stem(epoch)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         learner = _part(directory / f"{stem}.pt", learner_state)
         manifest = {**counters, "learner_bytes": learner["bytes"], "learner_sha256": learner["sha256"]}
-        if replay_states is not None:
-            manifest["replay"] = [_part(directory / f"{stem}-shard-{i}.replay", pickle.dumps(state, protocol=5))
-                                  for i, state in enumerate(replay_states)]
+        if replay_parts is not None:
+            manifest["replay"] = replay_parts
         atomic_write(directory / f"{stem}.json", json.dumps(manifest, indent=2).encode())
     except OSError as err:  # the parts already written would only take space: a set is whole or gone
-        for part in [directory / f"{stem}.pt", *directory.glob(f"{stem}-shard-*.replay")]:
-            part.unlink(missing_ok=True)
+        discard_parts(directory, epoch)
         newest = list_checkpoints(directory)
         raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} ({_reason(err)}); "
                                f"the newest whole one is {newest[-1].stem if newest else 'none'}") from err
     for old in list_checkpoints(directory)[:-keep]:
-        for replay in directory.glob(f"{old.stem}-shard-*.replay"):
-            replay.unlink(missing_ok=True)
-        old.with_suffix(".pt").unlink(missing_ok=True)
+        for part in _set_parts(directory, old.stem):
+            part.unlink(missing_ok=True)
         old.unlink(missing_ok=True)
     return directory / f"{stem}.pt"
 
@@ -98,19 +153,47 @@ def list_checkpoints(directory: Path) -> list[Path]:
 
 
 def read_replay(path: Path) -> dict:
-    """One shard's replay state from a checkpoint set (ReplayShard.set_state's input)."""
-    return pickle.loads(path.read_bytes())
+    """One shard's replay state from a checkpoint set (ReplayShard.set_state's input); UnsafeRunFile
+    for a file that is not arrays."""
+    try:
+        return read_state(path, str(path))
+    except NotAnArrayFile as err:
+        raise UnsafeRunFile(str(err)) from None
 
 
 def _matches(path: Path, part: dict) -> bool:
-    data = path.read_bytes()
-    return len(data) == part["bytes"] and hashlib.sha256(data).hexdigest() == part["sha256"]
+    """Whether `path` has the size and SHA-256 its manifest entry `part` recorded (read in chunks:
+    a replay file can be larger than the driver should hold)."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size == part["bytes"] and digest.hexdigest() == part["sha256"]
+
+
+def check_safe(point: ResumePoint, manifest: Path) -> None:
+    """UnsafeRunFile unless every file of the set holds only data: the learner's state loads
+    weights-only and each replay file is arrays (their headers read, not their data)."""
+    from raypex.learner.learner_state import UnsafeLearnerState, read_learner_state
+
+    try:
+        read_learner_state(point.learner_state, name=str(manifest.with_suffix(".pt")))
+    except UnsafeLearnerState as err:
+        raise UnsafeRunFile(str(err)) from None
+    for path in point.replay_files:
+        try:
+            check_state_file(path, str(path))
+        except NotAnArrayFile as err:
+            raise UnsafeRunFile(str(err)) from None
 
 
 def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
     """The newest intact checkpoint set, or None when there is none. Each newer one that is
     damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is
-    reported to `on_skip` in one line and passed over."""
+    reported to `on_skip` in one line and passed over. An intact set holding more than data is not
+    passed over: UnsafeRunFile (check_safe). Replay in the old pickled form is left out of the
+    point, and `on_skip` told so."""
     for manifest in reversed(list_checkpoints(directory)):
         problem = None
         try:
@@ -127,6 +210,11 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
         except (OSError, ValueError, KeyError, TypeError) as err:
             problem = problem or f"unreadable or incomplete ({type(err).__name__})"
         if problem is None:
+            if any(path.suffix == PICKLED_REPLAY_SUFFIX for path in point.replay_files):
+                point.replay_files = []
+                on_skip(f"checkpoint {manifest.stem}'s replay was pickled by an older raypex, which raypex no "
+                        "longer unpickles (a pickle can run code): the run goes on without it (replay refills)")
+            check_safe(point, manifest)
             return point
         on_skip(f"checkpoint {manifest.stem} is damaged ({problem}); trying the one before it")
     return None

@@ -12,7 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.cluster.driver.checkpoints import OutputNotWritten, atomic_write, save_checkpoint
+from raypex.cluster.driver.checkpoints import (
+    OutputNotWritten,
+    atomic_write,
+    discard_parts,
+    replay_file,
+    save_checkpoint,
+)
+from raypex.cluster.driver.run_errors import original_error
 
 
 class PendingCheckpoint(NamedTuple):
@@ -21,7 +28,12 @@ class PendingCheckpoint(NamedTuple):
     state: object  # ref to the learner's state bytes (LearnerActor.state_bytes)
     epoch: int
     counters: dict  # the run's counters at that epoch
-    replay: list | None  # refs to each shard's replay state, or None: no replay in this set
+    replay: list | None  # refs to each shard's replay file's manifest entry (LearnerActor.write_replay), or None
+
+    @property
+    def refs(self) -> list:
+        """Every answer the set waits for."""
+        return [self.state, *(self.replay or [])]
 
 
 class RunOutputs:
@@ -41,16 +53,35 @@ class RunOutputs:
 
     def request_checkpoint(self, learner, epoch: int, counters: dict, shards: int = 0) -> None:
         """Ask the learner for its state (LearnerActor.state_bytes) and, given a number of
-        `shards`, for each shard's replay; `write_pending_checkpoint` writes the set once it has
+        `shards`, to write each shard's replay into the checkpoint directory itself
+        (LearnerActor.write_replay); `write_pending_checkpoint` completes the set once all has
         come. One at a time: a checkpoint due while one is pending is skipped, and the next one
         due catches up."""
         if self.pending_checkpoint is None:
-            replay = [learner.replay_state.remote(i) for i in range(shards)] if shards else None
+            directory = (self.run_dir / "checkpoints").absolute()  # the learner's working directory is Ray's
+            replay = [learner.write_replay.remote(i, str(replay_file(directory, epoch, i)))
+                      for i in range(shards)] if shards else None
             self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay)
 
+    def unready_checkpoint_refs(self) -> list:
+        """The pending checkpoint's answers not come yet (empty: none pending, or it can be written)."""
+        if self.pending_checkpoint is None:
+            return []
+        refs = self.pending_checkpoint.refs
+        ready = self.rt.wait(refs, num_returns=len(refs), timeout=0)
+        return [ref for ref in refs if ref not in ready]
+
+    def drop_pending_checkpoint(self) -> None:
+        """Forget the pending checkpoint (asked of a learner that died) and remove what it wrote."""
+        if self.pending_checkpoint is not None:
+            discard_parts(self.run_dir / "checkpoints", self.pending_checkpoint.epoch)
+            self.pending_checkpoint = None
+
     def write_pending_checkpoint(self) -> None:
-        """Write the pending checkpoint, if any (waits for its parts if not come yet). A learner
-        that died before handing over its replay leaves no set (its state is lost with it)."""
+        """Complete the pending checkpoint, if any (waits for its parts if not come yet): the
+        learner's state and then the manifest, once every shard's file has landed. A learner that
+        died or failed before writing its replay leaves a set without it (its state is lost with
+        it, if it died: then no set)."""
         if self.pending_checkpoint is None:
             return
         state_ref, epoch, counters, replay_refs = self.pending_checkpoint
@@ -59,8 +90,13 @@ class RunOutputs:
         if replay_refs:
             try:
                 replay = self.rt.get(replay_refs)
-            except self.rt.errors.died:
-                self.say(f"the checkpoint of epoch {epoch} has no replay: the learner died while saving")
+            except (*self.rt.errors.died, *self.rt.errors.raised) as err:
+                discard_parts(self.run_dir / "checkpoints", epoch)  # a set is whole or gone
+                if isinstance(original_error(err), OutputNotWritten):  # a full disk, say: as if the driver wrote it
+                    raise OutputNotWritten(f"checkpoint of epoch {epoch}: {original_error(err)}") from None
+                if not isinstance(err, self.rt.errors.died):
+                    raise
+                self.say(f"the checkpoint of epoch {epoch} has no replay: the learner died while writing it")
             else:
                 self.replay_pause_s_max = max([self.replay_pause_s_max] + [r.pop("pause_s") for r in replay])
         self.checkpoint(self.rt.get(state_ref), epoch, counters, replay)
@@ -71,7 +107,7 @@ class RunOutputs:
 
     def checkpoint(self, state: bytes, epoch: int, counters: dict, replay: list[dict] | None = None) -> None:
         """A checkpoint set: the learner's state (LearnerActor.state_bytes), the run's counters
-        and, when given, every shard's replay state."""
+        and, when given, the manifest entries of every shard's replay file, written already."""
         save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints, replay)
 
     def policy(self, learner, weights_ref) -> None:

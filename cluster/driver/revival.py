@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.cluster.driver.checkpoints import ResumePoint, load_latest, read_replay
+from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
 from raypex.cluster.driver.run_errors import CheckpointRefused, error_line, original_error
 
 
@@ -96,15 +96,14 @@ class RestoredReplay(NamedTuple):
 
 
 def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> RestoredReplay:
-    """Load every shard's replay from a checkpoint set into the learner's replay."""
+    """Have the learner load every shard's replay from a checkpoint set's files, read where it runs."""
     if len(resume.replay_files) != num_shards:
         why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
         return RestoredReplay(f"replay not restored: {why}; it refills", [])
-    states = [read_replay(path) for path in resume.replay_files]
     try:
-        digests = runtime.get([learner.set_replay_state.remote(i, state) for i, state in enumerate(states)])
+        loaded = runtime.get([learner.load_replay.remote(i, str(path.absolute())) for i, path in enumerate(resume.replay_files)])
     except (*runtime.errors.raised, ValueError) as err:
         return RestoredReplay(f"replay not restored ({error_line(err)}); it refills", [])
-    inserted = sum(state["storage"]["total_added"] for state in states)
+    inserted = sum(shard["inserted"] for shard in loaded)
     return RestoredReplay(f"replay restored from the checkpoint of epoch {resume.epochs} ({inserted} transitions "
-                          "inserted by then)", list(digests))
+                          "inserted by then)", [shard["digest"] for shard in loaded])

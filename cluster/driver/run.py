@@ -193,16 +193,15 @@ class TrainingRun:
                 next_epoch += 1
             if not queued:
                 return
-            checkpoint = self.outputs.pending_checkpoint
-            waiting = [queued[0].result] + ([evaluations.pending] if evaluations.pending else []) + (
-                [checkpoint.state] if checkpoint else [])
+            checkpoint_refs = self.outputs.unready_checkpoint_refs()
+            waiting = [queued[0].result] + ([evaluations.pending] if evaluations.pending else []) + checkpoint_refs
             timeout = max(0.0, next_poll - time.perf_counter())
             ready = self.rt.wait(waiting, num_returns=1, timeout=timeout)
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self.on_evaluation():
                 stopping = self._stop_learning()
             try:
-                if checkpoint is not None and checkpoint.state in ready:
+                if checkpoint_refs and not self.outputs.unready_checkpoint_refs():  # its last part has come
                     self.outputs.write_pending_checkpoint()
                 if queued[0].result in ready:
                     epoch, ref = queued.popleft()
@@ -240,7 +239,7 @@ class TrainingRun:
 
     def _revive_learner(self) -> None:
         """Carry on with the process Ray restarted for a dead learner, from the newest checkpoint."""
-        self.outputs.pending_checkpoint = None  # asked of the dead learner: never coming
+        self.outputs.drop_pending_checkpoint()  # asked of the dead learner: never coming
         self.evaluations.forget_weights()  # refs to the dead process's objects went with it
         self.outcome.forget_weights()
         revived = self.revival.revive(self.actors.learner, self.epochs_done, self.metrics.learner_version)

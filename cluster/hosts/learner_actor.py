@@ -2,7 +2,8 @@
 
 Its threads: the default one trains; "replay" takes chunks and the driver's counter reads, so an
 insert never queues behind an epoch; "control" takes request_stop and the exporter's warm-up,
-which must not queue behind either. Ray records an event in its GCS for every call unless told
+which must not queue behind either; "checkpoint" writes and reads replay files, so inserts wait
+only while a shard is copied, not while its file is written. Ray records an event in its GCS for every call unless told
 not to: the per-chunk, per-epoch and polling methods are marked QUIET. Weights go to the
 collectors named (looked up by name, so a learner Ray restarts is built from plain data). The
 bench's probes live in a subclass (cluster/bench/learner_probes.py), not here.
@@ -17,17 +18,18 @@ from raypex.cluster.hosts.ray_seams import WeightPublisher
 from raypex.cluster.plan.topology import ReplayPlan
 from raypex.learner.settings import LearnerSettings
 
-CONCURRENCY_GROUPS = {"replay": 1, "control": 1}
+CONCURRENCY_GROUPS = {"replay": 1, "control": 1, "checkpoint": 1}
 
 _REPLAY = {"concurrency_group": "replay"}
 _QUIET_REPLAY = {"concurrency_group": "replay", "enable_task_events": False}
 _CONTROL = {"concurrency_group": "control"}
+_CHECKPOINT = {"concurrency_group": "checkpoint"}
 _QUIET = {"enable_task_events": False}
 # LearnerHost's methods and the Ray options each is served with.
 METHOD_OPTIONS = {
     "add_chunk": _QUIET_REPLAY, "insert_room": _QUIET_REPLAY, "replay_stats": _QUIET_REPLAY,
-    "replay_state": _QUIET_REPLAY,  # every checkpoint
-    "attach_writer": _REPLAY, "set_replay_state": _REPLAY, "count_lost_writes": _REPLAY,
+    "write_replay": {**_CHECKPOINT, "enable_task_events": False},  # every checkpoint
+    "attach_writer": _REPLAY, "load_replay": _CHECKPOINT, "count_lost_writes": _REPLAY,
     "request_stop": _CONTROL, "warm_exporter": _CONTROL,
     "train_epoch": _QUIET, "published_weights": _QUIET, "state_bytes": _QUIET,  # per epoch, evaluation, checkpoint
 }

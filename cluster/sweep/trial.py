@@ -34,7 +34,7 @@ from pathlib import Path
 from ray import tune
 
 from raypex.cluster.config.loading import apply_values, config_to_yaml, validate
-from raypex.cluster.driver.checkpoints import atomic_write, list_checkpoints, load_latest, read_replay
+from raypex.cluster.driver.checkpoints import REPLAY_SUFFIX, atomic_write, list_checkpoints, load_latest, read_replay
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.placement import Reservation
 from raypex.cluster.driver.progress import ProgressLine
@@ -112,7 +112,7 @@ class RaypexTrial(tune.Trainable):
         shutil.rmtree(checkpoints, ignore_errors=True)
         checkpoints.mkdir(parents=True)
         for part in _set_files(manifest):
-            if part.suffix != ".replay" or self.carry_replay:
+            if part.suffix != REPLAY_SUFFIX or self.carry_replay:
                 shutil.copy2(part, checkpoints / part.name)
         if not self.carry_replay:
             atomic_write(checkpoints / manifest.name,
@@ -251,11 +251,9 @@ def summary_figures(summary: dict) -> dict:
 def checkpoint_weights_digest(path: Path) -> str:
     """The digest of the policy's weights in a checkpoint's learner state (ckpt-E.pt), as a learner
     that restored it reports them (cluster/hosts/learner_host.py `warmup`)."""
-    import torch
+    from raypex.learner.learner_state import policy_arrays, read_learner_state
 
-    from raypex.learner.learner_state import policy_arrays
-
-    return content_digest(policy_arrays(torch.load(path, map_location="cpu", weights_only=False)))
+    return content_digest(policy_arrays(read_learner_state(path.read_bytes(), name=str(path))))
 
 
 def _set_files(manifest: Path) -> list[Path]:
