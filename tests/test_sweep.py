@@ -5,6 +5,7 @@ and the suite shares two cores)."""
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from raypex.learner.weights import export_arrays
 from raypex.replay.digest import content_digest
+from tests.test_run_safety import Payload
 
 # Two CartPole trials side by side on two cores: small actors, one collector each.
 # PBT exploits a trial only when, at its own report, it ranks below one that was checkpointed at its
@@ -74,6 +76,18 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     run_dir, record = records[0]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0}).Reload()
     assert record["env_steps"] in [s.value for s in events.Scalars("tune/exploited_from_env_steps")]
+    # a pickle planted in one of Tune's copies of a checkpoint set: the sweep's resume refuses it before
+    # Tune or any trial reads it
+    marker = tmp_path / "ran"
+    tune_copy = min((experiment / "tune").rglob("ckpt-*.pt"))
+    tune_copy.write_bytes(pickle.dumps(Payload(marker)))
+    refused = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", str(experiment)],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [(
+        f"raypex: error: --resume {experiment}: {tune_copy} is not plain tensors (Weights only load failed); "
+        "raypex loads nothing else from a run directory")], refused.stderr
+    assert not marker.exists()
 
 
 def test_asha_stops_by_env_steps_up_to_the_runs_own_end():

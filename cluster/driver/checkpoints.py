@@ -188,6 +188,37 @@ def check_safe(point: ResumePoint, manifest: Path) -> None:
             raise UnsafeRunFile(str(err)) from None
 
 
+def check_run_files(root: Path) -> None:
+    """UnsafeRunFile, naming the first file, unless every checkpoint file and policy.pt2 under `root`
+    (a sweep's experiment directory: trials' run directories and Tune's copies of their sets)
+    holds only data: manifests are JSON, learner states load weights-only, replay files are arrays
+    (headers read), policies hold nothing torch would unpickle. Checked before anything loads them."""
+    from raypex.learner.learner_state import UnsafeLearnerState, read_learner_state
+    from raypex.learner.policy_file import PolicyFileError, check_no_code
+
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        checkpoint_file = path.name.startswith("ckpt-")
+        if checkpoint_file and path.suffix == PICKLED_REPLAY_SUFFIX:
+            raise UnsafeRunFile(f"{path} is replay pickled by an older raypex, which raypex no longer unpickles "
+                                "(a pickle can run code)")
+        if checkpoint_file and path.suffix == ".json":
+            try:
+                json.loads(path.read_bytes())
+            except ValueError:
+                raise UnsafeRunFile(f"{path} is not JSON, which a checkpoint's manifest is") from None
+        try:
+            if path.name == "policy.pt2":
+                check_no_code(path)
+            elif checkpoint_file and path.suffix == ".pt":
+                read_learner_state(path.read_bytes(), name=str(path))
+            elif checkpoint_file and path.suffix == REPLAY_SUFFIX:
+                check_state_file(path, str(path))
+        except (PolicyFileError, UnsafeLearnerState, NotAnArrayFile) as err:
+            raise UnsafeRunFile(str(err)) from None
+
+
 def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
     """The newest intact checkpoint set, or None when there is none. Each newer one that is
     damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is

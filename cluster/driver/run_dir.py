@@ -15,7 +15,7 @@ from pathlib import Path
 
 from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
+from raypex.cluster.driver.checkpoints import ResumePoint, UnsafeRunFile, load_latest
 from raypex.cluster.driver.outcome import PolicyFile
 
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
@@ -61,7 +61,10 @@ def check_resume(run_dir: Path, saved: RunConfig, resumed: RunConfig,
             raise UsageError(f"{where}: {key} cannot change on resume (the run has {before!r}, the override "
                              f"gives {after!r}); its checkpoints hold networks of the run's shape")
     _refuse_finished(run_dir, saved, resumed, where)
-    resume = load_latest(run_dir / "checkpoints", warn)
+    try:
+        resume = load_latest(run_dir / "checkpoints", warn)
+    except UnsafeRunFile as err:
+        raise UsageError(f"{where}: {err}") from None
     if resume is None:
         raise UsageError(f"{where}: no intact checkpoint in {run_dir / 'checkpoints'}")
     check_writable(run_dir, "--resume")

@@ -20,6 +20,7 @@ from typing import Any
 
 from raypex.cluster.config.arguments import UsageError, split_positional
 from raypex.cluster.config.loading import ConfigError, apply_overrides, apply_values, config_origin, read_yaml
+from raypex.cluster.driver.checkpoints import UnsafeRunFile, check_run_files
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_writable
 from raypex.cluster.sweep.space import SweepRequest, check_request, default_space, split_space
@@ -41,6 +42,10 @@ def tune(config: str | Path = "cartpole", overrides: Mapping[str, Any] | list[st
         except (OSError, ValueError, KeyError, TypeError):
             raise UsageError(f"--resume {experiment}: no readable sweep.json there (not a raypex tune experiment "
                              "directory)") from None
+        try:
+            check_run_files(experiment)
+        except UnsafeRunFile as err:
+            raise UsageError(f"--resume {experiment}: {err}") from None
         return _run(request, experiment, None, address, progress, resume=True)
     path, given = split_positional([str(config)])
     try:
