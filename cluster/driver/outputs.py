@@ -8,6 +8,7 @@ policy of a chosen weights version) and summary.json (the run's figures). Tensor
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -29,6 +30,7 @@ class PendingCheckpoint(NamedTuple):
     epoch: int
     counters: dict  # the run's counters at that epoch
     replay: list | None  # refs to each shard's replay file's manifest entry (LearnerActor.write_replay), or None
+    asked_at: float  # time.perf_counter() when it was asked
 
     @property
     def refs(self) -> list:
@@ -48,7 +50,8 @@ class RunOutputs:
         # its queued epochs, and an epoch can wait a long time for data (a collector being
         # restarted), so the driver must keep polling and restarting collectors meanwhile.
         self.pending_checkpoint: PendingCheckpoint | None = None
-        self.replay_pause_s_max = 0.0  # the longest the replay paused to hand over one shard
+        self.replay_pause_s_max = 0.0  # the longest the replay paused to copy one shard
+        self.checkpoint_s_max = 0.0  # the longest from asking for a set to its manifest written
         self.unwritten: str | None = None  # the first final file the run's end could not write
 
     def request_checkpoint(self, learner, epoch: int, counters: dict, shards: int = 0) -> None:
@@ -61,7 +64,8 @@ class RunOutputs:
             directory = (self.run_dir / "checkpoints").absolute()  # the learner's working directory is Ray's
             replay = [learner.write_replay.remote(i, str(replay_file(directory, epoch, i)))
                       for i in range(shards)] if shards else None
-            self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay)
+            self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay,
+                                                        time.perf_counter())
 
     def unready_checkpoint_refs(self) -> list:
         """The pending checkpoint's answers not come yet (empty: none pending, or it can be written)."""
@@ -84,7 +88,7 @@ class RunOutputs:
         it, if it died: then no set)."""
         if self.pending_checkpoint is None:
             return
-        state_ref, epoch, counters, replay_refs = self.pending_checkpoint
+        state_ref, epoch, counters, replay_refs, asked_at = self.pending_checkpoint
         self.pending_checkpoint = None
         replay = None
         if replay_refs:
@@ -100,6 +104,7 @@ class RunOutputs:
             else:
                 self.replay_pause_s_max = max([self.replay_pause_s_max] + [r.pop("pause_s") for r in replay])
         self.checkpoint(self.rt.get(state_ref), epoch, counters, replay)
+        self.checkpoint_s_max = max(self.checkpoint_s_max, time.perf_counter() - asked_at)
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""

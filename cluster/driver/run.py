@@ -345,6 +345,7 @@ class TrainingRun:
             "collector_restarts": self.metrics.collector_restarts,
             "learner_restarts": self.revival.count,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
+            "checkpoint_s_max": round(self.outputs.checkpoint_s_max, 3),
         }
 
     # -- the end ------------------------------------------------------------------------------
