@@ -112,3 +112,44 @@ def test_the_dockerfile_copies_every_package_and_installs_real_extras():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     wanted = re.search(r'pip install --no-cache-dir "\.\[([\w,]+)\]"', dockerfile).group(1).split(",")
     assert set(wanted) <= set(extras)
+
+
+def dashboard_hosts(text: str) -> list[str]:
+    """Every address a file tells Ray's dashboard to listen on (launcher flags and KubeRay's
+    rayStartParams); Ray's own default, when none is given, is the loopback."""
+    return re.findall(r"dashboard-host[=:]\s*\"?([\d.]+)", text)
+
+
+@pytest.mark.parametrize("name", ["kuberay-raycluster.yaml", "kuberay-rayjob.yaml"])
+def test_kuberay_files_turn_token_auth_on_and_keep_the_dashboard_inside(name):
+    text = (DEPLOY / name).read_text()
+    spec = yaml.safe_load(text)["spec"]
+    cluster = spec.get("rayClusterSpec", spec)
+    assert cluster["authOptions"]["mode"] == "token", name
+    assert tuple(int(p) for p in cluster["rayVersion"].split(".")[:2]) >= (2, 54)  # token auth and the CVE fix
+    hosts = dashboard_hosts(text)
+    assert hosts, name
+    # On all the pod's addresses only in the job file, where KubeRay's submitter reaches it through
+    # the head's Service; token auth guards it there.
+    assert all(host == "127.0.0.1" for host in hosts) or name == "kuberay-rayjob.yaml", hosts
+    # the learner's pod sees the run directory, where it writes its shards' replay checkpoints
+    learner = next(g for g in cluster["workerGroupSpecs"] if g["groupName"] == "learner-gpu")
+    mounts = learner["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "runs", "mountPath": "/runs"} in mounts
+
+
+def test_the_launcher_file_starts_every_node_with_token_auth_and_no_public_dashboard():
+    launcher = yaml.safe_load((DEPLOY / "ray-cluster-aws.yaml").read_text())
+    starts = launcher["head_start_ray_commands"] + launcher["worker_start_ray_commands"]
+    ray_starts = [command for command in starts if "ray start" in command]
+    assert ray_starts and all("RAY_AUTH_MODE=token" in command for command in ray_starts), ray_starts
+    assert dashboard_hosts(" ".join(ray_starts)) == ["127.0.0.1"]
+    assert "~/.ray/auth_token" in launcher["file_mounts"]
+
+
+def test_ray_is_required_at_a_version_with_token_auth_and_the_job_deletion_fix():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"], *project["optional-dependencies"]["cluster"],
+                    *project["optional-dependencies"]["tune"]]
+    floors = [re.match(r"ray(\[\w+\])?>=([\d.]+)", r).group(2) for r in requirements if r.startswith("ray")]
+    assert len(floors) == 3 and all(tuple(map(int, f.split("."))) >= (2, 54) for f in floors), floors
