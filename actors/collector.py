@@ -25,6 +25,7 @@ from raypex.actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilo
 from raypex.actors.nstep import NStepFolder
 from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
 from raypex.actors.settings import CollectorSettings
+from raypex.actors.step_check import StepCheck
 from raypex.replay.contracts import CollectorStats, PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
@@ -71,6 +72,8 @@ class Collector:
         self.env = make_vector_env(s.env_id, s.num_envs, s.env_kwargs, max(s.frame_stack, 1))
         self.obs, info = self.env.reset(seed=seed)
         self.env_ready_at = time.time()  # wall clock: the env made and reset (start-up's moments)
+        self.check = StepCheck(s.env_id, self.obs.shape[1:], self.obs.dtype, f"collector {s.index}")
+        self.step_started: float | None = None  # perf_counter() when the env step running now began
         self.policy = acting_policy(s, self.obs, seed)
         self.adder = make_adder(s, self.obs, info)
         self.exploration = exploration_for(s, self.rng)
@@ -134,7 +137,13 @@ class Collector:
             actions, q_taken = self.act(self.obs)
             t1 = clock()
             env_actions = self.exploration.to_env(actions)
-            next_obs, reward, terminated, truncated, info = self.env.step(env_actions)
+            self.step_started = t1
+            try:
+                next_obs, reward, terminated, truncated, info = self.env.step(env_actions)
+            except ValueError as err:  # a vector env that could not stack an observation of another shape
+                raise self.check.explain(self.env, err, self.episode_length) or err
+            self.step_started = None
+            self.check(next_obs, reward, self.episode_length)
             t2 = clock()
             if self.first_step_at is None:
                 self.first_step_at = time.time()
@@ -177,6 +186,7 @@ class Collector:
 
     def stats(self) -> CollectorStats:
         """Counters, plus the episodes finished since the last call (drained)."""
+        started = self.step_started  # read once: the env loop clears it on another thread
         with self._episodes_lock:
             returns, lengths = self.finished_returns, self.finished_lengths
             self.finished_returns, self.finished_lengths = [], []
@@ -186,7 +196,8 @@ class Collector:
             episode_returns=returns, episode_lengths=lengths, epsilon=self.epsilon,
             exploration=self.exploration.kind, version=self.version, version_loaded_at=self.version_loaded_at,
             max_weight_load_s=self.max_weight_load_s, phase_s=dict(self.phase_s),
-            act_precision=self.policy.precision, act_form=self.policy.form)
+            act_precision=self.policy.precision, act_form=self.policy.form,
+            env_step_running_s=0.0 if started is None else time.perf_counter() - started)
 
 
 def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder:

@@ -15,6 +15,7 @@ from raypex.actors.apng import ApngWriter, EncodedVideo
 from raypex.actors.envs import make_vector_env
 from raypex.actors.episode_video import MAX_FRAMES, frame_of
 from raypex.actors.mujoco_video import draw_states, first_env_state, headless_rendering, is_mujoco
+from raypex.actors.step_check import StepCheck
 
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B] (Box: [B, d])
 
@@ -57,6 +58,8 @@ class Evaluator:
         self.runs += 1
         returns = np.zeros(self.episodes, np.float64)
         running = np.ones(self.episodes, bool)
+        lengths = np.zeros(self.episodes, np.int64)  # each episode's steps so far, for a fault's line
+        check = StepCheck(self.env_id, obs.shape[1:], obs.dtype, "the evaluator")
         # Total shortfall from max_return the finished episodes may have before the target is lost.
         allowed_shortfall = self.episodes * (give_up[1] - give_up[0]) if give_up else None
         pictures: ApngWriter | None = ApngWriter() if record and not self.mujoco else None
@@ -74,7 +77,12 @@ class Evaluator:
             if self.epsilon and self.num_actions:
                 explore = self.rng.random(self.episodes) < self.epsilon
                 actions = np.where(explore, self.rng.integers(0, self.num_actions, self.episodes), actions)
-            obs, reward, terminated, truncated, _ = self.env.step(actions)
+            try:
+                obs, reward, terminated, truncated, _ = self.env.step(actions)
+            except ValueError as err:  # a vector env that could not stack an observation of another shape
+                raise check.explain(self.env, err, lengths) or err
+            check(obs, reward, lengths)
+            lengths += running
             returns += np.where(running, reward, 0.0)
             running &= ~(terminated | truncated)
             if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:

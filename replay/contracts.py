@@ -104,6 +104,7 @@ class CollectorStats:
     act_precision: str
     act_form: str
     startup: dict[str, float] = field(default_factory=dict)  # its process's start moments (Ray actors only)
+    env_step_running_s: float = 0.0  # how long the env step running now has taken (0: none running)
 
 
 @dataclass(frozen=True)

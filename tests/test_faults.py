@@ -429,3 +429,87 @@ def test_an_error_raised_in_an_actor_is_named_by_its_own_first_line(kept_up_ray)
     raise_line = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
                       if line.startswith('    raise RuntimeError("CUDA error: operation failed'))
     assert describe_failure(raised.value, role_of=lambda actor_id: "?") == f"{expected} (test_faults.py:{raise_line})"
+
+
+GOING_BAD_ENV = '''import os
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class Env(CartPoleEnv):
+    """CartPole until its 300th step, then the fault `mode` names, in every copy (collectors and
+    evaluator alike), or with `collectors_only` in the collectors' copies alone; the first copy to
+    go bad notes when, in NOTE (each actor's working directory is a copy of the run's)."""
+
+    def __init__(self, mode="nan", collectors_only=False):
+        super().__init__()
+        self.mode, self.steps = mode, 0
+        import ray
+
+        name = ray.get_runtime_context().get_actor_name() if ray.is_initialized() else None
+        self.goes_bad = not collectors_only or "collector" in (name or "")
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps <= 300 or not self.goes_bad:
+            return obs, reward, terminated, truncated, info
+        if not os.path.exists("NOTE"):
+            with open("NOTE", "w") as note:
+                note.write(str(time.time()))
+        if self.mode == "hang":
+            time.sleep(3600)
+        if self.mode == "nan":
+            reward = float("nan")
+        elif self.mode == "inf":
+            obs = obs.copy()
+            obs[2] = np.inf
+        elif self.mode == "shape":
+            obs = np.zeros(5, np.float32)
+        return obs, reward, terminated, truncated, info
+'''
+
+
+WENT_BAD = (r"(collector \d's env raised the same error again after a restart, so no restart or resume can fix it: |"
+            r"EvaluatorActor.evaluate raised )EnvWentBad: env.id going_bad.py:Env: env \d+ of (collector \d|the evaluator) "
+            r"returned {} at step \d+ of its episode; its traceback: \S+")
+
+
+COLLECTOR_WENT_BAD = (r"collector \d's env raised the same error again after a restart, so no restart or resume can "
+                     r"fix it: EnvWentBad: env.id going_bad.py:Env: env \d+ of collector \d returned {} at step \d+ "
+                     r"of its episode; its traceback: \S+")
+
+
+@pytest.mark.parametrize(("mode", "cause"), [
+    ("nan", WENT_BAD.format("a reward of nan")),
+    ("{mode: nan, collectors_only: true}", COLLECTOR_WENT_BAD.format("a reward of nan")),
+    ("inf", WENT_BAD.format(r"an observation holding inf \(at flat index 2\)")),
+    ("shape", WENT_BAD.format(r"an observation of shape \[5\], where its space has \[4\]")),
+    ("hang", (r"collector \d: a step of env.id going_bad.py:Env has not returned for \d+s \(env.step_timeout_s: 5\); "
+             r"the env hangs")),
+])
+def test_an_env_that_goes_bad_mid_run_ends_it_in_one_line_within_a_minute(running, tmp_path, mode, cause):
+    """A CartPole that turns bad after 300 steps: a NaN reward, an infinite observation, an
+    observation of another shape (met by the evaluator, or by a collector, which restarts once,
+    meets it again and ends the run), or a step that never returns (env.step_timeout_s). The run
+    ends within 60 s of the fault, exit 1, its last line naming the cause and suggesting no resume
+    (it would meet the fault again), with summary.json and counts that add up."""
+    (tmp_path / "going_bad.py").write_text(GOING_BAD_ENV.replace("NOTE", str(tmp_path / "went_bad.txt")))
+    kwargs = mode if mode.startswith("{") else f"{{mode: {mode}}}"
+    run = running("env.id=going_bad.py:Env", f"env.kwargs={kwargs}", "env.step_timeout_s=5",
+                  "stop.env_steps=100000000", cwd=tmp_path)
+    assert run.finish() == 1, run.output
+    ended = time.time()
+    last = run.output.strip().splitlines()[-1]
+    assert re.fullmatch(f"raypex: run failed: {cause}", last), run.output
+    assert ended - float((tmp_path / "went_bad.txt").read_text()) < 60
+    if "collectors_only" in mode:  # the collector that ended it was restarted once and met the same fault
+        ender = re.match(r"raypex: run failed: collector (\d)", last)[1]
+        assert len([line for line in run.output.splitlines() if line.startswith(f"collector {ender} stopped")]) == 1
+    result = run.summary()
+    assert result["ended"] == "failed: " + last.removeprefix("raypex: run failed: ").split("; its traceback")[0]
+    assert "Traceback" not in run.output and "--resume" not in last
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result

@@ -38,6 +38,9 @@ class EnvConfig(Section):
     terminal_on_life_loss: bool = Field(
         False, description="ALE envs: a lost life ends the n-step return (the game goes on)."
     )
+    step_timeout_s: float = Field(
+        60.0, gt=0.0, le=86400.0, description="A collector whose env's step has not returned for this many seconds "
+                                             "(a hung simulator) ends the run in one line naming it.")
     code_dir: str | None = Field(
         None, description="Where an env.id naming your code (module:Name, a relative file.py:Name) is looked up: "
                           "raypex train records its working directory here, so raypex eval finds the code from "

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from raypex.actors.envs import EnvSpec, UnsupportedEnv
+from raypex.actors.step_check import EnvWentBad
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.checkpoints import OutputNotWritten, ResumePoint
 from raypex.cluster.driver.evaluation import EvaluationScheduler
@@ -39,6 +40,7 @@ from raypex.cluster.driver.run_errors import (
     RunFailed,
     StartRefused,
     describe_failure,
+    original_error,
     raised_at,
     traceback_text,
 )
@@ -130,10 +132,11 @@ class TrainingRun:
                                       "(send it again to abort at once)")
             except (RunFailed, *self.rt.errors.any, OutputNotWritten) as err:  # not written: a full disk, say
                 raised = isinstance(err, self.rt.errors.raised)
-                # an error your code raised would meet a resumed run again
+                # an error your code raised, or an env that went bad, would meet a resumed run again
+                repeats = raised and (raised_at(err) or isinstance(original_error(err), EnvWentBad))
                 failure = err if isinstance(err, RunFailed) else RunFailed(
                     describe_failure(err, self.role_of, self.rt.errors.died),
-                    traceback_text(err) if raised else None, resumable=not (raised and raised_at(err)))
+                    traceback_text(err) if raised else None, resumable=not repeats)
                 self.outcome.ended = f"failed: {failure}"
             self.progress.finish()
             try:
@@ -304,6 +307,8 @@ class TrainingRun:
             if not final:
                 return False  # a collector or the learner is being restarted by Ray; read again next poll
             stats = [self.rt.get(refs[-1])]  # the shards alone (RunMetrics.poll counts each collector there)
+        if not final:  # at the end a hung collector has ended the run already: its counts are read all the same
+            self.supervisor.check_env_steps(stats[:-1], self.config.env.step_timeout_s, self.config.env.id)
         scalars = self.metrics.poll(stats[:-1], stats[-1])
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)

@@ -81,6 +81,16 @@ class CollectorSupervisor:
             self.progress.message(f"collector {i} {what}; restarting it on its shard")
             self._start_loop(i)
 
+    def check_env_steps(self, stats: list, timeout_s: float, env_id: str) -> None:
+        """RunFailed when a collector's env step has been running for more than `timeout_s` (a
+        hung env: no restart can take the step back from it). `stats`: every collector's
+        CollectorStats, just polled."""
+        for collector in stats:
+            if collector.env_step_running_s > timeout_s:
+                raise RunFailed(f"collector {collector.index}: a step of env.id {env_id} has not returned for "
+                                f"{collector.env_step_running_s:.0f}s (env.step_timeout_s: {timeout_s:g}); the env "
+                                "hangs", resumable=False)
+
     def _start_loop(self, i: int) -> None:
         """Collector i's loop again, with the learner's newest weights sent to it first."""
         self.restarting[i] = False

@@ -108,6 +108,9 @@ class LockstepCollectors:
     def check(self) -> None:
         """Nothing dies apart from the run."""
 
+    def check_env_steps(self, stats: list, timeout_s: float, env_id: str) -> None:
+        """Nothing to watch: a step that hangs here hangs this process (the Ray runtime watches)."""
+
     def stop(self) -> None:
         """Nothing runs between the loop's calls."""
 

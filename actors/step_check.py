@@ -1,0 +1,74 @@
+"""What collectors and the evaluator check of every vector step, so that an env that goes bad
+mid-run (a NaN reward, an infinite observation, an observation no longer of its space's shape)
+stops the run with one line naming the env, the step and what, instead of training on garbage or
+failing far from the cause.
+
+The check on the hot path is two sums: a NaN or an infinity anywhere makes a sum non-finite, and
+only then is the step looked at element by element (which also tells an overflowing sum of large
+finite values, not a fault, from a real one; observations are summed in float64, where float32
+values cannot overflow). Integer observations (frames) cannot be NaN: only
+their rewards are summed. An observation of another shape never reaches the caller from
+Gymnasium's vector envs (they fail to stack it): `explain` turns that failure into the same kind
+of line, from the per-env observations the vector env kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class EnvWentBad(RuntimeError):
+    """An env returned something no training can use; the message is the one line for the user."""
+
+
+class StepCheck:
+    """Checks the vector steps of one vector env of `num_envs` envs of `env_id`."""
+
+    def __init__(self, env_id: str, obs_shape: tuple[int, ...], obs_dtype: np.dtype, who: str):
+        self.env_id = env_id
+        self.obs_shape = tuple(obs_shape)  # one env's observation, as the vector env hands it on
+        self.float_obs = np.issubdtype(obs_dtype, np.floating)
+        self.who = who  # "collector 0", "the evaluator"
+
+    def __call__(self, obs: np.ndarray, reward: np.ndarray, steps: np.ndarray) -> None:
+        """EnvWentBad when a reward or a float observation of this vector step is not finite, or the
+        observations are not of the space's shape; `steps`: each env's step within its episode."""
+        if obs.shape[1:] != self.obs_shape:
+            self._fail(0, steps, f"observations of shape {list(obs.shape[1:])}, where its space has "
+                                 f"{list(self.obs_shape)}")
+        if np.isfinite(reward.sum()) and (not self.float_obs or np.isfinite(obs.sum(dtype=np.float64))):
+            return
+        bad_reward = ~np.isfinite(reward)
+        if bad_reward.any():
+            env = int(np.flatnonzero(bad_reward)[0])
+            self._fail(env, steps, f"a reward of {reward[env]}")
+        if self.float_obs:
+            bad_obs = ~np.isfinite(obs.reshape(len(obs), -1))
+            if bad_obs.any():
+                env, index = (int(i) for i in np.argwhere(bad_obs)[0])
+                value = obs.reshape(len(obs), -1)[env, index]
+                self._fail(env, steps, f"an observation holding {value} (at flat index {index})")
+
+    def explain(self, vector_env, err: ValueError, steps: np.ndarray) -> EnvWentBad | None:
+        """The line for a vector env's step that failed to stack its envs' observations (one of
+        another shape), or None when `err` is not that."""
+        observations = getattr(getattr(vector_env, "unwrapped", vector_env), "_env_obs", None)
+        if not isinstance(observations, (list, tuple)):
+            return None
+        for env, obs in enumerate(observations):
+            shape = tuple(np.shape(obs))
+            if shape != self._single_shape(vector_env):
+                return self._fault(env, steps, f"an observation of shape {list(shape)}, where its space has "
+                                               f"{list(self._single_shape(vector_env))}")
+        return None
+
+    @staticmethod
+    def _single_shape(vector_env) -> tuple[int, ...]:
+        return tuple(getattr(vector_env, "unwrapped", vector_env).single_observation_space.shape)
+
+    def _fault(self, env: int, steps: np.ndarray, what: str) -> EnvWentBad:
+        return EnvWentBad(f"env.id {self.env_id}: env {env} of {self.who} returned {what} at step "
+                          f"{int(steps[env]) + 1} of its episode")
+
+    def _fail(self, env: int, steps: np.ndarray, what: str) -> None:
+        raise self._fault(env, steps, what)
