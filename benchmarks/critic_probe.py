@@ -20,8 +20,9 @@ import torch
 
 from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import ConfigError, load_config
-from raypex.cluster.driver.checkpoints import load_latest, read_replay
+from raypex.cluster.driver.checkpoints import load_latest
 from raypex.cluster.plan.settings import learner_settings
+from raypex.cluster.storage import read_replay
 from raypex.learner.actor_critic_step import TRANSITION, ActorCriticStep
 from raypex.learner.learner_state import read_learner_state
 from raypex.learner.precision import make_precision

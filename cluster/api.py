@@ -44,12 +44,13 @@ from raypex.cluster.config.loading import (
 )
 from raypex.cluster.config.schema import RunConfig, config_warnings
 from raypex.cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
-from raypex.cluster.driver.checkpoints import ResumePoint, atomic_write
+from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_writable, kept_policy
 from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
 from raypex.cluster.driver.signals import hold, install_stop_signals, stop_holding
+from raypex.cluster.storage import atomic_write
 
 if TYPE_CHECKING:  # Ray and the run's modules load once the run directory exists (see `launch`)
     from raypex.cluster.driver.run import TrainingRun

@@ -126,7 +126,8 @@ def test_imports_follow_the_dependency_rule(module):
 # API, which calls the runtimes; a sweep's trials start runs as the API does; the driver's run loop
 # knows no runtime's wiring).
 CLUSTER_LAYERS = ("cluster.commands", "cluster.sweep", "cluster.api", "cluster.bench", "cluster.local",
-                  "cluster.driver", "cluster.hosts", "cluster.plan", "cluster.config", "cluster.process_clock")
+                  "cluster.driver", "cluster.hosts", "cluster.storage", "cluster.plan", "cluster.config",
+                  "cluster.process_clock")
 
 
 def cluster_layer(module: str) -> int:

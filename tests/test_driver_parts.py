@@ -17,16 +17,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from raypex.cluster.config.loading import load_config
-from raypex.cluster.driver.checkpoints import (
-    OutputNotWritten,
-    discard_parts,
-    list_checkpoints,
-    load_latest,
-    read_replay,
-    replay_file,
-    save_checkpoint,
-    write_replay,
-)
+from raypex.cluster.driver.checkpoints import discard_parts, list_checkpoints, load_latest, replay_file, save_checkpoint
 from raypex.cluster.driver.evaluation import EvaluationScheduler, Taken
 from raypex.cluster.driver.metrics import RunMetrics
 from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
@@ -45,6 +36,7 @@ from raypex.cluster.driver.signals import Terminated, exit_code, install_stop_si
 from raypex.cluster.driver.startup import PHASES, StartupTimeline
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
 from raypex.cluster.local.runtime import LocalHandle, LocalRuntime
+from raypex.cluster.storage import OutputNotWritten, read_replay, write_replay
 from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
 from raypex.replay.digest import content_digest
 

@@ -253,7 +253,8 @@ def td3_ran(ran: Ran) -> None:
     collector's own noise in TensorBoard, the actor's and the embeddings' losses, a uniform warm-up,
     HalfCheetah's six float actions acted in its bounds, and MuJoCo's known deprecation warning
     kept out of the output."""
-    from raypex.cluster.driver.checkpoints import load_latest, read_replay
+    from raypex.cluster.driver.checkpoints import load_latest
+    from raypex.cluster.storage import read_replay
     from raypex.learner.policy_file import load_policy
 
     run = the_run(ran)

@@ -16,7 +16,8 @@ import pytest
 
 import raypex
 from raypex.cluster.commands.cli import main
-from raypex.cluster.driver.checkpoints import UnsafeRunFile, check_run_files
+from raypex.cluster.driver.checkpoints import check_run_files
+from raypex.cluster.storage import UnsafeRunFile
 from raypex.learner.policy_file import PolicyFileError
 
 

@@ -30,10 +30,11 @@ from raypex.cluster.config.loading import (
     validate,
 )
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.checkpoints import OutputNotWritten, ResumePoint
+from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_resume, check_writable
 from raypex.cluster.driver.run_errors import RunFailed
+from raypex.cluster.storage import OutputNotWritten
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]

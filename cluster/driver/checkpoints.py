@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raypex.replay.state_file import NotAnArrayFile, check_state_file, read_state, write_state
+from raypex.cluster.storage import OutputNotWritten, UnsafeRunFile, atomic_write, reason
+from raypex.replay.state_file import NotAnArrayFile, check_state_file
 
 REPLAY_SUFFIX = ".npz"
 PICKLED_REPLAY_SUFFIX = ".replay"  # what raypex wrote before replay files held arrays
@@ -43,38 +43,6 @@ class ResumePoint:
     replay_files: list[Path] = field(default_factory=list)
 
 
-class UnsafeRunFile(ValueError):
-    """A run-directory file that holds more than data (something that would run code if loaded)
-    or replay in raypex's old pickled form: refused in one line naming the file."""
-
-
-class OutputNotWritten(OSError):
-    """A run-directory file could not be written (a full disk, a lost mount, no permission):
-    nothing half-written was left behind, and the message says what and why in one line."""
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and a rename (never a half-written file);
-    a write that fails removes its temporary file and raises OutputNotWritten."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise OutputNotWritten(f"{path} was not written ({_reason(err)})") from err
-
-
-def _reason(err: OSError) -> str:
-    """Why a write failed, as the system says it ("No space left on device"), also when
-    atomic_write has already wrapped the error."""
-    inner = err.__cause__ if isinstance(err, OutputNotWritten) and err.__cause__ is not None else err
-    return getattr(inner, "strerror", None) or str(inner)
-
-
 def _part(path: Path, data: bytes) -> dict:
     atomic_write(path, data)
     return {"file": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -88,24 +56,6 @@ def checkpoint_stem(epoch: int) -> str:
 def replay_file(directory: Path, epoch: int, shard: int) -> Path:
     """Where shard `shard`'s replay of epoch `epoch`'s set is written."""
     return directory / f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}"
-
-
-def write_replay(path: Path, state: dict) -> dict:
-    """Write one shard's replay state to `path` (by the process that holds it: cluster/hosts/
-    learner_host.py), via a temporary file and a rename; returns its manifest entry (file, bytes,
-    SHA-256). OutputNotWritten, with nothing left behind, when it cannot be written."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as handle:
-            size, sha256 = write_state(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise OutputNotWritten(f"{path} was not written ({_reason(err)})") from err
-    return {"file": path.name, "bytes": size, "sha256": sha256}
 
 
 def _set_parts(directory: Path, stem: str) -> list[Path]:
@@ -136,7 +86,7 @@ def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters:
     except OSError as err:  # the parts already written would only take space: a set is whole or gone
         discard_parts(directory, epoch)
         newest = list_checkpoints(directory)
-        raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} ({_reason(err)}); "
+        raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} ({reason(err)}); "
                                f"the newest whole one is {newest[-1].stem if newest else 'none'}") from err
     for old in list_checkpoints(directory)[:-keep]:
         for part in _set_parts(directory, old.stem):
@@ -150,15 +100,6 @@ def list_checkpoints(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.glob("ckpt-*.json") if p.with_suffix(".pt").is_file())
-
-
-def read_replay(path: Path) -> dict:
-    """One shard's replay state from a checkpoint set (ReplayShard.set_state's input); UnsafeRunFile
-    for a file that is not arrays."""
-    try:
-        return read_state(path, str(path))
-    except NotAnArrayFile as err:
-        raise UnsafeRunFile(str(err)) from None
 
 
 def _matches(path: Path, part: dict) -> bool:

@@ -13,14 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.cluster.driver.checkpoints import (
-    OutputNotWritten,
-    atomic_write,
-    discard_parts,
-    replay_file,
-    save_checkpoint,
-)
+from raypex.cluster.driver.checkpoints import discard_parts, replay_file, save_checkpoint
 from raypex.cluster.driver.run_errors import original_error
+from raypex.cluster.storage import OutputNotWritten, atomic_write
 
 
 class PendingCheckpoint(NamedTuple):

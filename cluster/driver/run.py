@@ -27,7 +27,7 @@ from typing import NamedTuple
 from raypex.actors.envs import EnvSpec, UnsupportedEnv
 from raypex.actors.step_check import EnvWentBad
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.checkpoints import OutputNotWritten, ResumePoint
+from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.evaluation import EvaluationScheduler
 from raypex.cluster.driver.metrics import RunMetrics
 from raypex.cluster.driver.observer import RunObserver
@@ -53,6 +53,7 @@ from raypex.cluster.driver.video import video_summary, write_video
 from raypex.cluster.hosts.learner_host import LearnerRestarted
 from raypex.cluster.plan.env_fit import replay_line
 from raypex.cluster.plan.settings import eval_give_up
+from raypex.cluster.storage import OutputNotWritten
 from raypex.replay.contracts import EpochStats
 
 POLL_EVERY_S = 0.5

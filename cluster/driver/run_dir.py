@@ -15,8 +15,9 @@ from pathlib import Path
 
 from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.checkpoints import ResumePoint, UnsafeRunFile, load_latest
+from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
 from raypex.cluster.driver.outcome import PolicyFile
+from raypex.cluster.storage import UnsafeRunFile
 
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
 # into anything else, so a resume may not change them.

@@ -8,7 +8,7 @@ from pathlib import Path
 from tensorboard.compat.proto.summary_pb2 import Summary
 
 from raypex.actors.apng import EncodedVideo
-from raypex.cluster.driver.checkpoints import atomic_write
+from raypex.cluster.storage import atomic_write
 
 
 def video_summary(tag: str, video: EncodedVideo) -> Summary:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from raypex.cluster.driver.checkpoints import read_replay, write_replay
 from raypex.cluster.plan.topology import ReplayPlan
 from raypex.cluster.process_clock import process_start_time
+from raypex.cluster.storage import read_replay, write_replay
 from raypex.learner.settings import LearnerSettings
 from raypex.replay.contracts import EpochStats
 from raypex.replay.digest import content_digest

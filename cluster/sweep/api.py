@@ -20,9 +20,10 @@ from typing import Any
 
 from raypex.cluster.config.arguments import UsageError, split_positional
 from raypex.cluster.config.loading import ConfigError, apply_overrides, apply_values, config_origin, read_yaml
-from raypex.cluster.driver.checkpoints import UnsafeRunFile, check_run_files
+from raypex.cluster.driver.checkpoints import check_run_files
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_writable
+from raypex.cluster.storage import UnsafeRunFile
 from raypex.cluster.sweep.space import SweepRequest, check_request, default_space, split_space
 
 

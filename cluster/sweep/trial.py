@@ -34,12 +34,13 @@ from pathlib import Path
 from ray import tune
 
 from raypex.cluster.config.loading import apply_values, config_to_yaml, validate
-from raypex.cluster.driver.checkpoints import REPLAY_SUFFIX, atomic_write, list_checkpoints, load_latest, read_replay
+from raypex.cluster.driver.checkpoints import REPLAY_SUFFIX, list_checkpoints, load_latest
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.placement import Reservation
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.signals import StopAsked
 from raypex.cluster.driver.wiring import resource_request
+from raypex.cluster.storage import atomic_write, read_replay
 from raypex.replay.digest import content_digest
 
 STOP_FILE = "STOP"  # in the experiment directory: the sweep was interrupted, every trial ends its run
