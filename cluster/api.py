@@ -47,10 +47,10 @@ from raypex.cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray
 from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.run_dir import check_writable, kept_policy
+from raypex.cluster.driver.run_dir import check_writable, kept_policy, open_remote
 from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
 from raypex.cluster.driver.signals import hold, install_stop_signals, stop_holding
-from raypex.cluster.storage import atomic_write
+from raypex.cluster.storage import atomic_write, is_uri, join
 
 if TYPE_CHECKING:  # Ray and the run's modules load once the run directory exists (see `launch`)
     from raypex.cluster.driver.run import TrainingRun
@@ -95,6 +95,8 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     a path for the first episode as an animated PNG. Works from any directory, your own env's code
     included (found where the run was started: env.code_dir). UsageError, in one line, for a run
     directory without a readable policy or config, or an env that cannot be built."""
+    if is_uri(run_dir):  # its files but the replay, fetched to a local copy
+        run_dir = open_remote(str(run_dir), "RUN_DIR", resume=True).copy
     run_dir = Path(run_dir).resolve()
     if episodes < 1:
         raise UsageError(f"episodes (--episodes) must be >= 1, got {episodes}")
@@ -286,10 +288,14 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
     clock_start = time.time()
     resolved = resolve_run_config(config, overrides, seed)
     origin = run_config_origin(config, overrides)
-    run_path = Path(run_dir) if run_dir is not None else default_run_dir(resolved.env.id, resolved.seed)
-    if run_path.is_dir() and any(run_path.iterdir()):
-        raise UsageError(f"run_dir {run_path} already holds files; choose a new directory")
-    check_writable(run_path, "run_dir")
+    remote = open_remote(str(run_dir), "run_dir", resume=False) if run_dir is not None and is_uri(run_dir) else None
+    if remote is not None:  # the driver works on a local copy, uploaded as it goes
+        run_path = remote.copy
+    else:
+        run_path = Path(run_dir) if run_dir is not None else default_run_dir(resolved.env.id, resolved.seed)
+        if run_path.is_dir() and any(run_path.iterdir()):
+            raise UsageError(f"run_dir {run_path} already holds files; choose a new directory")
+        check_writable(run_path, "run_dir")
     watcher = _Watcher(on_epoch)
 
     def go() -> RunResult:
@@ -298,7 +304,7 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             code, summary = launch(resolved, run_path, None, address, clock_start, ProgressLine(sys.stderr), (watcher,),
-                                   origin)
+                                   origin, remote=remote)
             return RunResult(run_path, summary, code)
         finally:
             _one_run.release()
@@ -313,13 +319,15 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
 
 def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
            progress: ProgressLine, observers: tuple = (), origin: ConfigOrigin | None = None,
-           runtime=None) -> tuple[int, dict]:
+           runtime=None, remote=None) -> tuple[int, dict]:
     """Make the run directory and run in it to the end, on the runtime `config.runtime` names (Ray:
     a local cluster unless `address`); (exit code, summary). `origin`: what the config was written
     for (cluster/plan/env_fit.py fits it to the env). UsageError, the directory put back, for a
     mistake found while the run starts; RunFailed (after the final files) when a part died past
     recovery. `runtime`: one made by the caller (a Tune trial's, in its placement group), else the
-    config's. `raypex train`, the Python API (here) and Tune trials all start runs here."""
+    config's. `remote`: the URI the run directory lives at, `run_dir` its local copy
+    (cluster/driver/remote_run.py). `raypex train`, the Python API (here) and Tune trials all start
+    runs here."""
     install_stop_signals()
     for warning in config_warnings(config):
         progress.message(f"warning: {warning}")
@@ -349,7 +357,7 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         from raypex.cluster.driver.run import TrainingRun
 
         run = TrainingRun(config, spec, run_dir, runtime, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup)
+                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup, remote=remote)
     except BaseException:  # a mistake (--address with runtime local) or a full disk: nothing half-written
         stop_holding()
         _put_back(run_dir, found_config, made)
@@ -363,7 +371,8 @@ def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address
         raise UsageError(str(err), getattr(err, "details", None)) from None
     written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
     summary = json.loads(written.read_text()) if written.is_file() else run.summary()
-    progress.message(_summary_line(summary, run_dir, time.time() - clock_start if resume else None))
+    progress.message(_summary_line(summary, run_dir, time.time() - clock_start if resume else None,
+                                   remote.uri if remote is not None else None))
     return code, summary
 
 
@@ -410,13 +419,15 @@ def _put_back(run_dir: Path, found_config: bytes | None, made: Path | None) -> N
         run_dir.mkdir()
 
 
-def _summary_line(summary: dict, run_dir: Path, command_s: float | None = None) -> str:
-    """The done line; `command_s`: a resumed run's own time, said beside the run's whole."""
+def _summary_line(summary: dict, run_dir: Path, command_s: float | None = None, uri: str | None = None) -> str:
+    """The done line; `command_s`: a resumed run's own time, said beside the run's whole; `uri`:
+    where the run directory `run_dir` (then a local copy) was uploaded."""
     solve = summary["time_to_solve_s"]
     solved = f"solved in {solve:.1f}s" if solve is not None else "not solved"
     final = summary["final_eval_return"]
     final_text = "-" if final is None else f"{final:.1f}"
-    wrote = " and ".join(str(run_dir / name) for name in ("summary.json", "policy.pt2") if (run_dir / name).is_file())
+    wrote = " and ".join(join(uri, name) if uri else str(run_dir / name)
+                         for name in ("summary.json", "policy.pt2") if (run_dir / name).is_file())
     took = (f"this command {command_s:.1f}s, the run {summary['wall_s']:.1f}s" if command_s is not None
             else f"{summary['wall_s']:.1f}s")
     return (f"done: {summary['env_steps']} env steps in {took}, {solved}, "

@@ -6,17 +6,21 @@ when it cannot be written: a full disk, a lost mount). Replay files are arrays
 (replay/state_file.py) written by the process that holds the shard, and read without pickle
 (UnsafeRunFile for anything else). The driver (checkpoint sets, the run's other files) and the
 learner's host (its shards' replay) both write through here.
+
+A location is a local path or a URI of a pyarrow filesystem (`s3://bucket/run`, `gs://...`, with
+pyarrow's query options such as `?endpoint_override=host:port&scheme=http` for an S3-compatible
+server; credentials from the environment, as pyarrow reads them). An object store's upload is
+whole or absent when it completes, so there a file is written in place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
-
-from raypex.replay.state_file import NotAnArrayFile, read_state, write_state
 
 
 class UnsafeRunFile(ValueError):
@@ -58,9 +62,66 @@ def reason(err: OSError) -> str:
     return getattr(inner, "strerror", None) or str(inner)
 
 
-def write_replay(path: Path, state: dict) -> dict:
-    """Write one shard's replay state to `path` whole or not at all, from the process that holds it
-    (cluster/hosts/learner_host.py); returns its manifest entry (file, bytes, SHA-256)."""
+def is_uri(location: str | Path) -> bool:
+    """Whether `location` names a pyarrow filesystem (`scheme://...`) rather than a local path."""
+    return "://" in str(location)
+
+
+def run_location(text: str) -> Path | str:
+    """A run directory as given on the command line: a local path, or a URI kept as it is."""
+    return text if is_uri(text) else Path(text)
+
+
+def remote(uri: str):
+    """(pyarrow filesystem, path in it) of `uri`; StorageUnavailable in one line when pyarrow or
+    the filesystem cannot be had."""
+    try:
+        from pyarrow import fs
+    except ImportError:
+        raise StorageUnavailable(f"{uri}: a run directory at a URI needs pyarrow: pip install 'raypex[tune]' "
+                                 "(or pip install pyarrow)") from None
+    try:
+        return fs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise StorageUnavailable(f"{uri}: not a filesystem pyarrow can open ({first})") from None
+
+
+class StorageUnavailable(OSError):
+    """A run directory's URI that cannot be opened; one line."""
+
+
+def join(location: str, *names: str) -> str:
+    """`location` (a path or a URI, its query kept at the end) with `names` appended."""
+    if not is_uri(location):
+        return str(Path(location, *names))
+    base, _, query = location.partition("?")
+    joined = "/".join([base.rstrip("/"), *names])
+    return f"{joined}?{query}" if query else joined
+
+
+def name_of(location: str) -> str:
+    """The file name a location ends in."""
+    return location.partition("?")[0].rstrip("/").rsplit("/", 1)[-1]
+
+
+def write_replay(location: str, state: dict) -> dict:
+    """Write one shard's replay state to `location` (a path or a URI) whole or not at all, from the
+    process that holds it (cluster/hosts/learner_host.py); its manifest entry (file, bytes, SHA-256)."""
+    from raypex.replay.state_file import write_state  # numpy: not for the command line's start
+
+    if is_uri(location):
+        filesystem, path = remote(location)
+        try:
+            filesystem.create_dir(path.rsplit("/", 1)[0])
+            with filesystem.open_output_stream(path) as out:
+                size, sha256 = write_state(state, out)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                filesystem.delete_file(path)
+            raise OutputNotWritten(f"{location} was not written ({reason(err)})") from err
+        return {"file": name_of(location), "bytes": size, "sha256": sha256}
+    path = Path(location)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -70,10 +131,44 @@ def write_replay(path: Path, state: dict) -> dict:
     return {"file": path.name, "bytes": size, "sha256": sha256}
 
 
-def read_replay(path: Path) -> dict:
-    """One shard's replay state from a checkpoint set (ReplayShard.set_state's input); UnsafeRunFile
-    for a file that is not arrays."""
-    try:
-        return read_state(path, str(path))
-    except NotAnArrayFile as err:
-        raise UnsafeRunFile(str(err)) from None
+def delete(location: str) -> None:
+    """Remove the file at `location` (a path or a URI), if it is there."""
+    if is_uri(location):
+        filesystem, path = remote(location)
+        with contextlib.suppress(FileNotFoundError, OSError):
+            filesystem.delete_file(path)
+    else:
+        Path(location).unlink(missing_ok=True)
+
+
+def read_replay(location: str | Path, part: dict | None = None) -> dict:
+    """One shard's replay state from a checkpoint set (ReplayShard.set_state's input), from a path
+    or a URI; UnsafeRunFile for a file that is not arrays. A URI's file is fetched to a temporary
+    local file first, checked against its manifest entry `part` (size and SHA-256) on the way:
+    the driver checks local files before anything starts, but never fetches replay."""
+    import hashlib  # not for the command line's start
+
+    from raypex.replay.state_file import NotAnArrayFile, check_state_file, read_state
+
+    if not is_uri(location):
+        try:
+            return read_state(location, str(location))
+        except NotAnArrayFile as err:
+            raise UnsafeRunFile(str(err)) from None
+    filesystem, path = remote(location)
+    with tempfile.TemporaryFile() as local:
+        digest, size = hashlib.sha256(), 0
+        with filesystem.open_input_stream(path) as source:
+            while chunk := source.read(1 << 22):
+                local.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+        if part is not None and (size != part["bytes"] or digest.hexdigest() != part["sha256"]):
+            raise UnsafeRunFile(f"{location} does not match the size and checksum its manifest recorded")
+        try:
+            local.seek(0)
+            check_state_file(local, location)
+            local.seek(0)
+            return read_state(local, location)
+        except NotAnArrayFile as err:
+            raise UnsafeRunFile(str(err)) from None

@@ -271,7 +271,7 @@ def td3_ran(ran: Ran) -> None:
     assert len(shards) == 2, shards
     for shard in shards:
         warm_up = read_replay(shard)["storage"]["columns"]["action"][:200]
-        assert abs(float(np.abs(warm_up).mean()) - 0.5) < 0.05, (shard.name, float(np.abs(warm_up).mean()))
+        assert abs(float(np.abs(warm_up).mean()) - 0.5) < 0.05, (shard, float(np.abs(warm_up).mean()))
     assert "WARNING: compiler attribute" not in ran.err + ran.out
     actions = load_policy(run / "policy.pt2").act(np.zeros((5, 17), np.float32))
     assert actions.shape == (5, 6) and actions.dtype == np.float32 and (np.abs(actions) <= 1.0).all()

@@ -17,6 +17,7 @@ from pathlib import Path
 from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.driver.signals import exit_code, install_stop_signals, signal_name
 from raypex.cluster.process_clock import process_start_time
+from raypex.cluster.storage import run_location
 
 EXIT_USAGE = 2
 
@@ -45,11 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--address", help="join this Ray cluster (e.g. ray://host:10001 or host:6379; default: "
                        "$RAYPEX_ADDRESS when set, else the job's cluster inside `ray job submit`, else a local one "
                        "started for the run)")
-    train.add_argument("--run-dir", type=Path, help="where to write the run (must not exist yet; default: runs/ENV-DATE-TIME-sSEED)")
+    train.add_argument("--run-dir", type=run_location, help="where to write the run: a path, or a URI such as "
+                       "s3://bucket/run (must not exist yet; default: runs/ENV-DATE-TIME-sSEED)")
     train.add_argument("--seed", type=int, help="seed (same as seed=N; default: the config's, 0 in the shipped ones)")
     train.add_argument("--debug", action="store_true", help="with an error in your own env's code, print its "
                        "traceback before the one-line error (default: the line alone)")
-    train.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint, with its config and these "
+    train.add_argument("--resume", type=run_location, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint, with its config and these "
                        "overrides (default: a new run)")
     bench = sub.add_parser("bench", help="measure every stage against its own reference")
     bench.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
@@ -107,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a YAML file or shipped config name (default: the CartPole defaults) and overrides")
     ev = sub.add_parser("eval", help="the return of a run's saved policy.pt2, from any directory",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ev.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding policy.pt2 and config.yaml")
+    ev.add_argument("run_dir", type=run_location, metavar="RUN_DIR",
+                    help="a run directory holding policy.pt2 and config.yaml (a path, or a URI)")
     ev.add_argument("--episodes", type=int, default=100, help="episodes to average")
     ev.add_argument("--epsilon", type=float, default=None,
                     help="share of random actions (default: the run's eval.epsilon, 0 for greedy)")

@@ -32,16 +32,18 @@ from raypex.cluster.config.loading import (
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.run_dir import check_resume, check_writable
+from raypex.cluster.driver.remote_run import RemoteRun
+from raypex.cluster.driver.run_dir import check_resume, check_writable, open_remote
 from raypex.cluster.driver.run_errors import RunFailed
-from raypex.cluster.storage import OutputNotWritten
+from raypex.cluster.storage import OutputNotWritten, is_uri
 
 
 def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]
-                   ) -> tuple[RunConfig, Path, ResumePoint | None, ConfigOrigin | None]:
+                   ) -> tuple[RunConfig, Path, ResumePoint | None, ConfigOrigin | None, RemoteRun | None]:
     """(config, run dir, resume point or None, what the config was written for: None for a resumed
-    run) from the arguments; UsageError on any mistake, with nothing written
-    (cluster/driver/run_dir.py checks the directory)."""
+    run, the URI the run lives at when it is one: then the run dir is its local copy) from the
+    arguments; UsageError on any mistake, with nothing written (cluster/driver/run_dir.py checks
+    the directory)."""
     config_path, overrides = split_positional(args.args)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
@@ -51,37 +53,42 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]
         if args.resume is not None:
             if config_path is not None or args.run_dir is not None:
                 raise UsageError("--resume RUN_DIR takes the config from RUN_DIR; give no CONFIG or --run-dir")
-            saved_path = args.resume / "config.yaml"
-            if not args.resume.is_dir():
+            remote = open_remote(args.resume, "--resume", resume=True) if is_uri(args.resume) else None
+            run_dir = remote.copy if remote else args.resume
+            saved_path = run_dir / "config.yaml"
+            if not run_dir.is_dir():
                 raise UsageError(f"--resume {args.resume}: no such directory")
             if not saved_path.is_file():
                 raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
             saved = saved_config_upgraded(read_yaml(saved_path))
             config = validate(apply_overrides(saved, overrides))
-            return config, args.resume, check_resume(args.resume, validate(saved), config, warn), None
+            return config, run_dir, check_resume(run_dir, validate(saved), config, warn, remote), None, remote
         config = load_config(config_path, overrides)
         origin = config_origin(f"the {config_path.stem} config" if config_path else "the default config",
                                read_yaml(config_path) if config_path else {}, overrides)
     except ConfigError as err:
         raise UsageError(str(err)) from None
+    if args.run_dir is not None and is_uri(args.run_dir):
+        remote = open_remote(args.run_dir, "--run-dir", resume=False)
+        return config, remote.copy, None, origin, remote
     run_dir = args.run_dir if args.run_dir is not None else default_run_dir(config.env.id, config.seed)
     if run_dir.is_dir() and any(run_dir.iterdir()):
         raise UsageError(f"--run-dir {run_dir} already holds files; choose a new directory or use --resume {run_dir}")
     check_writable(run_dir, "--run-dir")
-    return config, run_dir, None, origin
+    return config, run_dir, None, origin, None
 
 
 def run_train(args: argparse.Namespace, clock_start: float) -> int:
     """The whole `raypex train` command; returns the exit code."""
     progress = ProgressLine(sys.stderr)
-    config, run_dir, resume, origin = resolve_config(args, lambda line: progress.message(f"warning: {line}"))
+    config, run_dir, resume, origin, remote = resolve_config(args, lambda line: progress.message(f"warning: {line}"))
     try:
-        code, _ = launch(config, run_dir, resume, args.address, clock_start, progress, origin=origin)
+        code, _ = launch(config, run_dir, resume, args.address, clock_start, progress, origin=origin, remote=remote)
     except RunFailed as err:
         if getattr(args, "debug", False) and err.details:
             print(err.details.rstrip(), file=sys.stderr)
         traceback = f"; its traceback: {err.log}" if err.log else ""
-        resume = f"; continue it with: raypex train --resume {run_dir}" if err.resumable else ""
+        resume = f"; continue it with: raypex train --resume {remote.uri if remote else run_dir}" if err.resumable else ""
         print(f"raypex: run failed: {err}{traceback}{resume}", file=sys.stderr)
         return 1
     except OutputNotWritten as err:  # before the run began (config.yaml on a full disk)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raypex.cluster.storage import OutputNotWritten, UnsafeRunFile, atomic_write, reason
+from raypex.cluster.storage import OutputNotWritten, UnsafeRunFile, atomic_write, delete, is_uri, join, reason
 from raypex.replay.state_file import NotAnArrayFile, check_state_file
 
 REPLAY_SUFFIX = ".npz"
@@ -40,7 +40,8 @@ class ResumePoint:
     env_steps: int
     epochs: int
     wall_s: float
-    replay_files: list[Path] = field(default_factory=list)
+    replay_files: list[str] = field(default_factory=list)  # where each shard's file is: a path, or a URI
+    replay_parts: list[dict] = field(default_factory=list)  # their manifest entries (size, SHA-256)
 
 
 def _part(path: Path, data: bytes) -> dict:
@@ -53,9 +54,9 @@ def checkpoint_stem(epoch: int) -> str:
     return f"ckpt-{epoch:08d}"
 
 
-def replay_file(directory: Path, epoch: int, shard: int) -> Path:
-    """Where shard `shard`'s replay of epoch `epoch`'s set is written."""
-    return directory / f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}"
+def replay_file(directory: Path | str, epoch: int, shard: int) -> str:
+    """Where shard `shard`'s replay of epoch `epoch`'s set is written (`directory`: a path or a URI)."""
+    return join(str(directory), f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}")
 
 
 def _set_parts(directory: Path, stem: str) -> list[Path]:
@@ -64,10 +65,14 @@ def _set_parts(directory: Path, stem: str) -> list[Path]:
             *directory.glob(f"{stem}-shard-*{PICKLED_REPLAY_SUFFIX}")]
 
 
-def discard_parts(directory: Path, epoch: int) -> None:
-    """Remove what a set that will not be completed has written (its manifest never was)."""
+def discard_parts(directory: Path, epoch: int, replay_dir: str | None = None, shards: int = 0) -> None:
+    """Remove what a set that will not be completed has written (its manifest never was), its
+    `shards` replay files in `replay_dir` too when they are elsewhere (at a URI)."""
     for part in _set_parts(directory, checkpoint_stem(epoch)):
         part.unlink(missing_ok=True)
+    if replay_dir is not None and is_uri(replay_dir):
+        for shard in range(shards):
+            delete(join(replay_dir, f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}"))
 
 
 def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,
@@ -123,6 +128,8 @@ def check_safe(point: ResumePoint, manifest: Path) -> None:
     except UnsafeLearnerState as err:
         raise UnsafeRunFile(str(err)) from None
     for path in point.replay_files:
+        if is_uri(path):
+            continue  # the learner checks it as it fetches it (storage.read_replay)
         try:
             check_state_file(path, str(path))
         except NotAnArrayFile as err:
@@ -160,12 +167,15 @@ def check_run_files(root: Path) -> None:
             raise UnsafeRunFile(str(err)) from None
 
 
-def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None) -> ResumePoint | None:
+def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None,
+                replay_dir: str | None = None) -> ResumePoint | None:
     """The newest intact checkpoint set, or None when there is none. Each newer one that is
     damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is
     reported to `on_skip` in one line and passed over. An intact set holding more than data is not
     passed over: UnsafeRunFile (check_safe). Replay in the old pickled form is left out of the
-    point, and `on_skip` told so."""
+    point, and `on_skip` told so. `replay_dir`: where the replay files are when not in `directory`
+    (a run directory at a URI: cluster/driver/remote_run.py); the learner checks those as it
+    fetches them."""
     for manifest in reversed(list_checkpoints(directory)):
         problem = None
         try:
@@ -176,14 +186,19 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
                                                  or hashlib.sha256(state).hexdigest() != counters["learner_sha256"]):
                 problem = "its .pt does not match the size and checksum its .json recorded"
             for part in counters.get("replay", []):
+                if replay_dir is not None:
+                    point.replay_files.append(join(replay_dir, part["file"]))
+                    point.replay_parts.append(part)
+                    continue
                 if problem is None and not _matches(directory / part["file"], part):
                     problem = f"{part['file']} does not match the size and checksum its .json recorded"
-                point.replay_files.append(directory / part["file"])
+                point.replay_files.append(str(directory / part["file"]))
+                point.replay_parts.append(part)
         except (OSError, ValueError, KeyError, TypeError) as err:
             problem = problem or f"unreadable or incomplete ({type(err).__name__})"
         if problem is None:
-            if any(path.suffix == PICKLED_REPLAY_SUFFIX for path in point.replay_files):
-                point.replay_files = []
+            if any(path.endswith(PICKLED_REPLAY_SUFFIX) for path in point.replay_files):
+                point.replay_files, point.replay_parts = [], []
                 on_skip(f"checkpoint {manifest.stem}'s replay was pickled by an older raypex, which raypex no "
                         "longer unpickles (a pickle can run code): the run goes on without it (replay refills)")
             check_safe(point, manifest)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from raypex.cluster.driver.checkpoints import discard_parts, replay_file, save_checkpoint
+from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.run_errors import original_error
-from raypex.cluster.storage import OutputNotWritten, atomic_write
+from raypex.cluster.storage import OutputNotWritten, atomic_write, reason
 
 
 class PendingCheckpoint(NamedTuple):
@@ -36,8 +37,14 @@ class PendingCheckpoint(NamedTuple):
 class RunOutputs:
     """Writes a run directory's files."""
 
-    def __init__(self, run_dir: Path, keep_checkpoints: int, runtime, say: Callable[[str], None] = lambda line: None):
+    def __init__(self, run_dir: Path, keep_checkpoints: int, runtime, say: Callable[[str], None] = lambda line: None,
+                 remote: RemoteRun | None = None):
+        """`remote`: the URI the run directory lives at, `run_dir` its local copy (remote_run.py)."""
         self.run_dir = run_dir
+        self.remote = remote
+        # where the learner writes its shards' replay (an absolute path: the learner's working
+        # directory is Ray's), or the URI's checkpoints
+        self.replay_dir = remote.replay_dir() if remote else str((run_dir / "checkpoints").absolute())
         self.rt = runtime  # where the learner runs (cluster/driver/runtime.py)
         self.keep_checkpoints = keep_checkpoints
         self.say = say  # one line for the progress display
@@ -56,8 +63,7 @@ class RunOutputs:
         come. One at a time: a checkpoint due while one is pending is skipped, and the next one
         due catches up."""
         if self.pending_checkpoint is None:
-            directory = (self.run_dir / "checkpoints").absolute()  # the learner's working directory is Ray's
-            replay = [learner.write_replay.remote(i, str(replay_file(directory, epoch, i)))
+            replay = [learner.write_replay.remote(i, replay_file(self.replay_dir, epoch, i))
                       for i in range(shards)] if shards else None
             self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay,
                                                         time.perf_counter())
@@ -73,7 +79,8 @@ class RunOutputs:
     def drop_pending_checkpoint(self) -> None:
         """Forget the pending checkpoint (asked of a learner that died) and remove what it wrote."""
         if self.pending_checkpoint is not None:
-            discard_parts(self.run_dir / "checkpoints", self.pending_checkpoint.epoch)
+            pending = self.pending_checkpoint
+            discard_parts(self.run_dir / "checkpoints", pending.epoch, self.replay_dir, len(pending.replay or []))
             self.pending_checkpoint = None
 
     def write_pending_checkpoint(self) -> None:
@@ -90,7 +97,7 @@ class RunOutputs:
             try:
                 replay = self.rt.get(replay_refs)
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:
-                discard_parts(self.run_dir / "checkpoints", epoch)  # a set is whole or gone
+                discard_parts(self.run_dir / "checkpoints", epoch, self.replay_dir, len(replay_refs))  # whole or gone
                 if isinstance(original_error(err), OutputNotWritten):  # a full disk, say: as if the driver wrote it
                     raise OutputNotWritten(f"checkpoint of epoch {epoch}: {original_error(err)}") from None
                 if not isinstance(err, self.rt.errors.died):
@@ -109,6 +116,15 @@ class RunOutputs:
         """A checkpoint set: the learner's state (LearnerActor.state_bytes), the run's counters
         and, when given, the manifest entries of every shard's replay file, written already."""
         save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints, replay)
+        self.push()
+
+    def push(self) -> None:
+        """A run directory at a URI: upload what changed in its local copy (nothing to do for a local one)."""
+        if self.remote is not None:
+            try:
+                self.remote.push()
+            except OSError as err:
+                raise OutputNotWritten(f"{self.remote.uri}: the run's files were not uploaded ({reason(err)})") from err
 
     def policy(self, learner, weights_ref) -> None:
         """policy.pt2: the greedy policy of published weights (`weights_ref`: a ref to Weights)."""
@@ -117,6 +133,7 @@ class RunOutputs:
     def policy_bytes(self, exported: bytes) -> None:
         """policy.pt2 from bytes exported already."""
         atomic_write(self.run_dir / "policy.pt2", exported)
+        self.push()
 
     def error_log(self, text: str) -> Path | None:
         """error.log: the traceback behind a failed run (None when it cannot be written)."""
@@ -129,6 +146,7 @@ class RunOutputs:
     def summary(self, summary: dict) -> None:
         """summary.json."""
         self._json("summary.json", summary)
+        self.push()
 
     def _json(self, name: str, payload: dict) -> None:
         atomic_write(self.run_dir / name, json.dumps(payload, indent=2).encode())

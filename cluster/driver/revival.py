@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
 from raypex.cluster.driver.run_errors import CheckpointRefused, error_line, original_error
+from raypex.cluster.storage import is_uri
 
 
 def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
@@ -46,7 +47,8 @@ class LearnerRevival:
     loaded into the process Ray restarted behind the same handle, and its replay when it can."""
 
     def __init__(self, runtime, checkpoint_dir: Path, every_epochs: int, num_shards: int,
-                 checkpoint_replay: bool, pixels: bool, say: Callable[[str], None]):
+                 checkpoint_replay: bool, pixels: bool, say: Callable[[str], None], replay_dir: str | None = None):
+        """`replay_dir`: where the replay files are when not beside the manifests (a URI)."""
         self.rt = runtime
         self.checkpoint_dir = checkpoint_dir
         self.every_epochs = every_epochs
@@ -56,6 +58,7 @@ class LearnerRevival:
         # while the learner was down: a checkpointed one would be stitched to frames it never saw.
         self.pixels = pixels
         self.say = say
+        self.replay_dir = replay_dir
         self.revived_at_epoch: int | None = None  # the checkpoint epoch the last revival started from
         self.count = 0  # revivals so far
 
@@ -67,7 +70,7 @@ class LearnerRevival:
         """Load the newest checkpoint into the restarted `learner` (the same handle: Ray restarts
         the actor behind it), and say what was lost. `version`: the newest the run has seen, which
         the new process publishes on from."""
-        resume = load_latest(self.checkpoint_dir, self.say)
+        resume = load_latest(self.checkpoint_dir, self.say, self.replay_dir)
         self.count += 1
         start_epoch = resume.epochs if resume else 0
         # A call made while Ray is still restarting it fails at once ("the actor is restarting"):
@@ -101,7 +104,10 @@ def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> Re
         why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
         return RestoredReplay(f"replay not restored: {why}; it refills", [])
     try:
-        loaded = runtime.get([learner.load_replay.remote(i, str(path.absolute())) for i, path in enumerate(resume.replay_files)])
+        # an absolute path: the learner's working directory is Ray's
+        loaded = runtime.get([learner.load_replay.remote(i, location if is_uri(location) else str(Path(location).absolute()),
+                                                         part)
+                              for i, (location, part) in enumerate(zip(resume.replay_files, resume.replay_parts))])
     except (*runtime.errors.raised, ValueError) as err:
         return RestoredReplay(f"replay not restored ({error_line(err)}); it refills", [])
     inserted = sum(shard["inserted"] for shard in loaded)

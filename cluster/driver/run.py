@@ -34,6 +34,7 @@ from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
 from raypex.cluster.driver.outputs import RunOutputs
 from raypex.cluster.driver.progress import ProgressLine, learner_ready_line
+from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
 from raypex.cluster.driver.run_errors import (
     CheckpointRefused,
@@ -81,7 +82,7 @@ class TrainingRun:
     def __init__(self, config: RunConfig, spec: EnvSpec, run_dir: Path, runtime: Runtime,
                  clock_start: float, progress: ProgressLine, resume: ResumePoint | None = None,
                  observers: tuple[RunObserver, ...] = (), kept_policy: PolicyFile | None = None,
-                 final_files: bool = True, startup: StartupTimeline | None = None):
+                 final_files: bool = True, startup: StartupTimeline | None = None, remote: RemoteRun | None = None):
         self.config, self.spec, self.rt = config, spec, runtime
         self.final_files = final_files  # False (the bench's runs): no final eval, checkpoint or policy.pt2
         self.clock_start = clock_start  # wall clock (time.time) at the command's start
@@ -89,12 +90,12 @@ class TrainingRun:
         # `startup`: the command's timeline, its env check already marked
         self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
         self.tb = TensorBoardLog(run_dir / "tensorboard")
-        self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message)
+        self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message, remote)
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
         self.revival = LearnerRevival(runtime, run_dir / "checkpoints", config.checkpoint.every_epochs,
                                       config.collectors.num, config.checkpoint.replay, len(spec.obs_shape) != 1,
-                                      progress.message)
+                                      progress.message, remote.replay_dir() if remote else None)
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
@@ -161,7 +162,12 @@ class TrainingRun:
     def _start(self) -> None:
         self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup)
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
-        self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
+        if self.outputs.remote is not None:
+            self.progress.message(f"run directory: {self.outputs.remote.uri}, the learner writing replay there and "
+                                  f"this driver its other files from {run_dir}  (tensorboard --logdir "
+                                  f"{run_dir / 'tensorboard'})")
+        else:
+            self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         # estimated and checked before anything started (fit_run); said once the cluster took the run
         self.progress.message(replay_line(self.config, self.spec))
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
@@ -405,6 +411,10 @@ class TrainingRun:
         self._write_summary()
         self.tb.scalars(result_scalars(self.outcome.final_eval, self.outcome.time_to_solve_s), self.metrics.env_steps)
         self.tb.flush()
+        try:
+            self.outputs.push()  # the last TensorBoard events, at a URI
+        except OutputNotWritten as err:
+            self._not_written("not uploaded", err)
 
     def _final_checkpoint(self) -> None:
         """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that

@@ -17,12 +17,32 @@ from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
 from raypex.cluster.driver.outcome import PolicyFile
+from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.storage import UnsafeRunFile
 
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
 # into anything else, so a resume may not change them.
 SHAPE_KEYS = ("env.id", "env.kwargs", "env.frame_stack", "network.hidden", "network.dueling",
               "network.critic_norm")
+
+
+def open_remote(uri: str, option: str, resume: bool) -> RemoteRun:
+    """The run directory at `uri`, its local copy made (and, to resume, filled with its files but
+    the replay); UsageError in one line when it cannot be opened, when a new run finds files
+    there, or a resume finds none."""
+    try:
+        remote = RemoteRun(uri)
+        holds = remote.holds_files()
+        if resume and not holds:
+            raise UsageError(f"{option} {uri}: no run there")
+        if not resume and holds:
+            raise UsageError(f"{option} {uri} already holds files; choose a new location or use --resume {uri}")
+        if resume:
+            remote.pull()
+    except OSError as err:  # StorageUnavailable, or the store's own refusal
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(f"{option} {uri}: {first}") from None
+    return remote
 
 
 def check_writable(run_dir: Path, option: str) -> None:
@@ -52,10 +72,11 @@ def _value(config: RunConfig, dotted: str):
 
 
 def check_resume(run_dir: Path, saved: RunConfig, resumed: RunConfig,
-                 warn: Callable[[str], None]) -> ResumePoint:
+                 warn: Callable[[str], None], remote: RemoteRun | None = None) -> ResumePoint:
     """The checkpoint to resume `run_dir` from with config `resumed` (the saved one plus
-    overrides); UsageError, with the run directory untouched, when it cannot be resumed so."""
-    where = f"--resume {run_dir}"
+    overrides); UsageError, with the run directory untouched, when it cannot be resumed so.
+    `remote`: the URI the run lives at, `run_dir` its local copy."""
+    where = f"--resume {remote.uri if remote else run_dir}"
     for key in SHAPE_KEYS:
         before, after = _value(saved, key), _value(resumed, key)
         if before != after:
@@ -63,7 +84,7 @@ def check_resume(run_dir: Path, saved: RunConfig, resumed: RunConfig,
                              f"gives {after!r}); its checkpoints hold networks of the run's shape")
     _refuse_finished(run_dir, saved, resumed, where)
     try:
-        resume = load_latest(run_dir / "checkpoints", warn)
+        resume = load_latest(run_dir / "checkpoints", warn, remote.replay_dir() if remote else None)
     except UnsafeRunFile as err:
         raise UsageError(f"{where}: {err}") from None
     if resume is None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from raypex.cluster.plan.topology import ReplayPlan
 from raypex.cluster.process_clock import process_start_time
@@ -85,19 +84,19 @@ class LearnerHost:
         """Every shard's counters and memory figures (the driver reads them a few times a second)."""
         return self.replay.stats()
 
-    def write_replay(self, shard: int, path: str) -> dict:
-        """Write one shard's replay to `path` in the run's checkpoint directory, from this process:
+    def write_replay(self, shard: int, location: str) -> dict:
+        """Write one shard's replay to `location` (a path or a URI) in the run's checkpoints, from this process:
         a checkpoint's replay never goes through the driver. Returns the file's manifest entry
         (cluster/driver/checkpoints.py) and `pause_s`, how long inserts and draws waited for the copy."""
         state = self.replay.get_state(shard)  # a copy taken under the replay's lock
         pause_s = state.pop("pause_s")
-        return {**write_replay(Path(path), state), "pause_s": pause_s}
+        return {**write_replay(location, state), "pause_s": pause_s}
 
-    def load_replay(self, shard: int, path: str) -> dict:
-        """Restore one shard's replay from a checkpoint's file at `path`, read here; the digest of
-        what the shard now holds (replay/digest.py, read back from it) and the transitions its
-        collectors had inserted by then."""
-        state = read_replay(Path(path))
+    def load_replay(self, shard: int, location: str, part: dict | None = None) -> dict:
+        """Restore one shard's replay from a checkpoint's file at `location` (a path or a URI), read
+        here and checked against its manifest entry `part`; the digest of what the shard now holds
+        (replay/digest.py, read back from it) and the transitions its collectors had inserted by then."""
+        state = read_replay(location, part)
         self.replay.set_state(shard, state)
         return {"digest": content_digest(self.replay.get_state(shard)["storage"]),
                 "inserted": int(state["storage"]["total_added"])}
