@@ -57,7 +57,7 @@ class Hosts:
     """`count` network namespaces joined by a bridge: host i has address `addresses[i]`."""
 
     def __init__(self, count: int, stack: ExitStack):
-        tag = f"rpx{os.getpid() % 10000}"
+        tag = f"rpx{random.randrange(100_000):05d}"  # each set of hosts its own names, even in one process
         self.names = [f"{tag}n{i}" for i in range(count)]
         subnet = free_subnet()
         self.addresses = [str(subnet.network_address + i + 1) for i in range(count)]
@@ -69,6 +69,7 @@ class Hosts:
             stack.callback(subprocess.run, ["ip", "netns", "del", name], check=False, capture_output=True)
             ip("netns", "add", name)
             outside, inside = f"{tag}v{i}", f"{tag}p{i}"
+            stack.callback(subprocess.run, ["ip", "link", "del", outside], check=False, capture_output=True)
             ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             ip("link", "set", outside, "master", bridge, "up")
             ip("link", "set", inside, "netns", name)
@@ -91,13 +92,14 @@ class Hosts:
                 pass
 
 
-def ray_start(hosts: Hosts, i: int, stack: ExitStack) -> None:
-    """`ray start` on host i (the head on host 0), 2 CPUs each, stopped and killed at the end."""
+def ray_start(hosts: Hosts, i: int, stack: ExitStack, cpus: int = 2, env: dict | None = None) -> None:
+    """`ray start` on host i (the head on host 0), `cpus` CPUs, stopped and killed at the end;
+    `env`: more of its environment."""
     role = (["--head", f"--port={GCS_PORT}", "--include-dashboard=false"] if i == 0
             else [f"--address={hosts.addresses[0]}:{GCS_PORT}"])
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", *role, f"--node-ip-address={hosts.addresses[i]}",
-            "--num-cpus=2", "--disable-usage-stats", "--block"]
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+            f"--num-cpus={cpus}", "--disable-usage-stats", "--block"]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", **(env or {})}
     node = subprocess.Popen(hosts.command(i, *argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     stack.callback(hosts.kill_everything_on, i)
     stack.callback(node.wait, timeout=30)
@@ -170,3 +172,64 @@ def wait_for_port(hosts: Hosts, i: int, port: int, timeout_s: float = 60) -> Non
     while subprocess.run(probe, check=False, capture_output=True).returncode != 0:
         assert time.monotonic() < deadline, f"nothing listens on {hosts.addresses[i]}:{port}"
         time.sleep(0.5)
+
+
+def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_ends_normally(tmp_path):
+    """A spot instance taken back: three hosts, the head (the driver's, no CPUs for actors) and two
+    that can each hold the whole run; once a checkpoint set with replay is written, every process
+    on the learner's host is killed. Ray notices the node is gone and restarts the learner (and
+    any collector that was there) on the other host; the driver revives the learner from that set
+    with its replay, and the run ends at stop.env_steps with rc 0, its counts adding up: every env
+    step is a transition stored, or one lost with the node (summary.json counts them)."""
+    if os.geteuid() != 0:
+        pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
+    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    address_file_existed = address_file.exists()
+    run = tmp_path / "lost-node"
+    # the head declares a node dead after 3 missed health checks 0.5 s apart (Ray's default: 5 x 3 s)
+    quick_death = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
+    with ExitStack() as stack:
+        if not address_file_existed:
+            stack.callback(address_file.unlink, missing_ok=True)
+        hosts = Hosts(3, stack)
+        for i in range(3):
+            ray_start(hosts, i, stack, cpus=0 if i == 0 else 4, env=quick_death)
+            if i == 0:
+                wait_for_port(hosts, 0, GCS_PORT)
+            else:
+                wait_for_nodes(hosts, i + 1)
+        train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address",
+                              f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=2",
+                              "stop.env_steps=30000", *SHORT, "checkpoint.replay=true")
+        log = tmp_path / "driver.log"
+        with open(log, "w") as out:
+            driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out,
+                                      env={**os.environ, "RAY_AUTH_MODE": "token"})
+        stack.callback(driver.kill)
+        deadline = time.monotonic() + 180
+        while not list((run / "checkpoints").glob("ckpt-*.json")) or not (run / "placement.json").is_file():
+            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)  # a poll's pace: the loop ends on the files, not on time
+        placement = json.loads((run / "placement.json").read_text())
+        learner_host = hosts.addresses.index(placement["node_ips"][placement["learner_node"]])
+        assert learner_host != 0
+        hosts.kill_everything_on(learner_host)
+        try:
+            driver.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the run did not end after its learner's host was lost:\n{log.read_text()[-3000:]}")
+    err = log.read_text()
+    assert driver.returncode == 0, err[-3000:]
+    assert "the learner died; a new one continues from the checkpoint of epoch" in err, err[-3000:]
+    assert "replay restored from the checkpoint" in err, err[-3000:]
+    result = json.loads((run / "summary.json").read_text())
+    assert result["ended"] == "env_steps" and result["learner_restarts"] == 1, result
+    stored, lost = sum(result["replay_inserted_per_shard"]), result["replay_lost_transitions"]
+    assert result["env_steps"] == stored + lost and lost > 0, result
+    # a collector that was on the lost host cannot come back (one collector per node, and the other
+    # node has one): the run went on without it, and said so
+    lost_collectors = [c["collector"] for c in placement["collectors"]
+                       if placement["node_ips"][c["collector_node"]] == hosts.addresses[learner_host]]
+    for i in lost_collectors:
+        assert (f"collector {i} has not come back 30s after its process died (its node is gone, and no node has "
+                "room for it): the run goes on with 1 collector") in err, err[-3000:]

@@ -52,8 +52,11 @@ class RunMetrics:
         # or not sent by the learner (in-flight bound)
         self.priority_updates: dict[str, int] = {}
 
-    def poll(self, collectors: list[CollectorStats], shards: list[ShardStats], now: float | None = None) -> dict[str, float]:
-        """Scalars from one poll of every collector and shard."""
+    def poll(self, collectors: list[CollectorStats], shards: list[ShardStats], now: float | None = None,
+             gone: frozenset[int] = frozenset()) -> dict[str, float]:
+        """Scalars from one poll of every collector and shard. `gone`: collectors counted out (their
+        node lost), whose entry in `collectors` is their last answer: what they sent that their
+        shard does not hold went with their node, and counts as lost."""
         now = time.perf_counter() if now is None else now
         self.startup.collectors(collectors)
         # A restarted collector counts on from the steps its shard stored, which can be a little below
@@ -62,7 +65,9 @@ class RunMetrics:
         # not read them yet, or one that died for good (`collectors` empty: shards alone), is
         # counted from there.
         reported = [c.env_steps for c in collectors] if collectors else [0] * len(shards)
-        counted = [max(r, s.writer_env_steps) for r, s in zip(reported, shards, strict=True)]
+        # A collector counted out did at least the steps its shard holds, restored ones included.
+        counted = [max(r, s.writer_env_steps, s.inserted if i in gone else 0)
+                   for i, (r, s) in enumerate(zip(reported, shards, strict=True))]
         self.env_steps = max(self.env_steps, self.env_steps_offset + sum(counted))
         # Each shard counts the collector processes that wrote to it; all but the first were
         # restarts. A shard that was itself restarted counts again from zero: keep the most seen.
@@ -71,7 +76,9 @@ class RunMetrics:
         self.collector_restarts = sum(self._collector_restarts_by_shard)
         self.shard_inserted = [s.inserted for s in shards]
         self.shard_sizes = [s.size for s in shards]
-        self.shard_lost_writes = most_seen(self.shard_lost_writes, [s.lost_writes for s in shards])
+        self.shard_lost_writes = most_seen(self.shard_lost_writes, [
+            max(s.lost_writes, count - s.inserted) if i in gone else s.lost_writes
+            for i, (s, count) in enumerate(zip(shards, counted, strict=True))])
         inserted = sum(self.shard_inserted)
         sampled = sum(s.sampled for s in shards)
         # What the preallocated storage costs per transition slot (pixels: one frame plus scalars).

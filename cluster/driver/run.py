@@ -19,6 +19,7 @@ whatever happened, saying how the run ended.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from pathlib import Path
@@ -99,6 +100,7 @@ class TrainingRun:
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
+        self.last_collector_stats: dict[int, object] = {}  # each collector's newest counters (CollectorStats)
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
         self.queued_epochs: deque[QueuedEpoch] = deque()
         # what a resumed run's learner holds once restored (replay/digest.py): its weights, each shard
@@ -304,7 +306,9 @@ class TrainingRun:
         `final` (the run's end): a collector that cannot answer (dead for good) is counted from its
         shard, so the summary's counts are the final ones."""
         self.supervisor.check()
-        refs = [c.stats.remote() for c in self.actors.collectors] + [self.actors.learner.replay_stats.remote()]
+        answering = self.supervisor.answering()
+        collectors = self.actors.collectors
+        refs = [collectors[i].stats.remote() for i in answering] + [self.actors.learner.replay_stats.remote()]
         ready = self.rt.wait(refs, num_returns=len(refs), timeout=5.0)
         if len(ready) < len(refs):
             return False  # an actor is slow to answer; read everything again on the next poll
@@ -316,7 +320,8 @@ class TrainingRun:
             stats = [self.rt.get(refs[-1])]  # the shards alone (RunMetrics.poll counts each collector there)
         if not final:  # at the end a hung collector has ended the run already: its counts are read all the same
             self.supervisor.check_env_steps(stats[:-1], self.config.env.step_timeout_s, self.config.env.id)
-        scalars = self.metrics.poll(stats[:-1], stats[-1])
+        collector_stats, shard_stats = self._every_collector(answering, stats[:-1]), stats[-1]
+        scalars = self.metrics.poll(collector_stats, shard_stats, gone=frozenset(self.supervisor.gone))
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
@@ -328,6 +333,23 @@ class TrainingRun:
         for observer in self.observers:
             observer.after_poll(self)
         return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
+
+    def _every_collector(self, answering: list[int], answers: list) -> list:
+        """Every collector's counters, in order: the answers of those `answering`, and for one
+        counted out (its node lost) its last answer, its episodes already read; [] when one of those
+        never answered (the shards alone count then)."""
+        if not answers:  # the run's end, with a collector dead for good: the shards alone count
+            return []
+        for i, answer in zip(answering, answers, strict=True):
+            self.last_collector_stats[i] = answer
+        if len(answering) == len(self.actors.collectors):
+            return answers
+        if any(i not in self.last_collector_stats for i in range(len(self.actors.collectors))):
+            return []
+        by_index = dict(zip(answering, answers, strict=True))
+        return [by_index.get(i) or dataclasses.replace(self.last_collector_stats[i], episode_returns=[],
+                                                        episode_lengths=[], env_step_running_s=0.0)
+                for i in range(len(self.actors.collectors))]
 
     def request_checkpoint(self) -> None:
         """Ask the learner for a checkpoint of the epochs done so far (written once it comes)."""

@@ -18,10 +18,14 @@ a loaded machine that failed call once counted as one more death (a single kill 
 
 from __future__ import annotations
 
+import time
+
 import ray
 
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_errors import RunFailed, cause_line, error_line, raised_at, traceback_text
+
+COME_BACK_S = 30.0  # how long a dead collector may take to be restarted before the run goes on without it
 
 
 class CollectorSupervisor:
@@ -37,6 +41,8 @@ class CollectorSupervisor:
         self.deaths = [0] * len(collectors)  # processes that died and that Ray restarts
         self.raised = [0] * len(collectors)  # loops that raised in a live process
         self.last_error: list[tuple | None] = [None] * len(collectors)  # (type, where) of each one's last
+        self.died_at: list[float | None] = [None] * len(collectors)  # while Ray restarts it: when it died
+        self.gone: set[int] = set()  # collectors Ray has not brought back within COME_BACK_S: the run goes on without
         self.stopping = False  # after `stop`, a loop's end is the run's end: nothing is restarted
 
     def start(self) -> None:
@@ -54,7 +60,9 @@ class CollectorSupervisor:
             try:
                 ray.get(ref)
                 if self.restarting[i]:  # the restarted process answers: its loop again
-                    self.progress.message(f"collector {i} died; restarting it on its shard")
+                    back = " (it was counted out; the run has it again)" if i in self.gone else ""
+                    self.gone.discard(i)
+                    self.progress.message(f"collector {i} died; restarting it on its shard{back}")
                     self._start_loop(i)
                 continue  # returned normally: it was asked to stop
             except ray.exceptions.ActorDiedError:
@@ -63,6 +71,7 @@ class CollectorSupervisor:
             except ray.exceptions.RayActorError:  # its process died; Ray is restarting it
                 if not self.restarting[i]:  # (a pid call that reached the dead process is not a death)
                     self.deaths[i] += 1
+                    self.died_at[i] = time.monotonic()
                 self.restarting[i] = True
                 self.loops[i] = self.collectors[i].pid.remote()
                 continue
@@ -80,6 +89,27 @@ class CollectorSupervisor:
                 what = f"stopped ({cause_line(err)})"
             self.progress.message(f"collector {i} {what}; restarting it on its shard")
             self._start_loop(i)
+        self._count_out_the_lost()
+
+    def _count_out_the_lost(self) -> None:
+        """Go on without a collector that Ray has not brought back within COME_BACK_S of its death:
+        its node is gone and no node has room for its bundle (a strict spread keeps one collector
+        per node). It is taken back if Ray restarts it later; with none left the run cannot go on."""
+        now = time.monotonic()
+        for i, died_at in enumerate(self.died_at):
+            if self.restarting[i] and i not in self.gone and died_at is not None and now - died_at > COME_BACK_S:
+                self.gone.add(i)
+                left = len(self.collectors) - len(self.gone)
+                if left == 0:
+                    raise RunFailed(f"no collector came back within {COME_BACK_S:g}s of dying (their nodes are gone, "
+                                    "and no node has room for them)")
+                self.progress.message(f"collector {i} has not come back {COME_BACK_S:g}s after its process died (its "
+                                      f"node is gone, and no node has room for it): the run goes on with {left} "
+                                      f"collector{'s' if left > 1 else ''}")
+
+    def answering(self) -> list[int]:
+        """The collectors whose counters can be asked for (all but those counted out)."""
+        return [i for i in range(len(self.collectors)) if i not in self.gone]
 
     def check_env_steps(self, stats: list, timeout_s: float, env_id: str) -> None:
         """RunFailed when a collector's env step has been running for more than `timeout_s` (a
@@ -94,6 +124,7 @@ class CollectorSupervisor:
     def _start_loop(self, i: int) -> None:
         """Collector i's loop again, with the learner's newest weights sent to it first."""
         self.restarting[i] = False
+        self.died_at[i] = None
         self.learner.resend_weights.remote(i)
         self.loops[i] = self.collectors[i].run.remote()
 

@@ -102,11 +102,19 @@ class LockstepCollectors:
     """The supervisor of collectors that have no loops of their own: they collect when the learner
     waits for data, so there is nothing to start, watch or stop."""
 
+    def __init__(self, count: int):
+        self.count = count  # the collectors
+        self.gone: set[int] = set()  # none is ever counted out here
+
     def start(self) -> None:
         """Nothing to start."""
 
     def check(self) -> None:
         """Nothing dies apart from the run."""
+
+    def answering(self) -> list[int]:
+        """Every collector: none is ever counted out here."""
+        return list(range(self.count))
 
     def check_env_steps(self, stats: list, timeout_s: float, env_id: str) -> None:
         """Nothing to watch: a step that hangs here hangs this process (the Ray runtime watches)."""
@@ -142,7 +150,7 @@ class LocalRuntime:
 
     def supervisor(self, parts: LocalParts, progress) -> LockstepCollectors:
         """Nothing to supervise."""
-        return LockstepCollectors()
+        return LockstepCollectors(len(parts.collectors))
 
     def close(self) -> None:
         """Close the parts' envs."""
