@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from raypex.replay.state_file import first_sentence
+
 KINDS = {"dqn": "dqn", "actor_critic": "td3 or sac"}
 POLICY_NETWORK = {"dqn": "online", "actor_critic": "actor"}  # the network each kind of step acts with
 
@@ -38,8 +40,7 @@ def read_learner_state(data: bytes, device: torch.device | str = "cpu", name: st
             warnings.simplefilter("ignore")
             state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
-        raise UnsafeLearnerState(f"{name} is not plain tensors ({first}); raypex loads nothing else from a "
+        raise UnsafeLearnerState(f"{name} is not plain tensors ({first_sentence(err)}); raypex loads nothing else from a "
                                  "run directory") from None
     if not isinstance(state, dict):
         raise UnsafeLearnerState(f"{name} is not a learner state (a {type(state).__name__}, not a mapping)")

@@ -25,6 +25,11 @@ TREE = "__tree__"  # the entry holding the JSON tree
 _ARRAY = "__array__"  # {"__array__": key}: the array stored under `key`
 
 
+def first_sentence(err: BaseException) -> str:
+    """The first sentence of an error's message (a loader's advice after it is not for our line)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
+
+
 class NotAnArrayFile(ValueError):
     """A file that is not a replay state written by `write_state` (a pickle, an object array,
     a damaged or foreign file): refused without running anything it holds."""
@@ -103,8 +108,7 @@ def read_state(source: IO[bytes] | str, name: str) -> dict:
             tree = json.loads(archive[TREE].tobytes())
             state = _join(tree, archive)
     except (ValueError, KeyError, OSError, EOFError, TypeError, AttributeError, zipfile.BadZipFile) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
-        raise NotAnArrayFile(f"{name} is not a replay file of arrays ({first}); raypex does not load "
+        raise NotAnArrayFile(f"{name} is not a replay file of arrays ({first_sentence(err)}); raypex does not load "
                              "anything else from a run directory") from None
     if not isinstance(state, dict):
         raise NotAnArrayFile(f"{name} is not a replay file of arrays (its tree is not a mapping)")
@@ -131,6 +135,5 @@ def check_state_file(source: IO[bytes] | str, name: str) -> None:
                         raise ValueError(f"{entry} is an object array")
             json.loads(np.lib.format.read_array(archive.open(f"{TREE}.npy"), allow_pickle=False).tobytes())
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
-        raise NotAnArrayFile(f"{name} is not a replay file of arrays ({first}); raypex does not load "
+        raise NotAnArrayFile(f"{name} is not a replay file of arrays ({first_sentence(err)}); raypex does not load "
                              "anything else from a run directory") from None
