@@ -72,7 +72,7 @@ def discard_parts(directory: Path, epoch: int, replay_dir: str | None = None, sh
         part.unlink(missing_ok=True)
     if replay_dir is not None and is_uri(replay_dir):
         for shard in range(shards):
-            delete(join(replay_dir, f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}"))
+            delete(replay_file(replay_dir, epoch, shard))
 
 
 def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,
@@ -118,22 +118,31 @@ def _matches(path: Path, part: dict) -> bool:
     return size == part["bytes"] and digest.hexdigest() == part["sha256"]
 
 
-def check_safe(point: ResumePoint, manifest: Path) -> None:
-    """UnsafeRunFile unless every file of the set holds only data: the learner's state loads
-    weights-only and each replay file is arrays (their headers read, not their data)."""
+def _check_learner_state(data: bytes, name: str) -> None:
+    """UnsafeRunFile unless learner-state bytes load weights-only."""
     from raypex.learner.learner_state import UnsafeLearnerState, read_learner_state
 
     try:
-        read_learner_state(point.learner_state, name=str(manifest.with_suffix(".pt")))
+        read_learner_state(data, name=name)
     except UnsafeLearnerState as err:
         raise UnsafeRunFile(str(err)) from None
+
+
+def _check_replay_file(path: Path | str) -> None:
+    """UnsafeRunFile unless a local replay file is arrays (headers read, not their data)."""
+    try:
+        check_state_file(path, str(path))
+    except NotAnArrayFile as err:
+        raise UnsafeRunFile(str(err)) from None
+
+
+def check_safe(point: ResumePoint, manifest: Path) -> None:
+    """UnsafeRunFile unless every file of the set holds only data: the learner's state loads
+    weights-only and each replay file is arrays (their headers read, not their data)."""
+    _check_learner_state(point.learner_state, str(manifest.with_suffix(".pt")))
     for path in point.replay_files:
-        if is_uri(path):
-            continue  # the learner checks it as it fetches it (storage.read_replay)
-        try:
-            check_state_file(path, str(path))
-        except NotAnArrayFile as err:
-            raise UnsafeRunFile(str(err)) from None
+        if not is_uri(path):  # one at a URI the learner checks as it fetches it (storage.read_replay)
+            _check_replay_file(path)
 
 
 def check_run_files(root: Path) -> None:
@@ -141,7 +150,6 @@ def check_run_files(root: Path) -> None:
     (a sweep's experiment directory: trials' run directories and Tune's copies of their sets)
     holds only data: manifests are JSON, learner states load weights-only, replay files are arrays
     (headers read), policies hold nothing torch would unpickle. Checked before anything loads them."""
-    from raypex.learner.learner_state import UnsafeLearnerState, read_learner_state
     from raypex.learner.policy_file import PolicyFileError, check_no_code
 
     for path in sorted(root.rglob("*")):
@@ -156,15 +164,15 @@ def check_run_files(root: Path) -> None:
                 json.loads(path.read_bytes())
             except ValueError:
                 raise UnsafeRunFile(f"{path} is not JSON, which a checkpoint's manifest is") from None
-        try:
-            if path.name == "policy.pt2":
+        elif checkpoint_file and path.suffix == ".pt":
+            _check_learner_state(path.read_bytes(), str(path))
+        elif checkpoint_file and path.suffix == REPLAY_SUFFIX:
+            _check_replay_file(path)
+        elif path.name == "policy.pt2":
+            try:
                 check_no_code(path)
-            elif checkpoint_file and path.suffix == ".pt":
-                read_learner_state(path.read_bytes(), name=str(path))
-            elif checkpoint_file and path.suffix == REPLAY_SUFFIX:
-                check_state_file(path, str(path))
-        except (PolicyFileError, UnsafeLearnerState, NotAnArrayFile) as err:
-            raise UnsafeRunFile(str(err)) from None
+            except PolicyFileError as err:
+                raise UnsafeRunFile(str(err)) from None
 
 
 def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None,
@@ -192,7 +200,7 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
                     continue
                 if problem is None and not _matches(directory / part["file"], part):
                     problem = f"{part['file']} does not match the size and checksum its .json recorded"
-                point.replay_files.append(str(directory / part["file"]))
+                point.replay_files.append(str((directory / part["file"]).absolute()))  # for the learner, elsewhere
                 point.replay_parts.append(part)
         except (OSError, ValueError, KeyError, TypeError) as err:
             problem = problem or f"unreadable or incomplete ({type(err).__name__})"

@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 from raypex.cluster.driver.checkpoints import ResumePoint, load_latest
 from raypex.cluster.driver.run_errors import CheckpointRefused, error_line, original_error
-from raypex.cluster.storage import is_uri
 
 
 def warmed_up(runtime, warmup_ref, restoring: bool) -> dict:
@@ -104,9 +103,7 @@ def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> Re
         why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
         return RestoredReplay(f"replay not restored: {why}; it refills", [])
     try:
-        # an absolute path: the learner's working directory is Ray's
-        loaded = runtime.get([learner.load_replay.remote(i, location if is_uri(location) else str(Path(location).absolute()),
-                                                         part)
+        loaded = runtime.get([learner.load_replay.remote(i, location, part)
                               for i, (location, part) in enumerate(zip(resume.replay_files, resume.replay_parts))])
     except (*runtime.errors.raised, ValueError) as err:
         return RestoredReplay(f"replay not restored ({error_line(err)}); it refills", [])
