@@ -8,6 +8,11 @@ object array (or a file that is a pickle) is refused instead of unpickled: a run
 from someone else is safe to resume. Uncompressed, because replay is mostly frames or floats that
 compress poorly and a checkpoint must not stall the learner.
 
+Replay files raypex wrote before this format were a pickle of the same tree. `read_pickled_state`
+reads one through an unpickler that can build only numpy arrays, dtypes and scalars (what such a
+tree holds) and refuses any other import in one line, so converting an old file runs nothing it
+holds.
+
 The writer streams into any binary file object (a local file, a pyarrow output stream) and
 returns the bytes written and their SHA-256, computed on the way, for the checkpoint's manifest.
 """
@@ -15,7 +20,9 @@ returns the bytes written and their SHA-256, computed on the way, for the checkp
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import pickle
 import zipfile
 from typing import IO, Any
 
@@ -137,3 +144,41 @@ def check_state_file(source: IO[bytes] | str, name: str) -> None:
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise NotAnArrayFile(f"{name} is not a replay file of arrays ({first_sentence(err)}); raypex does not load "
                              "anything else from a run directory") from None
+
+
+# What pickling a replay state tree imports (numpy 1.x and 2.x spell the modules differently):
+# every constructor a plain array, dtype or numpy scalar needs, and nothing that can run code.
+_PICKLED_STATE_GLOBALS = {
+    (module, name)
+    for core in ("numpy.core", "numpy._core")
+    for module, name in ((f"{core}.numeric", "_frombuffer"), (f"{core}.multiarray", "_reconstruct"),
+                         (f"{core}.multiarray", "scalar"))
+} | {("numpy", "dtype"), ("numpy", "ndarray")}
+
+
+class _ArraysOnlyUnpickler(pickle.Unpickler):
+    """An unpickler that builds numpy arrays and plain values, and refuses every other global."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _PICKLED_STATE_GLOBALS:
+            raise pickle.UnpicklingError(f"it imports {module}.{name}, which replay never holds")
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("it refers to persistent objects, which replay never holds")
+
+
+def read_pickled_state(data: bytes, name: str) -> dict:
+    """A replay state from the pickle an older raypex wrote, built without running anything it
+    holds; NotAnArrayFile (naming `name`) for a pickle that imports anything but numpy's array
+    constructors, or that does not hold a plain tree of arrays."""
+    try:
+        state = _ArraysOnlyUnpickler(io.BytesIO(data)).load()
+        _split(state, "", {})  # a plain tree of arrays and values, as write_state takes
+    except (pickle.UnpicklingError, TypeError, ValueError, EOFError, AttributeError, IndexError, KeyError) as err:
+        raise NotAnArrayFile(f"{name} is not replay pickled by raypex ({first_sentence(err)}); refused without running "
+                             "anything it holds") from None
+    if not isinstance(state, dict):
+        raise NotAnArrayFile(f"{name} is not replay pickled by raypex (it holds a {type(state).__name__}); "
+                             "refused")
+    return state

@@ -110,3 +110,47 @@ def test_a_tree_of_run_files_is_checked_before_anything_loads_it(finished_run, t
         check_run_files(run)
     assert "\n" not in str(err.value) and str(run) in str(err.value)
     assert not marker.exists()
+
+
+def as_older_raypex_wrote(finished_run: Path, tmp_path: Path, state_bytes=None) -> Path:
+    """A copy of the run whose replay is a pickle of the shard's state, as raypex wrote it before
+    replay files held arrays (`ckpt-E-shard-I.replay`, pickle protocol 5), or `state_bytes` there."""
+    from raypex.replay.state_file import read_state
+
+    run = tmp_path / "older"
+    shutil.copytree(finished_run, run)
+    manifest = next((run / "checkpoints").glob("ckpt-*.json"))
+    counters = json.loads(manifest.read_text())
+    part = counters["replay"][0]
+    arrays = run / "checkpoints" / part["file"]
+    data = state_bytes if state_bytes is not None else pickle.dumps(read_state(str(arrays), part["file"]), protocol=5)
+    pickled = arrays.with_suffix(".replay")
+    pickled.write_bytes(data)
+    arrays.unlink()
+    part.update(file=pickled.name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    manifest.write_text(json.dumps(counters))
+    return run
+
+
+def test_an_older_run_directory_resumes_with_its_pickled_replay_converted_to_arrays(finished_run, tmp_path, capsys):
+    run = as_older_raypex_wrote(finished_run, tmp_path)
+    check_run_files(run)  # a sweep's check reads it the same way
+    code = main(["train", "--local", "--resume", str(run), "stop.env_steps=9000", "stop.eval_return=null",
+                 "eval.video_every=0"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "replay was pickled by an older raypex: converted to arrays" in err, err
+    assert "replay restored from the checkpoint" in err, err
+    assert not list((run / "checkpoints").glob("*.replay"))
+    for manifest in (run / "checkpoints").glob("ckpt-*.json"):
+        assert all(part["file"].endswith(".npz") for part in json.loads(manifest.read_text())["replay"])
+
+
+def test_an_older_replay_file_holding_a_payload_is_refused_without_running_it(finished_run, tmp_path, capsys):
+    marker = tmp_path / "ran"
+    run = as_older_raypex_wrote(finished_run, tmp_path, pickle.dumps({"storage": Payload(marker)}, protocol=5))
+    line = refused(["train", "--local", "--resume", str(run), "stop.env_steps=20000"], capsys)
+    assert "is not replay pickled by raypex (it imports posix.system" in line, line
+    with pytest.raises(UnsafeRunFile):
+        check_run_files(run)
+    assert not marker.exists()

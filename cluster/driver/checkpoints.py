@@ -12,8 +12,10 @@ manifest, and resuming falls back to the newest intact set, checked before Ray s
 
 Nothing in a run directory is unpickled: a set whose files hold anything but tensors, arrays and
 JSON (a pickle planted by whoever could edit the files, hashes and all) is refused in one line
-(UnsafeRunFile). Replay pickled by raypex before it wrote arrays is left unread: the run resumes
-without it, and says so.
+(UnsafeRunFile). Replay pickled by raypex before it wrote arrays is converted to arrays when
+the set is resumed, read by an unpickler that builds numpy arrays and nothing else
+(replay/state_file.py), and the manifest rewritten to name the new files; a pickle importing
+anything else is refused in one line.
 """
 
 from __future__ import annotations
@@ -24,8 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raypex.cluster.storage import OutputNotWritten, UnsafeRunFile, atomic_write, delete, is_uri, join, reason
-from raypex.replay.state_file import NotAnArrayFile, check_state_file
+from raypex.cluster.storage import (
+    OutputNotWritten,
+    UnsafeRunFile,
+    atomic_write,
+    delete,
+    is_uri,
+    join,
+    reason,
+    write_replay,
+)
+from raypex.replay.state_file import NotAnArrayFile, check_state_file, read_pickled_state
 
 REPLAY_SUFFIX = ".npz"
 PICKLED_REPLAY_SUFFIX = ".replay"  # what raypex wrote before replay files held arrays
@@ -136,6 +147,34 @@ def _check_replay_file(path: Path | str) -> None:
         raise UnsafeRunFile(str(err)) from None
 
 
+def _read_pickled_replay(path: Path) -> dict:
+    """The state in an old pickled replay file; UnsafeRunFile for one that holds anything else."""
+    try:
+        return read_pickled_state(path.read_bytes(), str(path))
+    except NotAnArrayFile as err:
+        raise UnsafeRunFile(str(err)) from None
+
+
+def convert_pickled_replay(manifest: Path) -> list[dict]:
+    """Rewrite set `manifest`'s pickled replay files as array files, then its manifest to name
+    them, then delete the pickles (the set stays whole at every step: the manifest names the old
+    files until the new ones have landed); the new replay entries. UnsafeRunFile for a pickle that
+    holds anything but a replay state's arrays (nothing in it is run)."""
+    counters = json.loads(manifest.read_text())
+    parts, pickled = [], []
+    for part in counters["replay"]:
+        path = manifest.parent / part["file"]
+        if path.suffix == PICKLED_REPLAY_SUFFIX:
+            parts.append(write_replay(str(path.with_suffix(REPLAY_SUFFIX)), _read_pickled_replay(path)))
+            pickled.append(path)
+        else:
+            parts.append(part)
+    atomic_write(manifest, json.dumps({**counters, "replay": parts}, indent=2).encode())
+    for path in pickled:
+        path.unlink(missing_ok=True)
+    return parts
+
+
 def check_safe(point: ResumePoint, manifest: Path) -> None:
     """UnsafeRunFile unless every file of the set holds only data: the learner's state loads
     weights-only and each replay file is arrays (their headers read, not their data)."""
@@ -157,9 +196,8 @@ def check_run_files(root: Path) -> None:
             continue
         checkpoint_file = path.name.startswith("ckpt-")
         if checkpoint_file and path.suffix == PICKLED_REPLAY_SUFFIX:
-            raise UnsafeRunFile(f"{path} is replay pickled by an older raypex, which raypex no longer unpickles "
-                                "(a pickle can run code)")
-        if checkpoint_file and path.suffix == ".json":
+            _read_pickled_replay(path)
+        elif checkpoint_file and path.suffix == ".json":
             try:
                 json.loads(path.read_bytes())
             except ValueError:
@@ -180,8 +218,8 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
     """The newest intact checkpoint set, or None when there is none. Each newer one that is
     damaged (an unreadable manifest, a file missing or not matching its size and SHA-256) is
     reported to `on_skip` in one line and passed over. An intact set holding more than data is not
-    passed over: UnsafeRunFile (check_safe). Replay in the old pickled form is left out of the
-    point, and `on_skip` told so. `replay_dir`: where the replay files are when not in `directory`
+    passed over: UnsafeRunFile (check_safe). Replay in the old pickled form is converted to
+    arrays (`convert_pickled_replay`), and `on_skip` told so. `replay_dir`: where the replay files are when not in `directory`
     (a run directory at a URI: cluster/driver/remote_run.py); the learner checks those as it
     fetches them."""
     for manifest in reversed(list_checkpoints(directory)):
@@ -206,9 +244,11 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
             problem = problem or f"unreadable or incomplete ({type(err).__name__})"
         if problem is None:
             if any(path.endswith(PICKLED_REPLAY_SUFFIX) for path in point.replay_files):
-                point.replay_files, point.replay_parts = [], []
-                on_skip(f"checkpoint {manifest.stem}'s replay was pickled by an older raypex, which raypex no "
-                        "longer unpickles (a pickle can run code): the run goes on without it (replay refills)")
+                point.replay_parts = convert_pickled_replay(manifest)
+                point.replay_files = [str((directory / part["file"]).absolute()) for part in point.replay_parts]
+                on_skip(f"checkpoint {manifest.stem}'s replay was pickled by an older raypex: converted to arrays "
+                        f"({', '.join(part['file'] for part in point.replay_parts)}), reading nothing but arrays "
+                        "from the pickle")
             check_safe(point, manifest)
             return point
         on_skip(f"checkpoint {manifest.stem} is damaged ({problem}); trying the one before it")
