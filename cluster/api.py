@@ -50,7 +50,7 @@ from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_writable, kept_policy, open_remote
 from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
 from raypex.cluster.driver.signals import hold, install_stop_signals, stop_holding
-from raypex.cluster.storage import atomic_write, is_uri, join
+from raypex.cluster.storage import atomic_write, is_uri, join, name_of, reason, remote
 
 if TYPE_CHECKING:  # Ray and the run's modules load once the run directory exists (see `launch`)
     from raypex.cluster.driver.run import TrainingRun
@@ -62,11 +62,32 @@ EpochCallback = Callable[[dict[str, Any]], None]
 
 
 def load_policy(path: str | Path):
-    """The exported greedy policy of a run (`RUN_DIR/policy.pt2`, or the run directory itself)."""
+    """The exported greedy policy of a run (`RUN_DIR/policy.pt2`, or the run directory itself; a
+    local path or a URI)."""
     from raypex.learner.policy_file import load_policy as load
 
+    if is_uri(str(path)):
+        return _load_remote_policy(str(path))
     path = Path(path)
     return load(path / "policy.pt2" if path.is_dir() else path)
+
+
+def _load_remote_policy(uri: str):
+    """The policy at `uri` (a run directory's, or a policy.pt2's), fetched to a temporary file."""
+    import tempfile
+
+    from raypex.learner.policy_file import load_policy as load
+
+    location = uri if name_of(uri).endswith(".pt2") else join(uri, "policy.pt2")
+    with tempfile.TemporaryDirectory(prefix="raypex-policy-") as local:
+        target = Path(local) / "policy.pt2"
+        try:
+            filesystem, path = remote(location)
+            with filesystem.open_input_stream(path) as source:
+                target.write_bytes(source.read())
+        except OSError as err:
+            raise UsageError(f"{location}: no policy.pt2 could be read there ({reason(err)})") from None
+        return load(target)
 
 
 @dataclass(frozen=True)
@@ -95,8 +116,12 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     a path for the first episode as an animated PNG. Works from any directory, your own env's code
     included (found where the run was started: env.code_dir). UsageError, in one line, for a run
     directory without a readable policy or config, or an env that cannot be built."""
-    if is_uri(run_dir):  # its files but the replay, fetched to a local copy
-        run_dir = open_remote(str(run_dir), "RUN_DIR", resume=True).copy
+    if is_uri(run_dir):  # its files but the replay, fetched to a local copy for as long as it takes
+        remote = open_remote(str(run_dir), "RUN_DIR", resume=True)
+        try:
+            return evaluate(remote.copy, episodes, epsilon=epsilon, seed=seed, video=video)
+        finally:
+            remote.close()
     run_dir = Path(run_dir).resolve()
     if episodes < 1:
         raise UsageError(f"episodes (--episodes) must be >= 1, got {episodes}")
@@ -162,7 +187,7 @@ class RunResult:
     """What a finished run left: its directory, summary.json's fields and the exit code `raypex
     train` would have returned (0; 130 after Ctrl-C)."""
 
-    run_dir: Path
+    run_dir: Path | str  # a str when it is a URI
     summary: dict[str, Any]
     exit_code: int = 0
     _policy: Any = field(default=None, repr=False)
@@ -241,7 +266,7 @@ class _Watcher(RunObserver):
 class RunningRun:
     """A run going on in a thread (`train(..., block=False)`)."""
 
-    def __init__(self, run_dir: Path, watcher: _Watcher, thread_target: Callable[[], RunResult]):
+    def __init__(self, run_dir: Path | str, watcher: _Watcher, thread_target: Callable[[], RunResult]):
         self.run_dir = run_dir
         self._watcher = watcher
         self._result: RunResult | None = None
@@ -305,16 +330,18 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
         try:
             code, summary = launch(resolved, run_path, None, address, clock_start, ProgressLine(sys.stderr), (watcher,),
                                    origin, remote=remote)
-            return RunResult(run_path, summary, code)
+            return RunResult(remote.uri if remote else run_path, summary, code)
         finally:
             _one_run.release()
+            if remote is not None:
+                remote.close()
             if threading.current_thread() is threading.main_thread():
                 for sig, handler in handlers.items():  # the caller's own (a notebook's Ctrl-C) again
                     signal.signal(sig, handler)
 
     if block:
         return go()
-    return RunningRun(run_path, watcher, go)
+    return RunningRun(remote.uri if remote else run_path, watcher, go)
 
 
 def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,

@@ -94,6 +94,9 @@ def run_train(args: argparse.Namespace, clock_start: float) -> int:
     except OutputNotWritten as err:  # before the run began (config.yaml on a full disk)
         print(f"raypex: error: {err}", file=sys.stderr)
         return 1
+    finally:
+        if remote is not None:
+            remote.close()
     return code
 
 

@@ -6,12 +6,14 @@ policy.pt2, summary.json, videos) are small: the driver writes them to a local c
 directory, as for a local run, and `push` uploads what changed, after every checkpoint set and at
 the run's end (a manifest only after the files it lists). Each shard's replay is written to the
 URI by the learner itself and never reaches the copy, nor the driver. A resume `pull`s everything
-but the replay into a fresh copy; the learner fetches its replay from the URI.
+but the replay into a fresh copy; the learner fetches its replay from the URI. The copy lasts as
+long as the command (`close`): everything in it has been uploaded by then.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,6 +31,10 @@ class RemoteRun:
         self.filesystem, self.root = remote(uri)  # StorageUnavailable when it cannot be opened
         self.copy = copy or Path(tempfile.mkdtemp(prefix="raypex-run-"))
         self._pushed: dict[str, tuple[int, int]] = {}  # relative path -> (size, mtime_ns) uploaded
+
+    def close(self) -> None:
+        """Remove the local copy (after the last push, or when nothing more will be read from it)."""
+        shutil.rmtree(self.copy, ignore_errors=True)
 
     def replay_dir(self) -> str:
         """Where the learner writes and reads its shards' replay files."""

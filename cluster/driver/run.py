@@ -166,8 +166,8 @@ class TrainingRun:
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         if self.outputs.remote is not None:
             self.progress.message(f"run directory: {self.outputs.remote.uri}, the learner writing replay there and "
-                                  f"this driver its other files from {run_dir}  (tensorboard --logdir "
-                                  f"{run_dir / 'tensorboard'})")
+                                  f"this driver its other files from a copy uploaded as it goes, {run_dir}, removed "
+                                  f"at the end  (tensorboard --logdir {run_dir / 'tensorboard'} while it runs)")
         else:
             self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
         # estimated and checked before anything started (fit_run); said once the cluster took the run
