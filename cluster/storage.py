@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+COPY_CHUNK = 1 << 22  # bytes moved at a time when a file is copied between locations
+
 
 class UnsafeRunFile(ValueError):
     """A run-directory file that holds more than data (something that would run code if loaded)
@@ -103,6 +105,92 @@ def join(location: str, *names: str) -> str:
 def name_of(location: str) -> str:
     """The file name a location ends in."""
     return location.partition("?")[0].rstrip("/").rsplit("/", 1)[-1]
+
+
+@contextlib.contextmanager
+def open_input(location: str | Path) -> Iterator[IO[bytes]]:
+    """A seekable binary handle on the file at `location` (a path or a URI); OSError when it
+    cannot be read (FileNotFoundError when it is not there)."""
+    if not is_uri(location):
+        with open(location, "rb") as handle:
+            yield handle
+        return
+    filesystem, path = remote(str(location))
+    with filesystem.open_input_file(path) as handle:
+        yield handle
+
+
+def read_bytes(location: str | Path) -> bytes:
+    """The whole file at `location`; OSError when it cannot be read."""
+    with open_input(location) as handle:
+        return handle.read()
+
+
+def write_bytes(location: str | Path, data: bytes) -> None:
+    """`data` as the file at `location`, whole or not at all; OutputNotWritten when it cannot be."""
+    if not is_uri(location):
+        path = Path(location)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputNotWritten(f"{path} was not written ({reason(err)})") from err
+        atomic_write(path, data)
+        return
+    filesystem, path = remote(str(location))
+    try:
+        filesystem.create_dir(path.rsplit("/", 1)[0])
+        with filesystem.open_output_stream(path) as out:
+            out.write(data)
+    except OSError as err:
+        raise OutputNotWritten(f"{location} was not written ({reason(err)})") from err
+
+
+def copy_file(source: str | Path, target: str | Path) -> None:
+    """Copy a file between locations (paths or URIs), in chunks: a replay file can be gigabytes."""
+    if is_uri(target):
+        filesystem, path = remote(str(target))
+        filesystem.create_dir(path.rsplit("/", 1)[0])
+        with open_input(source) as handle, filesystem.open_output_stream(path) as out:
+            while chunk := handle.read(COPY_CHUNK):
+                out.write(chunk)
+        return
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    with open_input(source) as handle, written(Path(target)) as out:
+        while chunk := handle.read(COPY_CHUNK):
+            out.write(chunk)
+
+
+def modified(location: str | Path) -> float | None:
+    """When the file at `location` was last written (seconds since the epoch), or None when no file
+    is there."""
+    if not is_uri(location):
+        try:
+            return Path(location).stat().st_mtime
+        except OSError:
+            return None
+    from pyarrow import fs
+
+    filesystem, path = remote(str(location))
+    info = filesystem.get_file_info(path)
+    if info.type != fs.FileType.File:
+        return None
+    return info.mtime.timestamp() if info.mtime is not None else 0.0
+
+
+def list_files(location: str | Path) -> list[str]:
+    """The relative paths ("trials/x/summary.json") of every file under `location`, sorted; empty
+    when nothing is there."""
+    if not is_uri(location):
+        root = Path(location)
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    from pyarrow import fs
+
+    filesystem, root = remote(str(location))
+    try:
+        infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    return sorted(i.path[len(root):].lstrip("/") for i in infos if i.type == fs.FileType.File)
 
 
 def write_replay(location: str, state: dict) -> dict:

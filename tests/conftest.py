@@ -7,6 +7,8 @@ import pytest
 
 from tests.kept_up_cluster import JOIN_ENVIRONMENT, kept_up_cluster
 
+pytest_plugins = ["tests.s3_server"]  # the s3_server fixture: moto's S3 server, for run directories at a URI
+
 TEST_TIMEOUT_S = 600  # far above the slowest test (about 60 s); a hang fails one test, not CI
 
 

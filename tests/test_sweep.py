@@ -9,10 +9,13 @@ import pickle
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
+import pytest
+
+from raypex.cluster.storage import copy_file, join, list_files, name_of, read_bytes, write_bytes
 from raypex.learner.weights import export_arrays
 from raypex.replay.digest import content_digest
+from tests.s3_server import uri
 from tests.test_run_safety import Payload
 
 # Two CartPole trials side by side on two cores: small actors, one collector each.
@@ -26,15 +29,24 @@ SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus
                 "eval.episodes=10", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
 
 
-def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(tmp_path,
-                                                                                         joining_environment):
-    experiment = tmp_path / "exp"
+@pytest.fixture(params=["local", "s3"])
+def experiment_location(request, tmp_path) -> str:
+    """Where the sweep lives: a local directory, or a URI on moto's S3 server (Tune's state, each
+    trial's run directory and its learner's replay there)."""
+    if request.param == "local":
+        return str(tmp_path / "exp")
+    return uri(request.getfixturevalue("s3_server"), "runs/exp")
+
+
+def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
+        experiment_location, tmp_path, joining_environment):
+    experiment = experiment_location
     env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
                "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2",
-               "--scheduler", "pbt", "--experiment-dir", str(experiment), "--report-every", "1", "--perturb-every", "1"]
+               "--scheduler", "pbt", "--experiment-dir", experiment, "--report-every", "1", "--perturb-every", "1"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, cwd=tmp_path)
     seen = []
     for line in proc.stderr:  # the first exploit, once its recipient has restored it
         seen.append(line)
@@ -44,28 +56,29 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, "".join(seen) + err
     assert f"continue it with: raypex tune --resume {experiment}" in err
+    trials = {name.split("/")[0] for name in list_files(join(experiment, "trials"))}
     interrupted = {}
-    for run_dir in (experiment / "trials").iterdir():
-        summary = json.loads((run_dir / "summary.json").read_text())
+    for trial in trials:
+        summary = json.loads(read_bytes(join(experiment, "trials", trial, "summary.json")))
         # each run ended as a stop does: by the Ctrl-C, or before it (its env steps, or paused by PBT)
         assert summary["ended"] in ("interrupted", "env_steps", "stopped by the sweep's scheduler"), summary
-        interrupted[run_dir.name] = summary["ended"]
-    resumed = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", str(experiment)],
-                             check=False, capture_output=True, text=True, env=env, timeout=400)
+        interrupted[trial] = summary["ended"]
+    resumed = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", experiment],
+                             check=False, capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    results = json.loads((experiment / "results.json").read_text())
+    results = json.loads(read_bytes(join(experiment, "results.json")))
     assert len(results["trials"]) == 2 and results["interrupted"] is None
     for row in results["trials"]:
         assert row["ended"] == "env_steps" and row["env_steps"] >= ENV_STEPS, row
-        log = (Path(row["run_dir"]) / "progress.log").read_text()
+        log = read_bytes(join(row["run_dir"], "progress.log")).decode()
         if interrupted[row["trial"]] == "interrupted":  # it went on from a checkpoint, not from nothing
             assert "replay restored from the checkpoint" in log.split("interrupted: writing a final checkpoint")[-1]
-    assert "best: trial" in resumed.stdout and (experiment / "policy.pt2").is_file()
-    logs = [Path(row["run_dir"]) / "exploits.jsonl" for row in results["trials"]]
-    records = [(log.parent, json.loads(line)) for log in logs if log.is_file() for line in log.read_text().splitlines()]
+    assert "best: trial" in resumed.stdout and "policy.pt2" in list_files(experiment)
+    records = [(row["run_dir"], json.loads(line)) for row in results["trials"]
+               for line in read_lines(join(row["run_dir"], "exploits.jsonl"))]
     assert records, "no exploit in the sweep"
     for run_dir, record in records:
-        assert record["replay_carried"] and len(record["donor_replay"]) == 1 and record["donor"] != run_dir.name
+        assert record["replay_carried"] and len(record["donor_replay"]) == 1 and record["donor"] != name_of(run_dir)
         # what the recipient's learner holds once restored, read back from it, is the donor's checkpoint
         assert record["restored_replay"] == record["donor_replay"]
         assert record["restored_weights"] == record["donor_weights"]
@@ -74,20 +87,32 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir, record = records[0]
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+    events_dir = tmp_path / "events"
+    for name in list_files(join(run_dir, "tensorboard")):
+        copy_file(join(run_dir, "tensorboard", name), events_dir / name)
+    events = EventAccumulator(str(events_dir), size_guidance={"scalars": 0}).Reload()
     assert record["env_steps"] in [s.value for s in events.Scalars("tune/exploited_from_env_steps")]
+    assert not list(tmp_path.glob("raypex-run-*")) and not (tmp_path / "runs").exists()  # nothing in the cwd
     # a pickle planted in one of Tune's copies of a checkpoint set: the sweep's resume refuses it before
     # Tune or any trial reads it
     marker = tmp_path / "ran"
-    tune_copy = min((experiment / "tune").rglob("ckpt-*.pt"))
-    tune_copy.write_bytes(pickle.dumps(Payload(marker)))
-    refused = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", str(experiment)],
+    tune_copy = join(experiment, "tune", min(n for n in list_files(join(experiment, "tune")) if n.endswith(".pt")))
+    write_bytes(tune_copy, pickle.dumps(Payload(marker)))
+    refused = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", experiment],
                              capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines() == [(
         f"raypex: error: --resume {experiment}: {tune_copy} is not plain tensors (Weights only load failed); "
         "raypex loads nothing else from a run directory")], refused.stderr
     assert not marker.exists()
+
+
+def read_lines(location: str) -> list[str]:
+    """A file's lines; none when it is not there (a trial that was never exploited has no log)."""
+    try:
+        return read_bytes(location).decode().splitlines()
+    except OSError:
+        return []
 
 
 def test_asha_stops_by_env_steps_up_to_the_runs_own_end():

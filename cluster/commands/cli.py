@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "multiplies them; default: 4)")
     sweep.add_argument("--scheduler", default="none", help="none (every trial to its end), asha (stops the worst "
                        "early, by env steps) or pbt (the worst copy the best, then perturb; default: none)")
-    sweep.add_argument("--experiment-dir", type=Path, help="where to write the sweep (must not exist yet; default: "
-                       "runs/tune-ENV-DATE-TIME)")
+    sweep.add_argument("--experiment-dir", type=run_location, help="where to write the sweep: a path, or a pyarrow "
+                       "filesystem URI such as s3://bucket/sweep (must not hold files yet; default: runs/tune-ENV-DATE-TIME)")
     sweep.add_argument("--no-replay-carry", action="store_true", help="PBT: an exploit copies the donor's weights and "
                        "optimizer but not its replay (as RLlib's checkpoints do; default: replay carried)")
     sweep.add_argument("--report-every", type=int, default=5, metavar="EPOCHS",
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--perturb-every", type=int, default=2, metavar="REPORTS",
                        help="PBT: reports between exploit/explore steps (default: 2)")
     sweep.add_argument("--address", help="join this Ray cluster (default: a local one started for the sweep)")
-    sweep.add_argument("--resume", type=Path, metavar="EXPERIMENT_DIR",
+    sweep.add_argument("--resume", type=run_location, metavar="EXPERIMENT_DIR",
                        help="continue the sweep in EXPERIMENT_DIR (its unfinished trials from their newest checkpoints; "
                        "default: a new sweep)")
     sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)",

@@ -9,6 +9,7 @@ import sys
 from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.signals import EXIT_INTERRUPTED, EXIT_TERMINATED
+from raypex.cluster.storage import join
 from raypex.cluster.sweep.api import tune
 
 
@@ -31,8 +32,8 @@ def run_tune(args: argparse.Namespace) -> int:
         solve = ("" if best["time_to_solve_s"] is None else f", solved in {best['time_to_solve_s']:.1f}s"
                  + (f" after its last exploit ({best['wall_s']:.1f}s of training in its line)" if best["exploits"] else ""))
         print(f"best: trial {best['trial']} {best['params']}: eval {best['best_eval']}{solve}; "
-              f"its policy: {where / 'policy.pt2'}")
-    print(f"results: {where / 'results.json'}; TensorBoard: tensorboard --logdir {where / 'trials'}")
+              f"its policy: {join(str(where), 'policy.pt2')}")
+    print(f"results: {join(str(where), 'results.json')}; TensorBoard: tensorboard --logdir {join(str(where), 'trials')}")
     if outcome.interrupted is not None:
         print(f"raypex: sweep stopped by {outcome.interrupted}; continue it with: raypex tune --resume {where}",
               file=sys.stderr)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +31,13 @@ from raypex.cluster.storage import (
     OutputNotWritten,
     UnsafeRunFile,
     atomic_write,
+    copy_file,
     delete,
     is_uri,
     join,
+    list_files,
+    open_input,
+    read_bytes,
     reason,
     write_replay,
 )
@@ -51,6 +56,7 @@ class ResumePoint:
     env_steps: int
     epochs: int
     wall_s: float
+    eval_return: float | None = None  # the newest evaluation's mean by then (a Tune trial reports it)
     replay_files: list[str] = field(default_factory=list)  # where each shard's file is: a path, or a URI
     replay_parts: list[dict] = field(default_factory=list)  # their manifest entries (size, SHA-256)
 
@@ -139,18 +145,19 @@ def _check_learner_state(data: bytes, name: str) -> None:
         raise UnsafeRunFile(str(err)) from None
 
 
-def _check_replay_file(path: Path | str) -> None:
-    """UnsafeRunFile unless a local replay file is arrays (headers read, not their data)."""
+def _check_replay_file(source, name: str) -> None:
+    """UnsafeRunFile unless a replay file (a path, or a seekable handle) is arrays (headers read,
+    not their data)."""
     try:
-        check_state_file(path, str(path))
+        check_state_file(source, name)
     except NotAnArrayFile as err:
         raise UnsafeRunFile(str(err)) from None
 
 
-def _read_pickled_replay(path: Path) -> dict:
+def _read_pickled_replay(path: Path | str) -> dict:
     """The state in an old pickled replay file; UnsafeRunFile for one that holds anything else."""
     try:
-        return read_pickled_state(path.read_bytes(), str(path))
+        return read_pickled_state(read_bytes(path), str(path))
     except NotAnArrayFile as err:
         raise UnsafeRunFile(str(err)) from None
 
@@ -181,36 +188,50 @@ def check_safe(point: ResumePoint, manifest: Path) -> None:
     _check_learner_state(point.learner_state, str(manifest.with_suffix(".pt")))
     for path in point.replay_files:
         if not is_uri(path):  # one at a URI the learner checks as it fetches it (storage.read_replay)
-            _check_replay_file(path)
+            _check_replay_file(path, str(path))
 
 
-def check_run_files(root: Path) -> None:
+def check_run_files(root: Path | str) -> None:
     """UnsafeRunFile, naming the first file, unless every checkpoint file and policy.pt2 under `root`
-    (a sweep's experiment directory: trials' run directories and Tune's copies of their sets)
-    holds only data: manifests are JSON, learner states load weights-only, replay files are arrays
-    (headers read), policies hold nothing torch would unpickle. Checked before anything loads them."""
+    (a sweep's experiment directory, a path or a URI: trials' run directories and Tune's copies of
+    their sets) holds only data: manifests are JSON, learner states load weights-only, replay files
+    are arrays (headers read), policies hold nothing torch would unpickle. Checked before anything
+    loads them."""
+    for relative in list_files(root):
+        location = join(str(root), relative)
+        name = relative.rsplit("/", 1)[-1]
+        suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
+        checkpoint_file = name.startswith("ckpt-")
+        if checkpoint_file and suffix == PICKLED_REPLAY_SUFFIX:
+            _read_pickled_replay(location)
+        elif checkpoint_file and suffix == ".json":
+            try:
+                json.loads(read_bytes(location))
+            except ValueError:
+                raise UnsafeRunFile(f"{location} is not JSON, which a checkpoint's manifest is") from None
+        elif checkpoint_file and suffix == ".pt":
+            _check_learner_state(read_bytes(location), location)
+        elif checkpoint_file and suffix == REPLAY_SUFFIX:
+            with open_input(location) as handle:
+                _check_replay_file(handle, location)
+        elif name == "policy.pt2":
+            _check_policy(location)
+
+
+def _check_policy(location: str) -> None:
+    """UnsafeRunFile unless the policy.pt2 at `location` holds nothing torch would unpickle (one at
+    a URI is fetched to a temporary file to be read)."""
     from raypex.learner.policy_file import PolicyFileError, check_no_code
 
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
-            continue
-        checkpoint_file = path.name.startswith("ckpt-")
-        if checkpoint_file and path.suffix == PICKLED_REPLAY_SUFFIX:
-            _read_pickled_replay(path)
-        elif checkpoint_file and path.suffix == ".json":
-            try:
-                json.loads(path.read_bytes())
-            except ValueError:
-                raise UnsafeRunFile(f"{path} is not JSON, which a checkpoint's manifest is") from None
-        elif checkpoint_file and path.suffix == ".pt":
-            _check_learner_state(path.read_bytes(), str(path))
-        elif checkpoint_file and path.suffix == REPLAY_SUFFIX:
-            _check_replay_file(path)
-        elif path.name == "policy.pt2":
-            try:
-                check_no_code(path)
-            except PolicyFileError as err:
-                raise UnsafeRunFile(str(err)) from None
+    with tempfile.TemporaryDirectory(prefix="raypex-check-") as local:
+        path = Path(location)
+        if is_uri(location):
+            path = Path(local) / "policy.pt2"
+            copy_file(location, path)
+        try:
+            check_no_code(path)
+        except PolicyFileError as err:
+            raise UnsafeRunFile(str(err).replace(str(path), location, 1)) from None
 
 
 def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: None,
@@ -227,7 +248,8 @@ def load_latest(directory: Path, on_skip: Callable[[str], None] = lambda line: N
         try:
             counters = json.loads(manifest.read_text())
             state = manifest.with_suffix(".pt").read_bytes()
-            point = ResumePoint(state, int(counters["env_steps"]), int(counters["epochs"]), float(counters["wall_s"]))
+            point = ResumePoint(state, int(counters["env_steps"]), int(counters["epochs"]), float(counters["wall_s"]),
+                                counters.get("eval_return"))
             if "learner_sha256" in counters and (len(state) != counters.get("learner_bytes")
                                                  or hashlib.sha256(state).hexdigest() != counters["learner_sha256"]):
                 problem = "its .pt does not match the size and checksum its .json recorded"

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from raypex.cluster.storage import join, remote
+from raypex.cluster.storage import delete, join, list_files, remote
 
 REPLAY_FILE = re.compile(r"ckpt-\d+-shard-\d+\.npz")
 SET_FILE = re.compile(r"ckpt-(\d+)[-.]")  # every file of the set of that epoch
@@ -40,23 +40,13 @@ class RemoteRun:
         """Where the learner writes and reads its shards' replay files."""
         return join(self.uri, "checkpoints")
 
-    def _remote_files(self) -> dict[str, int]:
-        """Relative path -> size of every file under the URI."""
-        from pyarrow import fs
-
-        try:
-            infos = self.filesystem.get_file_info(fs.FileSelector(self.root, recursive=True, allow_not_found=True))
-        except FileNotFoundError:
-            return {}
-        return {info.path[len(self.root):].lstrip("/"): info.size for info in infos if info.type == fs.FileType.File}
-
     def holds_files(self) -> bool:
         """Whether anything is at the URI already."""
-        return bool(self._remote_files())
+        return bool(list_files(self.uri))
 
     def pull(self) -> None:
         """Copy every file but the replay from the URI into the local copy."""
-        for relative in self._remote_files():
+        for relative in list_files(self.uri):
             if REPLAY_FILE.fullmatch(relative.rsplit("/", 1)[-1]):
                 continue
             target = self.copy / relative
@@ -87,8 +77,19 @@ class RemoteRun:
         kept = [int(m[1]) for p in (self.copy / "checkpoints").glob("ckpt-*.json") if (m := SET_FILE.match(p.name))]
         if not kept:
             return
-        for relative in self._remote_files():
+        for relative in list_files(self.uri):
             name = relative.rsplit("/", 1)[-1]
             if relative.startswith("checkpoints/") and (m := SET_FILE.match(name)) and int(m[1]) < min(kept):
                 self.filesystem.delete_file(f"{self.root}/{relative}")
                 self._pushed.pop(relative, None)
+
+    def forget(self, relative: str) -> None:
+        """Remove the file `relative` at the URI (the copy has dropped it: a PBT exploit's stale files)."""
+        delete(join(self.uri, relative))
+        self._pushed.pop(relative, None)
+
+    def forget_checkpoints(self) -> None:
+        """Remove every checkpoint file at the URI, replay included (a PBT exploit replaces the
+        trial's sets with its donor's)."""
+        for relative in list_files(join(self.uri, "checkpoints")):
+            self.forget(f"checkpoints/{relative}")

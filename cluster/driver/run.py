@@ -90,6 +90,9 @@ class TrainingRun:
         self.progress, self.resume, self.observers = progress, resume, observers
         # `startup`: the command's timeline, its env check already marked
         self.metrics = RunMetrics(resume.env_steps if resume else 0, startup or StartupTimeline(clock_start))
+        # a resumed line's newest evaluation until it evaluates again: what a PBT trial reports is its
+        # line's, not -inf (which ranks it last, so an exploited trial would be exploited at once again)
+        self.metrics.last_eval = resume.eval_return if resume else None
         self.tb = TensorBoardLog(run_dir / "tensorboard")
         self.outputs = RunOutputs(run_dir, config.checkpoint.keep, runtime, progress.message, remote)
         self.epochs_done = resume.epochs if resume else 0
@@ -353,7 +356,8 @@ class TrainingRun:
 
     def request_checkpoint(self) -> None:
         """Ask the learner for a checkpoint of the epochs done so far (written once it comes)."""
-        counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s()}
+        counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s(),
+                    "eval_return": self.metrics.last_eval}
         shards = self.config.collectors.num if self.config.checkpoint.replay else 0
         self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters, shards)
 

@@ -23,7 +23,7 @@ from raypex.cluster.config.loading import ConfigError, apply_overrides, apply_va
 from raypex.cluster.driver.checkpoints import check_run_files
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_writable
-from raypex.cluster.storage import UnsafeRunFile
+from raypex.cluster.storage import StorageUnavailable, UnsafeRunFile, is_uri, join, list_files, read_bytes, run_location
 from raypex.cluster.sweep.space import SweepRequest, check_request, default_space, split_space
 
 
@@ -37,9 +37,11 @@ def tune(config: str | Path = "cartpole", overrides: Mapping[str, Any] | list[st
     experiment directory. Returns the SweepOutcome (cluster/sweep/experiment.py)."""
     progress = progress or ProgressLine(sys.stderr)
     if resume is not None:
-        experiment = Path(resume)
+        experiment = run_location(str(resume))
         try:
-            request = SweepRequest.from_json(json.loads((experiment / "sweep.json").read_text()))
+            request = SweepRequest.from_json(json.loads(read_bytes(join(str(experiment), "sweep.json"))))
+        except StorageUnavailable as err:
+            raise UsageError(f"--resume {err}") from None
         except (OSError, ValueError, KeyError, TypeError):
             raise UsageError(f"--resume {experiment}: no readable sweep.json there (not a raypex tune experiment "
                              "directory)") from None
@@ -71,15 +73,21 @@ def tune(config: str | Path = "cartpole", overrides: Mapping[str, Any] | list[st
     if experiment_dir is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         experiment_dir = Path("runs") / f"tune-{str(env_id).replace('/', '-')}-{stamp}"
-    experiment = Path(experiment_dir)
-    if experiment.is_dir() and any(experiment.iterdir()):
+    experiment = run_location(str(experiment_dir))
+    try:
+        held = list_files(experiment)
+    except OSError as err:  # StorageUnavailable, or the store's own refusal
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(f"--experiment-dir {experiment}: {first}") from None
+    if held:
         raise UsageError(f"--experiment-dir {experiment} already holds files; choose a new one (or --resume it)")
-    check_writable(experiment, "--experiment-dir")
+    if not is_uri(experiment):
+        check_writable(experiment, "--experiment-dir")
     request = SweepRequest(fixed, space, samples, scheduler, carry_replay, report_every_epochs, perturb_every)
     return _run(request, experiment, origin, address, progress, resume=False)
 
 
-def _run(request: SweepRequest, experiment: Path, origin, address: str | None, progress: ProgressLine, resume: bool):
+def _run(request: SweepRequest, experiment: Path | str, origin, address: str | None, progress: ProgressLine, resume: bool):
     try:
         from raypex.cluster.sweep.experiment import run_sweep
     except ImportError as err:  # ray without its tune extra: pyarrow, pandas, ...

@@ -1,7 +1,8 @@
 """A sweep: raypex runs as Ray Tune trials (cluster/sweep/trial.py), with random search, ASHA
 (early stopping) or PBT (population based training, each exploit carrying the donor's replay).
 
-The experiment directory holds everything: sweep.json (what was asked, read again by `--resume`),
+The experiment directory (a local path, or a pyarrow filesystem URI as a run directory may be:
+Tune keeps its state there and each trial's run directory is at the URI too) holds everything: sweep.json (what was asked, read again by `--resume`),
 tune/ (Tune's own state), trials/TRIAL_ID/ (each trial's run directory: TensorBoard, checkpoints,
 policy.pt2, summary.json; `tensorboard --logdir EXP/trials` shows them together), results.json
 (a row per trial) and policy.pt2 (the best trial's). A mistake in the sweep's settings is one line
@@ -16,7 +17,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -36,9 +36,26 @@ from raypex.cluster.driver.devices import choose_act_device, choose_device, with
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.wiring import cluster_gpus, connect, disconnect, node_resources, shutdown
 from raypex.cluster.plan.env_fit import fit_run
-from raypex.cluster.storage import atomic_write
+from raypex.cluster.storage import (
+    copy_file,
+    delete,
+    is_uri,
+    join,
+    list_files,
+    modified,
+    read_bytes,
+    remote,
+    write_bytes,
+)
 from raypex.cluster.sweep.space import Domain, SweepRequest, grid_size
-from raypex.cluster.sweep.trial import INTERRUPTED, STOP_FILE, TRIAL_DRIVER_CPUS, RaypexTrial, trial_bundles
+from raypex.cluster.sweep.trial import (
+    INTERRUPTED,
+    RUNNING_DIR,
+    STOP_FILE,
+    TRIAL_DRIVER_CPUS,
+    RaypexTrial,
+    trial_bundles,
+)
 
 METRIC = "eval_return"  # the newest evaluation's mean: what ASHA and PBT compare
 STATUS_EVERY_S = 10.0
@@ -54,20 +71,22 @@ def tune_domain(domain: Domain):
     return tune.choice(list(domain.args)) if domain.kind == "choice" else tune.grid_search(list(domain.args))
 
 
-def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin | None, address: str | None,
+def run_sweep(request: SweepRequest, experiment_dir: Path | str, origin: ConfigOrigin | None, address: str | None,
               progress: ProgressLine, resume: bool = False) -> SweepOutcome:
     """Run (or, with `resume`, continue) the sweep in `experiment_dir`; its outcome once every trial
     has ended or the sweep was interrupted."""
 
     config = validate(request.base)
+    experiment = experiment_dir if is_uri(experiment_dir) else str(Path(experiment_dir).resolve())
     if not resume:
         config, _, lines = fit_run(config, origin, address is None)
         for line in lines:
             progress.message(line)
         request = dataclasses.replace(request, base=config.model_dump(mode="json"))
-        experiment_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(experiment_dir / "sweep.json", json.dumps(request.to_json(), indent=2).encode())
-    (experiment_dir / STOP_FILE).unlink(missing_ok=True)
+        write_bytes(join(experiment, "sweep.json"), json.dumps(request.to_json(), indent=2).encode())
+    delete(join(experiment, STOP_FILE))
+    for trial in list_files(join(experiment, RUNNING_DIR)):  # left by trials whose sweep was killed
+        delete(join(experiment, RUNNING_DIR, trial))
     started_local = connect(address, code_to_ship(config.env.id), progress.message)
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # raypex's stop: every trial's run ends first (SweepStop)
     # Tune's own TensorBoard logger would write each trial's -inf before its first evaluation (each run
@@ -76,7 +95,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's tables stay out of the output: raypex prints its own lines
     # and its warnings too (a restored experiment's trials that never reported, its own Ctrl-C text)
     logging.getLogger("ray.tune").setLevel(logging.ERROR)
-    stop = SweepStop(experiment_dir)
+    stop = SweepStop(experiment)
     previous = {sig: signal.signal(sig, stop.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         flat = len(inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack).obs_shape) == 1
@@ -87,16 +106,17 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
                                      sum(node.get("CPU", 0.0) for node in node_resources()), progress)
         base = config.model_dump(mode="json")
         trainable = tune.with_resources(
-            tune.with_parameters(RaypexTrial, base=base, experiment_dir=str(experiment_dir.resolve()), device=device,
+            tune.with_parameters(RaypexTrial, base=base, experiment_dir=experiment, device=device,
                                  carry_replay=request.carry_replay, report_every_epochs=request.report_every_epochs),
             tune.PlacementGroupFactory(trial_bundles(config, device), strategy="PACK"))
-        callbacks = [stop, SweepProgress(experiment_dir), JsonLoggerCallback(), CSVLoggerCallback()]
-        storage = str(experiment_dir.resolve())
+        callbacks = [stop, SweepProgress(experiment), JsonLoggerCallback(), CSVLoggerCallback()]
+        filesystem, storage = remote(experiment) if is_uri(experiment) else (None, experiment)
         if resume:
-            tuner = tune.Tuner.restore(str(experiment_dir.resolve() / "tune"), trainable, resume_unfinished=True,
-                                       resume_errored=True)
+            tuner = tune.Tuner.restore(f"{storage}/tune", trainable, resume_unfinished=True, resume_errored=True,
+                                       storage_filesystem=filesystem)
         else:
-            run_config = tune.RunConfig(name="tune", storage_path=storage, verbose=0, callbacks=callbacks,
+            run_config = tune.RunConfig(name="tune", storage_path=storage, storage_filesystem=filesystem, verbose=0,
+                                        callbacks=callbacks,
                                         checkpoint_config=tune.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT))
             tuner = tune.Tuner(trainable, param_space={k: tune_domain(d) for k, d in request.space.items()},
                                tune_config=tune.TuneConfig(metric=METRIC, mode="max", num_samples=request.samples,
@@ -106,7 +126,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
             tuner._local_tuner._run_config.callbacks = callbacks
         progress.message(f"sweep: {request.samples * grid_size(request.space)} trials of {config.env.id}, "
                          f"scheduler {request.scheduler}, searching {', '.join(request.space)}; "
-                         f"TensorBoard: tensorboard --logdir {experiment_dir / 'trials'}")
+                         f"TensorBoard: tensorboard --logdir {join(experiment, 'trials')}")
         grid = tuner.fit()
     finally:
         for sig, handler in previous.items():
@@ -115,7 +135,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path, origin: ConfigOrigin 
             shutdown()
         else:  # a joined cluster stays up; this process leaves it, as a run does
             disconnect()
-    return collect_outcome(experiment_dir, grid, stop.asked)
+    return dataclasses.replace(collect_outcome(experiment, grid, stop.asked), experiment_dir=experiment_dir)
 
 
 def population_fits(config, population: int, device: str, cluster_cpus: float, progress: ProgressLine):
@@ -155,8 +175,8 @@ class SweepStop(Callback):
     and waited for, then Tune is stopped as its own SIGUSR1 does, so the experiment stays
     resumable. A second signal stops waiting."""
 
-    def __init__(self, experiment_dir: Path):
-        self.experiment_dir = experiment_dir
+    def __init__(self, experiment: str):
+        self.experiment = experiment
         self.asked: str | None = None  # the signal's name, once one came
         self.handled = False
 
@@ -170,14 +190,14 @@ class SweepStop(Callback):
             return
         self.handled = True
         since = time.time()
-        (self.experiment_dir / STOP_FILE).touch()
+        write_bytes(join(self.experiment, STOP_FILE), b"")
         running = [t for t in trials if t.status == "RUNNING"]
         say(f"{self.asked}: ending the runs of {len(running)} running trials (final checkpoint and "
                               "summary each; send it again to stop waiting)")
         deadline = time.time() + STOP_WAIT_S
         waiting = list(running)
         while waiting and time.time() < deadline:
-            waiting = [t for t in waiting if not _ended_since(self.experiment_dir / "trials" / t.trial_id, since)]
+            waiting = [t for t in waiting if not _ended_since(join(self.experiment, "trials", t.trial_id), since)]
             time.sleep(0.2)  # polling files other processes write; nothing to wait on instead
         os.kill(os.getpid(), signal.SIGUSR1)  # Tune's own stop: the experiment's state saved, unfinished
 
@@ -187,30 +207,29 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _ended_since(run_dir: Path, since: float) -> bool:
+def _ended_since(run_dir: str, since: float) -> bool:
     """Whether the trial's run has ended: its summary.json written since the stop, or one that says
     it ended on its own (solved, its env steps, failed) before it."""
-    path = run_dir / "summary.json"
+    path = join(run_dir, "summary.json")
     summary = _read_json(path)
     if summary is None:
         return False
-    return path.stat().st_mtime >= since or summary.get("ended") not in (None, INTERRUPTED)
+    return (modified(path) or 0.0) >= since or summary.get("ended") not in (None, INTERRUPTED)
 
 
 class SweepProgress(Callback):
     """A line when a trial ends, one for each PBT exploit once its recipient has restored it, and
     every STATUS_EVERY_S one for the sweep (a Tune callback)."""
 
-    def __init__(self, experiment_dir: Path):
-        self.experiment_dir = experiment_dir
+    def __init__(self, experiment: str):
+        self.experiment = experiment
         self.exploits_seen: dict[str, int] = {}
         self.start = time.time()
         self.last = 0.0
         self.best: tuple[float, str] | None = None
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        log = self.experiment_dir / "trials" / trial.trial_id / "exploits.jsonl"
-        records = log.read_text().splitlines() if log.is_file() else []
+        records = _read_lines(join(self.experiment, "trials", trial.trial_id, "exploits.jsonl"))
         for line in records[self.exploits_seen.get(trial.trial_id, 0):]:
             record = json.loads(line)
             say(f"trial {trial.trial_id} copied trial {record['donor']} (PBT exploit at {record['env_steps']} env steps, "
@@ -238,7 +257,7 @@ class SweepProgress(Callback):
 class SweepOutcome:
     """What a sweep left: a row per trial (results.json), the best trial and its policy's copy."""
 
-    experiment_dir: Path
+    experiment_dir: Path | str  # as given: a str when it is a URI
     rows: list[dict]
     best: dict | None
     interrupted: str | None  # the signal that stopped it, or None: every trial ended
@@ -266,21 +285,22 @@ def _short(value) -> str:
     return "-" if value is None else str(value)
 
 
-def collect_outcome(experiment_dir: Path, grid, interrupted: str | None) -> SweepOutcome:
+def collect_outcome(experiment: str, grid, interrupted: str | None) -> SweepOutcome:
     """Read every trial's summary.json into rows (best first), copy the best trial's policy.pt2 to
     the experiment directory and write results.json."""
     rows = []
-    for run_dir in sorted((experiment_dir / "trials").glob("*")):
-        summary = _read_json(run_dir / "summary.json") or {}
-        params = _trial_params(run_dir)
-        exploits = run_dir / "exploits.jsonl"
+    files = list_files(join(experiment, "trials"))
+    for trial in sorted({name.split("/", 1)[0] for name in files if "/" in name}):
+        run_dir = join(experiment, "trials", trial)
+        summary = _read_json(join(run_dir, "summary.json")) or {}
+        params = (_read_json(join(run_dir, "trial.json")) or {}).get("params", {})  # PBT's latest perturbation
         best = summary.get("policy_eval_return", summary.get("final_eval_return"))
-        rows.append({"trial": run_dir.name, "params": params, "ended": summary.get("ended"),
+        rows.append({"trial": trial, "params": params, "ended": summary.get("ended"),
                      "env_steps": summary.get("env_steps", 0), "best_eval": best,
-                     "time_to_solve_s": summary.get("time_to_solve_s"), "run_dir": str(run_dir),
+                     "time_to_solve_s": summary.get("time_to_solve_s"), "run_dir": run_dir,
                      "env_steps_at_solve": summary.get("env_steps_at_solve"), "wall_s": summary.get("wall_s", 0.0),
-                     "exploits": len(exploits.read_text().splitlines()) if exploits.is_file() else 0,
-                     "policy": str(run_dir / "policy.pt2") if (run_dir / "policy.pt2").is_file() else None})
+                     "exploits": len(_read_lines(join(run_dir, "exploits.jsonl"))),
+                     "policy": join(run_dir, "policy.pt2") if f"{trial}/policy.pt2" in files else None})
     errors = {_result_trial(result): str(result.error).strip().splitlines()[-1]
               for result in (grid or []) if result.error is not None}
     for row in rows:
@@ -289,10 +309,10 @@ def collect_outcome(experiment_dir: Path, grid, interrupted: str | None) -> Swee
                              r["env_steps_at_solve"] if r["env_steps_at_solve"] is not None else math.inf))
     best = next((row for row in rows if row["policy"] is not None), None)
     if best is not None:
-        shutil.copyfile(best["policy"], experiment_dir / "policy.pt2")
-    atomic_write(experiment_dir / "results.json", json.dumps({"trials": rows, "best": best,
-                                                              "interrupted": interrupted}, indent=2).encode())
-    return SweepOutcome(experiment_dir, rows, best, interrupted, grid)
+        copy_file(best["policy"], join(experiment, "policy.pt2"))
+    write_bytes(join(experiment, "results.json"), json.dumps({"trials": rows, "best": best,
+                                                               "interrupted": interrupted}, indent=2).encode())
+    return SweepOutcome(experiment, rows, best, interrupted, grid)
 
 
 def _result_trial(result) -> str | None:
@@ -304,14 +324,17 @@ def _result_trial(result) -> str | None:
     return "_".join(parts[1:3]) if len(parts) > 2 else None
 
 
-def _trial_params(run_dir: Path) -> dict:
-    """The searched values a trial ran with last (PBT perturbs them): its trial.json."""
-    return (_read_json(run_dir / "trial.json") or {}).get("params", {})
-
-
-def _read_json(path: Path) -> dict | None:
+def _read_json(location: str) -> dict | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bytes(location))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _read_lines(location: str) -> list[str]:
+    """The lines of a text file another process appends to; none when it is not there yet."""
+    try:
+        return read_bytes(location).decode().splitlines()
+    except OSError:
+        return []

@@ -16,7 +16,9 @@ Trainable calls (cluster/sweep/experiment.py runs the sweep).
   file in the experiment directory (STOP_FILE) and ends each the same way, leaving it unfinished
   for `raypex tune --resume`.
 
-Each trial's run directory is EXPERIMENT/trials/TRIAL_ID: TensorBoard, checkpoints, policy.pt2,
+Each trial's run directory is EXPERIMENT/trials/TRIAL_ID (at a URI when the experiment is: the
+run then works on a local copy and its learner writes replay there, as any run at a URI does):
+TensorBoard, checkpoints, policy.pt2,
 summary.json, progress.log (the run's lines) and exploits.jsonl (a line per exploit: the donor, its
 checkpoint's digests and those of what this trial's learner holds once restored).
 """
@@ -38,9 +40,20 @@ from raypex.cluster.driver.checkpoints import REPLAY_SUFFIX, list_checkpoints, l
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.placement import Reservation
 from raypex.cluster.driver.progress import ProgressLine
+from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.signals import StopAsked
 from raypex.cluster.driver.wiring import resource_request
-from raypex.cluster.storage import atomic_write, read_replay
+from raypex.cluster.storage import (
+    atomic_write,
+    copy_file,
+    delete,
+    is_uri,
+    join,
+    modified,
+    name_of,
+    read_replay,
+    write_bytes,
+)
 from raypex.replay.digest import content_digest
 
 STOP_FILE = "STOP"  # in the experiment directory: the sweep was interrupted, every trial ends its run
@@ -48,6 +61,8 @@ TRIAL_DRIVER_CPUS = 0.05  # the trial's own actor: the run's driver loop, which 
 SAVE_TIMEOUT_S = 300
 END_TIMEOUT_S = 300
 INTERRUPTED = "interrupted"  # a run ended by the sweep's Ctrl-C: its trial is not finished
+RUNNING_DIR = "running"  # in the experiment directory: a file per trial whose run is going on
+STOP_CHECK_S = 1.0  # how often a trial looks for STOP_FILE (at a URI, each look is a request)
 
 
 def trial_bundles(config, device: str) -> list[dict[str, float]]:
@@ -62,8 +77,19 @@ class RaypexTrial(tune.Trainable):
               report_every_epochs: int):
         self.params = dict(config)
         self.device, self.carry_replay, self.report_every_epochs = device, carry_replay, report_every_epochs
-        self.experiment_dir = Path(experiment_dir)
-        self.run_dir = self.experiment_dir / "trials" / self.trial_id
+        # PBT restarts an exploited trial in a new actor while the old one may still be ending its
+        # run (its final checkpoint and uploads): the new one waits, or the two would write over
+        # each other in the trial's run directory
+        self.running_marker = join(experiment_dir, RUNNING_DIR, self.trial_id)
+        _wait_until_gone(self.running_marker, END_TIMEOUT_S)
+        self.remote: RemoteRun | None = None
+        if is_uri(experiment_dir):  # a copy on this trial's node, its files uploaded as the run goes
+            self.remote = RemoteRun(join(experiment_dir, "trials", self.trial_id))
+            if self.remote.holds_files():  # a resumed sweep
+                self.remote.pull()
+            self.run_dir = self.remote.copy
+        else:
+            self.run_dir = Path(experiment_dir) / "trials" / self.trial_id
         values = dict(self.params)
         if "seed" not in values:  # each trial its own seed, the config's for the first
             values["seed"] = int(base.get("seed", 0)) + _trial_number(self.trial_id)
@@ -71,7 +97,7 @@ class RaypexTrial(tune.Trainable):
         self.run_dir.mkdir(parents=True, exist_ok=True)  # what it runs with now (PBT perturbs it)
         atomic_write(self.run_dir / "trial.json", json.dumps({"trial_id": self.trial_id, "params": self.params}).encode())
         self.events: queue.Queue = queue.Queue()
-        self.watch = TrialWatch(report_every_epochs, self.events, self.experiment_dir / STOP_FILE, self.run_dir)
+        self.watch = TrialWatch(report_every_epochs, self.events, join(experiment_dir, STOP_FILE), self.run_dir)
         self.thread: threading.Thread | None = None
         self.summary: dict | None = None  # the run's, once it has ended
 
@@ -97,8 +123,8 @@ class RaypexTrial(tune.Trainable):
         if written is None:
             raise RuntimeError(f"trial {self.trial_id} has no checkpoint to save")
         target = Path(checkpoint_dir)
-        for part in _set_files(written):
-            shutil.copy2(part, target / part.name)
+        for part in self._set_files(written):
+            copy_file(part, target / name_of(part))
         (target / "trial.json").write_text(json.dumps({"trial_id": self.trial_id, "params": self.params}))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
@@ -112,14 +138,20 @@ class RaypexTrial(tune.Trainable):
         checkpoints = self.run_dir / "checkpoints"
         shutil.rmtree(checkpoints, ignore_errors=True)
         checkpoints.mkdir(parents=True)
-        for part in _set_files(manifest):
-            if part.suffix != REPLAY_SUFFIX or self.carry_replay:
+        if self.remote is not None:  # this trial's own sets at the URI go as well
+            self.remote.forget_checkpoints()
+        for part in map(Path, _set_files(manifest)):
+            if part.suffix != REPLAY_SUFFIX:
                 shutil.copy2(part, checkpoints / part.name)
+            elif self.carry_replay:  # where this trial's learner reads its replay
+                copy_file(part, join(self.remote.replay_dir(), part.name) if self.remote else checkpoints / part.name)
         if not self.carry_replay:
             atomic_write(checkpoints / manifest.name,
                          json.dumps({k: v for k, v in counters.items() if k != "replay"}, indent=2).encode())
         for stale in ("policy.pt2", "summary.json"):  # the abandoned line's; the donor's line goes on here
             (self.run_dir / stale).unlink(missing_ok=True)
+            if self.remote is not None:
+                self.remote.forget(stale)
         self.watch.exploit = {"donor": donor["trial_id"], "donor_params": donor["params"], "params": self.params,
                               "checkpoint": manifest.stem, "env_steps": counters["env_steps"],
                               "epochs": counters["epochs"], "replay_carried": self.carry_replay,
@@ -130,6 +162,12 @@ class RaypexTrial(tune.Trainable):
         if self.thread is not None and self.thread.is_alive():
             self.watch.stop_with = self.watch.stop_with or "stopped by the sweep's scheduler"
             self.thread.join(END_TIMEOUT_S)
+        if self.remote is not None and (self.thread is None or not self.thread.is_alive()):
+            self.remote.close()
+
+    def _set_files(self, manifest: Path) -> list[str]:
+        """This trial's checkpoint set `manifest`: where each of its files is."""
+        return _set_files(manifest, self.remote.replay_dir() if self.remote else None)
 
     def reset_config(self, new_config: dict) -> bool:
         return False  # a new actor per trial start: each run owns its actors
@@ -139,23 +177,29 @@ class RaypexTrial(tune.Trainable):
         from raypex.cluster.api import launch
         from raypex.cluster.driver.ray_runtime import RayRuntime
 
-        resume = load_latest(self.run_dir / "checkpoints")
+        resume = load_latest(self.run_dir / "checkpoints", replay_dir=self.remote.replay_dir() if self.remote else None)
         if resume is not None:  # launch reads the config a resumed run was started with
             atomic_write(self.run_dir / "config.yaml", config_to_yaml(self.run_config).encode())
         group = _current_group()
         reservation = Reservation(group, group, "PACK", learner_bundle=1, first_pair_bundle=2, owned=False)
         runtime = RayRuntime(connected_device=self.device, reservation=reservation)
         log = open(self.run_dir / "progress.log", "a", buffering=1)  # noqa: SIM115 - the thread closes it
+        write_bytes(self.running_marker, b"")
 
         def run() -> None:
             try:
                 _, summary = launch(self.run_config, self.run_dir, resume, None, time.time(), ProgressLine(log),
-                                    (self.watch,), None, runtime=runtime)
+                                    (self.watch,), None, runtime=runtime, remote=self.remote)
                 self.events.put(("ended", summary))
             except BaseException as err:  # noqa: BLE001 - raised in Tune's thread, by `step`
                 self.events.put(("failed", err))
             finally:
                 log.close()
+                try:
+                    if self.remote is not None:  # the run's last lines in progress.log
+                        self.remote.push()
+                finally:
+                    delete(self.running_marker)
 
         self.thread = threading.Thread(target=run, name="raypex-trial-run", daemon=True)
         self.thread.start()
@@ -166,8 +210,9 @@ class TrialWatch(RunObserver):
     checkpoint when Tune asks, records an exploit once the run has restored it, and ends the run
     when asked (by Tune's cleanup, or the sweep's STOP_FILE)."""
 
-    def __init__(self, report_every: int, events: queue.Queue, stop_file: Path, run_dir: Path):
+    def __init__(self, report_every: int, events: queue.Queue, stop_file: str, run_dir: Path):
         self.report_every, self.events, self.stop_file, self.run_dir = report_every, events, stop_file, run_dir
+        self.stop_checked = 0.0  # when STOP_FILE was last looked for
         self.stop_with: str | None = None  # set from Tune's thread; raised in the driver's
         self.stopped = False
         self.exploit: dict | None = None  # load_checkpoint's, recorded at the run's first poll
@@ -191,9 +236,15 @@ class TrialWatch(RunObserver):
                 self.checkpoints.put(sets[-1] if sets else None)
             except Exception as err:  # noqa: BLE001 - Tune's save fails with it
                 self.checkpoints.put(err)
-        if not self.stopped and (self.stop_with or self.stop_file.exists()):
+        if not self.stopped and (self.stop_with or self._stop_file_there()):
             self.stopped = True
             raise StopAsked(self.stop_with or INTERRUPTED)
+
+    def _stop_file_there(self) -> bool:
+        if time.monotonic() - self.stop_checked < STOP_CHECK_S:
+            return False
+        self.stop_checked = time.monotonic()
+        return modified(self.stop_file) is not None
 
     def before_finish(self, run) -> None:
         self.stopped = True  # the run is ending already: a stop asked now changes nothing
@@ -257,11 +308,20 @@ def checkpoint_weights_digest(path: Path) -> str:
     return content_digest(policy_arrays(read_learner_state(path.read_bytes(), name=str(path))))
 
 
-def _set_files(manifest: Path) -> list[Path]:
-    """Every file of the checkpoint set `manifest` (ckpt-E.json) names, the manifest last."""
+def _set_files(manifest: Path, replay_dir: str | None = None) -> list[str]:
+    """Where every file of the checkpoint set `manifest` (ckpt-E.json) is, the manifest last; its
+    replay files in `replay_dir` when given (a run at a URI)."""
     counters = json.loads(manifest.read_text())
-    parts = [manifest.with_suffix(".pt"), *(manifest.parent / part["file"] for part in counters.get("replay", []))]
-    return [*parts, manifest]
+    replay = [join(replay_dir or str(manifest.parent), part["file"]) for part in counters.get("replay", [])]
+    return [str(manifest.with_suffix(".pt")), *replay, str(manifest)]
+
+
+def _wait_until_gone(marker: str, timeout_s: float) -> None:
+    """Return once no file is at `marker` (a run of the trial in another actor has ended), or after
+    `timeout_s` (that actor died without removing it)."""
+    deadline = time.monotonic() + timeout_s
+    while modified(marker) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)  # another actor's run ending: nothing to wait on but its file
 
 
 def _trial_number(trial_id: str) -> int:
