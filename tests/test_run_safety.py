@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -154,3 +155,21 @@ def test_an_older_replay_file_holding_a_payload_is_refused_without_running_it(fi
     with pytest.raises(UnsafeRunFile):
         check_run_files(run)
     assert not marker.exists()
+
+
+def test_a_resumed_run_starts_from_its_lines_newest_evaluation(finished_run, tmp_path, capsys):
+    """What a Tune trial reports before its next evaluation (PBT ranks a trial reporting -inf last,
+    and would exploit a trial it has just restarted at once again)."""
+    from raypex.cluster.driver.checkpoints import load_latest
+
+    point = load_latest(finished_run / "checkpoints")
+    assert point is not None and point.eval_return is not None and point.eval_return > 0
+    run = tmp_path / "again"
+    shutil.copytree(finished_run, run)
+    code = main(["train", "--local", "--resume", str(run), "stop.env_steps=9000", "stop.eval_return=null",
+                 "eval.video_every=0", "eval.every_env_steps=100000"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    progress = [line for line in err.splitlines() if line.startswith("[") and "env steps" in line]
+    shown = re.search(r"\| eval +(\S+) \|", progress[0]) if progress else None
+    assert shown and float(shown[1]) == round(point.eval_return, 1), progress
