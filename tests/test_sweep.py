@@ -41,7 +41,7 @@ def experiment_location(request, tmp_path) -> str:
 def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
         experiment_location, tmp_path, joining_environment):
     experiment = experiment_location
-    env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1", "RAYPEX_KEY_FILE": str(tmp_path / "key")}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
                "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2",
                "--scheduler", "pbt", "--experiment-dir", experiment, "--report-every", "1", "--perturb-every", "1"]
@@ -97,13 +97,25 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     # Tune or any trial reads it
     marker = tmp_path / "ran"
     tune_copy = join(experiment, "tune", min(n for n in list_files(join(experiment, "tune")) if n.endswith(".pt")))
+    original = read_bytes(tune_copy)
     write_bytes(tune_copy, pickle.dumps(Payload(marker)))
     refused = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", experiment],
-                             capture_output=True, text=True, timeout=120, check=False)
+                             capture_output=True, text=True, timeout=120, check=False, env=env)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines() == [(
         f"raypex: error: --resume {experiment}: {tune_copy} is not plain tensors (Weights only load failed); "
         "raypex loads nothing else from a run directory")], refused.stderr
+    # and one in Tune's own state, which Tune would unpickle: its signature no longer matches
+    tuner_state = join(experiment, "tune", "tuner.pkl")
+    write_bytes(tune_copy, original)
+    write_bytes(tuner_state, pickle.dumps(Payload(marker)))
+    refused = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", experiment],
+                             capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [(
+        f"raypex: error: --resume {experiment}: {join(experiment, 'tune')} is Ray Tune's pickled state, which Tune "
+        "unpickles to resume (a pickle can run code), and its signature does not match (it changed since, or another "
+        "user or machine signed it); if it is your own sweep: --trust-tune-state")], refused.stderr
     assert not marker.exists()
 
 

@@ -16,6 +16,8 @@ from raypex.cluster.sweep.api import tune
 def run_tune(args: argparse.Namespace) -> int:
     """Run or resume the sweep; 0 when every trial ended, 130/143 when a signal stopped it, 1 when a
     trial failed."""
+    if args.trust_tune_state and args.resume is None:
+        raise UsageError("--trust-tune-state goes with --resume EXPERIMENT_DIR (a new sweep has no state to trust)")
     if args.resume is not None and args.args:
         raise UsageError("--resume EXPERIMENT_DIR continues the sweep as it was asked; give no CONFIG or overrides")
     config = args.args[0] if args.args and "=" not in args.args[0] else "cartpole"
@@ -23,7 +25,7 @@ def run_tune(args: argparse.Namespace) -> int:
     outcome = tune(config, overrides, samples=args.samples, scheduler=args.scheduler,
                    experiment_dir=args.experiment_dir, carry_replay=not args.no_replay_carry,
                    report_every_epochs=args.report_every, perturb_every=args.perturb_every, address=args.address,
-                   resume=args.resume, progress=ProgressLine(sys.stderr))
+                   resume=args.resume, trust_tune_state=args.trust_tune_state, progress=ProgressLine(sys.stderr))
     print(outcome.table())
     where = outcome.experiment_dir
     if outcome.best is not None:

@@ -25,16 +25,18 @@ from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_dir import check_writable
 from raypex.cluster.storage import StorageUnavailable, UnsafeRunFile, is_uri, join, list_files, read_bytes, run_location
 from raypex.cluster.sweep.space import SweepRequest, check_request, default_space, split_space
+from raypex.cluster.sweep.tune_state import UnsignedTuneState, check_tune_state
 
 
 def tune(config: str | Path = "cartpole", overrides: Mapping[str, Any] | list[str] | None = None, *, samples: int = 4,
          scheduler: str = "none", experiment_dir: str | Path | None = None, carry_replay: bool = True,
          report_every_epochs: int = 5, perturb_every: int = 2, address: str | None = None,
-         resume: str | Path | None = None, progress: ProgressLine | None = None):
+         resume: str | Path | None = None, trust_tune_state: bool = False, progress: ProgressLine | None = None):
     """Run a sweep of `samples` trials of `config` with `overrides`, some of them search spaces
     (`{"learner.lr": "loguniform(1e-4,1e-1)"}` or ["learner.lr=loguniform(1e-4,1e-1)"]), under
     `scheduler` (none: random search; asha; pbt); or, with `resume`, continue the sweep in that
-    experiment directory. Returns the SweepOutcome (cluster/sweep/experiment.py)."""
+    experiment directory: Ray Tune unpickles its state, so only when this user's raypex signed it
+    (cluster/sweep/tune_state.py) or `trust_tune_state` says it is the caller's own. Returns the SweepOutcome (cluster/sweep/experiment.py)."""
     progress = progress or ProgressLine(sys.stderr)
     if resume is not None:
         experiment = run_location(str(resume))
@@ -47,7 +49,9 @@ def tune(config: str | Path = "cartpole", overrides: Mapping[str, Any] | list[st
                              "directory)") from None
         try:
             check_run_files(experiment)
-        except UnsafeRunFile as err:
+            if not trust_tune_state:
+                check_tune_state(str(experiment))
+        except (UnsafeRunFile, UnsignedTuneState) as err:
             raise UsageError(f"--resume {experiment}: {err}") from None
         return _run(request, experiment, None, address, progress, resume=True)
     path, given = split_positional([str(config)])

@@ -56,6 +56,7 @@ from raypex.cluster.sweep.trial import (
     RaypexTrial,
     trial_bundles,
 )
+from raypex.cluster.sweep.tune_state import sign_tune_state
 
 METRIC = "eval_return"  # the newest evaluation's mean: what ASHA and PBT compare
 STATUS_EVERY_S = 10.0
@@ -131,6 +132,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path | str, origin: ConfigO
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sign_tune_state(experiment)  # what a later --resume lets Tune unpickle (cluster/sweep/tune_state.py)
         if started_local:
             shutdown()
         else:  # a joined cluster stays up; this process leaves it, as a run does
