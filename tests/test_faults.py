@@ -462,6 +462,10 @@ class Env(CartPoleEnv):
                 note.write(str(time.time()))
         if self.mode == "hang":
             time.sleep(3600)
+        if self.mode == "hold":  # a C call that keeps Python's lock: no thread of the process runs
+            import ctypes
+
+            ctypes.PyDLL(None).sleep(3600)
         if self.mode == "nan":
             reward = float("nan")
         elif self.mode == "inf":
@@ -490,11 +494,14 @@ COLLECTOR_WENT_BAD = (r"collector \d's env raised the same error again after a r
     ("shape", WENT_BAD.format(r"an observation of shape \[5\], where its space has \[4\]")),
     ("hang", (r"collector \d: a step of env.id going_bad.py:Env has not returned for \d+s \(env.step_timeout_s: 5\); "
              r"the env hangs")),
+    ("hold", (r"collector \d has not answered for \d+s \(env.step_timeout_s: 5\), its process alive but held \(a step "
+             r"of env.id going_bad.py:Env that does not return and lets no other thread run\); the env hangs")),
 ])
 def test_an_env_that_goes_bad_mid_run_ends_it_in_one_line_within_a_minute(running, tmp_path, mode, cause):
     """A CartPole that turns bad after 300 steps: a NaN reward, an infinite observation, an
     observation of another shape (met by the evaluator, or by a collector, which restarts once,
-    meets it again and ends the run), or a step that never returns (env.step_timeout_s). The run
+    meets it again and ends the run), or a step that never returns (env.step_timeout_s), the
+    process left free to answer or held by a C call that keeps Python's lock. The run
     ends within 60 s of the fault, exit 1, its last line naming the cause and suggesting no resume
     (it would meet the fault again), with summary.json and counts that add up."""
     (tmp_path / "going_bad.py").write_text(GOING_BAD_ENV.replace("NOTE", str(tmp_path / "went_bad.txt")))

@@ -59,6 +59,7 @@ from raypex.cluster.storage import OutputNotWritten
 from raypex.replay.contracts import EpochStats
 
 POLL_EVERY_S = 0.5
+STATS_WAIT_S = 5.0  # how long a poll waits for every actor's counters before reading them again at the next
 EPOCHS_QUEUED = 2
 EPOCH_END_S = 60  # a stopped learner ends its epoch after the current update
 PRIORITY_FLUSH_S = 60  # the last GPU copies take milliseconds; a learner still in a long update finishes first
@@ -312,9 +313,19 @@ class TrainingRun:
         answering = self.supervisor.answering()
         collectors = self.actors.collectors
         refs = [collectors[i].stats.remote() for i in answering] + [self.actors.learner.replay_stats.remote()]
-        ready = self.rt.wait(refs, num_returns=len(refs), timeout=5.0)
+        ready = self.rt.wait(refs, num_returns=len(refs), timeout=STATS_WAIT_S)
+        if not final:
+            self.supervisor.check_answers(answering, [ref in ready for ref in refs[:-1]], STATS_WAIT_S,
+                                          self.config.env.step_timeout_s, self.config.env.id)
         if len(ready) < len(refs):
-            return False  # an actor is slow to answer; read everything again on the next poll
+            if not final or refs[-1] not in ready:
+                return False  # an actor is slow to answer; read everything again on the next poll
+            # at the end, a collector that cannot answer (its process held by a hung step) is counted
+            # as a lost node's: from its last answer, and what its shard lacks of it as lost
+            silent = {i for i, ref in zip(answering, refs[:-1], strict=True) if ref not in ready}
+            self.supervisor.gone |= silent
+            refs = [ref for i, ref in zip(answering, refs[:-1], strict=True) if i not in silent] + [refs[-1]]
+            answering = [i for i in answering if i not in silent]
         try:
             stats = self.rt.get(refs)
         except self.rt.errors.restarting:

@@ -43,6 +43,7 @@ class CollectorSupervisor:
         self.last_error: list[tuple | None] = [None] * len(collectors)  # (type, where) of each one's last
         self.died_at: list[float | None] = [None] * len(collectors)  # while Ray restarts it: when it died
         self.gone: set[int] = set()  # collectors Ray has not brought back within COME_BACK_S: the run goes on without
+        self.silent_since: dict[int, float] = {}  # live collectors that have not answered a stats call: since when
         self.stopping = False  # after `stop`, a loop's end is the run's end: nothing is restarted
 
     def start(self) -> None:
@@ -120,6 +121,24 @@ class CollectorSupervisor:
                 raise RunFailed(f"collector {collector.index}: a step of env.id {env_id} has not returned for "
                                 f"{collector.env_step_running_s:.0f}s (env.step_timeout_s: {timeout_s:g}); the env "
                                 "hangs", resumable=False)
+
+    def check_answers(self, answering: list[int], answered: list[bool], waited_s: float, timeout_s: float,
+                      env_id: str) -> None:
+        """RunFailed when a live collector has not answered its stats calls for more than
+        `timeout_s`: a step that holds its process (a C call that keeps Python's lock) leaves no
+        thread to answer, nor to report how long the step has run (check_env_steps). `answered`:
+        whether each of `answering` answered the poll that waited `waited_s` for it."""
+        now = time.monotonic()
+        for i, came in zip(answering, answered, strict=True):
+            if came or self.restarting[i]:  # a restarting one is waited for by `check` instead
+                self.silent_since.pop(i, None)
+                continue
+            silent_s = now - self.silent_since.setdefault(i, now - waited_s)
+            if silent_s > timeout_s:
+                self.gone.add(i)  # its counters cannot be read again: the run's end counts it as a lost node's
+                raise RunFailed(f"collector {i} has not answered for {silent_s:.0f}s (env.step_timeout_s: "
+                                f"{timeout_s:g}), its process alive but held (a step of env.id {env_id} that "
+                                "does not return and lets no other thread run); the env hangs", resumable=False)
 
     def _start_loop(self, i: int) -> None:
         """Collector i's loop again, with the learner's newest weights sent to it first."""

@@ -119,6 +119,10 @@ class LockstepCollectors:
     def check_env_steps(self, stats: list, timeout_s: float, env_id: str) -> None:
         """Nothing to watch: a step that hangs here hangs this process (the Ray runtime watches)."""
 
+    def check_answers(self, answering: list[int], answered: list[bool], waited_s: float, timeout_s: float,
+                      env_id: str) -> None:
+        """Every collector here answers at once: it is this process."""
+
     def stop(self) -> None:
         """Nothing runs between the loop's calls."""
 
