@@ -36,7 +36,7 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own
     random initial weights."""
     if s.action_dim:
-        return ContinuousActingPolicy(s.algo, s.action_dim, s.action_noise, np.random.default_rng(seed + 1),
+        return ContinuousActingPolicy(s.head, s.action_dim, s.action_noise, np.random.default_rng(seed + 1),
                                       tuple(s.obs_shape), s.obs_dtype, s.hidden)
     if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
         return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
@@ -55,7 +55,7 @@ def exploration_for(s: CollectorSettings, rng: np.random.Generator) -> EpsilonGr
     """How this collector explores (actors/exploration.py): Ape-X's epsilon for its index, or the
     Box actions of TD3 and SAC."""
     if s.action_dim:
-        return BoxExploration(s.algo, s.action_noise, s.action_low, s.action_high)
+        return BoxExploration(s.action_noise, s.action_low, s.action_high)
     final = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
     return EpsilonGreedy(s.num_actions, final, s.epsilon_anneal_steps, rng)
 

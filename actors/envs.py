@@ -75,20 +75,21 @@ class EnvSpec:
         return len(self.action_low)
 
 
-# algo.name -> the action space it learns on
-CONTINUOUS_ALGOS = ("td3", "sac")
-
-
 def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, flat_only: tuple[str, ...] = ()) -> None:
-    """One line when `algo` cannot learn on the env `spec` describes: td3/sac need Box actions, dqn
-    Discrete ones (every observation `inspect_env` accepts serves all three); the options named in
-    `flat_only` (NetworkConfig.flat_only: network.obs_norm, network.sale) need flat observations."""
-    if algo in CONTINUOUS_ALGOS and not spec.action_dim:
-        raise UnsupportedEnv(f"algo.name {algo} needs a Box action space; env.id '{env_id}' has "
-                             f"{spec.num_actions} Discrete actions: use algo.name dqn")
-    if algo not in CONTINUOUS_ALGOS and spec.action_dim:
+    """One line when `algo` cannot learn on the env `spec` describes: an actor head needs Box
+    actions, a Q-network Discrete ones (its plug-in says which: learner/algorithms/; every
+    observation `inspect_env` accepts serves them all); the options named in `flat_only`
+    (NetworkConfig.flat_only: network.obs_norm, network.sale) need flat observations."""
+    from raypex.learner.algorithms.registry import algorithm, names
+
+    box = algorithm(algo).box_actions
+    if box != bool(spec.action_dim):
+        fitting = " or ".join(name for name in names() if algorithm(name).box_actions != box)
+        if box:
+            raise UnsupportedEnv(f"algo.name {algo} needs a Box action space; env.id '{env_id}' has "
+                                 f"{spec.num_actions} Discrete actions: use algo.name {fitting}")
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
-                             f"space of shape ({spec.action_dim},): use algo.name td3 or sac "
+                             f"space of shape ({spec.action_dim},): use algo.name {fitting} "
                              "(configs/pendulum.yaml has settings for both)")
     if flat_only and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"{flat_only[0]} is for flat observations; env.id '{env_id}' has images of shape "

@@ -71,13 +71,13 @@ class BoxExploration:
     # observation, so collectors keep acting uniformly at random until trained weights come.
     acts_with_untrained_weights = False
 
-    def __init__(self, algo: str, noise: float, low, high):
-        self.kind = "noise" if algo == "td3" else None  # SAC has no exploration rate: it samples
+    def __init__(self, noise: float, low, high):
+        self.kind = "noise" if noise else None  # a sampling head (SAC's) has no exploration rate
         self.noise = noise
         self.scale = ActionScale(low, high)
 
     def rate(self, env_steps: int) -> float:
-        """TD3's action noise (SAC: 0)."""
+        """The collector's action noise (0 for a head that samples)."""
         return self.noise
 
     def act(self, policy, obs: np.ndarray, env_steps: int) -> np.ndarray:

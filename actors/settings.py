@@ -37,7 +37,8 @@ class CollectorSettings:
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
     act_device: str = "cpu"  # cpu | cuda: where the acting network runs (cuda: the GPU share Ray gave this actor)
-    algo: str = "dqn"  # dqn (epsilon-greedy over num_actions) | td3 | sac (Box actions, actors/continuous_acting.py)
+    head: str = "q"  # what it acts with (the algorithm's plug-in says): q (epsilon-greedy over num_actions) |
+    # deterministic | gaussian (an actor over Box actions, actors/continuous_acting.py)
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()
     action_noise: float = 0.0  # td3: this collector's Gaussian noise, a fraction of each action's half-range
@@ -68,3 +69,4 @@ class EvaluatorSettings:
     action_low: tuple[float, ...] = ()  # Box actions' bounds: the weights are a td3/sac actor
     action_high: tuple[float, ...] = ()
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
+    head: str = "q"  # what the published weights are (the algorithm's plug-in says): q | deterministic | gaussian

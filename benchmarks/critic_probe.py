@@ -24,6 +24,7 @@ from raypex.cluster.driver.checkpoints import load_latest
 from raypex.cluster.plan.settings import learner_settings
 from raypex.cluster.storage import read_replay
 from raypex.learner.actor_critic_step import TRANSITION, ActorCriticStep
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.learner_state import read_learner_state
 from raypex.learner.precision import make_precision
 
@@ -99,7 +100,7 @@ def load_run(run_dir: Path) -> tuple[dict[str, ActorCriticStep], dict[str, np.nd
     state = read_learner_state(point.learner_state)["step"]
     cpu, steps = torch.device("cpu"), {}
     for precision in ("fp32", "bf16"):
-        steps[precision] = ActorCriticStep(settings, cpu, precision=make_precision(precision, cpu))
+        steps[precision] = algorithm(settings.algo).build_step(settings, cpu, precision=make_precision(precision, cpu))
         steps[precision].load_state_dict(state)
     storage = read_replay(point.replay_files[0])["storage"]
     return steps, {k: v[: storage["size"]] for k, v in storage["columns"].items()}, point.env_steps

@@ -16,6 +16,7 @@ import time
 import torch
 
 from raypex.learner.actor_critic_step import ActorCriticStep
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.settings import LearnerSettings
 
 
@@ -53,8 +54,8 @@ def main() -> None:
           f"{args.precision}, 1 thread")
     for kind, critic_norm, sale in (("plain", "none", False), ("batch_renorm", "batch_renorm", False),
                                     ("sale", "none", True)):
-        step = ActorCriticStep(settings(args.obs, args.actions, args.hidden, args.algo, critic_norm, args.batch, sale,
-                                        args.precision), torch.device("cpu"))
+        step = algorithm(args.algo).build_step(settings(args.obs, args.actions, args.hidden, args.algo, critic_norm,
+                                                        args.batch, sale, args.precision), torch.device("cpu"))
         batch = {"obs": torch.randn(1, args.batch, args.obs), "action": torch.rand(1, args.batch, args.actions) * 2 - 1,
                  "return": torch.randn(1, args.batch), "discount": torch.full((1, args.batch), 0.99),
                  "next_obs": torch.randn(1, args.batch, args.obs)}

@@ -1,6 +1,8 @@
-"""One whole TD3 or SAC update from a [G, B] batch: the critics' step, then (every `policy_delay`
-updates: by default every second for TD3, every one for SAC) the actor's step, SAC's temperature step and the Polyak
-move of the targets. With `network.obs_norm` each update first merges its batch's observations
+"""One whole actor-critic update from a [G, B] batch: the critics' step, then (every
+`policy_delay` updates: by default every second for TD3, every one for SAC) the actor's step with
+whatever its objective trains beside it (SAC's temperature), and the Polyak move of the targets.
+What TD3 and SAC differ in is their objective (learner/actor_objectives.py), which the algorithm's
+plug-in hands the step (learner/algorithms/). With `network.obs_norm` each update first merges its batch's observations
 into the running statistics, which every network then reads (learner/obs_norm.py). With
 `network.sale` each micro-batch first trains the SALE encoder, the actor and critics read its
 frozen copies, and every target period `after_update` copies the targets whole and refreshes the
@@ -27,15 +29,15 @@ import torch
 from torch import nn
 
 from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
+from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import WIDE_MLP, PrecisionPolicy, make_precision, resolve_precision
-from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from raypex.learner.sale import SaleEncoder, SaleTwinCritic
 from raypex.learner.settings import LearnerSettings
-from raypex.learner.td3_loss import CriticLossOutput, td3_actor_loss, td3_critic_loss
+from raypex.learner.td3_loss import CriticLossOutput
 
 TRANSITION = ("obs", "action", "return", "discount", "next_obs")  # the columns a critic loss reads
 
@@ -45,25 +47,25 @@ def _backward(loss: torch.Tensor, scale: DeviceLossScale | None) -> None:
 
 
 class ActorCriticStep:
-    """The networks, optimizers and one update of TD3 or SAC (settings.algo); its policy is the
-    actor, in the env's action units once exported."""
+    """The networks, optimizers and one update of an actor-critic algorithm with `objective`'s
+    losses (TD3's or SAC's); its policy is the actor, in the env's action units once exported."""
 
     kind = "actor_critic"
     compiled = False
 
     def __init__(self, settings: LearnerSettings, device: torch.device,
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
-                 precision: PrecisionPolicy | None = None):
+                 precision: PrecisionPolicy | None = None, *, objective: TD3Objective | SACObjective):
         """`gather` as DQNStep's; `precision` None: the settings' (auto: learner/precision.py resolve_precision)."""
         self.s = settings
-        self.sac = settings.algo == "sac"
+        self.objective = objective
         self.gather = gather
         obs_shape, obs_dtype, action_dim = tuple(settings.obs_shape), settings.obs_dtype, settings.action_dim
         wide = len(obs_shape) == 1 and min(settings.hidden) >= WIDE_MLP
         self.precision = precision = precision or make_precision(
             resolve_precision(settings.precision, device, False, wide_actor_critic=wide), device)
-        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, self.sac, obs_dtype, settings.obs_norm,
-                                  settings.sale).to(device)
+        self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, objective.gaussian, obs_dtype,
+                                  settings.obs_norm, settings.sale).to(device)
         crossq = settings.critic_norm == "batch_renorm"
         # network.sale (learner/sale.py): the encoder trained here; the actor and critics read frozen copies of it
         self.encoder = SaleEncoder(obs_shape[0], action_dim).to(device) if settings.sale else None
@@ -74,7 +76,7 @@ class ActorCriticStep:
             self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq).to(device)
         # CrossQ's critics have no targets: their next-state values come from the same batch
         self.critic_target = None if crossq else copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_target = None if self.sac else copy.deepcopy(self.actor).requires_grad_(False)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False) if objective.uses_actor_target else None
         self.policy: nn.Module = self.actor  # what collectors act with and policy.pt2 holds
         # what the losses train: a frozen embedding copy is not among them
         self.actor_params = [p for p in self.actor.parameters() if p.requires_grad]
@@ -89,10 +91,6 @@ class ActorCriticStep:
         self.normalizers = [net.encoder for net in networks if net is not None and isinstance(net.encoder, RunningObsNorm)]
         self.actor_optimizer = adam_for(self.actor_params, settings.lr, settings.adam_eps, device)
         self.critic_optimizer = adam_for(self.critic_params, settings.lr, settings.adam_eps, device)
-        self.target_entropy = float(-action_dim if settings.target_entropy is None else settings.target_entropy)
-        self.log_alpha = torch.tensor(float(torch.tensor(settings.init_temperature).log()), device=device,
-                                      requires_grad=True)
-        self.alpha_optimizer = adam_for([self.log_alpha], settings.lr, settings.adam_eps, device) if self.sac else None
         self.encoder_params = list(self.encoder.parameters()) if self.encoder is not None else []
         self.encoder_optimizer = (adam_for(self.encoder_params, settings.lr, settings.adam_eps, device)
                                   if self.encoder is not None else None)
@@ -109,9 +107,8 @@ class ActorCriticStep:
             self.critic_optimizer.found_inf = self.critic_scale.found_inf
             if self.encoder_optimizer is not None:
                 self.encoder_optimizer.found_inf = self.critic_scale.found_inf
-            self.actor_optimizer.found_inf = self.actor_scale.found_inf
-            if self.alpha_optimizer is not None:
-                self.alpha_optimizer.found_inf = self.actor_scale.found_inf
+            for optimizer in (self.actor_optimizer, *objective.optimizers()):
+                optimizer.found_inf = self.actor_scale.found_inf
         self.updates = 0
         self.generator = torch.Generator(device=device).manual_seed(settings.seed + 17)
         self.loss_sum = torch.zeros((), device=device)  # the critics' loss, per micro-batch
@@ -120,11 +117,6 @@ class ActorCriticStep:
         self.actor_steps = 0
         self.td_abs: torch.Tensor | None = None
 
-    @property
-    def alpha(self) -> torch.Tensor:
-        """SAC's entropy temperature (a detached scalar tensor)."""
-        return self.log_alpha.detach().exp()
-
     def noise_shape(self) -> tuple[int, ...]:
         """[2, G, B, action_dim]: the critics' (0) and the actor's (1) standard normal noise for one update."""
         return (2, self.s.accumulation_steps, self.s.micro_batch, self.s.action_dim)
@@ -132,7 +124,7 @@ class ActorCriticStep:
     def draw_noise(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """One update's standard normal noise, from this step's generator (into `out` if given)."""
         if out is None:
-            out = torch.empty(self.noise_shape(), device=self.log_alpha.device)
+            out = torch.empty(self.noise_shape(), device=self.loss_sum.device)
         return out.normal_(generator=self.generator)
 
     def with_actor_next(self) -> bool:
@@ -228,22 +220,16 @@ class ActorCriticStep:
                     noise: torch.Tensor) -> CriticLossOutput:
         """The critics' loss on one micro-batch of TRANSITION columns, under the step's precision;
         `noise`: standard normal, one per action (TD3's target smoothing, SAC's next action)."""
-        s, bounds = self.s, (self.next_q_bounds if self.encoder is not None else None)
-        obs, action, returns, discount, next_obs = (transitions[key] for key in TRANSITION)
+        bounds = self.next_q_bounds if self.encoder is not None else None
         with self.precision.autocast():
-            if self.sac:
-                return sac_critic_loss(self.critic, self.critic_target, self.actor, self.alpha, obs, action, returns,
-                                       discount, next_obs, weight, noise, bounds)
-            return td3_critic_loss(self.critic, self.critic_target, self.actor_target, obs, action, returns, discount,
-                                   next_obs, weight, noise * s.policy_noise, s.noise_clip, bounds)
+            return self.objective.critic_loss(self.critic, self.critic_target, self.actor, self.actor_target,
+                                              tuple(transitions[key] for key in TRANSITION), weight, noise, bounds)
 
     def actor_loss(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(the actor's loss, SAC's temperature loss or None for TD3) on one micro-batch, under the step's precision."""
+        """(the actor's loss, the loss of what its objective trains beside it or None) on one
+        micro-batch, under the step's precision."""
         with self.precision.autocast():
-            if self.sac:
-                return sac_actor_and_temperature_loss(self.actor, self.critic, self.log_alpha, obs, noise,
-                                                      self.target_entropy)
-            return td3_actor_loss(self.actor, self.critic, obs), None
+            return self.objective.actor_loss(self.actor, self.critic, obs, noise)
 
     def _update_normalizers(self, obs: torch.Tensor) -> None:
         first, *others = self.normalizers
@@ -257,22 +243,19 @@ class ActorCriticStep:
             p.requires_grad_(False)
         self.critic.eval()
         for g in range(groups):
-            actor_loss, temperature_loss = self.actor_loss(batch["obs"][g], noise[g])
-            loss = actor_loss if temperature_loss is None else actor_loss + temperature_loss  # no shared parameter
+            actor_loss, beside = self.actor_loss(batch["obs"][g], noise[g])
+            loss = actor_loss if beside is None else actor_loss + beside  # no shared parameter
             _backward(loss / groups, self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
         for p in self.critic_params:
             p.requires_grad_(True)
         self.critic.train()
         if self.actor_scale is not None:
-            self.actor_scale.unscale_([p.grad for p in self.actor_params]
-                                      + ([self.log_alpha.grad] if self.sac else []))
+            self.actor_scale.unscale_([p.grad for p in self.actor_params + self.objective.parameters()])
         nn.utils.clip_grad_norm_(self.actor_params, self.s.max_grad_norm, foreach=True)
-        self.actor_optimizer.step()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.step()
-            self.alpha_optimizer.zero_grad(set_to_none=True)
+        for optimizer in (self.actor_optimizer, *self.objective.optimizers()):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         if self.actor_scale is not None:
             self.actor_scale.update()
 
@@ -283,24 +266,23 @@ class ActorCriticStep:
         scales = [t for scale in (self.critic_scale, self.actor_scale) if scale is not None
                   for t in (scale.scale, scale.growth_tracker, scale.found_inf)]
         return [*(p for net in networks for p in net.parameters()), *(b for net in networks for b in net.buffers()),
-                self.log_alpha, self.loss_sum, self.q_sum, self.next_q_bounds, self.targets_seen, self.encoder_loss_sum,
+                *self.objective.parameters(), self.loss_sum, self.q_sum, self.next_q_bounds, self.targets_seen, self.encoder_loss_sum,
                 self.actor_loss_sum, *scales, *([self.td_abs] if self.td_abs is not None else [])]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers an update steps."""
-        return [optimizer for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer,
+        return [optimizer for optimizer in (self.critic_optimizer, self.actor_optimizer, *self.objective.optimizers(),
                                             self.encoder_optimizer) if optimizer is not None]
 
     def take_metrics(self, micro_batches: int) -> dict[str, float]:
         """The critics' mean loss and Q1 over the `micro_batches` since the last call, the actor's
-        mean loss over its steps since then, and SAC's temperature; resets the sums."""
+        mean loss over its steps since then, and its objective's own figures; resets the sums."""
         metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches,
                    "actor_loss": float(self.actor_loss_sum) / self.actor_steps if self.actor_steps else 0.0}
         for total in (self.loss_sum, self.q_sum, self.actor_loss_sum):
             total.zero_()
         self.actor_steps = 0
-        if self.sac:
-            metrics["temperature"] = float(self.alpha)
+        metrics.update(self.objective.metrics())
         if self.encoder is not None:
             metrics["embedding_loss"] = float(self.encoder_loss_sum) / micro_batches
             self.encoder_loss_sum.zero_()
@@ -310,15 +292,12 @@ class ActorCriticStep:
         """Every network, optimizer and counter an exact resume needs."""
         state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
                  "actor_optimizer": self.actor_optimizer.state_dict(),
-                 "critic_optimizer": self.critic_optimizer.state_dict(),
-                 "log_alpha": self.log_alpha.detach().clone(), "updates": self.updates,
-                 "generator": self.generator.get_state()}
+                 "critic_optimizer": self.critic_optimizer.state_dict(), "updates": self.updates,
+                 "generator": self.generator.get_state(), **self.objective.state_dict()}
         if self.critic_target is not None:
             state["critic_target"] = self.critic_target.state_dict()
         if self.actor_target is not None:
             state["actor_target"] = self.actor_target.state_dict()
-        if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
         if self.encoder is not None and self.encoder_optimizer is not None:
             state["sale"] = {"encoder": self.encoder.state_dict(), "optimizer": self.encoder_optimizer.state_dict(),
                              "next_q_bounds": self.next_q_bounds.clone(), "targets_seen": self.targets_seen.clone()}
@@ -334,14 +313,11 @@ class ActorCriticStep:
             self.critic_target.load_state_dict(state["critic_target"])
         load_optimizer(self.actor_optimizer, state["actor_optimizer"], self.s.lr, self.s.adam_eps)
         load_optimizer(self.critic_optimizer, state["critic_optimizer"], self.s.lr, self.s.adam_eps)
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
+        self.objective.load_state_dict(state)
         self.updates = state["updates"]
         self.generator.set_state(state["generator"].cpu())
         if self.actor_target is not None:
             self.actor_target.load_state_dict(state["actor_target"])
-        if self.alpha_optimizer is not None:
-            load_optimizer(self.alpha_optimizer, state["alpha_optimizer"], self.s.lr, self.s.adam_eps)
         if self.encoder is not None and self.encoder_optimizer is not None:
             sale = state["sale"]
             self.encoder.load_state_dict(sale["encoder"])

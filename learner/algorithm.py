@@ -1,5 +1,5 @@
-"""The seam between the Learner and an algorithm: what one algorithm's update step offers, and
-which class steps each `algo.name`.
+"""The seam between the Learner and an algorithm: what one algorithm's update step offers, built
+by the plug-in `algo.name` finds in the registry (learner/algorithms/registry.py).
 
 The Learner (learner/learner.py) is the same for every algorithm: draw a batch, run the step
 (eager, or its captured CUDA graph), give the replay the step's |TD errors|, publish the step's
@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from raypex.learner.precision import PrecisionPolicy
-from raypex.learner.settings import LearnerSettings
 
 Gather = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 
@@ -59,16 +58,3 @@ class AlgorithmStep(Protocol):
 
     def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
         """`policy` (a float32 CPU copy of `self.policy`) as policy.pt2 holds it, and what it outputs."""
-
-
-def build_step(settings: LearnerSettings, device: torch.device, gather: Gather | None) -> AlgorithmStep:
-    """The step for `settings.algo`."""
-    if settings.algo == "dqn":
-        from raypex.learner.dqn_step import DQNStep
-
-        return DQNStep(settings, device, gather)
-    if settings.algo in ("td3", "sac"):
-        from raypex.learner.actor_critic_step import ActorCriticStep
-
-        return ActorCriticStep(settings, device, gather)
-    raise ValueError(f"algo.name {settings.algo} has no update step; use dqn, td3 or sac")

@@ -109,7 +109,7 @@ class CapturedActorCriticUpdate:
         self.static = {name: tensor.clone() for name, tensor in example.items()}
         # Allocated, not drawn: a draw here would advance the generator before the snapshot saves it,
         # and every update after capture would get the noise meant for the next one.
-        self.noise = torch.empty(step.noise_shape(), device=step.log_alpha.device)
+        self.noise = torch.empty(step.noise_shape(), device=step.loss_sum.device)
         snapshot = TrainingStateSnapshot(step)
         variants = (True,) if step.s.policy_delay == 1 else (False, True)
         side = torch.cuda.Stream()

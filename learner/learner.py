@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from raypex.learner.algorithm import AlgorithmStep, build_step
+from raypex.learner.algorithm import AlgorithmStep
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.learner_state import learner_state, read_learner_state, restore_learner_state
 from raypex.learner.policy_file import export_policy_archive
 from raypex.learner.precision import configure_cuda_math
@@ -70,7 +71,8 @@ class Learner:
         self.replay = replay
         self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
                                should_stop=lambda: self._stop_requested)
-        self.step: AlgorithmStep = build_step(settings, device, gather_from(replay) if self.feed.on_device else None)
+        self.step: AlgorithmStep = algorithm(settings.algo).build_step(settings, device,
+                                                                    gather_from(replay) if self.feed.on_device else None)
         self.cuda_graphs = settings.captures(device.type)
         self.feedback = PriorityFeedback(replay, device) if settings.prioritized else None
         self._captured: Callable[[Mapping[str, torch.Tensor]], None] | None = None

@@ -33,7 +33,7 @@ class LearnerSettings:
     cuda_graphs: str = "auto"  # auto | on | off: capture the whole update as a CUDA graph (auto: on CUDA)
     channels_last: bool = True  # NHWC convolutions on CUDA
     prioritized: bool = False  # weigh by importance weights, send |TD errors| back (replay/priorities.py)
-    algo: str = "dqn"  # dqn | td3 | sac (learner/actor_critic.py)
+    algo: str = "dqn"  # the name of a registered algorithm (learner/algorithms/registry.py)
     action_low: tuple[float, ...] = ()  # Box actions' bounds (td3, sac)
     action_high: tuple[float, ...] = ()
     policy_noise: float = 0.2  # td3: target smoothing noise, fraction of the half-range

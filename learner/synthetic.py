@@ -10,22 +10,28 @@ from raypex.learner.settings import LearnerSettings
 
 def synthetic_batch(settings: LearnerSettings, device: torch.device,
                     rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    """A random [G, B, ...] batch of training fields with the shapes and dtypes replay serves
-    (uint8 pixels), for warm-up and capture (random, not zeros: zeros can take faster paths than
-    real data)."""
-    shape = (settings.accumulation_steps, settings.micro_batch)
-    arrays = {
-        "action": (rng.uniform(-1.0, 1.0, (*shape, settings.action_dim)).astype(np.float32) if settings.action_dim
-                   else rng.integers(0, settings.num_actions, shape)),
-        "return": rng.normal(size=shape).astype(np.float32),
-        "discount": np.full(shape, 0.97, np.float32),
-    }
-    if settings.prioritized:
-        arrays["weight"] = rng.uniform(0.1, 1.0, shape).astype(np.float32)
-    if settings.obs_dtype == "uint8":
-        arrays["obs"], arrays["next_obs"] = rng.integers(0, 256, (2, *shape, *settings.obs_shape), dtype=np.uint8)
-    else:
-        arrays["obs"], arrays["next_obs"] = rng.normal(size=(2, *shape, *settings.obs_shape)).astype(np.float32)
+    """A random [G, B, ...] batch of the fields the algorithm's plug-in trains on (its batch_spec),
+    with the shapes and dtypes replay serves, for warm-up and capture (random, not zeros: zeros can
+    take faster paths than real data). Values are plausible for each field: pixels in [0, 255],
+    Box actions in [-1, 1], discounts below 1, importance weights in (0, 1]."""
+    from raypex.learner.algorithms.registry import algorithm
+
+    groups = (settings.accumulation_steps, settings.micro_batch)
+    arrays = {}
+    for name, (shape, dtype) in algorithm(settings.algo).batch_spec(settings).items():
+        full = (*groups, *shape)
+        if dtype == "uint8":
+            arrays[name] = rng.integers(0, 256, full, dtype=np.uint8)
+        elif dtype == "int64":
+            arrays[name] = rng.integers(0, max(settings.num_actions, 1), full)
+        elif name == "action":
+            arrays[name] = rng.uniform(-1.0, 1.0, full).astype(np.float32)
+        elif name == "discount":
+            arrays[name] = np.full(full, 0.97, np.float32)
+        elif name == "weight":
+            arrays[name] = rng.uniform(0.1, 1.0, full).astype(np.float32)
+        else:
+            arrays[name] = rng.normal(size=full).astype(dtype)
     return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}
 
 

@@ -4,6 +4,7 @@ the learner draws from the replay in its own process, so learner -> replay; repl
 package of ours; every package may import replay.contracts; no Ray outside cluster/). Imports are read from the source (ast), function-level ones included."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ PACKAGES = ("actors", "learner", "replay", "cluster")
 MAX_LINES = 500
 CONTRACTS = "replay.contracts"
 MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp")  # what collectors act with
+REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
+PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
 
 
 def product_modules() -> dict[str, Path]:
@@ -107,7 +110,7 @@ def allowed(importer: str, imported: str) -> bool:
     if source == target or imported == CONTRACTS or source == "cluster":
         return True
     if source == "actors":
-        return imported in MODEL_DEFINITIONS
+        return imported in MODEL_DEFINITIONS or imported == REGISTRY
     if source == "learner":
         return target == "replay"  # the replay lives in the learner's process
     return False  # replay imports only itself
@@ -140,6 +143,26 @@ def test_cluster_parts_import_only_those_drawn_below_them(module):
     above = sorted(name for name in our_imports(module)
                    if name.startswith("cluster.") and cluster_layer(name) < cluster_layer(module))
     assert not above, f"{module} imports {above}, drawn above it in CLUSTER_LAYERS"
+
+
+def names_an_algorithm(line: str) -> bool:
+    """Whether a line of code compares an algorithm's name (`algo.name == ...`, `== "td3"`, ...)."""
+    from raypex.learner.algorithms.registry import names
+
+    quoted = "|".join(names())
+    return bool(re.search(r"algo(\.name)? *(==|!=| in )|self\.sac\b", line)
+                or re.search(rf"(==|!=|\bin) *\(?[\"'](?:{quoted})[\"']|[\"'](?:{quoted})[\"'] *(==|!=)", line))
+
+
+def test_no_code_but_the_algorithm_registry_and_its_plug_ins_compares_an_algorithms_name():
+    """The learner, the run loop, the collectors and the evaluator ask an algorithm's plug-in
+    (learner/algorithms/) what differs, so a new algorithm is one new module there."""
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for module, path in MODULES.items() if not module.startswith(PLUGINS)
+             for number, line in enumerate(path.read_text().splitlines(), 1) if names_an_algorithm(line)]
+    assert not found, "\n".join(found)
+    assert names_an_algorithm('if config.algo.name != "dqn":') and names_an_algorithm('noise if s.algo == x else 0')
+    assert names_an_algorithm('gaussian = head in ("sac",)') and not names_an_algorithm('head == "gaussian"')
 
 
 def test_the_contracts_module_imports_nothing_of_ours():

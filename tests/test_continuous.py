@@ -467,7 +467,7 @@ def test_collectors_act_at_random_until_trained_weights_come():
 def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     """fp16 for TD3/SAC: the critics' and the actor's steps each have a loss scale on the device; an
     overflow skips that step alone and halves its scale (run on the CPU here, as on CUDA)."""
-    from raypex.learner.actor_critic_step import ActorCriticStep
+    from raypex.learner.algorithms.registry import algorithm
     from raypex.learner.loss_scale import DeviceLossScale
     from raypex.learner.precision import PrecisionPolicy
     from tests.test_learner import settings
@@ -475,7 +475,7 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     cpu = torch.device("cpu")
     s = settings(obs_shape=(3,), num_actions=0, algo="sac", policy_delay=1, action_low=(-2.0,), action_high=(2.0,), hidden=[16],
                  target_update="polyak", micro_batch=32, accumulation_steps=2)
-    step = ActorCriticStep(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
+    step = algorithm(s.algo).build_step(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
     batch = {"obs": torch.randn(2, 32, 3), "action": torch.rand(2, 32, 1) * 2 - 1, "return": torch.randn(2, 32),
              "discount": torch.full((2, 32), 0.97), "next_obs": torch.randn(2, 32, 3)}
     for scale in (step.critic_scale, step.actor_scale):
@@ -487,13 +487,13 @@ def test_fp16_loss_scales_skip_only_the_step_that_overflowed():
     assert step.critic_scale.get_scale() == step.actor_scale.get_scale() == 2.0**8
     step.critic_scale.scale.fill_(2.0**100)  # every critic gradient overflows fp16 at this scale
     critic, actor = ([p.detach().clone() for p in params] for params in (step.critic_params, step.actor_params))
-    alpha = float(step.alpha)
+    alpha = float(step.objective.alpha)
     step(batch)
     assert all(torch.equal(a, b) for a, b in zip(critic, step.critic_params))  # skipped, on the device
     assert step.critic_scale.get_scale() == 2.0**99
-    assert any(not torch.equal(a, b) for a, b in zip(actor, step.actor_params)) and float(step.alpha) != alpha
+    assert any(not torch.equal(a, b) for a, b in zip(actor, step.actor_params)) and float(step.objective.alpha) != alpha
     assert step.actor_scale.get_scale() == 2.0**8
-    again = ActorCriticStep(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
+    again = algorithm(s.algo).build_step(s, cpu, precision=PrecisionPolicy("cpu", torch.float16, DeviceLossScale(cpu)))
     again.load_state_dict(step.state_dict())
     assert again.critic_scale.get_scale() == 2.0**99 and again.actor_scale.get_scale() == 2.0**8
 

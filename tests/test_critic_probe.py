@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.critic_probe import probe
-from raypex.learner.actor_critic_step import ActorCriticStep
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.precision import make_precision
 from tests.test_learner import settings
 
@@ -27,8 +27,8 @@ def test_the_probe_finds_the_row_that_holds_the_squared_error_and_compares_gradi
     s = settings(num_actions=0, algo=algo, action_low=(-1.0, -1.0), action_high=(1.0, 1.0), hidden=[16, 16],
                  target_update="polyak", policy_delay=2 if algo == "td3" else 1)
     cpu = torch.device("cpu")
-    first = ActorCriticStep(s, cpu, precision=make_precision("fp32", cpu))
-    same = ActorCriticStep(s, cpu, precision=make_precision("fp32", cpu))
+    first = algorithm(s.algo).build_step(s, cpu, precision=make_precision("fp32", cpu))
+    same = algorithm(s.algo).build_step(s, cpu, precision=make_precision("fp32", cpu))
     same.load_state_dict(first.state_dict())
     found = probe({"fp32": first, "bf16": same}, columns(np.random.default_rng(0), 300), rows=300, seed=0)
     assert found.rows == 300 and found.terminal_rows == 7
@@ -36,7 +36,7 @@ def test_the_probe_finds_the_row_that_holds_the_squared_error_and_compares_gradi
     assert found.abs_error_quantiles["max"] > 9_000 > 10 * found.abs_error_quantiles["99%"]
     assert found.critic_gradient_cosine == pytest.approx(1.0, abs=1e-6)
     assert found.actor_gradient_cosine == pytest.approx(1.0, abs=1e-6)
-    lower = ActorCriticStep(s, cpu, precision=make_precision("bf16", cpu))
+    lower = algorithm(s.algo).build_step(s, cpu, precision=make_precision("bf16", cpu))
     lower.load_state_dict(first.state_dict())
     rounded = probe({"fp32": first, "bf16": lower}, columns(np.random.default_rng(0), 300), rows=300, seed=0)
     assert 0.9 < rounded.critic_gradient_cosine < 1.0 and 0.9 < rounded.actor_gradient_cosine < 1.0

@@ -44,7 +44,7 @@ def test_epsilon_greedy_replaces_greedy_actions_at_its_rate():
 
 
 def test_box_exploration_scales_to_the_env_and_waits_for_trained_weights():
-    td3 = BoxExploration("td3", 0.2, low=[-2.0, 0.0], high=[2.0, 1.0])
+    td3 = BoxExploration(0.2, low=[-2.0, 0.0], high=[2.0, 1.0])
     np.testing.assert_allclose(td3.to_env(np.array([[1.0, -1.0], [0.0, 3.0]])), [[2.0, 0.0], [0.0, 1.0]])
     assert td3.kind == "noise" and td3.rate(10) == 0.2 and not td3.acts_with_untrained_weights
-    assert BoxExploration("sac", 0.0, low=[-1.0], high=[1.0]).kind is None
+    assert BoxExploration(0.0, low=[-1.0], high=[1.0]).kind is None

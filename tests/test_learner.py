@@ -222,7 +222,7 @@ def test_state_roundtrip_resumes_counters_and_weights():
 def test_a_resumed_learner_trains_with_its_own_learning_rate_not_the_checkpoints():
     """`--resume RUN learner.lr=...` and a Tune exploit that perturbs the rate: the optimizer's moments
     come from the checkpoint, the rate and epsilon from the settings."""
-    from raypex.learner.actor_critic_step import ActorCriticStep
+    from raypex.learner.algorithms.registry import algorithm
 
     learner, _ = make_learner()
     learner.train_epoch()
@@ -232,8 +232,9 @@ def test_a_resumed_learner_trains_with_its_own_learning_rate_not_the_checkpoints
     assert (group["lr"], group["eps"]) == (3e-2, 1e-5) and fresh.step.optimizer.state  # moments kept
     kwargs = {"obs_shape": (3,), "num_actions": 0, "algo": "sac", "policy_delay": 1, "action_low": (-1.0,),
               "action_high": (1.0,), "target_update": "polyak"}
-    saved = ActorCriticStep(settings(**kwargs), torch.device("cpu")).state_dict()
-    resumed = ActorCriticStep(settings(**kwargs, lr=7e-4), torch.device("cpu"))
+    sac = algorithm("sac")
+    saved = sac.build_step(settings(**kwargs), torch.device("cpu")).state_dict()
+    resumed = sac.build_step(settings(**kwargs, lr=7e-4), torch.device("cpu"))
     resumed.load_state_dict(saved)
     assert {group["lr"] for optimizer in resumed.optimizers() for group in optimizer.param_groups} == {7e-4}
 

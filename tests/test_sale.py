@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from raypex.learner.actor_critic_step import ActorCriticStep
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.numpy_mlp import NumpyMLPActor
 from raypex.learner.policy_file import ExportedPolicy, export_policy_archive, load_policy
 from raypex.learner.td3_loss import twin_critic_loss
@@ -22,7 +23,7 @@ def sale_step(algo: str) -> ActorCriticStep:
     s = settings(obs_shape=(OBS,), num_actions=0, algo=algo, action_low=(-1.0,) * ACTIONS, action_high=(2.0,) * ACTIONS,
                  hidden=[16, 16], target_update="hard", target_update_every=PERIOD, micro_batch=32, sale=True,
                  policy_delay=2 if algo == "td3" else 1)
-    return ActorCriticStep(s, torch.device("cpu"))
+    return algorithm(s.algo).build_step(s, torch.device("cpu"))
 
 
 def batch(rng: np.random.Generator, size: int = 32) -> dict[str, torch.Tensor]:

@@ -81,7 +81,7 @@ def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     if s.action_dim:
         from raypex.learner.actor_critic_networks import ActorNetwork
 
-        return export_arrays(ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, s.algo == "sac", s.obs_dtype))
+        return export_arrays(ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, s.head == "gaussian", s.obs_dtype))
     from raypex.learner.networks import build_q_network
 
     return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm))

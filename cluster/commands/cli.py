@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "default: a new sweep)")
     sweep.add_argument("--trust-tune-state", action="store_true",
                        help="with --resume: let Ray Tune unpickle the sweep's state although raypex did not sign it "
-                       "(a sweep of yours whose command was killed); never for a sweep from someone else")
+                       "(a sweep of yours whose command was killed); never for a sweep from someone else; default: only state it "
+                       "signed")
     sub.add_parser("configs", help="list the shipped configs (raypex train NAME runs one from any directory)",
                    description="The configs that ship with raypex: name, env id and purpose. `raypex train NAME` "
                    "runs one from any directory; `raypex config show NAME` prints its every key.")

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from raypex.cluster.config.collectors_section import CollectorsConfig
 from raypex.cluster.config.replay_section import ReplayConfig
 from raypex.cluster.config.section import Section, on_off_from_yaml_bools
+from raypex.learner.algorithms.registry import algorithm, names
 
 # Bounds for settings under which a run could never make progress in any reasonable time.
 MAX_SAMPLES_PER_RUN = 1e12  # about 12 days at a million samples/s
@@ -57,9 +58,17 @@ class AlgoConfig(Section):
     """The algorithm: DQN for Discrete actions, TD3 or SAC for Box actions; discounting and n-step
     returns for all three."""
 
-    name: Literal["dqn", "td3", "sac"] = Field(
-        "dqn", description="dqn: Discrete actions (Double DQN, dueling); td3, sac: Box actions (twin critics).")
+    name: str = Field(
+        "dqn", description="A registered algorithm (learner/algorithms/): dqn: Discrete actions (Double DQN, "
+        "dueling); td3, sac: Box actions (twin critics).")
     gamma: float = Field(0.99, gt=0.0, le=1.0, description="Discount factor.")
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in names():
+            raise ValueError(f"one of {', '.join(names())}, the registered algorithms")
+        return name
     n_step: int = Field(3, ge=1, le=100, description="Steps folded into each return.")
     double_dqn: bool = Field(True, description="dqn: pick the next action with the online network.")
     huber_delta: float = Field(1.0, gt=0.0, description="dqn: Huber loss threshold.")
@@ -276,7 +285,7 @@ class RunConfig(Section):
             raise ValueError("learner.precision fp16 needs CUDA; use bf16 or fp32 with device cpu")
         if self.learner.cuda_graphs == "on" and self.learner.device == "cpu":
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
-        continuous = self.algo.name != "dqn"
+        continuous = algorithm(self.algo.name).box_actions
         self._check_sale(continuous)
         if continuous and self.learner.target_update == "hard" and not self.network.sale:
             raise ValueError(f"learner.target_update hard is for dqn and network.sale; algo.name {self.algo.name} moves "

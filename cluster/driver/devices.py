@@ -15,6 +15,7 @@ from raypex.cluster.config.collectors_section import MIN_GPU_SHARE
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_errors import PlacementError
+from raypex.learner.algorithms.registry import algorithm
 
 COLLECTORS_GPU_SHARE = 0.5  # of one GPU, split over the collectors when collectors.num_gpus is auto
 LEARNER_GPU_BESIDE_ACTING = 0.5  # what the learner reserves of its GPU when collectors act on GPUs
@@ -60,8 +61,8 @@ def choose_act_device(config: RunConfig, nodes: list[dict[str, float]], learner_
         if not any(n.get("GPU", 0.0) > 0 for n in nodes):
             raise PlacementError("collectors.act_device is cuda but the Ray cluster has no GPU; use auto or cpu")
         return "cuda"
-    if config.algo.name != "dqn" or not image_obs or learner_device != "cuda":
-        return "cpu"  # numpy MLPs act faster on their core than through a GPU launch; td3/sac act on the CPU
+    if algorithm(config.algo.name).head != "q" or not image_obs or learner_device != "cuda":
+        return "cpu"  # numpy MLPs act faster on their core than through a GPU launch; actor heads act on the CPU
     without = [i for i, n in enumerate(nodes) if n.get("CPU", 0.0) > 0 and not n.get("GPU", 0.0)]
     if without:
         progress.message(f"collectors.act_device auto: cpu ({len(without)} of the cluster's {len(nodes)} nodes have "

@@ -320,12 +320,8 @@ class TrainingRun:
         if len(ready) < len(refs):
             if not final or refs[-1] not in ready:
                 return False  # an actor is slow to answer; read everything again on the next poll
-            # at the end, a collector that cannot answer (its process held by a hung step) is counted
-            # as a lost node's: from its last answer, and what its shard lacks of it as lost
-            silent = {i for i, ref in zip(answering, refs[:-1], strict=True) if ref not in ready}
-            self.supervisor.gone |= silent
-            refs = [ref for i, ref in zip(answering, refs[:-1], strict=True) if i not in silent] + [refs[-1]]
-            answering = [i for i in answering if i not in silent]
+            answering = self.supervisor.count_out_silent(answering, [ref in ready for ref in refs[:-1]])
+            refs = [collectors[i].stats.remote() for i in answering] + [refs[-1]]
         try:
             stats = self.rt.get(refs)
         except self.rt.errors.restarting:

@@ -140,6 +140,13 @@ class CollectorSupervisor:
                                 f"{timeout_s:g}), its process alive but held (a step of env.id {env_id} that "
                                 "does not return and lets no other thread run); the env hangs", resumable=False)
 
+    def count_out_silent(self, answering: list[int], answered: list[bool]) -> list[int]:
+        """At the run's end: those of `answering` that did not answer (a process held by a hung step)
+        are counted as a lost node's collectors (from their last answer, what their shard lacks of
+        it lost); those that did."""
+        self.gone.update(i for i, came in zip(answering, answered, strict=True) if not came)
+        return [i for i in answering if i not in self.gone]
+
     def _start_loop(self, i: int) -> None:
         """Collector i's loop again, with the learner's newest weights sent to it first."""
         self.restarting[i] = False
@@ -156,5 +163,6 @@ class CollectorSupervisor:
     def wait_stopped(self, timeout_s: float = 5.0) -> None:
         """Wait (at most `timeout_s`) for every loop to return, so that counters read afterwards,
         and the final checkpoint that records them, include each collector's last chunk."""
-        if self.loops:
-            ray.wait(self.loops, num_returns=len(self.loops), timeout=timeout_s)
+        loops = [loop for i, loop in enumerate(self.loops) if i not in self.gone]  # a gone one never returns
+        if loops:
+            ray.wait(loops, num_returns=len(loops), timeout=timeout_s)

@@ -29,7 +29,7 @@ class WeightsEvaluator:
         # Box actions: the published weights are a td3/sac actor, acted with deterministically
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None
         obs_shape, obs_dtype = tuple(s.obs_shape), s.obs_dtype
-        self.obs_shape, self.obs_dtype, self.hidden = obs_shape, obs_dtype, s.hidden
+        self.obs_shape, self.obs_dtype, self.hidden, self.head = obs_shape, obs_dtype, s.hidden, s.head
         self.torch_network = None  # a CNN Q-network, or an image actor (TorchActorForward)
         if len(obs_shape) != 1:
             import torch
@@ -56,8 +56,8 @@ class WeightsEvaluator:
         return functools.partial(greedy_actions, self.torch_network)
 
     def _actor(self, arrays: dict[str, np.ndarray]):
-        """The deterministic actor of td3/sac weights: numpy for flat observations, torch for images
-        (built once, on the first weights: whether it has SAC's log-std head is in their names)."""
+        """The deterministic actor of an actor head's weights: numpy for flat observations, torch for
+        images (built once, on the first weights)."""
         if len(self.obs_shape) == 1:
             from raypex.learner.numpy_mlp import NumpyMLPActor
 
@@ -66,7 +66,7 @@ class WeightsEvaluator:
             from raypex.learner.actor_critic_networks import TorchActorForward
 
             self.torch_network = TorchActorForward(self.obs_shape, self.obs_dtype, len(self.action_scale.low),
-                                                   self.hidden, gaussian="log_std.weight" in arrays)
+                                                   self.hidden, gaussian=self.head == "gaussian")
         return self.torch_network.load(arrays)
 
     def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict | None:

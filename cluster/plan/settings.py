@@ -9,6 +9,7 @@ from __future__ import annotations
 from raypex.actors.envs import EnvSpec, known_max_return
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.cluster.config.schema import LearnerConfig, RunConfig
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.settings import LearnerSettings
 from raypex.replay.priorities import BetaSchedule, PrioritySettings
 from raypex.replay.rate_limit import SamplesPerInsertLimiter
@@ -29,14 +30,14 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         act_precision=c.act_precision, act_fusion=c.act_fusion,
         act_device="cuda" if c.act_device == "cuda" else "cpu",  # auto is resolved to one of them once Ray is up
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
-        algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
-        action_noise=collector_noise(config, index) if config.algo.name == "td3" else 0.0,
+        head=algorithm(config.algo.name).head, action_low=spec.action_low, action_high=spec.action_high,
+        action_noise=collector_noise(config, index) if algorithm(config.algo.name).collector_noise else 0.0,
         layer_norm=config.network.critic_norm == "layer_norm",
     )
 
 
 def collector_noise(config: RunConfig, index: int) -> float:
-    """TD3 collector `index`'s action noise: exploration_noise spread geometrically from
+    """Collector `index`'s action noise (for an algorithm whose collectors add it, TD3's): exploration_noise spread geometrically from
     exploration_noise / noise_spread to exploration_noise * noise_spread over the collectors (Ape-X
     spreads epsilon the same way), so some collectors explore widely and some act nearly greedily."""
     a, num = config.algo, config.collectors.num
@@ -80,9 +81,10 @@ def target_update_every(lc: LearnerConfig) -> int:
 
 
 def policy_delay(config: RunConfig) -> int:
-    """Critic updates per actor update: algo.policy_delay, its auto TD3's 2 (its paper) and SAC's 1."""
+    """Critic updates per actor update: algo.policy_delay, its auto the algorithm's own (TD3's 2, its
+    paper's; SAC's 1)."""
     delay = config.algo.policy_delay
-    return delay if delay != "auto" else (2 if config.algo.name == "td3" else 1)
+    return delay if delay != "auto" else algorithm(config.algo.name).default_policy_delay
 
 
 def priority_settings(config: RunConfig) -> PrioritySettings | None:
@@ -110,7 +112,8 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
     return EvaluatorSettings(config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
                              spec.obs_dtype, spec.num_actions, config.network.hidden, config.network.dueling,
                              config.env.frame_stack, spec.frame_stack > 0, config.eval.epsilon,
-                             spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm")
+                             spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm",
+                             algorithm(config.algo.name).head)
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

@@ -220,7 +220,10 @@ class TrialWatch(RunObserver):
         self.checkpoints: queue.Queue = queue.Queue()
 
     def after_epoch(self, run, epoch: int, scalars: dict[str, float]) -> None:
-        if epoch % self.report_every == 0:
+        # a run at its end reports once, done, with its summary (`step`): a report now would let PBT
+        # exploit a trial that has finished, restart it, and do so again at each restart's report
+        ending = run.metrics.env_steps >= run.config.stop.env_steps or run.outcome.ended is not None
+        if epoch % self.report_every == 0 and not ending:
             self.events.put(("report", run_figures(run)))
 
     def after_poll(self, run) -> None:

@@ -1,0 +1,1 @@
+"""The algorithm registry and its plug-ins (learner/algorithms/registry.py)."""

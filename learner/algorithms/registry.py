@@ -1,0 +1,95 @@
+"""The algorithm registry: every algorithm raypex runs is one plug-in, found by `algo.name`.
+
+A plug-in (one module here per algorithm) says everything that differs between algorithms, so
+that the learner, the run loop, the collectors and the evaluator ask it and never name an
+algorithm:
+- `head`: the network collectors and the evaluator act with, and what the published weights and
+  policy.pt2 hold: "q" (a Q-network over Discrete actions, acted on greedily, epsilon-greedy in
+  collectors), "deterministic" (an actor over Box actions, explored with Gaussian noise) or
+  "gaussian" (an actor sampling a squashed Gaussian, which explores by itself);
+- `collector_noise`: whether collectors add Gaussian action noise (spread over the collectors);
+- `default_policy_delay`: critic updates per actor update when `algo.policy_delay` is auto;
+- `batch_spec`: the fields it trains on, each one's shape per sample and dtype (transitions here:
+  obs, action, return, discount, next_obs, and weight under prioritized replay);
+- `build_step`: its update step (learner/algorithm.py AlgorithmStep), which owns networks,
+  optimizers, losses, targets, checkpoint state, the captured CUDA-graph form and the export.
+
+Plug-in modules import nothing heavy at module level (the command line validates a config with
+the registry before torch is imported); their steps import torch when built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from raypex.learner.algorithm import AlgorithmStep, Gather
+    from raypex.learner.precision import PrecisionPolicy
+    from raypex.learner.settings import LearnerSettings
+
+HEADS = ("q", "deterministic", "gaussian")
+PLUGINS = ("dqn", "td3", "sac")  # modules of this package, each registering one algorithm
+
+_registry: dict[str, Algorithm] = {}
+
+
+class Algorithm:
+    """One algorithm's plug-in (see the module docstring); subclasses set the class attributes and
+    `build_step`."""
+
+    name: str
+    head: str
+    collector_noise: bool = False
+    default_policy_delay: int = 1
+
+    @property
+    def box_actions(self) -> bool:
+        """Whether it learns on a Box action space (an actor head) rather than Discrete actions."""
+        return self.head != "q"
+
+    def batch_spec(self, settings: LearnerSettings) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Each field a batch holds for its step: (shape per sample, dtype), [G, B] in front.
+        Transitions: what every algorithm raypex has trains on."""
+        obs = (tuple(settings.obs_shape), settings.obs_dtype)
+        spec = {"obs": obs, "action": ((settings.action_dim,), "float32") if self.box_actions else ((), "int64"),
+                "return": ((), "float32"), "discount": ((), "float32"), "next_obs": obs}
+        if settings.prioritized:
+            spec["weight"] = ((), "float32")  # importance-sampling weights
+        return spec
+
+    def build_step(self, settings: LearnerSettings, device: torch.device, gather: Gather | None = None,
+                   precision: PrecisionPolicy | None = None) -> AlgorithmStep:
+        """Its update step for these settings (`gather` and `precision` as learner/algorithm.py
+        build_step's)."""
+        raise NotImplementedError
+
+
+def register(plugin: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: put one instance of the plug-in in the registry under its name."""
+    if plugin.head not in HEADS:
+        raise ValueError(f"algorithm {plugin.name}: head {plugin.head!r} is not one of {', '.join(HEADS)}")
+    _registry[plugin.name] = plugin()
+    return plugin
+
+
+def _load() -> dict[str, Algorithm]:
+    if not _registry:
+        for module in PLUGINS:
+            importlib.import_module(f"{__package__}.{module}")
+    return _registry
+
+
+def names() -> tuple[str, ...]:
+    """Every registered algorithm's name."""
+    return tuple(_load())
+
+
+def algorithm(name: str) -> Algorithm:
+    """The plug-in registered as `name`; ValueError, in one line naming the others, for none."""
+    plugins = _load()
+    if name not in plugins:
+        raise ValueError(f"algo.name {name} is not an algorithm raypex has; one of {', '.join(plugins)}")
+    return plugins[name]

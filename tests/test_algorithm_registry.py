@@ -1,0 +1,67 @@
+"""The algorithm registry: each algorithm is one plug-in found by `algo.name`, and a new one is a
+new plug-in alone: registered here (as a module of learner/algorithms/ would be), it passes config
+validation, acts in collectors and the evaluator, trains and exports through a real `--local` run
+with no other code knowing its name."""
+
+import pytest
+
+from raypex.cluster.commands.cli import main
+from raypex.learner.algorithms import registry
+from raypex.learner.algorithms.registry import Algorithm, algorithm, names, register
+
+
+def test_the_registry_holds_dqn_td3_and_sac_with_their_heads():
+    assert names()[:3] == ("dqn", "td3", "sac")
+    assert [algorithm(name).head for name in ("dqn", "td3", "sac")] == ["q", "deterministic", "gaussian"]
+    assert [algorithm(name).box_actions for name in ("dqn", "td3", "sac")] == [False, True, True]
+    assert algorithm("td3").collector_noise and not algorithm("sac").collector_noise
+    assert (algorithm("td3").default_policy_delay, algorithm("sac").default_policy_delay) == (2, 1)
+
+
+def test_an_unknown_name_is_one_line_naming_the_registered_ones(capsys):
+    with pytest.raises(ValueError, match="algo.name ppo is not an algorithm raypex has; one of dqn, td3, sac"):
+        algorithm("ppo")
+    assert main(["train", "--local", "algo.name=ppo"]) == 2
+    assert capsys.readouterr().err.strip() == ("raypex: error: config error: algo.name: one of dqn, td3, sac, the "
+                                               "registered algorithms (got 'ppo')")
+
+
+@pytest.fixture
+def plugged_in():
+    """A plug-in registered for the test: DQN's step under another name, acting with a Q-network."""
+
+    @register
+    class PlainQ(Algorithm):
+        name = "plain-q"
+        head = "q"
+        built = 0
+
+        def build_step(self, settings, device, gather=None, precision=None):
+            from raypex.learner.dqn_step import DQNStep
+
+            type(self).built += 1
+            return DQNStep(settings, device, gather, precision)
+
+    yield PlainQ
+    del registry._registry["plain-q"]
+
+
+def test_a_new_plug_in_trains_end_to_end_with_nothing_else_changed(plugged_in, tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--local", "--run-dir", str(run), "algo.name=plain-q", "stop.env_steps=3000",
+                 "stop.eval_return=null", "eval.video_every=0"])
+    assert code == 0, capsys.readouterr().err
+    assert plugged_in.built == 1 and (run / "policy.pt2").is_file()
+    assert main(["train", "--local", "algo.name=plain-q", "env.id=Pendulum-v1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "raypex: error: algo.name plain-q needs Discrete actions; env.id 'Pendulum-v1' has a Box action space of shape "
+        "(1,): use algo.name td3 or sac")
+
+
+def test_a_plug_in_with_an_unknown_head_is_refused():
+    with pytest.raises(ValueError, match="head 'tabular' is not one of q, deterministic, gaussian"):
+        @register
+        class Tabular(Algorithm):
+            name = "tabular"
+            head = "tabular"
+    assert "tabular" not in names()
