@@ -4,7 +4,9 @@ Collectors and the evaluator build their vector envs here, so every env goes thr
 path. `inspect_env` runs in the driver before any actor starts: an unknown id or a space we cannot
 learn on is a one-line `UnsupportedEnv`, not a crash deep inside an actor.
 
-Three kinds of observation are supported: flat float vectors (CartPole); 2-D uint8 frames
+These kinds of observation are supported: flat float vectors (CartPole); symbols (a Discrete
+or MultiDiscrete space: POPGym's memory tasks), which `OneHotVectorEnv` (actors/one_hot.py) hands
+on one-hot; 2-D uint8 frames
 (grayscale pixels), which the vector env returned here stacks (`FrameStackVectorEnv`) so the
 network sees the last `frame_stack` frames; and images that already carry channels (rank 3, in
 either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv`
@@ -33,6 +35,7 @@ from raypex.actors.frames import FrameStacker
 from raypex.actors.images import ImageVectorEnv, image_layout
 from raypex.actors.minatar_ids import register_minatar
 from raypex.actors.mujoco_quiet import quiet_known_mujoco_warnings
+from raypex.actors.one_hot import OneHotVectorEnv, one_hot_for
 
 # Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
 ALE_RESERVED = {"game", "num_envs", "stack_num", "reward_clipping", "autoreset_mode", "episodic_life",
@@ -185,6 +188,9 @@ def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_st
     env, so a second one cost a 32-env collector 2.7 s at every start)."""
     env = make_raw_vector_env(env_id, num_envs, kwargs)
     space = env.single_observation_space
+    encode = one_hot_for(space)
+    if encode is not None:
+        return OneHotVectorEnv(env, encode)
     frame_shape = _frame_shape(space)
     layout = image_layout(space.shape, space.dtype) if frame_shape is None else None
     if frame_shape is not None:
@@ -213,9 +219,9 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
 
 def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> EnvSpec:
     """Check that `env_id` exists and has an action space raypex learns on (Discrete, or a bounded
-    1-D Box) and an observation it learns on: a flat Box vector, 2-D uint8 frames (stacked
-    `frame_stack` deep), or rank-3 images
-    (their channels are the network's input channels; `frame_stack` does not apply)."""
+    1-D Box) and an observation it learns on: a flat Box vector, a Discrete or MultiDiscrete one
+    (one-hot), 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images (their channels are
+    the network's input channels; `frame_stack` does not apply)."""
     if is_ale(env_id):
         import warnings
 
@@ -246,10 +252,13 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
     finally:
         env.close()
     fields = {**action_fields(given, act_space), "reward_threshold": None if threshold is None else float(threshold)}
+    encode = one_hot_for(obs_space)
+    if encode is not None:
+        return EnvSpec((encode.size,), "float32", **fields)
     if not isinstance(obs_space, gym.spaces.Box):
         raise UnsupportedEnv(
-            f"env.id '{given}' has a {type(obs_space).__name__} observation space; "
-            "raypex needs a Box observation space"
+            f"env.id '{given}' has a {type(obs_space).__name__} observation space ({obs_space}); raypex learns "
+            "on Box, Discrete (one-hot) and MultiDiscrete (one-hot per part) observations"
         )
     frame = _frame_shape(obs_space)
     if frame is not None:
