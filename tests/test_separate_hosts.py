@@ -200,7 +200,7 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
                 wait_for_nodes(hosts, i + 1)
         train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address",
                               f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=2",
-                              "stop.env_steps=15000", *SHORT, "checkpoint.replay=true")
+                              "stop.env_steps=15000", *SHORT, "checkpoint.replay=true", "collectors.come_back_s=10")
         log = tmp_path / "driver.log"
         with open(log, "w") as out:
             driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out,
@@ -231,5 +231,5 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
     lost_collectors = [c["collector"] for c in placement["collectors"]
                        if placement["node_ips"][c["collector_node"]] == hosts.addresses[learner_host]]
     for i in lost_collectors:
-        assert (f"collector {i} has not come back 30s after its process died (its node is gone, and no node has "
+        assert (f"collector {i} has not come back 10s after its process died (its node is gone, and no node has "
                 "room for it): the run goes on with 1 collector") in err, err[-3000:]

@@ -10,12 +10,9 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 from raypex.cluster.storage import copy_file, join, list_files, name_of, read_bytes, write_bytes
 from raypex.learner.weights import export_arrays
 from raypex.replay.digest import content_digest
-from tests.s3_server import uri
 from tests.test_run_safety import Payload
 
 # Two CartPole trials side by side on two cores: small actors, one collector each.
@@ -29,18 +26,12 @@ SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus
                 "eval.episodes=10", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
 
 
-@pytest.fixture(params=["local", "s3"])
-def experiment_location(request, tmp_path) -> str:
-    """Where the sweep lives: a local directory, or a URI on moto's S3 server (Tune's state, each
-    trial's run directory and its learner's replay there)."""
-    if request.param == "local":
-        return str(tmp_path / "exp")
-    return uri(request.getfixturevalue("s3_server"), "runs/exp")
+def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(tmp_path, joining_environment):
+    pbt_then_ctrl_c_then_resume(str(tmp_path / "exp"), tmp_path, joining_environment)
 
 
-def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
-        experiment_location, tmp_path, joining_environment):
-    experiment = experiment_location
+def pbt_then_ctrl_c_then_resume(experiment: str, tmp_path, joining_environment) -> None:
+    """The sweep of this file's test in `experiment` (a path or a URI), every check made there."""
     env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1", "RAYPEX_KEY_FILE": str(tmp_path / "key")}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
                "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2",

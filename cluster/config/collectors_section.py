@@ -19,6 +19,9 @@ class CollectorsConfig(Section):
     num_cpus: float = Field(0.4, gt=0.0, description="CPUs Ray reserves per collector.")
     chunk_steps: int = Field(16, ge=1, description="Vector steps folded into one pushed chunk.")
     max_pushes_in_flight: int = Field(2, ge=1, description="Chunk writes a collector may have pending.")
+    come_back_s: float = Field(
+        30.0, gt=0.0, description="How long Ray may take to bring a dead collector back (its node lost, no other "
+        "with room for it) before the run goes on without it, in one line.")
     epsilon_base: float = Field(0.4, ge=0.0, le=1.0, description="Ape-X eps_base.")
     epsilon_alpha: float = Field(7.0, ge=0.0, description="Ape-X alpha: eps_i = base^(1+alpha*i/(N-1)).")
     epsilon_anneal_steps: int = Field(

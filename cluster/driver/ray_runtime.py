@@ -72,6 +72,7 @@ class RayRuntime:
 
     def start(self, config: RunConfig, spec, progress, startup) -> RunActors:
         """Connect (unless connected), choose devices, reserve, ask for every actor."""
+        self.come_back_s = config.collectors.come_back_s
         try:
             if self.owns_connection:
                 if self.address is None:
@@ -111,7 +112,7 @@ class RayRuntime:
 
     def supervisor(self, parts: RunActors, progress) -> CollectorSupervisor:
         """Restarts the loops of collectors Ray restarted."""
-        return CollectorSupervisor(parts.collectors, parts.learner, COLLECTOR_MAX_RESTARTS, progress)
+        return CollectorSupervisor(parts.collectors, parts.learner, COLLECTOR_MAX_RESTARTS, progress, self.come_back_s)
 
     def close(self) -> None:
         """Kill the run's actors and leave the cluster (a local one started here is shut down)."""

@@ -25,24 +25,23 @@ import ray
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_errors import RunFailed, cause_line, error_line, raised_at, traceback_text
 
-COME_BACK_S = 30.0  # how long a dead collector may take to be restarted before the run goes on without it
-
 
 class CollectorSupervisor:
     """Starts, watches and restarts the collectors' run loops."""
 
-    def __init__(self, collectors: list, learner, max_restarts: int, progress: ProgressLine):
+    def __init__(self, collectors: list, learner, max_restarts: int, progress: ProgressLine, come_back_s: float):
         self.collectors = collectors
         self.learner = learner
         self.max_restarts = max_restarts
         self.progress = progress
+        self.come_back_s = come_back_s  # how long a dead collector may take to be restarted (collectors.come_back_s)
         self.loops: list = []  # each collector's running `run` call, or its `pid` call while it restarts
         self.restarting = [False] * len(collectors)  # loops[i] is the pid call of a restarting collector
         self.deaths = [0] * len(collectors)  # processes that died and that Ray restarts
         self.raised = [0] * len(collectors)  # loops that raised in a live process
         self.last_error: list[tuple | None] = [None] * len(collectors)  # (type, where) of each one's last
         self.died_at: list[float | None] = [None] * len(collectors)  # while Ray restarts it: when it died
-        self.gone: set[int] = set()  # collectors Ray has not brought back within COME_BACK_S: the run goes on without
+        self.gone: set[int] = set()  # collectors Ray has not brought back within come_back_s: the run goes on without
         self.silent_since: dict[int, float] = {}  # live collectors that have not answered a stats call: since when
         self.stopping = False  # after `stop`, a loop's end is the run's end: nothing is restarted
 
@@ -93,18 +92,18 @@ class CollectorSupervisor:
         self._count_out_the_lost()
 
     def _count_out_the_lost(self) -> None:
-        """Go on without a collector that Ray has not brought back within COME_BACK_S of its death:
+        """Go on without a collector that Ray has not brought back within come_back_s of its death:
         its node is gone and no node has room for its bundle (a strict spread keeps one collector
         per node). It is taken back if Ray restarts it later; with none left the run cannot go on."""
         now = time.monotonic()
         for i, died_at in enumerate(self.died_at):
-            if self.restarting[i] and i not in self.gone and died_at is not None and now - died_at > COME_BACK_S:
+            if self.restarting[i] and i not in self.gone and died_at is not None and now - died_at > self.come_back_s:
                 self.gone.add(i)
                 left = len(self.collectors) - len(self.gone)
                 if left == 0:
-                    raise RunFailed(f"no collector came back within {COME_BACK_S:g}s of dying (their nodes are gone, "
+                    raise RunFailed(f"no collector came back within {self.come_back_s:g}s of dying (their nodes are gone, "
                                     "and no node has room for them)")
-                self.progress.message(f"collector {i} has not come back {COME_BACK_S:g}s after its process died (its "
+                self.progress.message(f"collector {i} has not come back {self.come_back_s:g}s after its process died (its "
                                       f"node is gone, and no node has room for it): the run goes on with {left} "
                                       f"collector{'s' if left > 1 else ''}")
 
