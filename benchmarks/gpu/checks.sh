@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU checks, in one run: what a session lent a GPU (device `status`: can_start_another true)
+# runs first, before anything else takes device time. Built for the device tool's limits: one
+# command of at most 600 s, files back from $OUT. From the project root, with .gpu/ built by
+# ../shared/gpu/make-bundle.sh and carried:
+#
+#   run(command="source .gpu/setup.sh && bash benchmarks/gpu/checks.sh", carry=[".gpu"], timeout_s=560)
+#
+# Each step has its own time limit and writes its own log under $OUT (default ./gpu-out); a step
+# that fails is reported and the next one runs. The figures go to BENCHMARKS.md's results with the
+# date and the machine (`nvidia-smi -L`, in summary.txt).
+#   1. correctness: the captured DQN/TD3/SAC updates against eager (tests/test_cuda_learner.py)
+#   2. captured update rates, learner alone: DQN (Pong's CNN), TD3 and SAC (Pendulum's MLPs)
+#   3. acting: Pong's collectors acting on the GPU against on their CPU (collect stage)
+#   4. Pong seed 2: the config's run for what is left of the budget, its curve in TensorBoard
+set -uo pipefail
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+SUMMARY="$OUT/summary.txt"
+{ date -u '+%Y-%m-%d %H:%M:%S UTC'; nvidia-smi -L 2>&1; git rev-parse --short HEAD 2>/dev/null; } > "$SUMMARY"
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, one summary line
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout --signal=INT --kill-after=20 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local code=$?
+  echo "$name: exit $code after $((SECONDS - start)) s" | tee -a "$SUMMARY"
+}
+
+step correctness 150 python -m pytest -q -x tests/test_cuda_learner.py
+step rates_dqn 70 python -m benchmarks.learner_matrix configs/pong.yaml --seconds 1.5 --graphs on,off \
+  --shapes 512x4 --json "$OUT/rates_dqn.json"
+step rates_td3 50 python -m benchmarks.learner_matrix configs/pendulum.yaml algo.name=td3 --seconds 1.5 \
+  --graphs on,off --json "$OUT/rates_td3.json"
+step rates_sac 50 python -m benchmarks.learner_matrix configs/pendulum.yaml algo.name=sac --seconds 1.5 \
+  --graphs on,off --json "$OUT/rates_sac.json"
+step acting_gpu 60 raypex bench configs/pong.yaml --stage collect --quick collectors.num=12 learner.num_cpus=4
+step acting_cpu 60 raypex bench configs/pong.yaml --stage collect --quick collectors.num=12 learner.num_cpus=4 \
+  collectors.act_device=cpu
+LEFT=$((540 - SECONDS))
+if [ "$LEFT" -gt 60 ]; then
+  # SIGINT ends the run as a stop does: summary.json and the TensorBoard curve so far
+  step pong_seed2 "$LEFT" raypex train configs/pong.yaml --seed 2 --run-dir "$OUT/pong2" collectors.num=12 \
+    learner.num_cpus=4
+  cp "$OUT/pong2/summary.json" "$OUT/pong2-summary.json" 2>/dev/null
+  python - "$OUT/pong2" > "$OUT/pong2-curve.txt" 2>&1 <<'PY'
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+events = EventAccumulator(f"{sys.argv[1]}/tensorboard", size_guidance={"scalars": 0}).Reload()
+for tag in ("eval/return_mean", "collector/episode_return_mean", "perf/env_steps_per_s"):
+    if tag in events.Tags()["scalars"]:
+        print(tag, [(s.step, round(s.value, 2)) for s in events.Scalars(tag)])
+PY
+  rm -rf "$OUT/pong2"  # its files are more than the device tool brings back
+fi
+cat "$SUMMARY"
