@@ -1,0 +1,172 @@
+"""Sequence replay storage for recurrent learners (R2D2): steps stored once, sequences as index
+ranges over them.
+
+Each env of a collector has a ring of steps (obs, action, reward, discount, first: the step starts
+an episode). Every `period` = length - overlap steps of the collector's stream a sequence starts
+at that step in every env, and it holds the `length` steps from there plus the recurrent state the
+collector's network had at its first step. A sequence is a slot (env, k) recording nothing but its
+state: its steps are read from the env's ring, so overlapping sequences share them and overlap
+costs no memory. Sequences run across episode ends (`first` tells the learner where the state
+starts again: learner/r2d2_targets.py).
+
+A sequence can be sampled once its last step is stored, and no longer once its first step has
+been overwritten; `slots_per_env` sequence slots per env are enough for every sequence the ring
+holds, so a slot is reused only after its last sequence became invalid. Every env of a collector
+steps together, so stream numbers (steps since the collector's first) are shared by its envs.
+
+The bytes (step columns, states) are columns of a column backend (replay/columns.py) with rows
+env * steps_per_env + step (steps) and env * slots_per_env + k (states); the bookkeeping (which
+sequence slots are valid) stays in numpy on the host. A sample is an index draw (`index`): each
+sequence's state row and the rows of its steps [N, length], gathered where the columns are.
+`total_added` counts env steps: the counts of a run are in env steps whatever a row holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import ClassVar
+
+import numpy as np
+
+from raypex.replay.columns import ColumnBackend, HostColumns
+from raypex.replay.priorities import Placement
+from raypex.replay.ring import action_layout
+
+
+def sequence_layout(obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int = 0
+                    ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The step columns (per row: one step of one env)."""
+    return {"obs": (tuple(obs_shape), np.dtype(obs_dtype)), "action": action_layout(action_dim),
+            "reward": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32)),
+            "first": ((), np.dtype(np.bool_))}
+
+
+class SequenceStorage:
+    """Per-env step rings and the sequences over them (see the module docstring).
+
+    `add` takes a SequenceChunk: obs [F, E, ...], action, reward, discount, first [F, E], the stream
+    number of its first step (`first_index`), and `state` [S, E, state_size]: the recurrent state at
+    each step of the chunk whose stream number is a multiple of `period`, in order.
+    """
+
+    # training field -> (column, index key of `index`): how the learner gathers a batch
+    GATHER: ClassVar[dict[str, tuple[str, str]]] = {
+        "obs": ("obs", "steps"), "action": ("action", "steps"), "reward": ("reward", "steps"),
+        "discount": ("discount", "steps"), "first": ("first", "steps"), "state": ("state", "row")}
+
+    def __init__(self, capacity: int, num_envs: int, length: int, overlap: int, obs_shape: tuple[int, ...],
+                 obs_dtype: str, state_size: int, backend: ColumnBackend | None = None, action_dim: int = 0):
+        """`capacity`: env steps held (over all envs); `length` and `overlap`: a sequence's steps and
+        those it shares with the next."""
+        if not 0 <= overlap < length:
+            raise ValueError(f"a sequence's overlap must be at least 0 and below its length {length}, got {overlap}")
+        self.num_envs, self.length, self.period = num_envs, length, length - overlap
+        self.steps_per_env = max(math.ceil(capacity / num_envs), length + self.period)
+        self.slots_per_env = self.steps_per_env // self.period + 1
+        self.capacity = num_envs * self.slots_per_env  # sequence slots: what priorities index
+        self.backend = backend or HostColumns()
+        steps = num_envs * self.steps_per_env
+        self.columns = {name: self.backend.allocate((steps, *shape), dtype)
+                        for name, (shape, dtype) in sequence_layout(obs_shape, obs_dtype, action_dim).items()}
+        self.columns["state"] = self.backend.allocate((self.capacity, state_size), np.dtype(np.float32))
+        self.start = np.full(self.capacity, -1, np.int64)  # each slot's first stream number (-1: none)
+        self.written = 0  # steps written per env stream
+        self.renumber = 0  # added to incoming stream numbers (a restarted collector counts from 0)
+        self.total_added = 0  # env steps stored, over all envs
+        self._valid_rows: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        """Sequences that can be sampled now."""
+        return len(self._rows())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the preallocated columns and bookkeeping."""
+        return sum(self.backend.nbytes(column) for column in self.columns.values()) + self.start.nbytes
+
+    def _rows(self) -> np.ndarray:
+        if self._valid_rows is None:
+            oldest = self.written - self.steps_per_env
+            self._valid_rows = np.flatnonzero((self.start >= max(oldest, 0)) & (self.start + self.length <= self.written)
+                                              & (self.start >= 0))
+        return self._valid_rows
+
+    def add(self, chunk: Mapping) -> Placement:
+        """Write a chunk's steps and the states of the sequences starting in it; returns the
+        sequence slots completed by it (placed), and those whose first step it overwrote (cleared)."""
+        obs = np.asarray(chunk["obs"])
+        count = len(obs)
+        first = int(chunk["first_index"]) + self.renumber
+        if first != self.written:  # a restarted collector: its stream goes on after the stored one
+            self.renumber += self.written - first
+            first = self.written
+        before = self._rows()
+        before_starts = self.start[before].copy()
+        numbers = first + np.arange(count)
+        keep = numbers >= first + count - self.steps_per_env  # a chunk longer than the ring keeps its newest steps
+        envs = np.arange(self.num_envs)[:, None]
+        rows = (envs * self.steps_per_env + (numbers[keep] % self.steps_per_env)[None, :]).ravel()
+        for name in ("obs", "action", "reward", "discount", "first"):
+            values = np.asarray(chunk[name])[keep]
+            self.backend.write(self.columns[name], (rows,),
+                               np.ascontiguousarray(values.swapaxes(0, 1)).reshape(len(rows), *values.shape[2:]))
+        starts = numbers[numbers % self.period == 0]
+        states = np.asarray(chunk["state"], np.float32)
+        if len(states) != len(starts):
+            raise ValueError(f"a chunk of steps {first}..{first + count - 1} starts {len(starts)} sequences "
+                             f"(every {self.period} steps) and brings {len(states)} states")
+        for number, state in zip(starts, states, strict=True):
+            slots = np.arange(self.num_envs) * self.slots_per_env + (number // self.period) % self.slots_per_env
+            self.start[slots] = number
+            self.backend.write(self.columns["state"], (slots,), state)
+        self.written = first + count
+        self.total_added += count * self.num_envs
+        self._valid_rows = None
+        after = self._rows()
+        # a slot is cleared when the sequence it held is no longer valid (gone, or its slot taken by
+        # a newer one), placed when it holds a valid sequence it did not hold before
+        cleared = before[(self.start[before] != before_starts) | ~np.isin(before, after)]
+        was = dict(zip(before.tolist(), before_starts.tolist(), strict=True))
+        placed = np.array([row for row in after.tolist() if was.get(row) != self.start[row]], np.int64)
+        return Placement(placed, np.arange(len(placed)), cleared)
+
+    def sampleable_rows(self) -> np.ndarray:
+        """The sequence slots that can be sampled now."""
+        return self._rows()
+
+    def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """`count` sequence slots drawn uniformly from the valid ones."""
+        rows = self._rows()
+        if len(rows) == 0:
+            raise ValueError("cannot sample from an empty storage")
+        return rows[rng.integers(0, len(rows), size=count)]
+
+    def index(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """What the learner gathers sequences at slots `rows` ([N]) by: their state rows and the
+        rows of their steps [N, length]."""
+        env = rows // self.slots_per_env
+        numbers = self.start[rows][:, None] + np.arange(self.length)[None, :]
+        return {"row": rows, "steps": env[:, None] * self.steps_per_env + numbers % self.steps_per_env}
+
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The sequences at `rows` read to host memory: steps [N, length, ...], state [N, state_size]."""
+        index = self.index(rows)
+        return {field: self.backend.read(self.columns[column], (index[key],))
+                for field, (column, key) in self.GATHER.items()}
+
+    def get_state(self) -> dict:
+        """Every column, the bookkeeping and the counters, for a replay checkpoint."""
+        state = {name: self.backend.read(column, (slice(None),)) for name, column in self.columns.items()}
+        state.update(start=self.start.copy(), written=self.written, renumber=self.renumber,
+                     total_added=self.total_added)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        """Restore from `get_state` output (same capacity, envs, length and overlap)."""
+        for name, column in self.columns.items():
+            self.backend.write(column, (slice(None),), np.asarray(state[name]).reshape(column.shape))
+        self.start[...] = state["start"]
+        self.written, self.renumber, self.total_added = state["written"], state["renumber"], state["total_added"]
+        self._valid_rows = None

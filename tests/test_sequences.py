@@ -1,0 +1,105 @@
+"""Sequence replay storage (replay/sequences.py): steps stored once per env, sequences as index
+ranges over them with the recurrent state at their first step, valid from their last step's
+arrival until their first step is overwritten."""
+
+import numpy as np
+import pytest
+
+from raypex.replay.sequences import SequenceStorage
+
+E, LENGTH, OVERLAP = 2, 4, 2  # a sequence every 2 steps, each 4 long
+
+
+def storage(capacity: int = 16, overlap: int = OVERLAP) -> SequenceStorage:
+    return SequenceStorage(capacity, E, LENGTH, overlap, (3,), "float32", state_size=2)
+
+
+def chunk(first_index: int, count: int, period: int = LENGTH - OVERLAP) -> dict:
+    """Steps first_index.. of both envs: obs [n, e, n + e, ...], reward n + 10 e, a state per
+    sequence start of [n, e]; env 1's episode starts at stream number 5."""
+    numbers = np.arange(first_index, first_index + count)
+    obs = np.stack([np.stack([np.full(3, n + 100 * e, np.float32) for e in range(E)]) for n in numbers])
+    starts = numbers[numbers % period == 0]
+    return {"obs": obs, "action": np.tile(numbers[:, None] % 2, (1, E)), "first_index": first_index,
+            "reward": (numbers[:, None] + 10 * np.arange(E)[None, :]).astype(np.float32),
+            "discount": np.full((count, E), 0.9, np.float32),
+            "first": (numbers[:, None] == np.array([0, 5])[None, :]) | (numbers[:, None] == 0),
+            "state": np.array([[[n, e] for e in range(E)] for n in starts], np.float32).reshape(len(starts), E, 2)}
+
+
+def starts_of(s: SequenceStorage, rows: np.ndarray) -> list[int]:
+    return sorted({int(n) for n in s.start[rows]})
+
+
+def test_a_sequence_is_its_steps_read_in_place_with_the_state_at_its_first():
+    s = storage()
+    placed = s.add(chunk(0, 6))
+    assert s.size == 4 and starts_of(s, s.sampleable_rows()) == [0, 2]  # 2..5 complete, 4..7 not yet
+    assert sorted(placed.rows) == sorted(s.sampleable_rows()) and len(placed.cleared) == 0
+    batch = s.gather(np.sort(s.sampleable_rows()))
+    assert batch["obs"].shape == (4, LENGTH, 3) and batch["state"].shape == (4, 2)
+    by_start = {(int(st[0]), int(st[1])): i for i, st in enumerate(batch["state"])}
+    env1_from2 = by_start[(2, 1)]
+    np.testing.assert_array_equal(batch["obs"][env1_from2, :, 0], [102, 103, 104, 105])
+    np.testing.assert_array_equal(batch["reward"][env1_from2], [12, 13, 14, 15])
+    np.testing.assert_array_equal(batch["first"][env1_from2], [False, False, False, True])  # env 1's new episode
+    np.testing.assert_array_equal(batch["obs"][by_start[(0, 0)], :, 0], [0, 1, 2, 3])
+    assert s.total_added == 6 * E  # counted in env steps
+
+
+def test_sequences_whose_first_step_is_overwritten_go_and_the_newest_read_across_the_rings_end():
+    s = storage()  # 8 steps per env
+    s.add(chunk(0, 6))
+    placed = s.add(chunk(6, 6))  # steps 0..3 overwritten by 8..11
+    assert starts_of(s, s.sampleable_rows()) == [4, 6, 8]
+    assert len(placed.cleared) == 4 and not set(placed.cleared) & set(s.sampleable_rows())  # starts 0 and 2
+    assert starts_of(s, placed.rows) == [4, 6, 8]
+    env0 = [r for r in s.sampleable_rows() if s.start[r] == 6 and r // s.slots_per_env == 0]
+    np.testing.assert_array_equal(s.gather(np.array(env0))["obs"][0, :, 0], [6, 7, 8, 9])  # 8, 9 wrapped
+    assert s.total_added == 12 * E
+
+
+def test_overlap_costs_no_step_memory():
+    apart, overlapping = storage(1000, overlap=0), storage(1000, overlap=3)
+    for name in ("obs", "action", "reward", "discount", "first"):
+        assert apart.columns[name].nbytes == overlapping.columns[name].nbytes
+    # only the states of the extra sequences: one state of 2 floats per sequence start
+    assert overlapping.columns["state"].nbytes < 5 * apart.columns["state"].nbytes
+
+
+def test_a_restarted_collector_counts_on_after_the_stored_steps():
+    s = storage()
+    s.add(chunk(0, 4))
+    s.add(chunk(0, 4))  # its stream from 0 again: stored as steps 4..7
+    assert s.written == 8 and starts_of(s, s.sampleable_rows()) == [0, 2, 4]
+
+
+def test_a_chunk_must_bring_a_state_for_each_sequence_it_starts():
+    s = storage()
+    bad = chunk(0, 6)
+    bad["state"] = bad["state"][:2]
+    with pytest.raises(ValueError, match=r"starts 3 sequences \(every 2 steps\) and brings 2 states"):
+        s.add(bad)
+
+
+def test_the_state_of_a_storage_comes_back_whole():
+    s = storage()
+    s.add(chunk(0, 6))
+    s.add(chunk(6, 3))
+    again = storage()
+    again.set_state(s.get_state())
+    rows = np.sort(s.sampleable_rows())
+    np.testing.assert_array_equal(np.sort(again.sampleable_rows()), rows)
+    for name, values in s.gather(rows).items():
+        np.testing.assert_array_equal(again.gather(rows)[name], values)
+    assert (again.written, again.total_added) == (9, 18)
+
+
+def test_a_slot_taken_by_a_newer_sequence_in_one_chunk_is_cleared_and_placed():
+    s = storage()
+    s.add(chunk(0, 6))
+    first_slot = [r for r in s.sampleable_rows() if s.start[r] == 0]
+    placed = s.add(chunk(6, 10))  # the ring keeps steps 8..15: start 10 takes start 0's slot
+    assert starts_of(s, s.sampleable_rows()) == [8, 10, 12]
+    assert set(first_slot) <= set(placed.cleared) and set(first_slot) <= set(placed.rows)
+    assert s.start[first_slot[0]] == 10
