@@ -26,12 +26,11 @@ SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus
                 "eval.episodes=10", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
 
 
-def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(tmp_path, joining_environment):
-    pbt_then_ctrl_c_then_resume(str(tmp_path / "exp"), tmp_path, joining_environment)
-
-
-def pbt_then_ctrl_c_then_resume(experiment: str, tmp_path, joining_environment) -> None:
-    """The sweep of this file's test in `experiment` (a path or a URI), every check made there."""
+def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
+        tmp_path, joining_environment, experiment: str | None = None):
+    """In a local experiment directory, or at `experiment` (a URI: tests/test_sweep_at_a_uri.py),
+    every check made there."""
+    experiment = experiment or str(tmp_path / "exp")
     env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1", "RAYPEX_KEY_FILE": str(tmp_path / "key")}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
                "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2",

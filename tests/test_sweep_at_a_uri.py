@@ -4,8 +4,10 @@ Tune's state, every trial's run directory and each learner's replay there, the e
 it to the other worker than the local sweep's."""
 
 from tests.s3_server import uri
-from tests.test_sweep import pbt_then_ctrl_c_then_resume
+from tests.test_sweep import (
+    test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep as sweep,
+)
 
 
 def test_a_pbt_sweep_at_an_s3_uri_exploits_stops_and_resumes_there(s3_server, tmp_path, joining_environment):
-    pbt_then_ctrl_c_then_resume(uri(s3_server, "runs/exp"), tmp_path, joining_environment)
+    sweep(tmp_path, joining_environment, uri(s3_server, "runs/exp"))
