@@ -44,6 +44,10 @@ class LearnerSettings:
     obs_norm: bool = False  # td3/sac: running observation normalization inside the networks (learner/obs_norm.py)
     critic_norm: str = "none"  # dqn: none | layer_norm; td3/sac: none | batch_renorm (CrossQ's critics, no target critics)
     sale: bool = False  # td3/sac: SALE embeddings, hard target copies every target_update_every (learner/sale.py)
+    n_step: int = 5  # r2d2: steps of reward in each target (the others fold n-step returns in collectors)
+    burn_in: int = 40  # r2d2: a replayed sequence's first steps, unrolled without gradient before the loss
+    recurrent_size: int = 128  # r2d2: LSTM units
+    value_rescale: bool = True  # r2d2: targets through h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x
 
     def captures(self, device_type: str) -> bool:
         """Whether the update is captured as CUDA graphs on a device of this type (auto: on CUDA)."""

@@ -1,0 +1,134 @@
+"""R2D2's update (Kapturowski et al., ICLR 2019): a recurrent Q-network trained on replayed
+sequences from the recurrent state stored with each, after a burn-in.
+
+A batch holds G micro-batches of B sequences, each field [G, B, T, ...] (replay/sequences.py
+serves them: obs, action, reward, discount, first, and `state`, the stored (h, c) side by side),
+with importance weights [G, B] under prioritized replay. For each micro-batch the online network
+is unrolled over the sequence from its stored state, the first `burn_in` steps without gradient,
+and the target network likewise; the loss is half the squared n-step double-Q TD error
+(learner/r2d2_targets.py) averaged over each sequence's steps, weighted per sequence; each
+sequence's new priority mixes the max and the mean of its |TD errors|. The target network is
+copied every `target_update_every` updates (or moved by Polyak averaging).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from raypex.learner.host_adam import adam_for, load_optimizer
+from raypex.learner.precision import PrecisionPolicy, make_precision
+from raypex.learner.r2d2_targets import sequence_priorities, td_errors, unroll
+from raypex.learner.recurrent_networks import RecurrentQNetwork
+from raypex.learner.settings import LearnerSettings
+
+
+class R2D2Step:
+    """The online and target recurrent Q-networks, Adam, and one update over sequences."""
+
+    kind = "r2d2"
+    compiled = False
+
+    def __init__(self, settings: LearnerSettings, device: torch.device,
+                 gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
+                 precision: PrecisionPolicy | None = None):
+        if len(settings.obs_shape) != 1:
+            raise ValueError(f"r2d2 takes flat observations; got shape {tuple(settings.obs_shape)}")
+        self.s, self.gather, self.device = settings, gather, device
+        self.precision = precision or make_precision("fp32", device)
+        self.online = RecurrentQNetwork(settings.obs_shape[0], settings.num_actions, settings.hidden,
+                                        settings.recurrent_size, settings.dueling).to(device)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.policy: nn.Module = self.online
+        self.params = list(self.online.parameters())
+        self.target_params = list(self.target.parameters())
+        self.optimizer = adam_for(self.params, settings.lr, settings.adam_eps, device)
+        self.polyak_tau = settings.target_tau if settings.target_update == "polyak" else None
+        self.loss_sum = torch.zeros((), device=device)
+        self.q_sum = torch.zeros((), device=device)
+        self.td_abs: torch.Tensor | None = None  # prioritized replay: each sequence's priority mix, [G, B]
+
+    def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """One eager update (see the module docstring)."""
+        if self.gather is not None:
+            batch = self.gather(batch)
+        groups = batch["action"].shape[0]
+        if self.s.prioritized and self.td_abs is None:
+            self.td_abs = torch.zeros(batch["action"].shape[:2], device=batch["action"].device)
+        for g in range(groups):
+            loss, td = self.sequence_loss({name: batch[name][g] for name in batch})
+            (loss / groups).backward()
+            if self.td_abs is not None:
+                self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), torch.ones_like(td)))
+        nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.polyak_tau is not None:
+            with torch.no_grad():
+                torch._foreach_lerp_(self.target_params, self.params, self.polyak_tau)
+
+    def sequence_loss(self, sequences: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the weighted loss, the TD errors [L - 1, B]) of one micro-batch of B sequences."""
+        time_first = {name: sequences[name].transpose(0, 1) for name in ("obs", "action", "reward", "discount", "first")}
+        batch = time_first["obs"].shape[1]
+        h, c = sequences["state"].float().split(self.s.recurrent_size, dim=-1)
+        initial = self.online.initial_state(batch, h.device)
+        burn_in = self.s.burn_in
+        q_online = unroll(self.online, time_first["obs"], time_first["first"].bool(), (h, c), initial, burn_in)
+        with torch.no_grad():
+            q_target = unroll(self.target, time_first["obs"], time_first["first"].bool(), (h, c), initial, burn_in)
+        td = td_errors(q_online, q_target, time_first["action"][burn_in:], time_first["reward"][burn_in:],
+                       time_first["discount"][burn_in:], self.s.n_step, self.s.value_rescale)
+        per_sequence = 0.5 * td.square().mean(dim=0)
+        if self.s.prioritized:
+            per_sequence = per_sequence * sequences["weight"]
+        loss = per_sequence.mean()
+        self.loss_sum += loss.detach()
+        self.q_sum += q_online.detach().max(dim=-1).values.mean()
+        return loss, td
+
+    def after_update(self, updates: int) -> None:
+        """The hard target copy, every `target_update_every` updates."""
+        if self.polyak_tau is None and updates % self.s.target_update_every == 0:
+            with torch.no_grad():
+                torch._foreach_copy_(self.target_params, self.params)
+
+    def capture(self, example: Mapping[str, torch.Tensor]):
+        """Not captured yet: the unroll's Python loop would be one graph per sequence length."""
+        raise NotImplementedError("r2d2's update is not captured as a CUDA graph yet; use learner.cuda_graphs off")
+
+    def warm_up(self, example: Mapping[str, torch.Tensor]) -> None:
+        """Nothing: an eager update needs no warm-up."""
+
+    def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
+        """Not yet: policy.pt2 for a policy with state ((obs, state) -> (q, state)) comes with the r2d2 plug-in."""
+        raise NotImplementedError("policy.pt2 of a recurrent policy is not written yet")
+
+    def training_tensors(self) -> list[torch.Tensor]:
+        """Every tensor an update changes, optimizer state aside."""
+        return [*self.params, *self.target_params, self.loss_sum, self.q_sum]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers an update steps."""
+        return [self.optimizer]
+
+    def take_metrics(self, micro_batches: int) -> dict[str, float]:
+        """Mean loss and greedy Q over the `micro_batches` since the last call; resets the sums."""
+        metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches}
+        self.loss_sum.zero_()
+        self.q_sum.zero_()
+        return metrics
+
+    def state_dict(self) -> dict:
+        """The networks and the optimizer."""
+        return {"online": self.online.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore from `state_dict` output."""
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        load_optimizer(self.optimizer, state["optimizer"], self.s.lr, self.s.adam_eps)

@@ -1,0 +1,40 @@
+"""RecurrentQNetwork: R2D2's Q-network for flat observations: an MLP torso, an LSTM cell and a
+dueling head. One call is one step, `(obs [B, obs_dim], (h, c)) -> (q [B, A], (h, c))`, the form
+learner/r2d2_targets.py `unroll` runs over a sequence and collectors act with step by step."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class RecurrentQNetwork(nn.Module):
+    """MLP torso (`hidden`), an LSTM cell of `recurrent_size` units, dueling value and advantage heads."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], recurrent_size: int, dueling: bool = True):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = obs_dim
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        self.torso = nn.Sequential(*layers)
+        self.core = nn.LSTMCell(width, recurrent_size)
+        self.recurrent_size = recurrent_size
+        self.advantage = nn.Linear(recurrent_size, num_actions)
+        self.value = nn.Linear(recurrent_size, 1) if dueling else None
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """The state an episode starts from: zeros, (h, c) each [batch, recurrent_size]."""
+        zeros = torch.zeros(batch, self.recurrent_size, device=device)
+        return zeros, zeros.clone()
+
+    def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        h, c = self.core(self.torso(obs.to(self.advantage.weight.dtype)), state)
+        advantage = F.linear(h, self.advantage.weight, self.advantage.bias)
+        if self.value is None:
+            return advantage, (h, c)
+        value = F.linear(h, self.value.weight, self.value.bias)
+        return value + advantage - advantage.mean(dim=1, keepdim=True), (h, c)
