@@ -18,6 +18,15 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def relu_mlp(width: int, hidden: list[int]) -> tuple[nn.Sequential, int]:
+    """Linear + ReLU layers of `hidden` sizes after an input of `width` features, and the width out."""
+    layers: list[nn.Module] = []
+    for size in hidden:
+        layers += [nn.Linear(width, size), nn.ReLU()]
+        width = size
+    return nn.Sequential(*layers), width
+
+
 class MLPQNetwork(nn.Module):
     """Maps a float32 batch of flat observations [B, obs_dim] to Q-values [B, num_actions].
     With `layer_norm`, each hidden layer's output is layer-normalized before its ReLU (PQN's
@@ -25,17 +34,12 @@ class MLPQNetwork(nn.Module):
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], dueling: bool, layer_norm: bool = False):
         super().__init__()
-        layers: list[nn.Module] = []
-        width = obs_dim
-        for size in hidden:
-            layers += [nn.Linear(width, size), nn.ReLU()]
-            width = size
-        self.torso = nn.Sequential(*layers)
+        self.torso, width = relu_mlp(obs_dim, hidden)
         self.norms = nn.ModuleList(nn.LayerNorm(size) for size in hidden) if layer_norm else None
         self.dueling = dueling
         self.advantage = nn.Linear(width, num_actions)
         self.value = nn.Linear(width, 1) if dueling else None
-        self._hidden_layers = [layer for layer in layers if isinstance(layer, nn.Linear)]
+        self._hidden_layers = [layer for layer in self.torso if isinstance(layer, nn.Linear)]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # F.linear on the layers' own parameters instead of calling each nn.Module: for a network

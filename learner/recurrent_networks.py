@@ -8,18 +8,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from raypex.learner.networks import relu_mlp
+
 
 class RecurrentQNetwork(nn.Module):
     """MLP torso (`hidden`), an LSTM cell of `recurrent_size` units, dueling value and advantage heads."""
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], recurrent_size: int, dueling: bool = True):
         super().__init__()
-        layers: list[nn.Module] = []
-        width = obs_dim
-        for size in hidden:
-            layers += [nn.Linear(width, size), nn.ReLU()]
-            width = size
-        self.torso = nn.Sequential(*layers)
+        self.torso, width = relu_mlp(obs_dim, hidden)
         self.core = nn.LSTMCell(width, recurrent_size)
         self.recurrent_size = recurrent_size
         self.advantage = nn.Linear(recurrent_size, num_actions)

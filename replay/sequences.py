@@ -136,13 +136,6 @@ class SequenceStorage:
         """The sequence slots that can be sampled now."""
         return self._rows()
 
-    def sample_rows(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """`count` sequence slots drawn uniformly from the valid ones."""
-        rows = self._rows()
-        if len(rows) == 0:
-            raise ValueError("cannot sample from an empty storage")
-        return rows[rng.integers(0, len(rows), size=count)]
-
     def index(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """What the learner gathers sequences at slots `rows` ([N]) by: their state rows and the
         rows of their steps [N, length]."""
