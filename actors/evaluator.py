@@ -7,6 +7,7 @@ which a run hands published weights while the learner trains, and by `raypex eva
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -42,6 +43,7 @@ class Evaluator:
         space = self.env.single_action_space
         self.num_actions = int(space.n) if hasattr(space, "n") else 0  # 0: Box actions, never randomized
         self.runs = 0
+        self.step_started: float | None = None  # perf_counter() when the env step running now began
 
     def evaluate(self, policy: Policy, give_up: tuple[float, float] | None = None,
                  record: bool = False) -> np.ndarray | None:
@@ -77,10 +79,12 @@ class Evaluator:
             if self.epsilon and self.num_actions:
                 explore = self.rng.random(self.episodes) < self.epsilon
                 actions = np.where(explore, self.rng.integers(0, self.num_actions, self.episodes), actions)
+            self.step_started = time.perf_counter()
             try:
                 obs, reward, terminated, truncated, _ = self.env.step(actions)
             except ValueError as err:  # a vector env that could not stack an observation of another shape
                 raise check.explain(self.env, err, lengths) or err
+            self.step_started = None
             check(obs, reward, lengths)
             lengths += running
             returns += np.where(running, reward, 0.0)

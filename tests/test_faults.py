@@ -520,3 +520,22 @@ def test_an_env_that_goes_bad_mid_run_ends_it_in_one_line_within_a_minute(runnin
     assert result["ended"] == "failed: " + last.removeprefix("raypex: run failed: ").split("; its traceback")[0]
     assert "Traceback" not in run.output and "--resume" not in last
     assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
+
+
+def test_an_env_step_that_hangs_in_a_local_run_ends_it_in_one_line(tmp_path, monkeypatch, capsys):
+    """`--local` steps the envs in the run's own thread: a watcher thread interrupts a step that has
+    not returned for env.step_timeout_s (cluster/local/hang_watch.py), and the run ends as for any
+    env fault, its counts adding up."""
+    from raypex.cluster.commands.cli import main
+
+    (tmp_path / "going_bad.py").write_text(GOING_BAD_ENV.replace("NOTE", str(tmp_path / "went_bad.txt")))
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--local", "env.id=going_bad.py:Env", "env.kwargs={mode: hang}", "env.step_timeout_s=2",
+                 "stop.env_steps=100000000", "--run-dir", "run"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert re.fullmatch(r"raypex: run failed: EnvWentBad: (collector \d|the evaluator): a step of env.id going_bad.py:Env "
+                        r"has not returned for \d+s \(env.step_timeout_s: 2\); the env hangs \(going_bad.py:\d+\); "
+                        r"its traceback: \S+", err.strip().splitlines()[-1]), err
+    result = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result

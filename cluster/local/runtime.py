@@ -17,6 +17,7 @@ import time
 
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.runtime import RuntimeErrors
+from raypex.cluster.local.hang_watch import HangWatch
 from raypex.cluster.local.wiring import LocalRun, build_local
 from raypex.cluster.plan.topology import plan_run
 
@@ -137,10 +138,16 @@ class LocalRuntime:
 
     def __init__(self):
         self.parts: LocalParts | None = None
+        self.hang_watch: HangWatch | None = None
 
     def start(self, config: RunConfig, spec, progress, startup) -> LocalParts:
-        """Build the parts here, on the CPU (one torch thread: the collectors share the process)."""
+        """Build the parts here, on the CPU (one torch thread: the collectors share the process),
+        and watch their env steps (cluster/local/hang_watch.py)."""
         self.parts = LocalParts(build_local(plan_run(config, spec)))
+        run = self.parts.run
+        parts = [(f"collector {i}", c) for i, c in enumerate(run.collectors)] + [("the evaluator", run.evaluator.evaluator)]
+        self.hang_watch = HangWatch(parts, config.env.step_timeout_s, config.env.id)
+        self.hang_watch.start()
         startup.mark("actors_asked", time.time())
         return self.parts
 
@@ -157,6 +164,8 @@ class LocalRuntime:
         return LockstepCollectors(len(parts.collectors))
 
     def close(self) -> None:
-        """Close the parts' envs."""
+        """Stop watching and close the parts' envs."""
+        if self.hang_watch is not None:
+            self.hang_watch.stop()
         if self.parts is not None:
             self.parts.kill_all()
