@@ -492,9 +492,9 @@ COLLECTOR_WENT_BAD = (r"collector \d's env raised the same error again after a r
     ("{mode: nan, collectors_only: true}", COLLECTOR_WENT_BAD.format("a reward of nan")),
     ("inf", WENT_BAD.format(r"an observation holding inf \(at flat index 2\)")),
     ("shape", WENT_BAD.format(r"an observation of shape \[5\], where its space has \[4\]")),
-    ("hang", (r"collector \d: a step of env.id going_bad.py:Env has not returned for \d+s \(env.step_timeout_s: 5\); "
+    ("hang", (r"collector \d: a step of env.id going_bad.py:Env has not returned for \d+s \(env.step_timeout_s: 3\); "
              r"the env hangs")),
-    ("hold", (r"collector \d has not answered for \d+s \(env.step_timeout_s: 5\), its process alive but held \(a step "
+    ("hold", (r"collector \d has not answered for \d+s \(env.step_timeout_s: 3\), its process alive but held \(a step "
              r"of env.id going_bad.py:Env that does not return and lets no other thread run\); the env hangs")),
 ])
 def test_an_env_that_goes_bad_mid_run_ends_it_in_one_line_within_a_minute(running, tmp_path, mode, cause):
@@ -506,7 +506,7 @@ def test_an_env_that_goes_bad_mid_run_ends_it_in_one_line_within_a_minute(runnin
     (it would meet the fault again), with summary.json and counts that add up."""
     (tmp_path / "going_bad.py").write_text(GOING_BAD_ENV.replace("NOTE", str(tmp_path / "went_bad.txt")))
     kwargs = mode if mode.startswith("{") else f"{{mode: {mode}}}"
-    run = running("env.id=going_bad.py:Env", f"env.kwargs={kwargs}", "env.step_timeout_s=5",
+    run = running("env.id=going_bad.py:Env", f"env.kwargs={kwargs}", "env.step_timeout_s=3",
                   "stop.env_steps=100000000", cwd=tmp_path)
     assert run.finish() == 1, run.output
     ended = time.time()

@@ -21,17 +21,18 @@ from tests.test_run_safety import Payload
 # ranking first at its own, and CI twice saw both end without an exploit (at 8,000 and at 12,000 env
 # steps). Before the first evaluation both report -inf: PBT's stable sort ranks the first trial last
 # every time, so it copies the second at its next report. The first evaluation waits until half way.
-ENV_STEPS = 8000
+ENV_STEPS = 6000
 SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus=0.5", "env.num_envs=8",
                 "eval.episodes=10", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
 
 
 def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
-        tmp_path, joining_environment, experiment: str | None = None):
+        tmp_path, joining_environment, capsys, monkeypatch, experiment: str | None = None):
     """In a local experiment directory, or at `experiment` (a URI: tests/test_sweep_at_a_uri.py),
     every check made there."""
     experiment = experiment or str(tmp_path / "exp")
-    env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1", "RAYPEX_KEY_FILE": str(tmp_path / "key")}
+    monkeypatch.setenv("RAYPEX_KEY_FILE", str(tmp_path / "key"))  # the refusals below run in this process
+    env = {**os.environ, **joining_environment, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "raypex", "tune", "cartpole", "learner.lr=loguniform(1e-3,3e-2)",
                "stop.eval_return=null", f"stop.env_steps={ENV_STEPS}", *SMALL_TRIALS, "--samples", "2",
                "--scheduler", "pbt", "--experiment-dir", experiment, "--report-every", "1", "--perturb-every", "1"]
@@ -89,7 +90,7 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     tune_copy = join(experiment, "tune", min(n for n in list_files(join(experiment, "tune")) if n.endswith(".pt")))
     original = read_bytes(tune_copy)
     write_bytes(tune_copy, pickle.dumps(Payload(marker)))
-    assert refused_resume(experiment, env) == (
+    assert refused_resume(experiment, capsys) == (
         f"raypex: error: --resume {experiment}: {tune_copy} is not plain tensors (Weights only load failed); "
         "raypex loads nothing else from a run directory")
     assert not marker.exists()
@@ -99,19 +100,21 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
     tuner_state = join(experiment, "tune", "tuner.pkl")
     write_bytes(tune_copy, original)
     write_bytes(tuner_state, pickle.dumps(Payload(marker)))
-    assert refused_resume(experiment, env) == (
+    assert refused_resume(experiment, capsys) == (
         f"raypex: error: --resume {experiment}: {join(experiment, 'tune')} is Ray Tune's pickled state, which Tune "
         "unpickles to resume (a pickle can run code), and its signature does not match (it changed since, or another "
         "user or machine signed it); if it is your own sweep: --trust-tune-state")
     assert not marker.exists()
 
 
-def refused_resume(experiment: str, env: dict) -> str:
-    """The one line `raypex tune --resume` refuses with (exit 2)."""
-    refused = subprocess.run([sys.executable, "-m", "raypex", "tune", "--resume", experiment],
-                             capture_output=True, text=True, timeout=120, check=False, env=env)
-    lines = refused.stderr.strip().splitlines()
-    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+def refused_resume(experiment: str, capsys) -> str:
+    """The one line `raypex tune --resume` refuses with (exit 2), before anything starts."""
+    from raypex.cluster.commands.cli import main
+
+    capsys.readouterr()
+    code = main(["tune", "--resume", experiment])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
     return lines[0]
 
 

@@ -9,5 +9,6 @@ from tests.test_sweep import (
 )
 
 
-def test_a_pbt_sweep_at_an_s3_uri_exploits_stops_and_resumes_there(s3_server, tmp_path, joining_environment):
-    sweep(tmp_path, joining_environment, uri(s3_server, "runs/exp"))
+def test_a_pbt_sweep_at_an_s3_uri_exploits_stops_and_resumes_there(s3_server, tmp_path, joining_environment, capsys,
+                                                                    monkeypatch):
+    sweep(tmp_path, joining_environment, capsys, monkeypatch, uri(s3_server, "runs/exp"))

@@ -44,6 +44,7 @@ from raypex.cluster.storage import (
     list_files,
     modified,
     read_bytes,
+    reason,
     remote,
     write_bytes,
 )
@@ -132,7 +133,11 @@ def run_sweep(request: SweepRequest, experiment_dir: Path | str, origin: ConfigO
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        sign_tune_state(experiment)  # what a later --resume lets Tune unpickle (cluster/sweep/tune_state.py)
+        try:  # what a later --resume lets Tune unpickle (cluster/sweep/tune_state.py)
+            sign_tune_state(experiment)
+        except OSError as err:  # the storage went away: the sweep's own outcome matters more here
+            progress.message(f"Tune's state in {experiment} was not signed ({reason(err)}): resuming this sweep "
+                             "will need --trust-tune-state")
         if started_local:
             shutdown()
         else:  # a joined cluster stays up; this process leaves it, as a run does
