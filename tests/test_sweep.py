@@ -23,7 +23,7 @@ from tests.test_run_safety import Payload
 # every time, so it copies the second at its next report. The first evaluation waits until half way.
 ENV_STEPS = 8000
 SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus=0.5", "env.num_envs=8",
-                "eval.episodes=10", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
+                "eval.episodes=5", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
 
 
 def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
