@@ -320,8 +320,9 @@ class TrainingRun:
         if len(ready) < len(refs):
             if not final or refs[-1] not in ready:
                 return False  # an actor is slow to answer; read everything again on the next poll
-            answering = self.supervisor.count_out_silent(answering, [ref in ready for ref in refs[:-1]])
-            refs = [collectors[i].stats.remote() for i in answering] + [refs[-1]]
+            answered = [ref in ready for ref in refs[:-1]]
+            answering = self.supervisor.count_out_silent(answering, answered)
+            refs = [ref for ref, came in zip(refs[:-1], answered, strict=True) if came] + [refs[-1]]
         try:
             stats = self.rt.get(refs)
         except self.rt.errors.restarting:
