@@ -35,6 +35,7 @@ class EnvStep:
     next_obs: np.ndarray
     lives: np.ndarray | None = None  # ALE's lives after the step (terminal-on-life-loss only)
     q_taken: np.ndarray | None = None  # Q(obs, action) as acted (prioritized replay's initial priorities)
+    state: np.ndarray | None = None  # the recurrent state each env acted from (recurrent policies only)
 
 
 class Adder(Protocol):
@@ -50,7 +51,7 @@ class Adder(Protocol):
         """max_a Q(next_obs, a) of the newest step, per env (NStepFolder's with_priorities)."""
 
 
-class _Learning:
+class Learning:
     """How a step counts for learning: the training reward and the steps that end an n-step
     window without bootstrapping (termination, and a lost life with terminal-on-life-loss)."""
 
@@ -78,7 +79,7 @@ class TransitionAdder:
     def __init__(self, folder: NStepFolder, clip_rewards: bool = False, life_loss: bool = False,
                  lives: np.ndarray | None = None):
         self.folder = folder
-        self.learning = _Learning(clip_rewards, life_loss, lives)
+        self.learning = Learning(clip_rewards, life_loss, lives)
 
     def add(self, step: EnvStep) -> np.ndarray:
         """Fold one step (see Adder)."""
@@ -111,7 +112,7 @@ class FrameAdder:
         self.num_envs = num_envs
         self.folder = NStepFolder(n, gamma, num_envs, (), np.int64, chunk_steps, with_env=True,
                                   with_priorities=with_priorities, action_dim=action_dim)
-        self.learning = _Learning(clip_rewards, life_loss, lives)
+        self.learning = Learning(clip_rewards, life_loss, lives)
         self.frames = np.zeros((chunk_steps + 1, num_envs, *frame_shape), np.uint8)
         self.frame_step = np.zeros((chunk_steps + 1, num_envs), np.int32)
         self.buffered = 0  # frames held since the last pop

@@ -1,14 +1,16 @@
 """The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network: an MLP in
 numpy (actors/numpy_acting.py, no torch in the process), a CNN in torch (in bf16 where this CPU
 acts faster so, actors/acting.py); or, for td3/sac, with the published actor and its exploration
-(actors/continuous_acting.py).
+(actors/continuous_acting.py); or, for a recurrent head (r2d2), with a numpy LSTM that carries
+each env's state from step to step (actors/recurrent_acting.py).
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
 `poll_weights` (returns newer Weights when they have arrived, else None, and never blocks).
 Every step goes to the collector's adder (actors/adders.py), which also owns the episode
 bookkeeping; every `chunk_steps` vector steps what the adder has completed goes out as one chunk
-(pixel envs: a FrameChunk, each new frame once, so replay stores every frame once).
+(pixel envs: a FrameChunk, each new frame once, so replay stores every frame once; recurrent
+policies: every step and the state at each sequence's start, actors/sequence_adder.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from raypex.actors.envs import make_vector_env
 from raypex.actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilon
 from raypex.actors.nstep import NStepFolder
 from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
+from raypex.actors.recurrent_acting import RecurrentActingPolicy
+from raypex.actors.sequence_adder import SequenceAdder
 from raypex.actors.settings import CollectorSettings
 from raypex.actors.step_check import StepCheck
 from raypex.replay.contracts import CollectorStats, PollWeights, PushChunk
@@ -35,6 +39,8 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     """The collector's acting network: numpy for an MLP acting on the CPU (no torch imported), else
     torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own
     random initial weights."""
+    if s.head == "recurrent_q":
+        return RecurrentActingPolicy(s.num_actions, s.num_envs, s.recurrent_size, np.random.default_rng(seed + 1))
     if s.action_dim:
         return ContinuousActingPolicy(s.head, s.action_dim, s.action_noise, np.random.default_rng(seed + 1),
                                       tuple(s.obs_shape), s.obs_dtype, s.hidden)
@@ -134,6 +140,10 @@ class Collector:
         for _ in range(self.s.chunk_steps):
             t0 = clock()
             self.load_newer_weights()
+            state = None
+            if self.s.sequence_period:  # each env acts from its state, the initial one at an episode's start
+                self.policy.start_episodes(self.adder.first)
+                state = self.policy.state
             actions, q_taken = self.act(self.obs)
             t1 = clock()
             env_actions = self.exploration.to_env(actions)
@@ -148,7 +158,8 @@ class Collector:
             if self.first_step_at is None:
                 self.first_step_at = time.time()
             real = self.adder.add(EnvStep(self.obs, actions, reward, terminated, truncated, next_obs,
-                                          info.get("lives") if self.s.terminal_on_life_loss else None, q_taken))
+                                          info.get("lives") if self.s.terminal_on_life_loss else None, q_taken,
+                                          state))
             self._count_episodes(reward, terminated | truncated, real)
             self.obs = next_obs
             t3 = clock()
@@ -166,10 +177,11 @@ class Collector:
             # Env steps count the transitions that reach replay: an autoreset step (the reset
             # after an episode ends) is no env step, and steps still in an n-step window count
             # when their transition leaves, so env_steps always equals what replay inserted.
-            self.env_steps += len(chunk["action"])
+            steps = int(chunk["real"].sum()) if "real" in chunk else len(chunk["action"])
+            self.env_steps += steps
             self.push(chunk)
             self.chunks_pushed += 1
-            self.transitions_pushed += len(chunk["action"])
+            self.transitions_pushed += steps
         phase["push"] += clock() - t3
 
     def _count_episodes(self, reward: np.ndarray, done: np.ndarray, real: np.ndarray) -> None:
@@ -200,10 +212,13 @@ class Collector:
             env_step_running_s=0.0 if started is None else time.perf_counter() - started)
 
 
-def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder:
-    """The adder for a collector's settings: frames once for pixel envs, whole transitions else."""
+def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder | SequenceAdder:
+    """The adder for a collector's settings: steps and sequence states for a recurrent policy, frames
+    once for pixel envs, whole transitions else."""
     lives = np.asarray(reset_info["lives"]) if s.terminal_on_life_loss else None
     options = {"clip_rewards": s.clip_rewards, "life_loss": s.terminal_on_life_loss, "lives": lives}
+    if s.sequence_period:
+        return SequenceAdder(s.num_envs, s.gamma, s.sequence_period, **options)
     if s.frame_stack:
         return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs,
                           with_priorities=s.td_priorities, action_dim=s.action_dim, **options)

@@ -16,7 +16,8 @@ skip 4 with max-pooling, 84x84 grayscale, noop starts); raypex stacks its frames
 itself, so the raw game score is what gets reported.
 Ids that name a user's code (`module:Name`, `path/to/file.py:Name`) resolve through
 actors/env_ids.py and are checked by actors/env_check.py before any actor starts;
-`MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra).
+`MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra), `popgym-<Task>-v0` ids
+POPGym's memory tasks (the `popgym` extra).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from raypex.actors.images import ImageVectorEnv, image_layout
 from raypex.actors.minatar_ids import register_minatar
 from raypex.actors.mujoco_quiet import quiet_known_mujoco_warnings
 from raypex.actors.one_hot import OneHotVectorEnv, one_hot_for
+from raypex.actors.popgym_ids import register_popgym
 
 # Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
 ALE_RESERVED = {"game", "num_envs", "stack_num", "reward_clipping", "autoreset_mode", "episodic_life",
@@ -94,6 +96,9 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, flat_only: tuple[str,
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
                              f"space of shape ({spec.action_dim},): use algo.name {fitting} "
                              "(configs/pendulum.yaml has settings for both)")
+    if algorithm(algo).sequences and len(spec.obs_shape) != 1:
+        raise UnsupportedEnv(f"algo.name {algo} is for flat observations (an MLP and an LSTM); env.id '{env_id}' has "
+                             f"images of shape {spec.obs_shape}")
     if flat_only and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"{flat_only[0]} is for flat observations; env.id '{env_id}' has images of shape "
                              f"{spec.obs_shape}, which their encoder scales")
@@ -175,6 +180,7 @@ def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
         return _make_ale(env_id, num_envs, kwargs)
     env_id = registered_id(env_id)
     register_minatar(env_id)
+    register_popgym(env_id)
     quiet_known_mujoco_warnings(env_id)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
@@ -232,6 +238,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
         check_user_env(env_id, kwargs)
     given, env_id = env_id, registered_id(env_id)
     register_minatar(env_id)
+    register_popgym(env_id)
     if env_id not in gym.envs.registry:
         close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; similar: {', '.join(sorted(close)[:5])}" if close else ""

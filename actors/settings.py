@@ -38,11 +38,14 @@ class CollectorSettings:
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
     act_device: str = "cpu"  # cpu | cuda: where the acting network runs (cuda: the GPU share Ray gave this actor)
     head: str = "q"  # what it acts with (the algorithm's plug-in says): q (epsilon-greedy over num_actions) |
-    # deterministic | gaussian (an actor over Box actions, actors/continuous_acting.py)
+    # recurrent_q (the same, with a state per env) | deterministic | gaussian (an actor over Box actions,
+    # actors/continuous_acting.py)
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()
     action_noise: float = 0.0  # td3: this collector's Gaussian noise, a fraction of each action's half-range
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
+    recurrent_size: int = 0  # recurrent_q: the state's units (h and c each)
+    sequence_period: int = 0  # recurrent_q: a replayed sequence starts every this many steps (actors/sequence_adder.py)
 
     @property
     def action_dim(self) -> int:
@@ -69,4 +72,4 @@ class EvaluatorSettings:
     action_low: tuple[float, ...] = ()  # Box actions' bounds: the weights are a td3/sac actor
     action_high: tuple[float, ...] = ()
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
-    head: str = "q"  # what the published weights are (the algorithm's plug-in says): q | deterministic | gaussian
+    head: str = "q"  # what the published weights are (the algorithm's plug-in says): q | recurrent_q | deterministic | gaussian

@@ -158,7 +158,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
         except UnsupportedEnv as err:
             raise UsageError(str(err), err.details) from None
         try:
-            returns = evaluator.evaluate(policy.act, record=video is not None)
+            returns = evaluator.evaluate(policy.episodes_actor(episodes), record=video is not None)
         finally:
             evaluator.close()
     written = None

@@ -27,7 +27,7 @@ import torch
 from raypex.learner.algorithm import AlgorithmStep
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.learner_state import learner_state, read_learner_state, restore_learner_state
-from raypex.learner.policy_file import export_policy_archive
+from raypex.learner.policy_file import RECURRENT, export_policy_archive
 from raypex.learner.precision import configure_cuda_math
 from raypex.learner.priority_feedback import PriorityFeedback
 from raypex.learner.replay_feed import ReplayFeed, gather_from
@@ -235,5 +235,6 @@ class Learner:
         if arrays is not None:
             load_arrays(policy, arrays)
         module, outputs = self.step.exportable(policy)
-        return export_policy_archive(module, tuple(self.s.obs_shape), outputs=outputs)
+        state_size = module.state_size if outputs == RECURRENT else 0
+        return export_policy_archive(module, tuple(self.s.obs_shape), outputs=outputs, state_size=state_size)
 

@@ -1,5 +1,6 @@
-"""policy.pt2: the greedy Q-network (or a td3/sac actor, giving actions in the env's units) as a
-torch.export archive that takes one observation or a batch.
+"""policy.pt2: the greedy Q-network (or a td3/sac actor, giving actions in the env's units, or
+r2d2's recurrent Q-network, taking and giving its state) as a torch.export archive that takes one
+observation or a batch.
 
 torch.export fixes the rank of an input, so one program cannot take both `[B, *obs_shape]` and
 `obs_shape`. The archive holds two programs of the same weights:
@@ -42,7 +43,22 @@ class _OneObservation(nn.Module):
         return self.network(obs.unsqueeze(0)).squeeze(0)
 
 
-OUTPUTS_FILE = "raypex_outputs"  # an extra file of the archive: "q_values" (dqn) or "actions" (td3, sac)
+class _OneStep(nn.Module):
+    """A recurrent policy's step for a single observation and state: the batched step on a batch of one."""
+
+    def __init__(self, network: nn.Module):
+        super().__init__()
+        self.network = network
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, state = self.network(obs.unsqueeze(0), state.unsqueeze(0))
+        return q.squeeze(0), state.squeeze(0)
+
+
+# An extra file of the archive: "q_values" (dqn), "actions" (td3, sac) or "recurrent_q_values"
+# (r2d2: (obs, state) -> (Q-values, the next state))
+OUTPUTS_FILE = "raypex_outputs"
+RECURRENT = "recurrent_q_values"
 
 
 _warming: threading.Thread | None = None  # warm_exporter's thread, in this process
@@ -71,22 +87,33 @@ def _import_exporter() -> None:
         pass
 
 
-def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values") -> bytes:
+def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values",
+                          state_size: int = 0) -> bytes:
     """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode) whose output is
-    `outputs`: Q-values (dqn) or actions in the env's units (td3, sac). With a torch older than the
-    multi-program archive, the batch program alone (`load_policy` still takes one observation;
-    a Q-values program is assumed)."""
+    `outputs`: Q-values (dqn), actions in the env's units (td3, sac), or, for a recurrent network
+    with a state of `state_size` float32s, (Q-values, the next state) of (obs, state). With a torch
+    older than the multi-program archive, the batch program alone (`load_policy` still takes one
+    observation; a Q-values program is assumed)."""
     if _warming is not None:
         _warming.join()  # Python's import lock would wait too; this says so
     batch = torch.export.Dim("batch", min=1)
-    batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
+    if state_size:
+        batched = torch.export.export(network, (torch.zeros((2, *obs_shape)), torch.zeros((2, state_size))),
+                                      dynamic_shapes=({0: batch}, {0: batch}))
+    else:
+        batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
     buffer = io.BytesIO()
     try:
         from torch.export.pt2_archive._package import package_pt2
     except ImportError:
+        if state_size:
+            raise RuntimeError("a recurrent policy.pt2 needs torch's multi-program archive (torch 2.9 or newer)")
         torch.export.save(batched, buffer)
         return buffer.getvalue()
-    single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
+    if state_size:
+        single = torch.export.export(_OneStep(network), (torch.zeros(obs_shape), torch.zeros(state_size)))
+    else:
+        single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
     package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single},
                 extra_files={OUTPUTS_FILE: outputs})
     return buffer.getvalue()
@@ -99,40 +126,78 @@ class ExportedPolicy:
     dtype; they are converted to float32 as the collectors' networks see them.
     """
 
-    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values"):
+    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values",
+                 state_size: int = 0):
         self._batched, self._single, self.obs_shape = batched, single, obs_shape
-        self.outputs = outputs  # "q_values" (dqn) or "actions" (td3, sac: in the env's units)
+        self.outputs = outputs  # "q_values" (dqn), "actions" (td3, sac: in the env's units) or RECURRENT (r2d2)
+        self.state_size = state_size  # a recurrent policy's state: float32s per observation (0: none)
 
-    def __call__(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """The programs' output: Q-values, or actions for a td3/sac policy."""
-        return self._run(obs)
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy carries a state from step to step (pass it in and take the next one back)."""
+        return self.state_size > 0
 
-    def q_values(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """Q `[A]` for one observation, `[B, A]` for a batch."""
-        if self.outputs != "q_values":
+    def initial_state(self, batch: int | None = None) -> torch.Tensor:
+        """A recurrent policy's state at an episode's start: `[state_size]`, or `[batch, state_size]`."""
+        if not self.recurrent:
+            raise ValueError("this policy.pt2 has no state: call act(obs) and q_values(obs) without one")
+        return torch.zeros(self.state_size if batch is None else (batch, self.state_size))
+
+    def __call__(self, obs: np.ndarray | torch.Tensor, state: torch.Tensor | None = None):
+        """The programs' output: Q-values, actions for a td3/sac policy, (Q-values, next state) for a recurrent one."""
+        return self._run(obs, state)
+
+    def q_values(self, obs: np.ndarray | torch.Tensor, state: torch.Tensor | None = None):
+        """Q `[A]` for one observation, `[B, A]` for a batch; a recurrent policy takes its state
+        and returns (Q-values, the next state)."""
+        if self.outputs == "actions":
             raise ValueError("this policy.pt2 is a td3/sac actor: it gives actions (act), not Q-values")
-        return self._run(obs)
+        return self._run(obs, state)
 
-    def _run(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+    def _run(self, obs: np.ndarray | torch.Tensor, state: torch.Tensor | None):
+        if self.recurrent != (state is not None):
+            raise ValueError("this policy.pt2 is recurrent: pass its state, policy.initial_state() at an episode's "
+                             "start, then the one each call returns" if self.recurrent else
+                             "this policy.pt2 has no state: call it with the observation alone")
         tensor = torch.as_tensor(obs)
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise ValueError(f"policy.pt2 takes real-valued observations, got {tensor.dtype} (bool images go in "
                              "channels-first as 0/255, as raypex's image conversion gives them)")
         tensor = tensor.to(torch.float32)
+        inputs = (tensor,) if state is None else (tensor, torch.as_tensor(state, dtype=torch.float32))
         with torch.inference_mode():
             if tuple(tensor.shape) == self.obs_shape:
-                return self._single(tensor)
+                return self._single(*inputs)
             if tensor.dim() == len(self.obs_shape) + 1 and tuple(tensor.shape[1:]) == self.obs_shape:
-                return self._batched(tensor)
+                return self._batched(*inputs)
         raise ValueError(f"policy.pt2 takes one observation of shape {list(self.obs_shape)} or a batch "
                          f"[B, {', '.join(map(str, self.obs_shape))}], got {list(tensor.shape)}")
 
-    def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
+    def act(self, obs: np.ndarray | torch.Tensor, state: torch.Tensor | None = None):
         """Greedy actions: an int64 scalar array for one observation, `[B]` for a batch; for a
-        td3/sac actor, float32 actions in the env's units, `[action_dim]` or `[B, action_dim]`."""
+        td3/sac actor, float32 actions in the env's units, `[action_dim]` or `[B, action_dim]`.
+        A recurrent policy takes its state and returns (actions, the next state)."""
         if self.outputs == "actions":
-            return self._run(obs).numpy()
-        return self._run(obs).argmax(dim=-1).numpy()
+            return self._run(obs, state).numpy()
+        if self.recurrent:
+            q, state = self._run(obs, state)
+            return q.argmax(dim=-1).numpy(), state
+        return self._run(obs, state).argmax(dim=-1).numpy()
+
+    def episodes_actor(self, batch: int):
+        """Greedy actions for `batch` envs whose episodes start at the first call, as a function of
+        their observations alone (a recurrent policy's state is carried between calls): what an
+        evaluation steps with."""
+        if not self.recurrent:
+            return self.act
+        state = self.initial_state(batch)
+
+        def act(obs):
+            nonlocal state
+            actions, state = self.act(obs, state)
+            return actions
+
+        return act
 
 
 class PolicyFileError(ValueError):
@@ -152,13 +217,15 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0]
         raise PolicyFileError(f"{path}: not a readable policy.pt2 (cut short, damaged, or not written by "
                               f"raypex): {first}") from err
-    obs_shape = tuple(int(size) for size in program.example_inputs[0][0].shape[1:])
+    example = program.example_inputs[0]
+    obs_shape = tuple(int(size) for size in example[0].shape[1:])
+    state_size = int(example[1].shape[1]) if outputs == RECURRENT else 0
     batched = program.module()
     if ONE_OBSERVATION_PROGRAM in programs:
         single = programs[ONE_OBSERVATION_PROGRAM].module()
     else:
         single = _OneObservation(batched)
-    return ExportedPolicy(batched, single, obs_shape, outputs)
+    return ExportedPolicy(batched, single, obs_shape, outputs, state_size)
 
 
 # What torch.export writes for raypex's policies: programs as JSON, weights and constants as raw

@@ -20,9 +20,10 @@ import torch
 from torch import nn
 
 from raypex.learner.host_adam import adam_for, load_optimizer
+from raypex.learner.policy_file import RECURRENT
 from raypex.learner.precision import PrecisionPolicy, make_precision
 from raypex.learner.r2d2_targets import sequence_priorities, td_errors, unroll
-from raypex.learner.recurrent_networks import RecurrentQNetwork
+from raypex.learner.recurrent_networks import RecurrentQNetwork, StatefulQ
 from raypex.learner.settings import LearnerSettings
 
 
@@ -104,8 +105,8 @@ class R2D2Step:
         """Nothing: an eager update needs no warm-up."""
 
     def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
-        """Not yet: policy.pt2 for a policy with state ((obs, state) -> (q, state)) comes with the r2d2 plug-in."""
-        raise NotImplementedError("policy.pt2 of a recurrent policy is not written yet")
+        """`policy` (a CPU copy of `self.policy`) as policy.pt2 holds it: (obs, state) -> (Q-values, state)."""
+        return StatefulQ(policy), RECURRENT
 
     def training_tensors(self) -> list[torch.Tensor]:
         """Every tensor an update changes, optimizer state aside."""

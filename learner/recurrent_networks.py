@@ -35,3 +35,19 @@ class RecurrentQNetwork(nn.Module):
             return advantage, (h, c)
         value = F.linear(h, self.value.weight, self.value.bias)
         return value + advantage - advantage.mean(dim=1, keepdim=True), (h, c)
+
+
+class StatefulQ(nn.Module):
+    """The recurrent Q-network with its state as one tensor, h and c side by side: `(obs [B, obs_dim],
+    state [B, 2R]) -> (q [B, A], state [B, 2R])`, the form replay stores, collectors act with and
+    policy.pt2 holds."""
+
+    def __init__(self, network: RecurrentQNetwork):
+        super().__init__()
+        self.network = network
+        self.state_size = 2 * network.recurrent_size
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, c = state.split(self.network.recurrent_size, dim=-1)
+        q, (h, c) = self.network(obs, (h, c))
+        return q, torch.cat([h, c], dim=-1)

@@ -117,7 +117,7 @@ class ReplayFeed:
         replay = self.replay
         if replay.can_sample(needed):
             return
-        filling = replay.size < replay.limiter.min_size
+        filling = replay.steps_held < replay.limiter.min_size
         start = time.perf_counter()
         try:
             while not replay.can_sample(needed):

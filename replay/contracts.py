@@ -123,10 +123,10 @@ class ShardStats:
     """One replay shard's counters and memory, as the driver polls them."""
 
     shard_id: int
-    size: int
-    inserted: int
-    sampled: int
-    capacity: int
+    size: int  # env steps held (transitions; for sequences, the steps they are read from)
+    inserted: int  # env steps
+    sampled: int  # env steps trained on (a sequence counts its length)
+    capacity: int  # env steps
     nbytes: int
     writer_env_steps: int  # its collector's env steps up to its newest stored chunk
     writer_attachments: int  # collector processes that wrote to it: all but the first were restarts

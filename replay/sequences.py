@@ -33,21 +33,43 @@ from raypex.replay.columns import ColumnBackend, HostColumns
 from raypex.replay.priorities import Placement
 from raypex.replay.ring import action_layout
 
+STEP_FIELDS = ("obs", "action", "reward", "discount", "first")
 
-def sequence_layout(obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int = 0
+
+def sequence_layout(obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int, state_size: int
                     ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The step columns (per row: one step of one env)."""
-    return {"obs": (tuple(obs_shape), np.dtype(obs_dtype)), "action": action_layout(action_dim),
+    """Each column's shape per row and dtype: the step columns (a row: one step of one env) and
+    `state` (a row: one sequence slot's recurrent state). The state is kept in float16: half the
+    bytes, which at R2D2's 2 x 128 units and a sequence every 40 steps is 13 B per step instead of
+    26, for an LSTM state whose h lies in [-1, 1] and whose error the burn-in washes out."""
+    # a Discrete action as int32 (any action space gymnasium's Discrete holds): 4 B a step less
+    action = action_layout(action_dim) if action_dim else ((), np.dtype(np.int32))
+    return {"obs": (tuple(obs_shape), np.dtype(obs_dtype)), "action": action,
             "reward": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32)),
-            "first": ((), np.dtype(np.bool_))}
+            "first": ((), np.dtype(np.bool_)), "state": ((state_size,), np.dtype(np.float16))}
+
+
+def column_rows(layout: Mapping, step_rows: int, slot_rows: int) -> dict[str, int]:
+    """Each column's rows: one per stored step, `state` one per sequence slot."""
+    return {name: slot_rows if name == "state" else step_rows for name in layout}
+
+
+def sequence_geometry(capacity: int, num_envs: int, length: int, overlap: int) -> tuple[int, int]:
+    """(steps per env, sequence slots per env) of a storage holding `capacity` env steps."""
+    if not 0 <= overlap < length:
+        raise ValueError(f"a sequence's overlap must be at least 0 and below its length {length}, got {overlap}")
+    period = length - overlap
+    steps_per_env = max(math.ceil(capacity / num_envs), length + period)
+    return steps_per_env, steps_per_env // period + 1
 
 
 class SequenceStorage:
     """Per-env step rings and the sequences over them (see the module docstring).
 
     `add` takes a SequenceChunk: obs [F, E, ...], action, reward, discount, first [F, E], the stream
-    number of its first step (`first_index`), and `state` [S, E, state_size]: the recurrent state at
-    each step of the chunk whose stream number is a multiple of `period`, in order.
+    number of its first step (`first_index`), `state` [S, E, state_size]: the recurrent state at
+    each step of the chunk whose stream number is a multiple of `period`, in order, and optionally
+    `real` [F, E]: which steps were env steps (the others are stored but not counted).
     """
 
     # training field -> (column, index key of `index`): how the learner gathers a batch
@@ -56,20 +78,21 @@ class SequenceStorage:
         "discount": ("discount", "steps"), "first": ("first", "steps"), "state": ("state", "row")}
 
     def __init__(self, capacity: int, num_envs: int, length: int, overlap: int, obs_shape: tuple[int, ...],
-                 obs_dtype: str, state_size: int, backend: ColumnBackend | None = None, action_dim: int = 0):
+                 obs_dtype: str, state_size: int, backend: ColumnBackend | None = None, action_dim: int = 0,
+                 columns: dict | None = None):
         """`capacity`: env steps held (over all envs); `length` and `overlap`: a sequence's steps and
-        those it shares with the next."""
-        if not 0 <= overlap < length:
-            raise ValueError(f"a sequence's overlap must be at least 0 and below its length {length}, got {overlap}")
+        those it shares with the next. `columns`: this storage's rows of a larger allocation
+        (replay/sharded.py), shaped as `column_rows` says; without them it allocates its own."""
         self.num_envs, self.length, self.period = num_envs, length, length - overlap
-        self.steps_per_env = max(math.ceil(capacity / num_envs), length + self.period)
-        self.slots_per_env = self.steps_per_env // self.period + 1
+        self.steps_per_env, self.slots_per_env = sequence_geometry(capacity, num_envs, length, overlap)
         self.capacity = num_envs * self.slots_per_env  # sequence slots: what priorities index
         self.backend = backend or HostColumns()
-        steps = num_envs * self.steps_per_env
-        self.columns = {name: self.backend.allocate((steps, *shape), dtype)
-                        for name, (shape, dtype) in sequence_layout(obs_shape, obs_dtype, action_dim).items()}
-        self.columns["state"] = self.backend.allocate((self.capacity, state_size), np.dtype(np.float32))
+        if columns is None:
+            layout = sequence_layout(obs_shape, obs_dtype, action_dim, state_size)
+            rows = column_rows(layout, num_envs * self.steps_per_env, self.capacity)
+            columns = {name: self.backend.allocate((rows[name], *shape), dtype)
+                       for name, (shape, dtype) in layout.items()}
+        self.columns = columns
         self.start = np.full(self.capacity, -1, np.int64)  # each slot's first stream number (-1: none)
         self.written = 0  # steps written per env stream
         self.renumber = 0  # added to incoming stream numbers (a restarted collector counts from 0)
@@ -80,6 +103,16 @@ class SequenceStorage:
     def size(self) -> int:
         """Sequences that can be sampled now."""
         return len(self._rows())
+
+    @property
+    def step_capacity(self) -> int:
+        """Env steps it can hold, over all envs."""
+        return self.num_envs * self.steps_per_env
+
+    @property
+    def steps_held(self) -> int:
+        """Env steps held now, over all envs (what the replay's minimum size counts)."""
+        return min(self.written, self.steps_per_env) * self.num_envs
 
     @property
     def nbytes(self) -> int:
@@ -108,7 +141,7 @@ class SequenceStorage:
         keep = numbers >= first + count - self.steps_per_env  # a chunk longer than the ring keeps its newest steps
         envs = np.arange(self.num_envs)[:, None]
         rows = (envs * self.steps_per_env + (numbers[keep] % self.steps_per_env)[None, :]).ravel()
-        for name in ("obs", "action", "reward", "discount", "first"):
+        for name in STEP_FIELDS:
             values = np.asarray(chunk[name])[keep]
             self.backend.write(self.columns[name], (rows,),
                                np.ascontiguousarray(values.swapaxes(0, 1)).reshape(len(rows), *values.shape[2:]))
@@ -122,7 +155,8 @@ class SequenceStorage:
             self.start[slots] = number
             self.backend.write(self.columns["state"], (slots,), state)
         self.written = first + count
-        self.total_added += count * self.num_envs
+        # an autoreset's pad step (actors/sequence_adder.py) is stored but is no env step
+        self.total_added += int(np.asarray(chunk["real"])[keep].sum()) if "real" in chunk else count * self.num_envs
         self._valid_rows = None
         after = self._rows()
         # a slot is cleared when the sequence it held is no longer valid (gone, or its slot taken by

@@ -19,44 +19,80 @@ from raypex.replay.contracts import Chunk, FrameChunk, PriorityStats, ShardStats
 from raypex.replay.frames import FrameStorage, frame_layout, frame_slots
 from raypex.replay.priorities import PriorityIndex, PrioritySettings
 from raypex.replay.ring import RingStorage, transition_layout
+from raypex.replay.sequences import SequenceStorage, column_rows, sequence_geometry, sequence_layout
 
 
 @dataclass(frozen=True)
 class StorageSpec:
-    """What a shard's storage holds: whole transitions, or (frame_stack > 0) stacked pixel
-    observations stored frame-once for a collector with `num_envs` envs."""
+    """What a shard's storage holds: whole transitions, (frame_stack > 0) stacked pixel
+    observations stored frame-once for a collector with `num_envs` envs, or (sequence_length > 0)
+    steps and the sequences over them with their recurrent state (state_size float32s)."""
 
-    capacity: int
+    capacity: int  # env steps
     obs_shape: tuple[int, ...]
     obs_dtype: str
     frame_stack: int = 0
     num_envs: int = 1
     action_dim: int = 0  # > 0: Box actions of this many float32s
+    sequence_length: int = 0
+    sequence_overlap: int = 0
+    state_size: int = 0
 
     @property
     def rows(self) -> int:
-        """The rows of the column backend one shard's storage takes."""
+        """The slots one shard's storage draws from: transitions, frame slots or sequences."""
         if self.frame_stack:
             return frame_slots(self.capacity, self.num_envs, self.frame_stack)
+        if self.sequence_length:
+            return self.num_envs * self._sequence_geometry()[1]
         return self.capacity
+
+    def _sequence_geometry(self) -> tuple[int, int]:
+        return sequence_geometry(self.capacity, self.num_envs, self.sequence_length, self.sequence_overlap)
+
+    def column_rows(self) -> dict[str, int]:
+        """The rows of the column backend each column of one shard's storage takes."""
+        if self.sequence_length:
+            steps_per_env, slots_per_env = self._sequence_geometry()
+            return column_rows(self.layout(), self.num_envs * steps_per_env, self.num_envs * slots_per_env)
+        return dict.fromkeys(self.layout(), self.rows)
+
+    @property
+    def samples_per_draw(self) -> int:
+        """Env steps one drawn slot trains on: a sequence's length, else 1 (what the replay
+        ratio counts)."""
+        return self.sequence_length or 1
 
     @property
     def column_bytes(self) -> int:
         """Bytes one shard's columns take in the column backend."""
-        per_row = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in self.layout().values())
-        return self.rows * per_row
+        rows = self.column_rows()
+        return sum(rows[name] * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                   for name, (shape, dtype) in self.layout().items())
+
+    @property
+    def bytes_per_step(self) -> float:
+        """Bytes per env step it holds: a transition's row, or a step's row and its share of the
+        sequence states."""
+        return self.column_bytes / self.column_rows()["obs" if self.sequence_length else next(iter(self.layout()))]
 
     def layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each column's shape per row and dtype."""
         if self.frame_stack:
             return frame_layout(tuple(self.obs_shape[1:]), self.action_dim)
+        if self.sequence_length:
+            return sequence_layout(self.obs_shape, self.obs_dtype, self.action_dim, self.state_size)
         return transition_layout(self.obs_shape, self.obs_dtype, self.action_dim)
 
 
 def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None, columns: dict | None = None,
-                  bookkeeping: dict | None = None) -> RingStorage | FrameStorage:
+                  bookkeeping: dict | None = None) -> RingStorage | FrameStorage | SequenceStorage:
     """The storage a spec describes, on `columns` (its rows of a larger allocation) or its own;
     a frame storage also on `bookkeeping` (its envs' rows of a replay's) when given."""
+    if spec.sequence_length:
+        return SequenceStorage(spec.capacity, spec.num_envs, spec.sequence_length, spec.sequence_overlap,
+                               tuple(spec.obs_shape), spec.obs_dtype, spec.state_size, backend, spec.action_dim,
+                               columns)
     if spec.frame_stack:
         return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack,
                             backend, columns, bookkeeping, spec.action_dim)
@@ -113,6 +149,11 @@ class ReplayShard:
         return self.storage.size
 
     @property
+    def steps_held(self) -> int:
+        """Env steps held now: its transitions, or the steps its sequences are read from."""
+        return self.storage.steps_held if isinstance(self.storage, SequenceStorage) else self.storage.size
+
+    @property
     def inserted(self) -> int:
         """Transitions its collectors inserted (restored ones included)."""
         return self.storage.total_added
@@ -125,7 +166,8 @@ class ReplayShard:
             priorities = PriorityStats(index.total, index.max_mass, index.updates_applied, index.updates_dropped,
                                        self.weight_min)
             self.weight_min = float("inf")  # a minimum since the last read
-        return ShardStats(self.shard_id, storage.size, storage.total_added, self.sampled, storage.capacity,
+        capacity = storage.step_capacity if isinstance(storage, SequenceStorage) else storage.capacity
+        return ShardStats(self.shard_id, self.steps_held, storage.total_added, self.sampled, capacity,
                           storage.nbytes, self.writer_env_steps, self.writer_attachments, self.lost_writes, priorities)
 
     def get_state(self) -> dict:

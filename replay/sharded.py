@@ -70,8 +70,9 @@ class ShardedReplay:
         self.lock = threading.RLock()
         self._insert_seen = threading.Condition(self.lock)
         rows = spec.rows
-        self.rows_per_shard = rows
-        self.columns = {name: self.backend.allocate((num_shards * rows, *shape), dtype)
+        self.rows_per_shard = rows  # the slots a shard draws from
+        self.column_rows = spec.column_rows()  # each column's rows per shard
+        self.columns = {name: self.backend.allocate((num_shards * self.column_rows[name], *shape), dtype)
                         for name, (shape, dtype) in spec.layout().items()}
         # Prioritized: one sum tree and one stamp array over every shard's slots (shard i's are
         # leaves i * rows ...), so a draw is one descent and a learner update one tree update.
@@ -81,14 +82,17 @@ class ShardedReplay:
         # draw's stack indices are computed in one pass whichever shards it hits.
         envs = spec.num_envs
         self.bookkeeping = frame_bookkeeping(num_shards * envs, rows // envs) if spec.frame_stack else None
-        self.shards = [ReplayShard(i, build_storage(spec, self.backend, {n: c[i * rows:(i + 1) * rows]
-                                                                          for n, c in self.columns.items()},
-                                                    self._bookkeeping_of(i)),
+        self.shards = [ReplayShard(i, build_storage(spec, self.backend, self._columns_of(i), self._bookkeeping_of(i)),
                                    priorities, self._priorities_of(i))
                        for i in range(num_shards)]
         self._changes = 0  # inserts and restores so far: the uniform draw's row list is rebuilt after one
         self._sampleable: tuple[int, np.ndarray] | None = None
         self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
+
+    def _columns_of(self, shard: int) -> dict:
+        """Shard `shard`'s rows of every column."""
+        return {name: column[shard * self.column_rows[name]:(shard + 1) * self.column_rows[name]]
+                for name, column in self.columns.items()}
 
     def _priorities_of(self, shard: int) -> tuple | None:
         """Shard `shard`'s window of the shared sum tree and stamps (None: uniform replay)."""
@@ -146,7 +150,7 @@ class ShardedReplay:
             return self._insert_room()
 
     def _insert_room(self) -> float:
-        return self.limiter.insert_room(self.inserted, self.sampled, self.size) / len(self.shards)
+        return self.limiter.insert_room(self.inserted, self.sampled, self.steps_held) / len(self.shards)
 
     # -- counters -----------------------------------------------------------------------------
     @property
@@ -155,8 +159,13 @@ class ShardedReplay:
         return sum(shard.size for shard in self.shards)
 
     @property
+    def steps_held(self) -> int:
+        """Env steps held now, in all shards (what replay.min_size counts)."""
+        return sum(shard.steps_held for shard in self.shards)
+
+    @property
     def inserted(self) -> int:
-        """Transitions inserted into every shard (restored ones included)."""
+        """Env steps inserted into every shard (restored ones included)."""
         return sum(shard.inserted for shard in self.shards)
 
     @property
@@ -170,9 +179,11 @@ class ShardedReplay:
         return None if self.beta_schedule is None else self.beta_schedule.at(self.sampled)
 
     def can_sample(self, count: int) -> bool:
-        """Whether `count` more transitions may be drawn under the limiter."""
+        """Whether `count` more slots (transitions or sequences) may be drawn under the limiter,
+        which counts env steps: a sequence is its length's worth of samples."""
         with self.lock:
-            return self.limiter.can_sample(self.size, self.inserted, self.sampled, count)
+            return self.size > 0 and self.limiter.can_sample(self.steps_held, self.inserted, self.sampled,
+                                                             count * self.spec.samples_per_draw)
 
     # -- draws --------------------------------------------------------------------------------
     def draw(self, groups: int, count: int) -> Draw:
@@ -185,7 +196,7 @@ class ShardedReplay:
             else:
                 shard, row = self._draw_uniform(n)
             for i, hits in enumerate(np.bincount(shard, minlength=len(self.shards))):
-                self.shards[i].sampled += int(hits)
+                self.shards[i].sampled += int(hits) * self.spec.samples_per_draw
             index = {key: value.reshape(groups, count, *value.shape[1:])
                      for key, value in self._index(shard, row).items()}
             if not self.prioritized:
@@ -199,14 +210,26 @@ class ShardedReplay:
             return Draw(index, weight.reshape(groups, count), keys)
 
     def _index(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
-        """Gather indices of the drawn transitions, rows of the whole replay's columns."""
+        """Gather indices of the drawn slots, rows of the whole replay's columns."""
+        if self.spec.sequence_length:
+            return self._sequence_index(shard, row)
         rows = shard * self.rows_per_shard + row
         if self.bookkeeping is None:
             return {"row": rows}
         return stack_index(rows, self.bookkeeping["frame_step"], self.bookkeeping["next_offset"], self.spec.frame_stack)
 
+    def _sequence_index(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
+        """Each drawn sequence's state row and its steps' rows [N, length], in the whole replay's columns."""
+        index = {"row": shard * self.rows_per_shard + row,
+                 "steps": np.empty((len(row), self.spec.sequence_length), np.int64)}
+        step_rows = self.column_rows["obs"]
+        for i in np.unique(shard):
+            hit = shard == i
+            index["steps"][hit] = self.shards[i].storage.index(row[hit])["steps"] + i * step_rows
+        return index
+
     def _draw_uniform(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.bookkeeping is None:  # a ring's sampleable rows are 0 .. size-1 of each shard
+        if self.bookkeeping is None and not self.spec.sequence_length:  # a ring's sampleable rows are 0 .. size-1 of each shard
             sizes = np.array([shard.size for shard in self.shards], np.int64)
             ends = np.cumsum(sizes)
             position = self.rng.integers(0, ends[-1], size=n)
@@ -239,6 +262,9 @@ class ShardedReplay:
         reference that draws nothing)."""
         rows = self.rows_per_shard * len(self.shards)
         index = {"row": rng.integers(0, rows, (groups, count))}
+        if self.spec.sequence_length:
+            steps = self.column_rows["obs"] * len(self.shards)
+            index["steps"] = rng.integers(0, steps, (groups, count, self.spec.sequence_length))
         if self.spec.frame_stack:
             for key in ("obs_frames", "next_frames"):
                 index[key] = rng.integers(0, rows, (groups, count, self.spec.frame_stack))

@@ -19,10 +19,10 @@ def test_the_registry_holds_dqn_td3_and_sac_with_their_heads():
 
 
 def test_an_unknown_name_is_one_line_naming_the_registered_ones(capsys):
-    with pytest.raises(ValueError, match="algo.name ppo is not an algorithm raypex has; one of dqn, td3, sac"):
+    with pytest.raises(ValueError, match="algo.name ppo is not an algorithm raypex has; one of dqn, td3, sac, r2d2"):
         algorithm("ppo")
     assert main(["train", "--local", "algo.name=ppo"]) == 2
-    assert capsys.readouterr().err.strip() == ("raypex: error: config error: algo.name: one of dqn, td3, sac, the "
+    assert capsys.readouterr().err.strip() == ("raypex: error: config error: algo.name: one of dqn, td3, sac, r2d2, the "
                                                "registered algorithms (got 'ppo')")
 
 
@@ -59,7 +59,7 @@ def test_a_new_plug_in_trains_end_to_end_with_nothing_else_changed(plugged_in, t
 
 
 def test_a_plug_in_with_an_unknown_head_is_refused():
-    with pytest.raises(ValueError, match="head 'tabular' is not one of q, deterministic, gaussian"):
+    with pytest.raises(ValueError, match="head 'tabular' is not one of q, recurrent_q, deterministic, gaussian"):
         @register
         class Tabular(Algorithm):
             name = "tabular"

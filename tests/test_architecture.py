@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("actors", "learner", "replay", "cluster")
 MAX_LINES = 500
 CONTRACTS = "replay.contracts"
-MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp")  # what collectors act with
+MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp",
+                     "learner.numpy_recurrent")  # what collectors act with
 REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
 PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
 

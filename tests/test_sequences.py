@@ -103,3 +103,68 @@ def test_a_slot_taken_by_a_newer_sequence_in_one_chunk_is_cleared_and_placed():
     assert starts_of(s, s.sampleable_rows()) == [8, 10, 12]
     assert set(first_slot) <= set(placed.cleared) and set(first_slot) <= set(placed.rows)
     assert s.start[first_slot[0]] == 10
+
+
+def sharded(prioritized: bool = False):
+    from raypex.replay.priorities import BetaSchedule, PrioritySettings
+    from raypex.replay.rate_limit import SamplesPerInsertLimiter
+    from raypex.replay.shard import StorageSpec
+    from raypex.replay.sharded import ShardedReplay
+
+    spec = StorageSpec(16, (3,), "float32", num_envs=E, sequence_length=LENGTH, sequence_overlap=OVERLAP,
+                       state_size=2)
+    settings = (PrioritySettings(0.6, 1e-6, "max"), BetaSchedule(0.4, 1000, 8)) if prioritized else (None, None)
+    return ShardedReplay(2, spec, SamplesPerInsertLimiter(0.0, 4 * E, 1), 0, *settings)
+
+
+def test_sequences_across_shards_are_drawn_from_every_shard_and_gathered_where_they_are():
+    replay = sharded()
+    replay.add(0, chunk(0, 6))
+    assert not replay.can_sample(1) or replay.steps_held >= 4 * E
+    shifted = chunk(0, 6)
+    shifted["obs"] = shifted["obs"] + 1000  # shard 1's steps tell themselves apart
+    replay.add(1, shifted)
+    assert replay.inserted == 2 * 6 * E and replay.steps_held == 2 * 6 * E and replay.size == 8
+    draw = replay.draw(2, 50)
+    batch = replay.gather(draw)
+    assert batch["obs"].shape == (2, 50, LENGTH, 3) and batch["state"].shape == (2, 50, 2)
+    obs = batch["obs"][..., 0].reshape(-1, LENGTH)
+    shard_one = obs[:, 0] >= 1000
+    assert 0 < shard_one.sum() < len(obs)  # both shards hit
+    local = np.where(shard_one[:, None], obs - 1000, obs)
+    # each drawn sequence is consecutive steps of one env, and starts where its stored state says
+    np.testing.assert_array_equal(np.diff(local % 100, axis=1), 1)
+    np.testing.assert_array_equal(local[:, 0] % 100, batch["state"].reshape(-1, 2)[:, 0])
+    assert replay.sampled == 100 * LENGTH  # the replay ratio counts a sequence's steps
+
+
+def test_prioritized_sequences_get_their_priority_back_in_their_own_shard():
+    replay = sharded(prioritized=True)
+    replay.add(0, chunk(0, 6))
+    replay.add(1, chunk(0, 6))
+    draw = replay.draw(1, 8)
+    assert draw.weight.shape == (1, 8) and draw.keys is not None
+    applied = replay.update_priorities(draw.keys, np.full((1, 8), 5.0))
+    assert applied == 8
+
+
+def test_a_sequence_shard_written_to_a_replay_file_comes_back_whole(tmp_path):
+    """What a checkpoint does with a shard: its state through replay/state_file.py (arrays and
+    numbers, no pickle) into a fresh shard, which then draws the same sequences."""
+    from raypex.replay.state_file import read_state, write_state
+
+    replay = sharded(prioritized=True)
+    replay.add(0, chunk(0, 6))
+    replay.add(0, chunk(6, 6))
+    with open(tmp_path / "shard.npz", "wb") as sink:
+        write_state(replay.get_state(0), sink)
+    fresh = sharded(prioritized=True)
+    fresh.set_state(0, read_state(str(tmp_path / "shard.npz"), "shard.npz"))
+    assert fresh.inserted == replay.inserted and fresh.size == replay.size
+    original, restored = replay.shards[0].storage, fresh.shards[0].storage
+    rows = original.sampleable_rows()
+    np.testing.assert_array_equal(restored.sampleable_rows(), rows)
+    for name, values in original.gather(rows).items():
+        np.testing.assert_array_equal(restored.gather(rows)[name], values)
+    fresh.add(0, chunk(12, 4))  # and it goes on where it was
+    assert fresh.inserted == replay.inserted + 4 * E

@@ -57,6 +57,7 @@ from raypex.cluster.bench.report import BenchRow, format_table, linearity_note, 
 from raypex.cluster.config.arguments import UsageError, split_positional
 from raypex.cluster.config.loading import ConfigError, config_to_yaml, load_config
 from raypex.cluster.driver.progress import ProgressLine
+from raypex.learner.algorithms.registry import algorithm
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,8 @@ def run_bench(args: argparse.Namespace) -> int:
     rows.append(BenchRow.against("env_policy", policy, "env steps/s", raw, None))
     details["env_policy_phases"] = local.phases
     progress.message(f"bench: env_policy acted in {local.form}")
+    if algorithm(config.algo.name).sequences:
+        rows.append(sequence_bytes_row(config, spec))
 
     bench = bench_on_a_cluster(config, spec, progress, address)
     try:
@@ -263,6 +266,17 @@ def _priority_rows(config, spec, plan: BenchPlan, progress: ProgressLine,
     rows.append(BenchRow.against("learner_feed_prioritized", fed["prioritized"]["samples_per_s"], "samples/s",
                                  fed["uniform"]["samples_per_s"], ">= 0.77"))
     return rows, {"priority_replay_costs": costs, "priority_learner_fed": fed}
+
+
+def sequence_bytes_row(config, spec) -> BenchRow:
+    """Bytes per stored env step of the sequence replay against the flat replay's (n-step
+    transitions) for the same observations: what storing sequences costs."""
+    from raypex.cluster.plan.settings import storage_spec
+    from raypex.replay.shard import StorageSpec
+
+    sequences = storage_spec(config, spec)
+    flat = StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, 0, config.env.num_envs, spec.action_dim)
+    return BenchRow.against("replay_bytes_per_step", sequences.bytes_per_step, "bytes", flat.bytes_per_step, "<= 1.15")
 
 
 def _report(rows: list[BenchRow], details: dict, args: argparse.Namespace, progress: ProgressLine) -> int:

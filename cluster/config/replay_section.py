@@ -38,6 +38,10 @@ class ReplayConfig(Section):
     beta_anneal_updates: int = Field(100_000, ge=1, description="Updates over which beta reaches 1.")
     priority_epsilon: float = Field(1e-6, gt=0.0, le=1.0, description="Added to abs(TD error), so every stored "
                                     "transition can be drawn.")
+    sequence_length: int = Field(80, ge=2, le=10_000, description="r2d2: steps in each replayed sequence (its "
+                                 "burn-in included).")
+    sequence_overlap: int = Field(40, ge=0, description="r2d2: steps each sequence shares with the next; they are "
+                                  "stored once, so overlap costs no memory.")
     initial_priority: Literal["td", "max"] = Field(
         "td", description="A new transition's priority: td = its n-step abs(TD error) under the collector's network "
         "(Ape-X), max = the largest priority seen so far."

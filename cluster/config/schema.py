@@ -55,12 +55,13 @@ class EnvConfig(Section):
 
 
 class AlgoConfig(Section):
-    """The algorithm: DQN for Discrete actions, TD3 or SAC for Box actions; discounting and n-step
-    returns for all three."""
+    """The algorithm: DQN or R2D2 (recurrent) for Discrete actions, TD3 or SAC for Box actions;
+    discounting and n-step returns for all of them."""
 
     name: str = Field(
         "dqn", description="A registered algorithm (learner/algorithms/): dqn: Discrete actions (Double DQN, "
-        "dueling); td3, sac: Box actions (twin critics).")
+        "dueling); r2d2: dqn with an LSTM, trained on replayed sequences (partially observed envs); td3, sac: Box "
+        "actions (twin critics).")
     gamma: float = Field(0.99, gt=0.0, le=1.0, description="Discount factor.")
 
     @field_validator("name")
@@ -86,6 +87,10 @@ class AlgoConfig(Section):
     target_entropy: float | Literal["auto"] = Field(
         "auto", description="sac: the entropy the temperature is tuned to (auto: minus the action dimensions).")
     init_temperature: float = Field(1.0, gt=0.0, description="sac: the entropy temperature's first value.")
+    burn_in: int = Field(40, ge=0, description="r2d2: a replayed sequence's first steps, run only to bring the "
+                         "stored recurrent state up to date (no loss, no gradient).")
+    value_rescale: bool = Field(True, description="r2d2: learn h(Q) with h(x) = sign(x)(sqrt(|x|+1)-1) + 0.001x, "
+                                "which squashes large returns (R2D2's, from Pohlen et al. 2018).")
 
 
 class NetworkConfig(Section):
@@ -102,6 +107,7 @@ class NetworkConfig(Section):
         "layer's ReLU in the Q-network (as PQN does). td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): "
         "batch renormalization of their input and hidden layers and no target critics, (s, a) and (s', a') going "
         "through them as one batch.")
+    recurrent_size: int = Field(128, ge=1, le=4096, description="r2d2: the LSTM's units, after the hidden layers.")
     sale: bool = Field(False, description="td3/sac on flat observations: SALE embeddings (Fujimoto et al. 2023, TD7's): "
                        "an encoder learns zs = f(s) and zsa = g(zs, a) by predicting the next state's zs, and the actor "
                        "and critics read them beside the observation; the targets are hard copies every "
@@ -287,6 +293,7 @@ class RunConfig(Section):
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
         continuous = algorithm(self.algo.name).box_actions
         self._check_sale(continuous)
+        self._check_sequences()
         if continuous and self.learner.target_update == "hard" and not self.network.sale:
             raise ValueError(f"learner.target_update hard is for dqn and network.sale; algo.name {self.algo.name} moves "
                              "its targets by learner.target_tau (polyak)")
@@ -306,6 +313,25 @@ class RunConfig(Section):
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")
         return self
+
+    def _check_sequences(self) -> None:
+        name, replay = self.algo.name, self.replay
+        if not algorithm(name).sequences:
+            return
+        if replay.sequence_overlap >= replay.sequence_length:
+            raise ValueError(f"replay.sequence_overlap ({replay.sequence_overlap}) must be below replay.sequence_length "
+                             f"({replay.sequence_length})")
+        if self.algo.burn_in > replay.sequence_length - 2:
+            raise ValueError(f"algo.burn_in ({self.algo.burn_in}) must leave at least 2 of replay.sequence_length "
+                             f"({replay.sequence_length}) steps to learn from")
+        if self.collectors.act_device == "cuda":
+            raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {name}'s collectors act in numpy on "
+                             "their CPU; use auto or cpu")
+        if self.network.critic_norm != "none":
+            raise ValueError(f"network.critic_norm {self.network.critic_norm} is not for algo.name {name}; use none")
+        if replay.prioritized and replay.initial_priority == "td":
+            raise ValueError(f"replay.initial_priority td is for dqn's transitions; algo.name {name}'s sequences start "
+                             "at the largest priority: use max")
 
     def _check_sale(self, continuous: bool) -> None:
         if not self.network.sale:

@@ -4,7 +4,8 @@ The learner never pauses training to evaluate: in a run the evaluator actor
 (cluster/hosts/evaluator_actor.py, this class hosted by Ray) is handed a published weights version
 (a Weights message the learner returned) and the driver reads the returns when they are done; the
 local runtime (cluster/local/) calls this class in its own process. MLP
-Q-networks and td3/sac actors on flat observations are evaluated in numpy (learner/numpy_mlp.py),
+Q-networks, recurrent ones and td3/sac actors on flat observations are evaluated in numpy
+(learner/numpy_mlp.py, learner/numpy_recurrent.py),
 so for flat observations it never imports torch; the actor starts while the learner warms up,
 on the same cores. Networks on images are evaluated with torch.
 """
@@ -45,6 +46,10 @@ class WeightsEvaluator:
         if self.action_scale is not None:
             actor, scale = self._actor(arrays), self.action_scale
             return lambda obs: scale.to_env(actor.actions(obs))
+        if self.head == "recurrent_q":  # each episode's state carried from step to step, in numpy
+            from raypex.learner.numpy_recurrent import RecurrentGreedy
+
+            return RecurrentGreedy(arrays, self.evaluator.episodes)
         if self.torch_network is None:
             from raypex.learner.numpy_mlp import NumpyMLPQ
 

@@ -127,7 +127,8 @@ def replay_line(config: RunConfig, spec: EnvSpec) -> str:
     shards, capacity = config.collectors.num, config.replay.capacity
     where = "in the learner's process" + ("" if config.learner.device == "cpu" else
                                           ", on its GPU if it has one and the replay fits there")
-    return (f"replay: {shards} shard{'s' if shards > 1 else ''} x {capacity:,} transitions x "
+    unit = "env steps" if storage_spec(config, spec).sequence_length else "transitions"
+    return (f"replay: {shards} shard{'s' if shards > 1 else ''} x {capacity:,} {unit} x "
             f"{total / (shards * capacity):,.0f} B = {human_bytes(total)}, {where}")
 
 

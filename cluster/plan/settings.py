@@ -18,7 +18,7 @@ from raypex.replay.shard import StorageSpec
 
 def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:
     """The fields collector `index` needs."""
-    c = config.collectors
+    c, plugin = config.collectors, algorithm(config.algo.name)
     return CollectorSettings(
         index=index, num_collectors=c.num, env_id=config.env.id, env_kwargs=config.env.kwargs,
         num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
@@ -30,9 +30,11 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         act_precision=c.act_precision, act_fusion=c.act_fusion,
         act_device="cuda" if c.act_device == "cuda" else "cpu",  # auto is resolved to one of them once Ray is up
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
-        head=algorithm(config.algo.name).head, action_low=spec.action_low, action_high=spec.action_high,
-        action_noise=collector_noise(config, index) if algorithm(config.algo.name).collector_noise else 0.0,
+        head=plugin.head, action_low=spec.action_low, action_high=spec.action_high,
+        action_noise=collector_noise(config, index) if plugin.collector_noise else 0.0,
         layer_norm=config.network.critic_norm == "layer_norm",
+        recurrent_size=config.network.recurrent_size if plugin.sequences else 0,
+        sequence_period=config.replay.sequence_length - config.replay.sequence_overlap if plugin.sequences else 0,
     )
 
 
@@ -47,9 +49,14 @@ def collector_noise(config: RunConfig, index: int) -> float:
 
 
 def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
-    """What each shard stores (pixel observations frame-once, per env of its collector)."""
-    return StorageSpec(config.replay.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack,
-                       config.env.num_envs, spec.action_dim)
+    """What each shard stores (pixel observations frame-once, per env of its collector; steps and
+    the sequences over them for an algorithm that trains on sequences)."""
+    r = config.replay
+    if algorithm(config.algo.name).sequences:
+        return StorageSpec(r.capacity, spec.obs_shape, spec.obs_dtype, 0, config.env.num_envs, spec.action_dim,
+                           r.sequence_length, r.sequence_overlap, 2 * config.network.recurrent_size)
+    return StorageSpec(r.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack, config.env.num_envs,
+                       spec.action_dim)
 
 
 def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
@@ -71,7 +78,9 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         target_entropy=None if config.algo.target_entropy == "auto" else config.algo.target_entropy,
         init_temperature=config.algo.init_temperature, obs_norm=config.network.obs_norm,
         critic_norm=config.network.critic_norm,
-        sale=config.network.sale,
+        sale=config.network.sale, n_step=config.algo.n_step, burn_in=config.algo.burn_in,
+        recurrent_size=config.network.recurrent_size, value_rescale=config.algo.value_rescale,
+        sequence_length=config.replay.sequence_length,
     )
 
 

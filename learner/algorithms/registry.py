@@ -5,12 +5,16 @@ that the learner, the run loop, the collectors and the evaluator ask it and neve
 algorithm:
 - `head`: the network collectors and the evaluator act with, and what the published weights and
   policy.pt2 hold: "q" (a Q-network over Discrete actions, acted on greedily, epsilon-greedy in
-  collectors), "deterministic" (an actor over Box actions, explored with Gaussian noise) or
-  "gaussian" (an actor sampling a squashed Gaussian, which explores by itself);
+  collectors), "recurrent_q" (the same with a recurrent state per env, which collectors store
+  with each replayed sequence), "deterministic" (an actor over Box actions, explored with Gaussian
+  noise) or "gaussian" (an actor sampling a squashed Gaussian, which explores by itself);
 - `collector_noise`: whether collectors add Gaussian action noise (spread over the collectors);
 - `default_policy_delay`: critic updates per actor update when `algo.policy_delay` is auto;
-- `batch_spec`: the fields it trains on, each one's shape per sample and dtype (transitions here:
-  obs, action, return, discount, next_obs, and weight under prioritized replay);
+- `sequences`: whether it trains on replayed sequences (replay/sequences.py) rather than n-step
+  transitions folded by the collectors;
+- `batch_spec`: the fields it trains on, each one's shape per sample and dtype (transitions:
+  obs, action, return, discount, next_obs; sequences: their steps and state; and weight under
+  prioritized replay);
 - `build_step`: its update step (learner/algorithm.py AlgorithmStep), which owns networks,
   optimizers, losses, targets, checkpoint state, the captured CUDA-graph form and the export.
 
@@ -30,8 +34,8 @@ if TYPE_CHECKING:
     from raypex.learner.precision import PrecisionPolicy
     from raypex.learner.settings import LearnerSettings
 
-HEADS = ("q", "deterministic", "gaussian")
-PLUGINS = ("dqn", "td3", "sac")  # modules of this package, each registering one algorithm
+HEADS = ("q", "recurrent_q", "deterministic", "gaussian")
+PLUGINS = ("dqn", "td3", "sac", "r2d2")  # modules of this package, each registering one algorithm
 
 _registry: dict[str, Algorithm] = {}
 
@@ -44,11 +48,12 @@ class Algorithm:
     head: str
     collector_noise: bool = False
     default_policy_delay: int = 1
+    sequences: bool = False
 
     @property
     def box_actions(self) -> bool:
         """Whether it learns on a Box action space (an actor head) rather than Discrete actions."""
-        return self.head != "q"
+        return self.head not in ("q", "recurrent_q")
 
     def batch_spec(self, settings: LearnerSettings) -> dict[str, tuple[tuple[int, ...], str]]:
         """Each field a batch holds for its step: (shape per sample, dtype), [G, B] in front.

@@ -1,0 +1,29 @@
+"""R2D2 (Kapturowski et al., ICLR 2019): a recurrent Q-network over Discrete actions, trained on
+replayed sequences from the state each was collected with, after a burn-in (learner/r2d2_step.py);
+collectors act epsilon-greedily with a state per env and store sequences (replay/sequences.py)."""
+
+from __future__ import annotations
+
+from raypex.learner.algorithms.registry import Algorithm, register
+
+
+@register
+class R2D2(Algorithm):
+    name = "r2d2"
+    head = "recurrent_q"
+    sequences = True
+
+    def batch_spec(self, settings):
+        """Sequences of `sequence_length` steps, [G, B, T, ...], and each one's stored state."""
+        steps = settings.sequence_length
+        spec = {"obs": ((steps, *settings.obs_shape), settings.obs_dtype), "action": ((steps,), "int32"),
+                "reward": ((steps,), "float32"), "discount": ((steps,), "float32"), "first": ((steps,), "bool"),
+                "state": ((2 * settings.recurrent_size,), "float32")}
+        if settings.prioritized:
+            spec["weight"] = ((), "float32")
+        return spec
+
+    def build_step(self, settings, device, gather=None, precision=None):
+        from raypex.learner.r2d2_step import R2D2Step
+
+        return R2D2Step(settings, device, gather, precision)

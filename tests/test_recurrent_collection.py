@@ -1,0 +1,113 @@
+"""A recurrent collector's data as the learner reads it: the numpy step collectors and the
+evaluator act with is the learner's torch step, and every replayed sequence carries the state its
+collector had at its first step, so an unroll from it continues where the collector was."""
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from raypex.actors.collector import Collector
+from raypex.actors.envs import inspect_env
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.plan.settings import collector_settings, storage_spec
+from raypex.learner.numpy_recurrent import NumpyRecurrentQ
+from raypex.learner.recurrent_networks import RecurrentQNetwork, StatefulQ
+from raypex.learner.weights import export_arrays
+from raypex.replay.contracts import Weights
+from raypex.replay.shard import build_storage
+
+SIZE = 8  # LSTM units
+
+
+def network(seed: int = 0) -> RecurrentQNetwork:
+    torch.manual_seed(seed)
+    return RecurrentQNetwork(4, 2, [16], SIZE)
+
+
+def test_the_numpy_step_is_the_learners_torch_step():
+    net = network()
+    stateful = StatefulQ(net)
+    numpy_net = NumpyRecurrentQ(export_arrays(net))
+    rng = np.random.default_rng(0)
+    obs, state = rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(5, 2 * SIZE)).astype(np.float32)
+    for _ in range(3):
+        q, next_state = numpy_net.step(obs, state)
+        with torch.no_grad():
+            q_torch, state_torch = stateful(torch.from_numpy(obs), torch.from_numpy(state))
+        np.testing.assert_allclose(q, q_torch.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(next_state, state_torch.numpy(), rtol=1e-5, atol=1e-5)
+        state = next_state
+
+
+def test_each_stored_sequence_starts_from_the_state_its_collector_acted_from():
+    config = load_config(None, ["algo.name=r2d2", "env.num_envs=3", "collectors.num=1", "collectors.chunk_steps=7",
+                                f"network.recurrent_size={SIZE}", "network.hidden=[16]", "replay.sequence_length=6",
+                                "replay.sequence_overlap=2", "algo.burn_in=2", "replay.capacity=3000",
+                                "replay.min_size=300", "collectors.epsilon_base=0.5"])
+    spec = inspect_env(config.env.id, config.env.kwargs)
+    settings = dataclasses.replace(collector_settings(config, spec, 0), seed=3)
+    storage = build_storage(storage_spec(config, spec))
+    collector = Collector(settings, storage.add, lambda: weights)
+    arrays = export_arrays(network())
+    weights = Weights(1, arrays)
+    for _ in range(40):  # 280 steps of 3 envs: CartPole episodes end and start again inside sequences
+        collector.collect_chunk()
+    assert collector.env_steps == storage.total_added > 0
+    steps = {name: storage.backend.read(storage.columns[name], (slice(None),)).reshape(
+        3, storage.steps_per_env, *storage.columns[name].shape[1:]) for name in ("obs", "reward", "discount", "first")}
+    written = storage.written
+    assert written <= storage.steps_per_env  # nothing overwritten: every step is in the ring in order
+    # The state before each step, recomputed from the stored steps with the acting network
+    numpy_net = NumpyRecurrentQ(arrays)
+    state = np.zeros((3, 2 * SIZE), np.float32)
+    before = np.zeros((written, 3, 2 * SIZE), np.float32)
+    for t in range(written):
+        state[steps["first"][:, t]] = 0.0
+        before[t] = state
+        _, state = numpy_net.step(steps["obs"][:, t], state)
+    rows = storage.sampleable_rows()
+    assert len(rows) > 10
+    stored = storage.gather(rows)
+    starts = storage.start[rows]
+    env = rows // storage.slots_per_env
+    # kept in float16: equal to its precision (a state one step off differs by far more: tenths)
+    np.testing.assert_allclose(stored["state"], before[starts, env], rtol=1e-3, atol=1e-3)
+    # an episode's end: discount 0 on its last step, then the autoreset's pad step (reward 0, no env
+    # step), then the next episode's first step
+    ends = np.argwhere(steps["discount"][:, :written - 2] == 0)
+    assert len(ends) > 0
+    for e, t in ends:
+        if steps["reward"][e, t] == 0:  # a pad step itself
+            continue
+        assert steps["reward"][e, t + 1] == 0 and steps["discount"][e, t + 1] == 0 and steps["first"][e, t + 2]
+
+
+def test_a_recurrent_policy_file_takes_and_gives_its_state(tmp_path):
+    import pytest
+
+    from raypex.learner.policy_file import RECURRENT, export_policy_archive, load_policy
+
+    net = network().eval()
+    (tmp_path / "policy.pt2").write_bytes(export_policy_archive(StatefulQ(net), (4,), RECURRENT, 2 * SIZE))
+    policy = load_policy(tmp_path / "policy.pt2")
+    assert policy.recurrent and tuple(policy.initial_state(3).shape) == (3, 2 * SIZE)
+    numpy_net = NumpyRecurrentQ(export_arrays(net))
+    rng = np.random.default_rng(1)
+    state, expected_state = policy.initial_state(3), np.zeros((3, 2 * SIZE), np.float32)
+    one_state = policy.initial_state()
+    for _ in range(4):
+        obs = rng.normal(size=(3, 4)).astype(np.float32)
+        actions, state = policy.act(obs, state)
+        q, expected_state = numpy_net.step(obs, expected_state)
+        np.testing.assert_array_equal(actions, q.argmax(axis=1))
+        np.testing.assert_allclose(state.numpy(), expected_state, rtol=1e-5, atol=1e-5)
+        one_action, one_state = policy.act(obs[0], one_state)  # one observation, its own state
+        assert int(one_action) == int(actions[0])
+    with pytest.raises(ValueError, match="this policy.pt2 is recurrent: pass its state"):
+        policy.act(obs)
+    episodes = policy.episodes_actor(3)  # an evaluation's: the state carried between calls
+    first, second = episodes(obs), episodes(obs)
+    q1, s1 = numpy_net.step(obs, np.zeros((3, 2 * SIZE), np.float32))
+    np.testing.assert_array_equal(first, q1.argmax(axis=1))
+    np.testing.assert_array_equal(second, numpy_net.step(obs, s1)[0].argmax(axis=1))
