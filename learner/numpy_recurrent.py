@@ -21,20 +21,26 @@ class NumpyRecurrentQ:
 
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.torso = torso_layers(arrays)
-        self.input_weight = np.ascontiguousarray(arrays["core.weight_ih"].T)
-        self.hidden_weight = np.ascontiguousarray(arrays["core.weight_hh"].T)
-        self.bias = arrays["core.bias_ih"] + arrays["core.bias_hh"]
-        self.recurrent_size = self.hidden_weight.shape[0]
+        self.feedforward = linear_layer(arrays, "core") if "core.weight" in arrays else None  # network.core mlp
+        if self.feedforward is None:
+            self.input_weight = np.ascontiguousarray(arrays["core.weight_ih"].T)
+            self.hidden_weight = np.ascontiguousarray(arrays["core.weight_hh"].T)
+            self.bias = arrays["core.bias_ih"] + arrays["core.bias_hh"]
+        self.recurrent_size = arrays["advantage.weight"].shape[1]
         self.advantage = linear_layer(arrays, "advantage")
         self.value = linear_layer(arrays, "value") if "value.weight" in arrays else None
 
     def step(self, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(obs [B, obs_dim], state [B, 2R]) -> (Q-values [B, A], the next state [B, 2R])."""
         h, c = state[:, :self.recurrent_size], state[:, self.recurrent_size:]
-        gates = torso_forward(self.torso, obs) @ self.input_weight + h @ self.hidden_weight + self.bias
-        i, f, g, o = np.split(gates, 4, axis=1)  # torch's LSTMCell order
-        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-        h = sigmoid(o) * np.tanh(c)
+        features = torso_forward(self.torso, obs)
+        if self.feedforward is not None:  # no memory: the state passes through
+            h = np.maximum(features @ self.feedforward[0] + self.feedforward[1], 0.0)
+        else:
+            gates = features @ self.input_weight + h @ self.hidden_weight + self.bias
+            i, f, g, o = np.split(gates, 4, axis=1)  # torch's LSTMCell order
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
         advantage = h @ self.advantage[0] + self.advantage[1]
         q = advantage if self.value is None else (
             h @ self.value[0] + self.value[1] + advantage - advantage.mean(axis=1, keepdims=True))

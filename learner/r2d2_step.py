@@ -41,7 +41,7 @@ class R2D2Step:
         self.s, self.gather, self.device = settings, gather, device
         self.precision = precision or make_precision("fp32", device)
         self.online = RecurrentQNetwork(settings.obs_shape[0], settings.num_actions, settings.hidden,
-                                        settings.recurrent_size, settings.dueling).to(device)
+                                        settings.recurrent_size, settings.dueling, settings.core).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.policy: nn.Module = self.online
         self.params = list(self.online.parameters())

@@ -12,12 +12,15 @@ from raypex.learner.networks import relu_mlp
 
 
 class RecurrentQNetwork(nn.Module):
-    """MLP torso (`hidden`), an LSTM cell of `recurrent_size` units, dueling value and advantage heads."""
+    """MLP torso (`hidden`), an LSTM cell of `recurrent_size` units, dueling value and advantage heads.
+    With `core` "mlp" a ReLU layer of the same width stands in for the LSTM: the state goes through
+    unchanged (zeros), so the network sees one observation at a time, as a feed-forward one does."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], recurrent_size: int, dueling: bool = True):
+    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], recurrent_size: int, dueling: bool = True,
+                 core: str = "lstm"):
         super().__init__()
         self.torso, width = relu_mlp(obs_dim, hidden)
-        self.core = nn.LSTMCell(width, recurrent_size)
+        self.core = nn.LSTMCell(width, recurrent_size) if core == "lstm" else nn.Linear(width, recurrent_size)
         self.recurrent_size = recurrent_size
         self.advantage = nn.Linear(recurrent_size, num_actions)
         self.value = nn.Linear(recurrent_size, 1) if dueling else None
@@ -29,7 +32,11 @@ class RecurrentQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        h, c = self.core(self.torso(obs.to(self.advantage.weight.dtype)), state)
+        features = self.torso(obs.to(self.advantage.weight.dtype))
+        if isinstance(self.core, nn.LSTMCell):
+            h, c = self.core(features, state)
+        else:  # no memory: the state passes through
+            (_, c), h = state, F.relu(self.core(features))
         advantage = F.linear(h, self.advantage.weight, self.advantage.bias)
         if self.value is None:
             return advantage, (h, c)

@@ -47,6 +47,7 @@ class LearnerSettings:
     n_step: int = 5  # r2d2: steps of reward in each target (the others fold n-step returns in collectors)
     burn_in: int = 40  # r2d2: a replayed sequence's first steps, unrolled without gradient before the loss
     recurrent_size: int = 128  # r2d2: LSTM units
+    core: str = "lstm"  # r2d2: lstm | mlp (a feed-forward layer in its place, no memory)
     sequence_length: int = 80  # r2d2: steps of each replayed sequence, burn-in included
     value_rescale: bool = True  # r2d2: targets through h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x
 

@@ -248,7 +248,7 @@ def test_raypex_configs_lists_each_shipped_config_on_one_line(capsys):
     listed = {line.split()[0]: line.split()[1] for line in lines[:7]}
     assert listed == {"breakout": "ALE/Breakout-v5", "cartpole": "CartPole-v1", "halfcheetah": "HalfCheetah-v5",
                       "minatar": "MinAtar/Breakout-v1", "pendulum": "Pendulum-v1", "pong": "ALE/Pong-v5",
-                      "popgym": "popgym-PositionOnlyCartPoleEasy-v0"}
+                      "popgym": "popgym-RepeatPreviousEasy-v0"}
     assert {p.stem for p in (ROOT / "configs").glob("*.yaml")} == set(listed)
 
 

@@ -5,6 +5,7 @@ collector had at its first step, so an unroll from it continues where the collec
 import dataclasses
 
 import numpy as np
+import pytest
 import torch
 
 from raypex.actors.collector import Collector
@@ -20,13 +21,14 @@ from raypex.replay.shard import build_storage
 SIZE = 8  # LSTM units
 
 
-def network(seed: int = 0) -> RecurrentQNetwork:
+def network(seed: int = 0, core: str = "lstm") -> RecurrentQNetwork:
     torch.manual_seed(seed)
-    return RecurrentQNetwork(4, 2, [16], SIZE)
+    return RecurrentQNetwork(4, 2, [16], SIZE, core=core)
 
 
-def test_the_numpy_step_is_the_learners_torch_step():
-    net = network()
+@pytest.mark.parametrize("core", ["lstm", "mlp"])
+def test_the_numpy_step_is_the_learners_torch_step(core):
+    net = network(core=core)
     stateful = StatefulQ(net)
     numpy_net = NumpyRecurrentQ(export_arrays(net))
     rng = np.random.default_rng(0)
@@ -84,8 +86,6 @@ def test_each_stored_sequence_starts_from_the_state_its_collector_acted_from():
 
 
 def test_a_recurrent_policy_file_takes_and_gives_its_state(tmp_path):
-    import pytest
-
     from raypex.learner.policy_file import RECURRENT, export_policy_archive, load_policy
 
     net = network().eval()

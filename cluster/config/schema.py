@@ -108,6 +108,9 @@ class NetworkConfig(Section):
         "batch renormalization of their input and hidden layers and no target critics, (s, a) and (s', a') going "
         "through them as one batch.")
     recurrent_size: int = Field(128, ge=1, le=4096, description="r2d2: the LSTM's units, after the hidden layers.")
+    core: Literal["lstm", "mlp"] = Field(
+        "lstm", description="r2d2: the recurrent core; mlp puts a feed-forward ReLU layer of recurrent_size units in "
+        "its place, which keeps no state: the same learner without memory, to measure what memory buys.")
     sale: bool = Field(False, description="td3/sac on flat observations: SALE embeddings (Fujimoto et al. 2023, TD7's): "
                        "an encoder learns zs = f(s) and zsa = g(zs, a) by predicting the next state's zs, and the actor "
                        "and critics read them beside the observation; the targets are hard copies every "

@@ -2,7 +2,9 @@
 (cluster/api.py `launch` calls `fit_run`).
 
 A config is written for one env (configs/cartpole.yaml for CartPole-v1): its stop target, network,
-replay and learning rate are that env's. When `env.id` names another one, a warning says so; the
+replay and learning rate are that env's. When `env.id` names another one of a family whose tasks
+share a return range (POPGym's), one line says the config serves it, stop target and all. When it
+names any other, a warning says so; the
 stop target becomes the new env's own (its registration's reward threshold, or none: the run trains
 to stop.env_steps and keeps its best policy) unless the user set stop.eval_return too; and pixel
 observations on a config written for flat ones are refused, pointing at the pixel configs, unless
@@ -30,6 +32,9 @@ PIXEL_CONFIGS = "pong, breakout (ALE) or minatar"
 REPLAY_SHARE_OF_MEMORY = 0.9
 # Overrides of these sections say the user sized the run for its env: pixels are theirs to choose.
 RETUNING = ("network.", "replay.", "learner.")
+# Env families whose tasks all score in one range (POPGym's returns lie in [-1, 1]): a config written
+# for one of them fits the others, its stop target included.
+SHARED_RETURN_RANGE = {"popgym-": "POPGym"}
 
 
 def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: bool
@@ -94,6 +99,11 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
         raise UnsupportedEnv(f"env.id '{env_id}' gives pixel observations ({shape}), and {origin.name} is written for "
                              f"{origin.env_id}'s flat ones (its replay, network and learning rate): start from a "
                              f"pixel config, {PIXEL_CONFIGS} ({example})")
+    family = same_family(env_id, origin.env_id)
+    if family is not None:
+        return config, [f"{origin.name} was written for {origin.env_id} and serves {family}'s other tasks: their "
+                        f"returns lie in the same range, so stop.eval_return {config.stop.eval_return} holds for "
+                        f"{env_id} too"]
     line = f"warning: env.id {env_id} is not {origin.env_id}, which {origin.name} was written for: its settings may not fit"
     if "stop.eval_return" not in origin.overridden and config.stop.eval_return != spec.reward_threshold:
         target = spec.reward_threshold
@@ -105,6 +115,15 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
         else:
             line += f"; stop.eval_return {target:g}, {env_id}'s reward threshold"
     return config, [line]
+
+
+def same_family(env_id: str, other: str) -> str | None:
+    """The name of the env family both ids belong to when its tasks share one return range (so a
+    config's settings and stop target carry across them), else None."""
+    for prefix, name in SHARED_RETURN_RANGE.items():
+        if env_id.startswith(prefix) and other.startswith(prefix):
+            return name
+    return None
 
 
 def _flat(origin: ConfigOrigin, config: RunConfig) -> bool:

@@ -79,7 +79,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         init_temperature=config.algo.init_temperature, obs_norm=config.network.obs_norm,
         critic_norm=config.network.critic_norm,
         sale=config.network.sale, n_step=config.algo.n_step, burn_in=config.algo.burn_in,
-        recurrent_size=config.network.recurrent_size, value_rescale=config.algo.value_rescale,
+        recurrent_size=config.network.recurrent_size, core=config.network.core, value_rescale=config.algo.value_rescale,
         sequence_length=config.replay.sequence_length,
     )
 
