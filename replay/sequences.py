@@ -9,6 +9,10 @@ state: its steps are read from the env's ring, so overlapping sequences share th
 costs no memory. Sequences run across episode ends (`first` tells the learner where the state
 starts again: learner/r2d2_targets.py).
 
+When a collector process is replaced (or the learner's, its replay restored from a checkpoint),
+the new process's stream goes on after the stored one; the stored stream's last step gets discount
+0, so no return runs from the old process's episodes into the new one's, which start afresh.
+
 A sequence can be sampled once its last step is stored, and no longer once its first step has
 been overwritten; `slots_per_env` sequence slots per env are enough for every sequence the ring
 holds, so a slot is reused only after its last sequence became invalid. Every env of a collector
@@ -135,6 +139,7 @@ class SequenceStorage:
         if first != self.written:  # a restarted collector: its stream goes on after the stored one
             self.renumber += self.written - first
             first = self.written
+            self._end_stream()
         before = self._rows()
         before_starts = self.start[before].copy()
         numbers = first + np.arange(count)
@@ -165,6 +170,15 @@ class SequenceStorage:
         was = dict(zip(before.tolist(), before_starts.tolist(), strict=True))
         placed = np.array([row for row in after.tolist() if was.get(row) != self.start[row]], np.int64)
         return Placement(placed, np.arange(len(placed)), cleared)
+
+    def _end_stream(self) -> None:
+        """The stored stream's last step ends its episode for learning (discount 0): the next steps
+        come from another collector process, whose episodes start afresh (`first`), and no return
+        may run from one into the other."""
+        if self.written == 0:
+            return
+        last = np.arange(self.num_envs) * self.steps_per_env + (self.written - 1) % self.steps_per_env
+        self.backend.write(self.columns["discount"], (last,), np.zeros(self.num_envs, np.float32))
 
     def sampleable_rows(self) -> np.ndarray:
         """The sequence slots that can be sampled now."""

@@ -297,6 +297,15 @@ def trained_until_stopped(env_id: str):
     return check
 
 
+def recurrent_evaluated(ran: Ran) -> None:
+    assert -1.0 <= float(re.match(r"mean return (\S+) over 100 episodes", ran.out).group(1)) <= 1.0, ran.out
+
+
+def stepped_with_its_state(ran: Ran) -> None:
+    """The loop of the README's recurrent policy: one episode of RepeatPreviousEasy, its return in [-1, 1]."""
+    assert -1.0 <= float(ran.out.strip()) <= 1.0, ran.out
+
+
 def precisions_a_cpu_times() -> list[str]:
     """What the learner benches time by default on this machine's CPU: bf16 only where the CPU has
     bf16 units (elsewhere it is emulated and a learner's `auto` is fp32)."""
@@ -527,6 +536,11 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
     "raypex train configs/minatar.yaml learner.micro_batch=512 learner.accumulation_steps=4 learner.lr=1e-3": Run(
         SHORTER, HOURS, check=minatar_large_batch_trained),
+    "raypex train configs/popgym.yaml --run-dir runs/memory": Run(
+        SHORTER, "minutes of training; 2,000 env steps show the run", check=trained_until_stopped(
+            "popgym-RepeatPreviousEasy-v0")),
+    "raypex eval runs/memory --episodes 100": Run(check=recurrent_evaluated),
+    block_holding("policy.initial_state()"): Run(check=stepped_with_its_state),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
     "python -m benchmarks.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --copy": Run(

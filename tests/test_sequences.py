@@ -72,6 +72,11 @@ def test_a_restarted_collector_counts_on_after_the_stored_steps():
     s.add(chunk(0, 4))
     s.add(chunk(0, 4))  # its stream from 0 again: stored as steps 4..7
     assert s.written == 8 and starts_of(s, s.sampleable_rows()) == [0, 2, 4]
+    # the old stream's last step ends its episodes for learning; the new one starts afresh
+    across = s.gather(np.array([r for r in s.sampleable_rows() if s.start[r] == 2]))
+    np.testing.assert_array_equal(across["discount"][:, 1], 0.0)  # step 3, the old process's last
+    np.testing.assert_array_equal(across["discount"][:, 0], np.float32(0.9))
+    assert across["first"][:, 2].all()  # step 4, the new process's first
 
 
 def test_a_chunk_must_bring_a_state_for_each_sequence_it_starts():

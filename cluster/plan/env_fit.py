@@ -101,9 +101,9 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
                              f"pixel config, {PIXEL_CONFIGS} ({example})")
     family = same_family(env_id, origin.env_id)
     if family is not None:
-        return config, [f"{origin.name} was written for {origin.env_id} and serves {family}'s other tasks: their "
-                        f"returns lie in the same range, so stop.eval_return {config.stop.eval_return} holds for "
-                        f"{env_id} too"]
+        return config, [(f"{origin.name} was written for {origin.env_id} and serves {family}'s other tasks: their "
+                         f"returns lie in the same range, so stop.eval_return {config.stop.eval_return} holds for "
+                         f"{env_id} too")]
     line = f"warning: env.id {env_id} is not {origin.env_id}, which {origin.name} was written for: its settings may not fit"
     if "stop.eval_return" not in origin.overridden and config.stop.eval_return != spec.reward_threshold:
         target = spec.reward_threshold
