@@ -2,7 +2,7 @@
 ranges over them.
 
 Each env of a collector has a ring of steps (obs, action, reward, discount, first: the step starts
-an episode). Every `period` = length - overlap steps of the collector's stream a sequence starts
+an episode). Every `period` = length - overlap steps of the collector's own stream a sequence starts
 at that step in every env, and it holds the `length` steps from there plus the recurrent state the
 collector's network had at its first step. A sequence is a slot (env, k) recording nothing but its
 state: its steps are read from the env's ring, so overlapping sequences share them and overlap
@@ -14,8 +14,10 @@ the new process's stream goes on after the stored one; the stored stream's last 
 0, so no return runs from the old process's episodes into the new one's, which start afresh.
 
 A sequence can be sampled once its last step is stored, and no longer once its first step has
-been overwritten; `slots_per_env` sequence slots per env are enough for every sequence the ring
-holds, so a slot is reused only after its last sequence became invalid. Every env of a collector
+been overwritten. Each new sequence takes an env's next slot in turn; `slots_per_env` slots are
+enough for every sequence the ring holds, so a slot is reused only after its sequence became
+invalid (but where a restarted collector's first sequence starts closer than `period` after the
+last stored one, which can cost the oldest sequence one lap early). Every env of a collector
 steps together, so stream numbers (steps since the collector's first) are shared by its envs.
 
 The bytes (step columns, states) are columns of a column backend (replay/columns.py) with rows
@@ -100,6 +102,7 @@ class SequenceStorage:
         self.start = np.full(self.capacity, -1, np.int64)  # each slot's first stream number (-1: none)
         self.written = 0  # steps written per env stream
         self.renumber = 0  # added to incoming stream numbers (a restarted collector counts from 0)
+        self.started = 0  # sequences started per env: each takes the next slot, round the env's slots
         self.total_added = 0  # env steps stored, over all envs
         self._valid_rows: np.ndarray | None = None
 
@@ -150,13 +153,15 @@ class SequenceStorage:
             values = np.asarray(chunk[name])[keep]
             self.backend.write(self.columns[name], (rows,),
                                np.ascontiguousarray(values.swapaxes(0, 1)).reshape(len(rows), *values.shape[2:]))
-        starts = numbers[numbers % self.period == 0]
+        # sequences start where the collector took a state: every `period` steps of its own stream
+        starts = numbers[(numbers - self.renumber) % self.period == 0]
         states = np.asarray(chunk["state"], np.float32)
         if len(states) != len(starts):
             raise ValueError(f"a chunk of steps {first}..{first + count - 1} starts {len(starts)} sequences "
                              f"(every {self.period} steps) and brings {len(states)} states")
         for number, state in zip(starts, states, strict=True):
-            slots = np.arange(self.num_envs) * self.slots_per_env + (number // self.period) % self.slots_per_env
+            slots = np.arange(self.num_envs) * self.slots_per_env + self.started % self.slots_per_env
+            self.started += 1
             self.start[slots] = number
             self.backend.write(self.columns["state"], (slots,), state)
         self.written = first + count
@@ -200,7 +205,7 @@ class SequenceStorage:
     def get_state(self) -> dict:
         """Every column, the bookkeeping and the counters, for a replay checkpoint."""
         state = {name: self.backend.read(column, (slice(None),)) for name, column in self.columns.items()}
-        state.update(start=self.start.copy(), written=self.written, renumber=self.renumber,
+        state.update(start=self.start.copy(), written=self.written, renumber=self.renumber, started=self.started,
                      total_added=self.total_added)
         return state
 
@@ -210,4 +215,5 @@ class SequenceStorage:
             self.backend.write(column, (slice(None),), np.asarray(state[name]).reshape(column.shape))
         self.start[...] = state["start"]
         self.written, self.renumber, self.total_added = state["written"], state["renumber"], state["total_added"]
+        self.started = state["started"]
         self._valid_rows = None

@@ -30,6 +30,11 @@ SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_env_steps=4
          "checkpoint.every_epochs=5"]
 
 
+# r2d2 on CartPole at a size two cores train quickly: short sequences, a small LSTM and batch
+SMALL_R2D2 = ["algo.name=r2d2", "replay.sequence_length=20", "replay.sequence_overlap=10", "algo.burn_in=5",
+              "network.recurrent_size=32", "learner.micro_batch=16"]
+
+
 class RunningTrain:
     """`raypex train` in a subprocess whose stderr is read line by line."""
 
@@ -155,8 +160,11 @@ def test_collectors_and_the_evaluator_killed_are_restarted_and_counted(running):
 
     With one collector gone the learner soon waits for data, and a checkpoint is due every epoch:
     the driver must keep polling (and restart the collector's loop) while the learner waits, not
-    block on the checkpoint behind the waiting epoch, which once hung the run for good."""
-    run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1")
+    block on the checkpoint behind the waiting epoch, which once hung the run for good.
+
+    The run is r2d2's (sequence replay): each kill takes a collector mid-sequence, and its unsent
+    steps are never counted, so env steps stay exactly what the shards stored."""
+    run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1", *SMALL_R2D2)
     run.read_until("[")  # first progress line: training has started
     at_evaluator_kill = sum(shard.inserted for shard in run.kill_actor("evaluator"))
     for _ in range(3):

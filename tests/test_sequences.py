@@ -79,6 +79,21 @@ def test_a_restarted_collector_counts_on_after_the_stored_steps():
     assert across["first"][:, 2].all()  # step 4, the new process's first
 
 
+def test_a_restarted_collectors_sequences_start_where_it_took_its_states():
+    """A stream restarted at a step that is no multiple of the period: its sequences start every
+    `period` steps of its own count (where its states were taken), and keep their states."""
+    s = storage()
+    s.add(chunk(0, 5))  # steps 0..4; sequences from 0 and 2 complete or not, 4 started
+    restarted = chunk(0, 6)  # the new process's steps 0..5, stored as 5..10, its states at its 0, 2, 4
+    s.add(restarted)
+    assert s.written == 11
+    new = [r for r in s.sampleable_rows() if s.start[r] >= 5]
+    assert sorted({int(n) for n in s.start[new]}) == [5, 7]  # its 0 and 2; its 4 (stored 9) is not complete
+    batch = s.gather(np.array(new))
+    np.testing.assert_array_equal(batch["state"][:, 0] + 5, s.start[new])  # the state it took at that step
+    np.testing.assert_array_equal(batch["obs"][:, 0, 0] % 100, batch["state"][:, 0])  # and its step
+
+
 def test_a_chunk_must_bring_a_state_for_each_sequence_it_starts():
     s = storage()
     bad = chunk(0, 6)
