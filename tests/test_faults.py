@@ -32,7 +32,7 @@ SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_env_steps=4
 
 # r2d2 on CartPole at a size two cores train quickly: short sequences, a small LSTM and batch
 SMALL_R2D2 = ["algo.name=r2d2", "replay.sequence_length=20", "replay.sequence_overlap=10", "algo.burn_in=5",
-              "network.recurrent_size=32", "learner.micro_batch=16"]
+              "network.recurrent_size=32", "learner.micro_batch=16", "replay.samples_per_insert=4"]
 
 
 class RunningTrain:
@@ -354,7 +354,9 @@ def test_an_env_that_raises_the_same_error_after_a_restart_ends_the_run_at_once_
 
 
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
-    run = running("stop.env_steps=20000", "checkpoint.every_epochs=2")
+    """An r2d2 run (sequence replay, whose collectors' streams go on past what the restored replay
+    holds): the new learner takes the replay back and the counts add up."""
+    run = running("stop.env_steps=20000", "checkpoint.every_epochs=2", *SMALL_R2D2)
     run.read_until("[")
     run.kill_actor("learner")
     revived = run.read_until("the learner died; a new one continues from")
