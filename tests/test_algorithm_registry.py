@@ -65,3 +65,17 @@ def test_a_plug_in_with_an_unknown_head_is_refused():
             name = "tabular"
             head = "tabular"
     assert "tabular" not in names()
+
+
+def test_an_update_that_cannot_be_captured_runs_eagerly_on_a_gpu():
+    """r2d2's plug-in says its update is not captured: auto turns CUDA graphs off for it (a GPU
+    learner would otherwise try), and asking for them is refused in one line."""
+    from raypex.actors.envs import inspect_env
+    from raypex.cluster.config.loading import ConfigError, load_config
+    from raypex.cluster.plan.settings import learner_settings
+
+    spec = inspect_env("CartPole-v1", {})
+    assert learner_settings(load_config(None, ["algo.name=r2d2"]), spec).captures("cuda") is False
+    assert learner_settings(load_config(None, []), spec).captures("cuda") is True
+    with pytest.raises(ConfigError, match="algo.name r2d2's update is not captured as CUDA graphs yet"):
+        load_config(None, ["algo.name=r2d2", "learner.cuda_graphs=on", "learner.device=cuda"])

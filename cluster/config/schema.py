@@ -327,6 +327,9 @@ class RunConfig(Section):
         if self.algo.burn_in > replay.sequence_length - 2:
             raise ValueError(f"algo.burn_in ({self.algo.burn_in}) must leave at least 2 of replay.sequence_length "
                              f"({replay.sequence_length}) steps to learn from")
+        if self.learner.cuda_graphs == "on":
+            raise ValueError(f"learner.cuda_graphs on: algo.name {name}'s update is not captured as CUDA graphs yet "
+                             "(it runs eagerly on a GPU); use auto or off")
         if self.collectors.act_device == "cuda":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {name}'s collectors act in numpy on "
                              "their CPU; use auto or cpu")

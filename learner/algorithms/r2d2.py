@@ -12,6 +12,7 @@ class R2D2(Algorithm):
     name = "r2d2"
     head = "recurrent_q"
     sequences = True
+    capturable = False  # the unroll's Python loop over a sequence is not captured yet: eager on a GPU
 
     def batch_spec(self, settings):
         """Sequences of `sequence_length` steps, [G, B, T, ...], and each one's stored state."""

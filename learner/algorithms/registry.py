@@ -15,6 +15,7 @@ algorithm:
 - `batch_spec`: the fields it trains on, each one's shape per sample and dtype (transitions:
   obs, action, return, discount, next_obs; sequences: their steps and state; and weight under
   prioritized replay);
+- `capturable`: whether its update runs as captured CUDA graphs on a GPU (else eagerly);
 - `build_step`: its update step (learner/algorithm.py AlgorithmStep), which owns networks,
   optimizers, losses, targets, checkpoint state, the captured CUDA-graph form and the export.
 
@@ -49,6 +50,7 @@ class Algorithm:
     collector_noise: bool = False
     default_policy_delay: int = 1
     sequences: bool = False
+    capturable: bool = True  # its update can be captured as CUDA graphs (learner.cuda_graphs auto turns it on)
 
     @property
     def box_actions(self) -> bool:
