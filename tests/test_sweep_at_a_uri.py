@@ -35,3 +35,10 @@ def test_a_sweep_at_an_s3_uri_keeps_everything_there(s3_server, tmp_path, joinin
     (row,) = json.loads(read_bytes(join(experiment, "results.json")))["trials"]
     assert row["ended"] == "env_steps" and row["env_steps"] >= 3000, row
     assert set(os.listdir(tmp_path)) <= {"key"}  # nothing of the sweep in the working directory
+    # the line naming the best trial says how to evaluate it, and that command works
+    (best,) = [line for line in swept.stdout.splitlines() if line.startswith("best: trial")]
+    command = best.split("evaluate it with: ")[1].split(" (")[0]
+    assert command == f"raypex eval {row['run_dir']}"
+    evaluated = subprocess.run([sys.executable, "-m", "raypex", "eval", row["run_dir"], "--episodes", "3"],
+                               check=False, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert evaluated.returncode == 0 and evaluated.stdout.startswith("mean return"), evaluated.stderr

@@ -33,8 +33,9 @@ def run_tune(args: argparse.Namespace) -> int:
         # a trial an exploit restarted counts its time to solve from that restart: its lineage's is its run time
         solve = ("" if best["time_to_solve_s"] is None else f", solved in {best['time_to_solve_s']:.1f}s"
                  + (f" after its last exploit ({best['wall_s']:.1f}s of training in its line)" if best["exploits"] else ""))
+        # its run directory is what `raypex eval` takes (its config and policy); the sweep keeps a copy of the policy
         print(f"best: trial {best['trial']} {best['params']}: eval {best['best_eval']}{solve}; "
-              f"its policy: {join(str(where), 'policy.pt2')}")
+              f"evaluate it with: raypex eval {best['run_dir']} (its policy is copied to {join(str(where), 'policy.pt2')})")
     print(f"results: {join(str(where), 'results.json')}; TensorBoard: tensorboard --logdir {join(str(where), 'trials')}")
     if outcome.interrupted is not None:
         print(f"raypex: sweep stopped by {outcome.interrupted}; continue it with: raypex tune --resume {where}",
