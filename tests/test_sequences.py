@@ -188,3 +188,18 @@ def test_a_sequence_shard_written_to_a_replay_file_comes_back_whole(tmp_path):
         np.testing.assert_array_equal(restored.gather(rows)[name], values)
     fresh.add(0, chunk(12, 4))  # and it goes on where it was
     assert fresh.inserted == replay.inserted + 4 * E
+
+
+def test_a_sequence_replay_step_costs_about_what_a_flat_transition_does():
+    """raypex bench's replay_bytes_per_step at R2D2's sequences of 80 overlapping by 40 and an LSTM
+    of 128: a step stored once, a float16 state per 40 steps, an int32 action."""
+    from raypex.actors.envs import inspect_env
+    from raypex.cluster.commands.bench import sequence_bytes_row
+    from raypex.cluster.config.loading import load_config
+
+    config = load_config(None, ["algo.name=r2d2", "env.id=popgym-RepeatPreviousEasy-v0", "replay.initial_priority=max",
+                                "replay.sequence_length=80", "replay.sequence_overlap=40", "network.recurrent_size=128"])
+    row = sequence_bytes_row(config, inspect_env(config.env.id, {}))
+    # a step: 4 one-hot floats, an int32, reward, discount, first, and 2 x 128 float16 / 40 of a state
+    assert row.value == pytest.approx(16 + 4 + 4 + 4 + 1 + 512 / 40, rel=0.01) and row.reference == 48
+    assert row.ratio <= 1.15

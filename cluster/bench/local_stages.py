@@ -78,6 +78,10 @@ def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     """Freshly initialized weights of the network a collector with these settings acts with."""
     from raypex.learner.weights import export_arrays
 
+    if s.head == "recurrent_q":
+        from raypex.learner.recurrent_networks import RecurrentQNetwork
+
+        return export_arrays(RecurrentQNetwork(s.obs_shape[0], s.num_actions, s.hidden, s.recurrent_size, s.dueling))
     if s.action_dim:
         from raypex.learner.actor_critic_networks import ActorNetwork
 
