@@ -40,7 +40,8 @@ def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
     torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own
     random initial weights."""
     if s.head == "recurrent_q":
-        return RecurrentActingPolicy(s.num_actions, s.num_envs, s.recurrent_size, np.random.default_rng(seed + 1))
+        return RecurrentActingPolicy(s.num_actions, s.num_envs, s.recurrent_size, np.random.default_rng(seed + 1),
+                                     tuple(s.obs_shape), s.obs_dtype)
     if s.action_dim:
         return ContinuousActingPolicy(s.head, s.action_dim, s.action_noise, np.random.default_rng(seed + 1),
                                       tuple(s.obs_shape), s.obs_dtype, s.hidden)

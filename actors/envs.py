@@ -96,9 +96,10 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, flat_only: tuple[str,
         raise UnsupportedEnv(f"algo.name {algo} needs Discrete actions; env.id '{env_id}' has a Box action "
                              f"space of shape ({spec.action_dim},): use algo.name {fitting} "
                              "(configs/pendulum.yaml has settings for both)")
-    if algorithm(algo).sequences and len(spec.obs_shape) != 1:
-        raise UnsupportedEnv(f"algo.name {algo} is for flat observations (an MLP and an LSTM); env.id '{env_id}' has "
-                             f"images of shape {spec.obs_shape}")
+    if algorithm(algo).sequences and spec.frame_stack > 1:
+        raise UnsupportedEnv(f"algo.name {algo} stores every step's observation in its sequences, so a stack of "
+                             f"{spec.frame_stack} frames would store each frame {spec.frame_stack} times; its LSTM is its "
+                             f"memory: set env.frame_stack 1 for env.id '{env_id}'")
     if flat_only and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"{flat_only[0]} is for flat observations; env.id '{env_id}' has images of shape "
                              f"{spec.obs_shape}, which their encoder scales")

@@ -1,4 +1,5 @@
-"""RecurrentActingPolicy: a collector's acting with r2d2's recurrent Q-network, in numpy.
+"""RecurrentActingPolicy: a collector's acting with r2d2's recurrent Q-network, in numpy (torch on
+its CPU for images).
 
 Each env carries its recurrent state from step to step; the collector starts it again (zeros) at
 each env's episode start (`start_episodes`) and reads it before a step (`state`): the adder stores
@@ -13,20 +14,37 @@ import numpy as np
 from raypex.learner.numpy_recurrent import NumpyRecurrentQ
 
 
+def recurrent_stepper(obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict, previous=None):
+    """What steps the recurrent network of published `arrays`: numpy for flat observations, torch
+    on this process's CPU for images (`previous`, a torch stepper, takes the new weights in place)."""
+    if len(obs_shape) == 1:
+        return NumpyRecurrentQ(arrays)
+    if previous is not None:
+        return previous.load(arrays)
+    import torch
+
+    from raypex.learner.recurrent_networks import TorchRecurrentStep
+
+    torch.set_num_threads(1)
+    return TorchRecurrentStep(tuple(obs_shape), obs_dtype, arrays)
+
+
 class RecurrentActingPolicy:
     """Greedy actions of the published recurrent weights, one state per env (ActingPolicy's interface)."""
 
     precision = "fp32"
-    form = "numpy"
 
-    def __init__(self, num_actions: int, num_envs: int, recurrent_size: int, rng: np.random.Generator):
+    def __init__(self, num_actions: int, num_envs: int, recurrent_size: int, rng: np.random.Generator,
+                 obs_shape: tuple[int, ...] = (), obs_dtype: str = "float32"):
         self.num_actions, self.rng = num_actions, rng
-        self.network: NumpyRecurrentQ | None = None
+        self.obs_shape, self.obs_dtype = tuple(obs_shape), obs_dtype
+        self.form = "numpy" if len(self.obs_shape) <= 1 else "torch"
+        self.network = None  # a stepper (recurrent_stepper), once the first weights came
         self.state = np.zeros((num_envs, 2 * recurrent_size), np.float32)  # h and c of each env, before its next step
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
         """Act with these weights from the next step on (each env's state carries over)."""
-        self.network = NumpyRecurrentQ(arrays)
+        self.network = recurrent_stepper(self.obs_shape, self.obs_dtype, arrays, self.network)
 
     def start_episodes(self, starting: np.ndarray) -> None:
         """Envs whose next observation is an episode's first start from the initial state."""

@@ -49,10 +49,11 @@ class NumpyRecurrentQ:
 
 class RecurrentGreedy:
     """A greedy recurrent policy over a batch of envs that each run one episode from its start (an
-    evaluation): it keeps each env's state between calls."""
+    evaluation): it keeps each env's state between calls. `network` steps (obs, state) in numpy:
+    a NumpyRecurrentQ, or the torch step for images."""
 
-    def __init__(self, arrays: dict[str, np.ndarray], batch: int):
-        self.network = NumpyRecurrentQ(arrays)
+    def __init__(self, network, batch: int):
+        self.network = network
         self.state = np.zeros((batch, 2 * self.network.recurrent_size), np.float32)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:

@@ -36,12 +36,11 @@ class R2D2Step:
     def __init__(self, settings: LearnerSettings, device: torch.device,
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
                  precision: PrecisionPolicy | None = None):
-        if len(settings.obs_shape) != 1:
-            raise ValueError(f"r2d2 takes flat observations; got shape {tuple(settings.obs_shape)}")
         self.s, self.gather, self.device = settings, gather, device
         self.precision = precision or make_precision("fp32", device)
-        self.online = RecurrentQNetwork(settings.obs_shape[0], settings.num_actions, settings.hidden,
-                                        settings.recurrent_size, settings.dueling, settings.core).to(device)
+        self.online = RecurrentQNetwork(tuple(settings.obs_shape), settings.num_actions, settings.hidden,
+                                        settings.recurrent_size, settings.dueling, settings.core,
+                                        settings.obs_dtype).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.policy: nn.Module = self.online
         self.params = list(self.online.parameters())

@@ -1,6 +1,8 @@
-"""RecurrentQNetwork: R2D2's Q-network for flat observations: an MLP torso, an LSTM cell and a
-dueling head. One call is one step, `(obs [B, obs_dim], (h, c)) -> (q [B, A], (h, c))`, the form
-learner/r2d2_targets.py `unroll` runs over a sequence and collectors act with step by step."""
+"""RecurrentQNetwork: R2D2's Q-network: a torso (an MLP for flat observations; for images the
+CNN learner/networks.py picks by their size, then the MLP), an LSTM cell and a dueling head. One
+call is one step, `(obs [B, ...], (h, c)) -> (q [B, A], (h, c))`, the form learner/r2d2_targets.py
+`unroll` runs over a sequence and collectors act with step by step. uint8 images are scaled to
+[0, 1] inside, as the feed-forward CNNs do."""
 
 from __future__ import annotations
 
@@ -8,18 +10,22 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from raypex.learner.networks import relu_mlp
+from raypex.learner.networks import conv_output_width, image_convs, relu_mlp
 
 
 class RecurrentQNetwork(nn.Module):
-    """MLP torso (`hidden`), an LSTM cell of `recurrent_size` units, dueling value and advantage heads.
+    """Torso (a CNN for images, then `hidden`), an LSTM cell of `recurrent_size` units, dueling value
+    and advantage heads.
     With `core` "mlp" a ReLU layer of the same width stands in for the LSTM: the state goes through
     unchanged (zeros), so the network sees one observation at a time, as a feed-forward one does."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], recurrent_size: int, dueling: bool = True,
-                 core: str = "lstm"):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], recurrent_size: int,
+                 dueling: bool = True, core: str = "lstm", obs_dtype: str = "float32"):
         super().__init__()
-        self.torso, width = relu_mlp(obs_dim, hidden)
+        self.input_scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
+        self.convs = image_convs(tuple(obs_shape)) if len(obs_shape) == 3 else None
+        width = conv_output_width(self.convs, tuple(obs_shape)) if self.convs is not None else obs_shape[0]
+        self.torso, width = relu_mlp(width, hidden)
         self.core = nn.LSTMCell(width, recurrent_size) if core == "lstm" else nn.Linear(width, recurrent_size)
         self.recurrent_size = recurrent_size
         self.advantage = nn.Linear(recurrent_size, num_actions)
@@ -32,7 +38,10 @@ class RecurrentQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        features = self.torso(obs.to(self.advantage.weight.dtype))
+        x = obs.to(self.advantage.weight.dtype)
+        if self.convs is not None:
+            x = self.convs(x if self.input_scale == 1.0 else x * self.input_scale)
+        features = self.torso(x)
         if isinstance(self.core, nn.LSTMCell):
             h, c = self.core(features, state)
         else:  # no memory: the state passes through
@@ -58,3 +67,38 @@ class StatefulQ(nn.Module):
         h, c = state.split(self.network.recurrent_size, dim=-1)
         q, (h, c) = self.network(obs, (h, c))
         return q, torch.cat([h, c], dim=-1)
+
+
+def network_for_arrays(obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict) -> RecurrentQNetwork:
+    """The RecurrentQNetwork published `arrays` are the state of (its sizes read from them), holding them."""
+    from raypex.learner.weights import load_arrays
+
+    layers = sorted({name.split(".")[1] for name in arrays if name.startswith("torso.")}, key=int)
+    hidden = [int(arrays[f"torso.{layer}.weight"].shape[0]) for layer in layers]
+    num_actions, recurrent_size = (int(size) for size in arrays["advantage.weight"].shape)
+    core = "mlp" if "core.weight" in arrays else "lstm"
+    network = RecurrentQNetwork(obs_shape, num_actions, hidden, recurrent_size, "value.weight" in arrays, core, obs_dtype)
+    load_arrays(network, arrays)
+    return network.eval()
+
+
+class TorchRecurrentStep:
+    """The recurrent Q-network's step on numpy arrays, in torch on the CPU: how collectors and the
+    evaluator act on images (NumpyRecurrentQ's interface, learner/numpy_recurrent.py)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict):
+        self.network = StatefulQ(network_for_arrays(obs_shape, obs_dtype, arrays))
+        self.recurrent_size = self.network.network.recurrent_size
+
+    def load(self, arrays: dict) -> TorchRecurrentStep:
+        """Act with these weights from now on (same sizes)."""
+        from raypex.learner.weights import load_arrays
+
+        load_arrays(self.network.network, arrays)
+        return self
+
+    def step(self, obs, state):
+        """(obs [B, ...], state [B, 2R]) numpy -> (Q-values [B, A], the next state [B, 2R]) numpy."""
+        with torch.inference_mode():
+            q, state = self.network(torch.from_numpy(obs), torch.from_numpy(state))
+        return q.float().numpy(), state.float().numpy()

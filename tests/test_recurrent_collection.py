@@ -23,7 +23,7 @@ SIZE = 8  # LSTM units
 
 def network(seed: int = 0, core: str = "lstm") -> RecurrentQNetwork:
     torch.manual_seed(seed)
-    return RecurrentQNetwork(4, 2, [16], SIZE, core=core)
+    return RecurrentQNetwork((4,), 2, [16], SIZE, core=core)
 
 
 @pytest.mark.parametrize("core", ["lstm", "mlp"])
@@ -111,3 +111,39 @@ def test_a_recurrent_policy_file_takes_and_gives_its_state(tmp_path):
     q1, s1 = numpy_net.step(obs, np.zeros((3, 2 * SIZE), np.float32))
     np.testing.assert_array_equal(first, q1.argmax(axis=1))
     np.testing.assert_array_equal(second, numpy_net.step(obs, s1)[0].argmax(axis=1))
+
+
+def test_r2d2_on_pixels_stores_each_frame_once_and_its_policy_acts_on_them(tmp_path, monkeypatch, capsys):
+    """A pixel game with one frame per step (the LSTM is the memory a frame stack would be): the
+    CNN and LSTM train on sequences of frames, collectors and the evaluator act in torch, and
+    policy.pt2 takes a frame and the state. A frame stack is refused in one line: each frame
+    would be stored once per stack it is in."""
+    import json
+    import os
+    from pathlib import Path
+
+    from raypex import load_policy
+    from raypex.cluster.commands.cli import main
+
+    tests = Path(__file__).parent
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(tests))
+    monkeypatch.chdir(tmp_path)
+    small = ["algo.name=r2d2", "env.id=pixel_env:PixelCatch-v0", "env.num_envs=4", "collectors.num=1",
+             "replay.sequence_length=10", "replay.sequence_overlap=5", "algo.burn_in=2", "network.recurrent_size=16",
+             "network.hidden=[32]", "learner.micro_batch=8", "replay.samples_per_insert=2", "replay.capacity=4000",
+             "replay.min_size=400", "stop.env_steps=1500", "stop.eval_return=null", "eval.episodes=2"]
+    assert main(["train", "--local", *small]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "raypex: error: algo.name r2d2 stores every step's observation in its sequences, so a stack of 4 frames would "
+        "store each frame 4 times; its LSTM is its memory: set env.frame_stack 1 for env.id 'pixel_env:PixelCatch-v0'")
+    run = tmp_path / "run"
+    assert main(["train", "--local", "--run-dir", str(run), *small, "env.frame_stack=1"]) == 0, capsys.readouterr().err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == sum(summary["replay_inserted_per_shard"]) >= 1500 and summary["epochs"] > 0
+    assert summary["replay_bytes_per_transition"] < 36 * 36 + 64  # a frame and its share of the rest, per step
+    policy = load_policy(run)
+    actions, state = policy.act(np.zeros((3, 1, 36, 36), np.uint8), policy.initial_state(3))
+    assert actions.shape == (3,) and tuple(state.shape) == (3, 32)
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert capsys.readouterr().out.startswith("mean return")

@@ -81,7 +81,8 @@ def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     if s.head == "recurrent_q":
         from raypex.learner.recurrent_networks import RecurrentQNetwork
 
-        return export_arrays(RecurrentQNetwork(s.obs_shape[0], s.num_actions, s.hidden, s.recurrent_size, s.dueling))
+        return export_arrays(RecurrentQNetwork(tuple(s.obs_shape), s.num_actions, s.hidden, s.recurrent_size, s.dueling,
+                                               obs_dtype=s.obs_dtype))
     if s.action_dim:
         from raypex.learner.actor_critic_networks import ActorNetwork
 

@@ -32,11 +32,12 @@ class WeightsEvaluator:
         obs_shape, obs_dtype = tuple(s.obs_shape), s.obs_dtype
         self.obs_shape, self.obs_dtype, self.hidden, self.head = obs_shape, obs_dtype, s.hidden, s.head
         self.torch_network = None  # a CNN Q-network, or an image actor (TorchActorForward)
+        self.recurrent = None  # a recurrent network's step (actors/recurrent_acting.py), once weights came
         if len(obs_shape) != 1:
             import torch
 
             torch.set_num_threads(1)
-            if self.action_scale is None:
+            if self.action_scale is None and s.head != "recurrent_q":
                 from raypex.learner.networks import build_q_network
 
                 self.torch_network = build_q_network(obs_shape, s.num_actions, s.hidden, s.dueling, obs_dtype, s.layer_norm).eval()
@@ -46,10 +47,12 @@ class WeightsEvaluator:
         if self.action_scale is not None:
             actor, scale = self._actor(arrays), self.action_scale
             return lambda obs: scale.to_env(actor.actions(obs))
-        if self.head == "recurrent_q":  # each episode's state carried from step to step, in numpy
+        if self.head == "recurrent_q":  # each episode's state carried from step to step
+            from raypex.actors.recurrent_acting import recurrent_stepper
             from raypex.learner.numpy_recurrent import RecurrentGreedy
 
-            return RecurrentGreedy(arrays, self.evaluator.episodes)
+            self.recurrent = recurrent_stepper(self.obs_shape, self.obs_dtype, arrays, self.recurrent)
+            return RecurrentGreedy(self.recurrent, self.evaluator.episodes)
         if self.torch_network is None:
             from raypex.learner.numpy_mlp import NumpyMLPQ
 
