@@ -14,7 +14,7 @@ PACKAGES = ("actors", "learner", "replay", "cluster")
 MAX_LINES = 500
 CONTRACTS = "replay.contracts"
 MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp",
-                     "learner.numpy_recurrent")  # what collectors act with
+                     "learner.numpy_recurrent", "learner.recurrent_networks")  # what collectors act with
 REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
 PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
 

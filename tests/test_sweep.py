@@ -17,13 +17,14 @@ from tests.test_run_safety import Payload
 
 # Two CartPole trials side by side on two cores: small actors, one collector each.
 # PBT exploits a trial only when, at its own report, it ranks below one that was checkpointed at its
-# last report. With evaluations every 800 env steps both trials often improve between reports, each
-# ranking first at its own, and CI twice saw both end without an exploit (at 8,000 and at 12,000 env
-# steps). Before the first evaluation both report -inf: PBT's stable sort ranks the first trial last
-# every time, so it copies the second at its next report. The first evaluation waits until half way.
+# last report. Once evaluations score the trials, both often improve between reports, each ranking
+# first at its own, and clean-clone runs saw both end without an exploit (with the first evaluation
+# at 4,000 env steps, twice on one day). So no evaluation runs before a run's end: every report
+# scores -inf, PBT's stable sort ranks the first trial last every time, and it copies the second
+# at its first report after the second was checkpointed.
 ENV_STEPS = 8000
 SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus=0.5", "env.num_envs=8",
-                "eval.episodes=5", f"eval.every_env_steps={ENV_STEPS // 2}", "checkpoint.every_epochs=1000"]
+                "eval.episodes=5", f"eval.every_env_steps={10 * ENV_STEPS}", "checkpoint.every_epochs=1000"]
 
 
 def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_the_sweep(
