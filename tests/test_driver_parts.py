@@ -590,6 +590,37 @@ class AnsweringEvaluator:
         return {"mean": 0.0, "min": 0.0, "version": weights, "complete": True}
 
 
+class RecordingEvaluator:
+    """An evaluator part that answers at once and keeps whether each call asked for a video."""
+
+    def __init__(self):
+        self.asked: list[bool] = []
+
+    def evaluate(self, weights, give_up=None, record=False) -> dict:
+        self.asked.append(record)
+        return {"mean": 0.0, "min": 0.0, "version": weights, "complete": True}
+
+
+def test_the_final_evaluation_records_a_video_when_no_evaluation_did():
+    """A run too short for any evaluation during it (its evaluator came up late on a busy box) still
+    gets its video, from the final one; after a recorded one the final one records only on its turn."""
+    short = RecordingEvaluator()
+    scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(short), every_env_steps=1000, every_s=None,
+                                    give_up=None, newest_weights=lambda: 1, video_every=3)
+    scheduler.evaluate_now(1)
+    assert short.asked == [True]
+    longer = RecordingEvaluator()
+    scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(longer), every_env_steps=1000, every_s=None,
+                                    give_up=None, newest_weights=lambda: 1, video_every=3)
+    scheduler.on_env_steps(0)
+    scheduler.on_epoch()
+    scheduler.on_env_steps(1000)
+    scheduler.maybe_start()
+    scheduler.take()
+    scheduler.evaluate_now(1)
+    assert longer.asked == [True, False]  # the first evaluation recorded; the final one is the second
+
+
 def test_evaluations_are_due_by_env_steps_or_by_time_and_never_twice_on_the_same_weights():
     clock, newest = [100.0], [0]
     scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(AnsweringEvaluator()), every_env_steps=1000,

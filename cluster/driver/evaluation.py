@@ -52,6 +52,7 @@ class EvaluationScheduler:
         self.give_up = give_up  # None: every evaluation runs to the end
         self.newest_weights = newest_weights  # asks the learner for its newest Weights
         self.video_every = video_every  # every this many evaluations one is recorded (0: none)
+        self.recorded = False  # whether one was: the final evaluation records when none was
         self.clock = clock
         self.new_weights = False  # the learner published weights since the last evaluation started
         self.started = 0
@@ -92,6 +93,7 @@ class EvaluationScheduler:
 
     def _start(self, weights_ref) -> None:
         record = self.video_every > 0 and self.started % self.video_every == 0
+        self.recorded = self.recorded or record
         give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None
         self.started += 1
         self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up, record), weights_ref,
@@ -106,10 +108,13 @@ class EvaluationScheduler:
         return self._result(result_ref), weights_ref, taken
 
     def evaluate_now(self, weights_ref) -> dict | None:
-        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation); None
-        when the evaluator died during it, or the learner had no weights to give."""
+        """Evaluate `weights_ref` to the end and wait for it (the run's final evaluation), recording
+        its first episode when videos are asked for and no evaluation recorded one (a short run's
+        evaluator may have come up too late for any); None when the evaluator died during it, or
+        the learner had no weights to give."""
         self._evaluator_up(timeout_s=EVALUATOR_BACK_S)
-        return self._result(self.evaluator.evaluate.remote(weights_ref))
+        record = self.video_every > 0 and not self.recorded
+        return self._result(self.evaluator.evaluate.remote(weights_ref, None, record))
 
     def _evaluator_up(self, timeout_s: float) -> bool:
         """Whether the evaluator answers calls: False while Ray still restarts it after a loss."""

@@ -289,9 +289,7 @@ class TrainingRun:
         self.metrics.eval_cpu_s += result["cpu_s"]
         if not result["complete"]:
             return False  # gave up: the target was out of reach
-        self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
-        if "video" in result:
-            self._video(result)
+        self._record(result)
         if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps, taken):
             return False
         self.progress.message(
@@ -300,10 +298,12 @@ class TrainingRun:
             f"and {self.metrics.env_steps} env steps ({self.outcome.solve_seen_after_s:.1f}s after taking them)")
         return True
 
-    def _video(self, result: dict) -> None:
-        path = write_video(self.outputs.run_dir, result["version"], result["video"])
-        self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
-        self.progress.message(f"video of weights version {result['version']}: {path}")
+    def _record(self, result: dict) -> None:
+        self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+        if "video" in result:
+            path = write_video(self.outputs.run_dir, result["version"], result["video"])
+            self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
+            self.progress.message(f"video of weights version {result['version']}: {path}")
 
     def poll(self, final: bool = False) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done.
@@ -483,7 +483,7 @@ class TrainingRun:
             if result is not None:
                 self.metrics.eval_cpu_s += result["cpu_s"]
                 outcome.note_evaluation(result, final)
-                self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
+                self._record(result)
         choice = outcome.to_export()
         if choice is None and outcome.policy is not None and outcome.policy.eval_return is not None:
             best = "none" if outcome.best is None else f"{outcome.best.mean:.1f}"
