@@ -26,7 +26,7 @@ from raypex.replay.sequences import SequenceStorage, column_rows, sequence_geome
 class StorageSpec:
     """What a shard's storage holds: whole transitions, (frame_stack > 0) stacked pixel
     observations stored frame-once for a collector with `num_envs` envs, or (sequence_length > 0)
-    steps and the sequences over them with their recurrent state (state_size float32s)."""
+    steps and the sequences over them with their recurrent state (state_size values, in float16)."""
 
     capacity: int  # env steps
     obs_shape: tuple[int, ...]
@@ -74,7 +74,7 @@ class StorageSpec:
     def bytes_per_step(self) -> float:
         """Bytes per env step it holds: a transition's row, or a step's row and its share of the
         sequence states."""
-        return self.column_bytes / self.column_rows()["obs" if self.sequence_length else next(iter(self.layout()))]
+        return self.column_bytes / (self.column_rows()["obs"] if self.sequence_length else self.rows)
 
     def layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each column's shape per row and dtype."""
