@@ -30,6 +30,7 @@ from torch import nn
 
 from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
 from raypex.learner.actor_objectives import SACObjective, TD3Objective
+from raypex.learner.algorithm import take_means
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
@@ -277,10 +278,9 @@ class ActorCriticStep:
     def take_metrics(self, micro_batches: int) -> dict[str, float]:
         """The critics' mean loss and Q1 over the `micro_batches` since the last call, the actor's
         mean loss over its steps since then, and its objective's own figures; resets the sums."""
-        metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches,
-                   "actor_loss": float(self.actor_loss_sum) / self.actor_steps if self.actor_steps else 0.0}
-        for total in (self.loss_sum, self.q_sum, self.actor_loss_sum):
-            total.zero_()
+        metrics = take_means({"td_loss": self.loss_sum, "q_values": self.q_sum}, micro_batches)
+        metrics.update(take_means({"actor_loss": self.actor_loss_sum}, self.actor_steps) if self.actor_steps
+                       else {"actor_loss": 0.0})
         self.actor_steps = 0
         metrics.update(self.objective.metrics())
         if self.encoder is not None:

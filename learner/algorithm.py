@@ -58,3 +58,12 @@ class AlgorithmStep(Protocol):
 
     def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
         """`policy` (a float32 CPU copy of `self.policy`) as policy.pt2 holds it, and what it outputs."""
+
+
+def take_means(sums: Mapping[str, torch.Tensor], micro_batches: int) -> dict[str, float]:
+    """Each named sum over `micro_batches` as a float (one read of the device each), the sums then
+    reset to zero: a step's metrics since it last reported (`take_metrics`)."""
+    means = {name: float(total) / micro_batches for name, total in sums.items()}
+    for total in sums.values():
+        total.zero_()
+    return means

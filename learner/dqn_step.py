@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
+from raypex.learner.algorithm import take_means
 from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.losses import double_dqn_loss
@@ -151,10 +152,7 @@ class DQNStep:
 
     def take_metrics(self, micro_batches: int) -> dict[str, float]:
         """Mean loss and Q over the `micro_batches` since the last call (one read of the device); resets the sums."""
-        metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches}
-        self.loss_sum.zero_()
-        self.q_sum.zero_()
-        return metrics
+        return take_means({"td_loss": self.loss_sum, "q_values": self.q_sum}, micro_batches)
 
     def state_dict(self) -> dict:
         """The networks, the optimizer and the fp16 loss scale."""

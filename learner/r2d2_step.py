@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
+from raypex.learner.algorithm import take_means
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.policy_file import RECURRENT
 from raypex.learner.precision import PrecisionPolicy, make_precision
@@ -117,10 +118,7 @@ class R2D2Step:
 
     def take_metrics(self, micro_batches: int) -> dict[str, float]:
         """Mean loss and greedy Q over the `micro_batches` since the last call; resets the sums."""
-        metrics = {"td_loss": float(self.loss_sum) / micro_batches, "q_values": float(self.q_sum) / micro_batches}
-        self.loss_sum.zero_()
-        self.q_sum.zero_()
-        return metrics
+        return take_means({"td_loss": self.loss_sum, "q_values": self.q_sum}, micro_batches)
 
     def state_dict(self) -> dict:
         """The networks and the optimizer."""
