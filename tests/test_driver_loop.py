@@ -6,6 +6,7 @@ growing, say. The driver must keep polling then (it is what restarts the dead co
 it once blocked on a checkpoint queued behind the waiting epoch, and the run hung for good.
 """
 
+import json
 import sys
 import threading
 import time
@@ -98,3 +99,41 @@ def test_the_driver_keeps_polling_while_the_learner_waits_and_stops_cleanly(tmp_
     assert run.summary()["epochs"] == EPOCHS_BEFORE_WAITING
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
     assert checkpoints and (run_dir / "policy.pt2").is_file() and (run_dir / "summary.json").is_file()
+
+
+class KillTheLearnerAtTheEnd(RunObserver):
+    """Kills the learner's process as the run's end begins (a node lost then): Ray restarts it."""
+
+    def before_finish(self, run: TrainingRun) -> None:
+        ray.kill(run.actors.learner, no_restart=False)
+
+
+def test_a_learner_that_dies_as_the_run_ends_is_revived_and_exports_the_policy(tmp_path: Path):
+    """The learner's node lost during the final checkpoint or export: the run revives it from the
+    newest checkpoint set (its replay too), exports policy.pt2 from it, ends with rc 0, and the
+    counts add up: each env step a transition the new replay holds, or one lost with the old one."""
+    config = load_config(None, ["stop.eval_return=null", "replay.min_size=500", "checkpoint.every_epochs=2",
+                                "checkpoint.replay=true", "stop.env_steps=3000", "eval.every_env_steps=100000000",
+                                "eval.episodes=2"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    connect(None)
+    try:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        with open(run_dir / "progress.log", "w") as log:
+            run = TrainingRun(config, spec, run_dir, RayRuntime(connected_device="cpu"), time.time(),
+                              ProgressLine(log), observers=(KillTheLearnerAtTheEnd(),))
+            code = run.execute(config_text="test")
+    finally:
+        shutdown()
+    said = (run_dir / "progress.log").read_text()
+    assert code == 0, said
+    assert "the learner died; a new one continues from the checkpoint of epoch" in said, said
+    assert "replay restored from the checkpoint" in said, said
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["learner_restarts"] == 1 and summary["ended"] == "env_steps", summary
+    stored, lost = sum(summary["replay_inserted_per_shard"]), summary["replay_lost_transitions"]
+    assert summary["env_steps"] == stored + lost and lost > 0, summary
+    assert (run_dir / "policy.pt2").is_file()
+    manifests = sorted((run_dir / "checkpoints").glob("ckpt-*.json"))
+    assert manifests and all(m.with_suffix(".pt").is_file() for m in manifests)

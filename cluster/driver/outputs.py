@@ -105,7 +105,12 @@ class RunOutputs:
                 self.say(f"the checkpoint of epoch {epoch} has no replay: the learner died while writing it")
             else:
                 self.replay_pause_s_max = max([self.replay_pause_s_max] + [r.pop("pause_s") for r in replay])
-        self.checkpoint(self.rt.get(state_ref), epoch, counters, replay)
+        try:
+            state = self.rt.get(state_ref)
+        except (*self.rt.errors.died, *self.rt.errors.raised):  # the learner died: no set, nothing of it left
+            discard_parts(self.run_dir / "checkpoints", epoch, self.replay_dir, len(replay_refs or []))
+            raise
+        self.checkpoint(state, epoch, counters, replay)
         self.checkpoint_s_max = max(self.checkpoint_s_max, time.perf_counter() - asked_at)
 
     def placement(self, placement: dict) -> None:

@@ -149,7 +149,7 @@ class TrainingRun:
             self.progress.finish()
             try:
                 with second_aborts():
-                    self._finish(new_work=interrupt is None and failure is None)
+                    failure = self._finish(new_work=interrupt is None and failure is None) or failure
             except KeyboardInterrupt as again:  # a signal during the end: no more waiting, only the summary
                 interrupt = interrupt or again
                 self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
@@ -223,12 +223,9 @@ class TrainingRun:
                     epoch, ref = queued.popleft()
                     self._on_epoch(epoch, self.rt.get(ref))
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:  # the learner died: a new one, or the end
-                # An epoch sent after it died goes to the process Ray restarts, which refuses it.
-                restarted = isinstance(getattr(err, "cause", None), LearnerRestarted)
-                dead = isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
-                if not (restarted or dead) or stopping or not self.revival.allowed(self.epochs_done):
-                    if restarted:  # the process Ray put in a dead learner's place refused: say what died
-                        raise RunFailed("the learner died") from err
+                if not self._learner_lost(err) or stopping or not self.revival.allowed(self.epochs_done):
+                    if isinstance(getattr(err, "cause", None), LearnerRestarted):  # say what died
+                        raise RunFailed(self._failure_line(err)) from err
                     raise
                 self._revive_learner()
                 next_epoch = self.epochs_done + 1
@@ -252,6 +249,20 @@ class TrainingRun:
         while self.queued_epochs:
             epoch, ref = self.queued_epochs.popleft()
             self._on_epoch(epoch, self.rt.get(ref, timeout=timeout_s))
+
+    def _learner_lost(self, err: Exception) -> bool:
+        """Whether `err` says the learner process died: Ray's own error, or the refusal of the
+        process Ray restarted in its place, which was sent a call meant for the dead one."""
+        if isinstance(getattr(err, "cause", None), LearnerRestarted):
+            return True
+        return isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
+
+    def _failure_line(self, err: Exception) -> str:
+        """One line for an error that ends the run (describe_failure), the refusal of a learner
+        process Ray restarted in place of a dead one said as the learner's death."""
+        if isinstance(getattr(err, "cause", None), LearnerRestarted):
+            return "the learner died"
+        return describe_failure(err, self.role_of, self.rt.errors.died)
 
     def _revive_learner(self) -> None:
         """Carry on with the process Ray restarted for a dead learner, from the newest checkpoint."""
@@ -395,8 +406,9 @@ class TrainingRun:
         }
 
     # -- the end ------------------------------------------------------------------------------
-    def _finish(self, new_work: bool) -> None:
-        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json.
+    def _finish(self, new_work: bool) -> RunFailed | None:
+        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json; returns the
+        failure of a part that died meanwhile, when the run had gone well until then.
 
         `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
         the exported policy is the best evaluated version (the newest weights if none was). Parts
@@ -430,18 +442,18 @@ class TrainingRun:
                 self.poll(final=True)
             else:  # a restored replay's counts still go to summary.json
                 self.metrics.poll([], self.rt.get(learner.replay_stats.remote(), timeout=EPOCH_END_S))
+        ending_failure = None
         try:
             if self.final_files:
-                self._final_checkpoint()
-                if not new_work:  # after a signal a SIGKILL may follow (`ray job stop`: 3 s): the summary first
-                    self._write_summary()
-                self._export(new_work)
+                self._final_checkpoint_and_policy(new_work)
         except OutputNotWritten as err:
             self._not_written("no policy.pt2", err)
         except errors.any as err:
-            if new_work:
-                raise
-            self.progress.message(f"no final checkpoint or policy: {describe_failure(err, self.role_of, errors.died)}")
+            what = self._failure_line(err)
+            self.progress.message(f"no final checkpoint or policy: {what}")
+            if new_work:  # the run had gone well until now: it fails, with its summary
+                self.outcome.ended = f"failed: {what}"
+                ending_failure = RunFailed(what)
         self._write_summary()
         self.tb.scalars(result_scalars(self.outcome.final_eval, self.outcome.time_to_solve_s), self.metrics.env_steps)
         self.tb.flush()
@@ -449,6 +461,33 @@ class TrainingRun:
             self.outputs.push()  # the last TensorBoard events, at a URI
         except OutputNotWritten as err:
             self._not_written("not uploaded", err)
+        return ending_failure
+
+    def _final_checkpoint_and_policy(self, new_work: bool) -> None:
+        """The final checkpoint, then policy.pt2. A learner that dies meanwhile (its node lost) is
+        revived from the newest checkpoint set as during the run, once per checkpoint window, and
+        exports the policy; the set it came from stays the final checkpoint."""
+        try:
+            self._final_checkpoint()
+            if not new_work:  # after a signal a SIGKILL may follow (`ray job stop`: 3 s): the summary first
+                self._write_summary()
+            self._export(new_work)
+        except (*self.rt.errors.died, *self.rt.errors.raised) as err:
+            if not self._learner_lost(err) or not self.revival.allowed(self.epochs_done):
+                raise
+            self._revive_learner()
+            self._count_with_writers_gone()
+            self._export(new_work)
+
+    def _count_with_writers_gone(self) -> None:
+        """The counts once a learner revived after collecting ended: no collector writes to the new
+        replay again, so what their shards do not hold now went with the old process."""
+        collectors = self.actors.collectors
+        answering = self.supervisor.answering() if self.supervisor is not None else []
+        refs = [collectors[i].stats.remote() for i in answering] + [self.actors.learner.replay_stats.remote()]
+        *collector_stats, shard_stats = self.rt.get(refs, timeout=EPOCH_END_S)
+        self.metrics.poll(self._every_collector(answering, collector_stats), shard_stats,
+                          gone=frozenset(range(len(collectors))))
 
     def _final_checkpoint(self) -> None:
         """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that

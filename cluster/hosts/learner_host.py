@@ -41,8 +41,9 @@ def gpu_busy_fraction(device) -> float | None:
 
 
 class LearnerRestarted(RuntimeError):
-    """An epoch asked of a learner process that was never warmed up: Ray restarted the learner and
-    sent it calls meant for the one that died (the driver revives it from a checkpoint)."""
+    """Training state asked of a learner process that was never warmed up: Ray restarted the learner
+    and sent it calls meant for the one that died (the driver revives it from a checkpoint). Its
+    fresh weights must never reach a checkpoint, an evaluation or policy.pt2 as the run's."""
 
 
 class LearnerHost:
@@ -88,6 +89,7 @@ class LearnerHost:
         """Write one shard's replay to `location` (a path or a URI) in the run's checkpoints, from this process:
         a checkpoint's replay never goes through the driver. Returns the file's manifest entry
         (cluster/driver/checkpoints.py) and `pause_s`, how long inserts and draws waited for the copy."""
+        self._refuse_unless_warmed_up()
         state = self.replay.get_state(shard)  # a copy taken under the replay's lock
         pause_s = state.pop("pause_s")
         return {**write_replay(location, state), "pause_s": pause_s}
@@ -148,8 +150,7 @@ class LearnerHost:
 
     def train_epoch(self) -> EpochStats:
         """One epoch's figures (`version`: the newest weights it published)."""
-        if not self.warmed_up:
-            raise LearnerRestarted("this learner process was not warmed up: it replaces one that died")
+        self._refuse_unless_warmed_up()
         wait_before = self.waited_s()
         stats = self.learner.train_epoch()
         waited = max(0.0, self.waited_s() - wait_before)
@@ -172,16 +173,24 @@ class LearnerHost:
 
     def published_weights(self):
         """The newest published weights (a Weights message, by value: see the module docstring)."""
+        self._refuse_unless_warmed_up()
         return self.publisher.latest_weights
 
     def state_bytes(self) -> bytes:
         """The learner's checkpoint (torch.save bytes)."""
+        self._refuse_unless_warmed_up()
         return self.learner.state_bytes()
 
     def export_policy(self, weights=None) -> bytes:
         """The greedy policy as torch.export bytes (policy.pt2): of the given published Weights,
         else of the current online network."""
+        if weights is None:
+            self._refuse_unless_warmed_up()
         return self.learner.export_policy(None if weights is None else weights.arrays)
+
+    def _refuse_unless_warmed_up(self) -> None:
+        if not self.warmed_up:
+            raise LearnerRestarted("this learner process was not warmed up: it replaces one that died")
 
     def pid(self) -> int:
         """This host's process id (bench reads its resident memory)."""
