@@ -9,16 +9,11 @@ evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, 
 flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot recover from
 (RunFailed, after the same final files). It exports the version the deciding evaluation ran on.
 
-How a run ends is the same whatever ended it: collectors stopped, the final checkpoint, policy.pt2
-and summary.json (the bench's runs write only the summary: `final_files`). After a signal or a
-failure nothing new starts (no final evaluation: the best evaluated version is exported); parts
-that need a learner that died are skipped with a line saying so, and summary.json is written
-whatever happened, saying how the run ended.
+How a run ends is the same whatever ended it: cluster/driver/run_end.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections import deque
@@ -37,6 +32,7 @@ from raypex.cluster.driver.outputs import RunOutputs
 from raypex.cluster.driver.progress import ProgressLine, learner_ready_line
 from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.revival import LearnerRevival, restore_replay, warmed_up
+from raypex.cluster.driver.run_end import RunEnd
 from raypex.cluster.driver.run_errors import (
     CheckpointRefused,
     RunFailed,
@@ -49,7 +45,7 @@ from raypex.cluster.driver.run_errors import (
 from raypex.cluster.driver.runtime import Runtime
 from raypex.cluster.driver.signals import StopAsked, exit_code, release, second_aborts, signal_name
 from raypex.cluster.driver.startup import StartupTimeline
-from raypex.cluster.driver.tensorboard_layout import custom_layout, hparams_summaries, result_scalars
+from raypex.cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
 from raypex.cluster.driver.video import video_summary, write_video
 from raypex.cluster.hosts.learner_host import LearnerRestarted
@@ -61,8 +57,6 @@ from raypex.replay.contracts import EpochStats
 POLL_EVERY_S = 0.5
 STATS_WAIT_S = 5.0  # how long a poll waits for every actor's counters before reading them again at the next
 EPOCHS_QUEUED = 2
-EPOCH_END_S = 60  # a stopped learner ends its epoch after the current update
-PRIORITY_FLUSH_S = 60  # the last GPU copies take milliseconds; a learner still in a long update finishes first
 
 
 class QueuedEpoch(NamedTuple):
@@ -149,7 +143,7 @@ class TrainingRun:
             self.progress.finish()
             try:
                 with second_aborts():
-                    failure = self._finish(new_work=interrupt is None and failure is None) or failure
+                    failure = RunEnd(self).finish(new_work=interrupt is None and failure is None) or failure
             except KeyboardInterrupt as again:  # a signal during the end: no more waiting, only the summary
                 interrupt = interrupt or again
                 self.outcome.ended = f"{self.outcome.ended or 'interrupted'}, then aborted"
@@ -174,8 +168,6 @@ class TrainingRun:
                                   f"at the end  (tensorboard --logdir {run_dir / 'tensorboard'} while it runs)")
         else:
             self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
-        # estimated and checked before anything started (fit_run); said once the cluster took the run
-        self.progress.message(replay_line(self.config, self.spec))
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
         self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_env_steps,
                                                self.config.eval.every_s, eval_give_up(self.config),
@@ -192,6 +184,8 @@ class TrainingRun:
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
         self.metrics.startup.learner(info := warmed_up(self.rt, warmup, restoring=self.resume is not None))
+        # estimated and checked before anything started (fit_run); said once the learner holds it
+        self.progress.message(replay_line(self.config, self.spec, info["replay_storage"]))
         self.restored_weights = info.get("weights_sha256")
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
@@ -223,11 +217,11 @@ class TrainingRun:
                     epoch, ref = queued.popleft()
                     self._on_epoch(epoch, self.rt.get(ref))
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:  # the learner died: a new one, or the end
-                if not self._learner_lost(err) or stopping or not self.revival.allowed(self.epochs_done):
+                if not self.learner_lost(err) or stopping or not self.revival.allowed(self.epochs_done):
                     if isinstance(getattr(err, "cause", None), LearnerRestarted):  # say what died
-                        raise RunFailed(self._failure_line(err)) from err
+                        raise RunFailed(self.failure_line(err)) from err
                     raise
-                self._revive_learner()
+                self.revive_learner()
                 next_epoch = self.epochs_done + 1
                 queued.clear()
                 continue
@@ -250,21 +244,21 @@ class TrainingRun:
             epoch, ref = self.queued_epochs.popleft()
             self._on_epoch(epoch, self.rt.get(ref, timeout=timeout_s))
 
-    def _learner_lost(self, err: Exception) -> bool:
+    def learner_lost(self, err: Exception) -> bool:
         """Whether `err` says the learner process died: Ray's own error, or the refusal of the
         process Ray restarted in its place, which was sent a call meant for the dead one."""
         if isinstance(getattr(err, "cause", None), LearnerRestarted):
             return True
         return isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
 
-    def _failure_line(self, err: Exception) -> str:
+    def failure_line(self, err: Exception) -> str:
         """One line for an error that ends the run (describe_failure), the refusal of a learner
         process Ray restarted in place of a dead one said as the learner's death."""
         if isinstance(getattr(err, "cause", None), LearnerRestarted):
             return "the learner died"
         return describe_failure(err, self.role_of, self.rt.errors.died)
 
-    def _revive_learner(self) -> None:
+    def revive_learner(self) -> None:
         """Carry on with the process Ray restarted for a dead learner, from the newest checkpoint."""
         self.outputs.drop_pending_checkpoint()  # asked of the dead learner: never coming
         self.evaluations.forget_weights()  # refs to the dead process's objects went with it
@@ -300,7 +294,7 @@ class TrainingRun:
         self.metrics.eval_cpu_s += result["cpu_s"]
         if not result["complete"]:
             return False  # gave up: the target was out of reach
-        self._record(result)
+        self.record_result(result)
         if not self.outcome.record_evaluation(result, weights_ref, self.metrics.env_steps, taken):
             return False
         self.progress.message(
@@ -309,7 +303,7 @@ class TrainingRun:
             f"and {self.metrics.env_steps} env steps ({self.outcome.solve_seen_after_s:.1f}s after taking them)")
         return True
 
-    def _record(self, result: dict) -> None:
+    def record_result(self, result: dict) -> None:
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         if "video" in result:
             path = write_video(self.outputs.run_dir, result["version"], result["video"])
@@ -342,7 +336,7 @@ class TrainingRun:
             stats = [self.rt.get(refs[-1])]  # the shards alone (RunMetrics.poll counts each collector there)
         if not final:  # at the end a hung collector has ended the run already: its counts are read all the same
             self.supervisor.check_env_steps(stats[:-1], self.config.env.step_timeout_s, self.config.env.id)
-        collector_stats, shard_stats = self._every_collector(answering, stats[:-1]), stats[-1]
+        collector_stats, shard_stats = self.every_collector(answering, stats[:-1]), stats[-1]
         scalars = self.metrics.poll(collector_stats, shard_stats, gone=frozenset(self.supervisor.gone))
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)
@@ -351,12 +345,12 @@ class TrainingRun:
         self.progress.update(time.time() - self.clock_start, m.env_steps, m.sps, m.last_return, m.last_eval,
                              m.last_loss, scalars.get("perf/policy_lag_mean"), self.config.stop.env_steps,
                              (replay, min_size) if m.last_loss is None and replay < min_size else None,
-                             stopping=self.collect_end is not None)
+                             stopping=self.collect_end is not None, may_solve=self.outcome.target is not None)
         for observer in self.observers:
             observer.after_poll(self)
         return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
 
-    def _every_collector(self, answering: list[int], answers: list) -> list:
+    def every_collector(self, answering: list[int], answers: list) -> list:
         """Every collector's counters, in order: the answers of those `answering`, and for one
         counted out (its node lost) its last answer, its episodes already read; [] when one of those
         never answered (the shards alone count then)."""
@@ -405,135 +399,13 @@ class TrainingRun:
             "checkpoint_s_max": round(self.outputs.checkpoint_s_max, 3),
         }
 
-    # -- the end ------------------------------------------------------------------------------
-    def _finish(self, new_work: bool) -> RunFailed | None:
-        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json; returns the
-        failure of a part that died meanwhile, when the run had gone well until then.
-
-        `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
-        the exported policy is the best evaluated version (the newest weights if none was). Parts
-        that need a dead learner are skipped, and the summary still says how the run ended. After a
-        signal summary.json is written as soon as the checkpoint is, and again after policy.pt2.
-        """
-        if self.actors is None:
-            self._write_summary()
-            return
-        for observer in self.observers:
-            observer.before_finish(self)
-        learner, errors = self.actors.learner, self.rt.errors
-        # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
-        # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
-        learner.request_stop.remote()
-        if self.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
-            learner.warm_exporter.remote()
-        collecting = self.supervisor is not None  # None: a signal came before the collectors were started
-        if collecting:
-            self.supervisor.stop()
-            self.collect_end = time.time()
-            self.supervisor.wait_stopped()
-        with contextlib.suppress(*errors.any):  # a dead learner's epochs are lost with it
-            self.drain_epochs(timeout_s=EPOCH_END_S)
-        if self.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
-            with contextlib.suppress(*errors.any):
-                unsent = self.rt.get(learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
-                self.metrics.priority_updates["priority_updates_unsent"] = unsent
-        with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
-            if collecting:
-                self.poll(final=True)
-            else:  # a restored replay's counts still go to summary.json
-                self.metrics.poll([], self.rt.get(learner.replay_stats.remote(), timeout=EPOCH_END_S))
-        ending_failure = None
-        try:
-            if self.final_files:
-                self._final_checkpoint_and_policy(new_work)
-        except OutputNotWritten as err:
-            self._not_written("no policy.pt2", err)
-        except errors.any as err:
-            what = self._failure_line(err)
-            self.progress.message(f"no final checkpoint or policy: {what}")
-            if new_work:  # the run had gone well until now: it fails, with its summary
-                self.outcome.ended = f"failed: {what}"
-                ending_failure = RunFailed(what)
-        self._write_summary()
-        self.tb.scalars(result_scalars(self.outcome.final_eval, self.outcome.time_to_solve_s), self.metrics.env_steps)
-        self.tb.flush()
-        try:
-            self.outputs.push()  # the last TensorBoard events, at a URI
-        except OutputNotWritten as err:
-            self._not_written("not uploaded", err)
-        return ending_failure
-
-    def _final_checkpoint_and_policy(self, new_work: bool) -> None:
-        """The final checkpoint, then policy.pt2. A learner that dies meanwhile (its node lost) is
-        revived from the newest checkpoint set as during the run, once per checkpoint window, and
-        exports the policy; the set it came from stays the final checkpoint."""
-        try:
-            self._final_checkpoint()
-            if not new_work:  # after a signal a SIGKILL may follow (`ray job stop`: 3 s): the summary first
-                self._write_summary()
-            self._export(new_work)
-        except (*self.rt.errors.died, *self.rt.errors.raised) as err:
-            if not self._learner_lost(err) or not self.revival.allowed(self.epochs_done):
-                raise
-            self._revive_learner()
-            self._count_with_writers_gone()
-            self._export(new_work)
-
-    def _count_with_writers_gone(self) -> None:
-        """The counts once a learner revived after collecting ended: no collector writes to the new
-        replay again, so what their shards do not hold now went with the old process."""
-        collectors = self.actors.collectors
-        answering = self.supervisor.answering() if self.supervisor is not None else []
-        refs = [collectors[i].stats.remote() for i in answering] + [self.actors.learner.replay_stats.remote()]
-        *collector_stats, shard_stats = self.rt.get(refs, timeout=EPOCH_END_S)
-        self.metrics.poll(self._every_collector(answering, collector_stats), shard_stats,
-                          gone=frozenset(range(len(collectors))))
-
-    def _final_checkpoint(self) -> None:
-        """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that
-        cannot be written (a full disk) is said and counted, and the run still exports its policy."""
-        try:
-            self.outputs.write_pending_checkpoint()
-            self.request_checkpoint()
-            self.outputs.write_pending_checkpoint()
-        except OutputNotWritten as err:
-            self._not_written("no final checkpoint", err)
-
-    def _write_summary(self) -> None:
+    def write_summary(self) -> None:
         try:
             self.outputs.summary(self.summary())
         except OutputNotWritten as err:
-            self._not_written("no summary.json", err)
+            self.not_written("no summary.json", err)
 
-    def _not_written(self, what: str, err: OutputNotWritten) -> None:
+    def not_written(self, what: str, err: OutputNotWritten) -> None:
         """Say what the run's end could not write; the first such makes the run exit as failed."""
         self.progress.message(f"{what}: {err}")
         self.outputs.unwritten = self.outputs.unwritten or str(err)
-
-    def _export(self, new_work: bool) -> None:
-        """policy.pt2: the solving version, else the best-evaluated one (a final evaluation of the
-        newest weights counts when the run ended on env steps; after a signal or a failure nothing
-        new is evaluated). A resumed run keeps the policy.pt2 it found when that scored at least as
-        well; with no evaluation at all, the newest weights are exported."""
-        outcome, learner = self.outcome, self.actors.learner
-        if outcome.solved is None and new_work:  # the run ended on env steps: evaluate the final weights
-            final = learner.published_weights.remote()
-            result = self.evaluations.evaluate_now(final)
-            if result is not None:
-                self.metrics.eval_cpu_s += result["cpu_s"]
-                outcome.note_evaluation(result, final)
-                self._record(result)
-        choice = outcome.to_export()
-        if choice is None and outcome.policy is not None and outcome.policy.eval_return is not None:
-            best = "none" if outcome.best is None else f"{outcome.best.mean:.1f}"
-            self.progress.message(f"policy.pt2 kept: it scored {outcome.policy.eval_return:.1f}; "
-                                  f"this run's best evaluation: {best}")
-            return
-        if choice is None:  # nothing evaluated: the newest weights, unevaluated
-            outcome.policy = PolicyFile(None, None)
-            self.outputs.policy(learner, learner.published_weights.remote())
-            return
-        if not new_work or choice.mean != outcome.final_eval:
-            self.progress.message(f"exporting weights version {choice.version}, the best evaluated ({choice.mean:.1f})")
-        outcome.policy = PolicyFile(choice.mean, choice.version)
-        self.outputs.policy(learner, choice.weights)

@@ -1,0 +1,154 @@
+"""How a run ends, whatever ended it: the collectors stopped, the last epochs recorded, the final
+checkpoint, policy.pt2 and summary.json (the bench's runs write only the summary: `final_files`).
+
+After a signal or a failure nothing new starts (no final evaluation: the best evaluated version
+is exported); parts that need a learner that died are skipped with a line saying so, and
+summary.json is written whatever happened, saying how the run ended. A learner lost while the run
+ends (its node taken away) is revived from the newest checkpoint set, as during the run, to export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from raypex.cluster.driver.outcome import PolicyFile
+from raypex.cluster.driver.run_errors import RunFailed
+from raypex.cluster.driver.tensorboard_layout import result_scalars
+from raypex.cluster.storage import OutputNotWritten
+
+EPOCH_END_S = 60  # a stopped learner ends its epoch after the current update
+PRIORITY_FLUSH_S = 60  # the last GPU copies take milliseconds; a learner still in a long update finishes first
+
+
+class RunEnd:
+    """The end of one TrainingRun: what it writes and in which order."""
+
+    def __init__(self, run):
+        self.run = run  # the TrainingRun (cluster/driver/run.py) that is ending
+
+    def finish(self, new_work: bool) -> RunFailed | None:
+        """Stop collecting, write the final checkpoint, policy.pt2 and summary.json; returns the
+        failure of a part that died meanwhile, when the run had gone well until then.
+
+        `new_work` False (a signal, a failure) means nothing new starts: no final evaluation, and
+        the exported policy is the best evaluated version (the newest weights if none was). Parts
+        that need a dead learner are skipped, and the summary still says how the run ended. After a
+        signal summary.json is written as soon as the checkpoint is, and again after policy.pt2.
+        """
+        run = self.run
+        if run.actors is None:
+            run.write_summary()
+            return None
+        for observer in run.observers:
+            observer.before_finish(run)
+        learner, errors = run.actors.learner, run.rt.errors
+        # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
+        # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
+        learner.request_stop.remote()
+        if run.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
+            learner.warm_exporter.remote()
+        collecting = run.supervisor is not None  # None: a signal came before the collectors were started
+        if collecting:
+            run.supervisor.stop()
+            run.collect_end = time.time()
+            run.supervisor.wait_stopped()
+        with contextlib.suppress(*errors.any):  # a dead learner's epochs are lost with it
+            run.drain_epochs(timeout_s=EPOCH_END_S)
+        if run.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
+            with contextlib.suppress(*errors.any):
+                unsent = run.rt.get(learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
+                run.metrics.priority_updates["priority_updates_unsent"] = unsent
+        with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
+            if collecting:
+                run.poll(final=True)
+            else:  # a restored replay's counts still go to summary.json
+                run.metrics.poll([], run.rt.get(learner.replay_stats.remote(), timeout=EPOCH_END_S))
+        ending_failure = None
+        try:
+            if run.final_files:
+                self._final_checkpoint_and_policy(new_work)
+        except OutputNotWritten as err:
+            run.not_written("no policy.pt2", err)
+        except errors.any as err:
+            what = run.failure_line(err)
+            run.progress.message(f"no final checkpoint or policy: {what}")
+            if new_work:  # the run had gone well until now: it fails, with its summary
+                run.outcome.ended = f"failed: {what}"
+                ending_failure = RunFailed(what)
+        run.write_summary()
+        run.tb.scalars(result_scalars(run.outcome.final_eval, run.outcome.time_to_solve_s), run.metrics.env_steps)
+        run.tb.flush()
+        try:
+            run.outputs.push()  # the last TensorBoard events, at a URI
+        except OutputNotWritten as err:
+            run.not_written("not uploaded", err)
+        return ending_failure
+
+    def _final_checkpoint_and_policy(self, new_work: bool) -> None:
+        """The final checkpoint, then policy.pt2. A learner that dies meanwhile (its node lost) is
+        revived from the newest checkpoint set as during the run, once per checkpoint window, and
+        exports the policy; the set it came from stays the final checkpoint."""
+        run = self.run
+        try:
+            self._final_checkpoint()
+            if not new_work:  # after a signal a SIGKILL may follow (`ray job stop`: 3 s): the summary first
+                run.write_summary()
+            self._export(new_work)
+        except (*run.rt.errors.died, *run.rt.errors.raised) as err:
+            if not run.learner_lost(err) or not run.revival.allowed(run.epochs_done):
+                raise
+            run.revive_learner()
+            self._count_with_writers_gone()
+            self._export(new_work)
+
+    def _count_with_writers_gone(self) -> None:
+        """The counts once a learner revived after collecting ended: no collector writes to the new
+        replay again, so what their shards do not hold now went with the old process."""
+        run = self.run
+        collectors = run.actors.collectors
+        answering = run.supervisor.answering() if run.supervisor is not None else []
+        refs = [collectors[i].stats.remote() for i in answering] + [run.actors.learner.replay_stats.remote()]
+        *collector_stats, shard_stats = run.rt.get(refs, timeout=EPOCH_END_S)
+        run.metrics.poll(run.every_collector(answering, collector_stats), shard_stats,
+                         gone=frozenset(range(len(collectors))))
+
+    def _final_checkpoint(self) -> None:
+        """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that
+        cannot be written (a full disk) is said and counted, and the run still exports its policy."""
+        run = self.run
+        try:
+            run.outputs.write_pending_checkpoint()
+            run.request_checkpoint()
+            run.outputs.write_pending_checkpoint()
+        except OutputNotWritten as err:
+            run.not_written("no final checkpoint", err)
+
+    def _export(self, new_work: bool) -> None:
+        """policy.pt2: the solving version, else the best-evaluated one (a final evaluation of the
+        newest weights counts when the run ended on env steps; after a signal or a failure nothing
+        new is evaluated). A resumed run keeps the policy.pt2 it found when that scored at least as
+        well; with no evaluation at all, the newest weights are exported."""
+        run = self.run
+        outcome, learner = run.outcome, run.actors.learner
+        if outcome.solved is None and new_work:  # the run ended on env steps: evaluate the final weights
+            final = learner.published_weights.remote()
+            result = run.evaluations.evaluate_now(final)
+            if result is not None:
+                run.metrics.eval_cpu_s += result["cpu_s"]
+                outcome.note_evaluation(result, final)
+                run.record_result(result)
+        choice = outcome.to_export()
+        if choice is None and outcome.policy is not None and outcome.policy.eval_return is not None:
+            best = "none" if outcome.best is None else f"{outcome.best.mean:.1f}"
+            run.progress.message(f"policy.pt2 kept: it scored {outcome.policy.eval_return:.1f}; "
+                                 f"this run's best evaluation: {best}")
+            return
+        if choice is None:  # nothing evaluated: the newest weights, unevaluated
+            outcome.policy = PolicyFile(None, None)
+            run.outputs.policy(learner, learner.published_weights.remote())
+            return
+        if not new_work or choice.mean != outcome.final_eval:
+            run.progress.message(f"exporting weights version {choice.version}, the best evaluated ({choice.mean:.1f})")
+        outcome.policy = PolicyFile(choice.mean, choice.version)
+        run.outputs.policy(learner, choice.weights)
