@@ -109,6 +109,21 @@ class EvalResult:
                 f"(min {r.min():.2f}, max {r.max():.2f}, std {r.std():.2f})")
 
 
+def _best_trial(directory: Path) -> Path:
+    """The run directory of a sweep's best trial when `directory` is a sweep's experiment
+    directory (its results.json names the best trial), else `directory` itself."""
+    results = directory / "results.json"
+    if (directory / "config.yaml").is_file() or not results.is_file():
+        return directory
+    try:
+        best = json.loads(results.read_text()).get("best") or {}
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{results}: not a sweep's results ({err})") from None
+    if not isinstance(best, dict) or not isinstance(best.get("trial"), str):
+        raise UsageError(f"{directory}: a sweep with no best trial yet (results.json names none)")
+    return directory / "trials" / best["trial"]
+
+
 def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None = None, seed: int = 12345,
              video: str | Path | None = None) -> EvalResult:
     """Play `episodes` episodes of a run's policy.pt2 in its env (each in its own env of one vector
@@ -127,6 +142,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
         raise UsageError(f"episodes (--episodes) must be >= 1, got {episodes}")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
+    run_dir = _best_trial(run_dir)
     policy_path = run_dir / "policy.pt2"
     if not policy_path.is_file():
         raise UsageError(f"{run_dir}: no policy.pt2 (the run has not finished, or this is not a run directory)")

@@ -51,3 +51,8 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'raypex' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API's names too, for completion: they are imported on first use (`__getattr__`)."""
+    return sorted(set(globals()) | set(__all__))

@@ -64,6 +64,9 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
         if interrupted[row["trial"]] == "interrupted":  # it went on from a checkpoint, not from nothing
             assert "replay restored from the checkpoint" in log.split("interrupted: writing a final checkpoint")[-1]
     assert "best: trial" in resumed.stdout and "policy.pt2" in list_files(experiment)
+    # the path the last line names, and the experiment directory itself, are what `raypex eval` takes
+    named = resumed.stdout.split("evaluate it with: raypex eval ", 1)[1].split(" ", 1)[0]
+    assert evaluated(named, capsys) == evaluated(experiment, capsys)
     records = [(row["run_dir"], json.loads(line)) for row in results["trials"]
                for line in read_lines(join(row["run_dir"], "exploits.jsonl"))]
     assert records, "no exploit in the sweep"
@@ -102,6 +105,15 @@ def test_a_pbt_exploit_carries_the_donor_exactly_and_ctrl_c_then_resume_finish_t
         "unpickles to resume (a pickle can run code), and its signature does not match (it changed since, or another "
         "user or machine signed it); if it is your own sweep: --trust-tune-state")
     assert not marker.exists()
+
+
+def evaluated(run_dir: str, capsys) -> str:
+    """What `raypex eval RUN_DIR --episodes 2` prints (exit 0)."""
+    from raypex.cluster.commands.cli import main
+
+    capsys.readouterr()
+    assert main(["eval", run_dir, "--episodes", "2"]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
 
 
 def refused_resume(experiment: str, capsys) -> str:

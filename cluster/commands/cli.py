@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train", help="train with DQN, TD3 or SAC (starts a local Ray cluster unless --address or --local)",
         epilog="CONFIG is a YAML file or a shipped config's name (`raypex configs` lists them: raypex train pong). "
-        "Every key with its value, default and meaning: `raypex config show [CONFIG]` (and README.md, "
-        "'Config reference'). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
+        "Every key with its value, default and meaning: `raypex config show [CONFIG]` (and the docs' "
+        "config reference). Overrides are dotted: learner.lr=1e-3 collectors.num=4.")
     train.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                        help="YAML file or shipped config name (default: the CartPole config) and dotted overrides")
     train.add_argument("--local", action="store_true", help="run every part in this process, without Ray (same as "
@@ -111,16 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("action", choices=["show"], help="show: print the resolved config key by key")
     config.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
                         help="a YAML file or shipped config name (default: the CartPole defaults) and overrides")
-    ev = sub.add_parser("eval", help="the return of a run's saved policy.pt2, from any directory",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ev = sub.add_parser("eval", help="the return of a run's saved policy.pt2, from any directory")
     ev.add_argument("run_dir", type=run_location, metavar="RUN_DIR",
-                    help="a run directory holding policy.pt2 and config.yaml (a path, or a URI)")
-    ev.add_argument("--episodes", type=int, default=100, help="episodes to average")
+                    help="a run directory holding policy.pt2 and config.yaml, or a sweep's experiment directory "
+                    "(its best trial's policy; a path, or a URI)")
+    ev.add_argument("--episodes", type=int, default=100, help="episodes to average (default: 100)")
     ev.add_argument("--epsilon", type=float, default=None,
                     help="share of random actions (default: the run's eval.epsilon, 0 for greedy)")
-    ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs")
+    ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs (default: 12345)")
     ev.add_argument("--video", type=Path, default=None, metavar="FILE.png",
-                    help="write the first episode as an animated PNG")
+                    help="write the first episode as an animated PNG (default: none)")
     return parser
 
 
