@@ -22,6 +22,7 @@ POPGym's memory tasks (the `popgym` extra).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -241,8 +242,10 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
     register_minatar(env_id)
     register_popgym(env_id)
     if env_id not in gym.envs.registry:
-        close = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
-        hint = f"; similar: {', '.join(sorted(close)[:5])}" if close else ""
+        close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=1, cutoff=0.8)
+        similar = [name for name in gym.envs.registry if name.lower().startswith(env_id.split("-")[0].lower())]
+        hint = (f"; did you mean '{close[0]}'?" if close
+                else f"; similar: {', '.join(sorted(similar)[:5])}" if similar else "")
         raise UnsupportedEnv(f"env.id '{env_id}' is not a registered Gymnasium environment{hint}")
     quiet_known_mujoco_warnings(env_id)
     try:

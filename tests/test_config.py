@@ -1,6 +1,7 @@
 """Config loading and the CLI's handling of user mistakes: one line, exit code 2, nothing written."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +62,12 @@ BAD_TRAIN_ARGS = [
     (["learner.micro_batch=512", "replay.capacity=256"], "learner.micro_batch (512) must not exceed replay.capacity"),
     (["learner.precision=fp8"], "learner.precision: Input should be 'auto', 'fp32', 'bf16' or 'fp16'"),
     (["learner.device=tpu"], "learner.device: Input should be 'auto', 'cpu' or 'cuda'"),
-    (["env.id=CartPole-v9"], "env.id 'CartPole-v9' is not a registered Gymnasium environment"),
+    (["env.id=CartPole-v9"], ("env.id 'CartPole-v9' is not a registered Gymnasium environment; did you mean "
+                             "'CartPole-v1'?")),
+    (["env.id=Acrobat-v1"], ("env.id 'Acrobat-v1' is not a registered Gymnasium environment; did you mean "
+                            "'Acrobot-v1'?")),
+    (["learner.learning_rate=1e-3"], "unknown config key 'learner.learning_rate'; did you mean 'learner.lr'?"),
+    (["algo.batch_size=64"], "unknown config key 'algo.batch_size'; did you mean 'learner.micro_batch'?"),
     (["env.id=Pendulum-v1"], "algo.name dqn needs Discrete actions; env.id 'Pendulum-v1' has a Box action space"),
     (["env.id=CartPole-v1", "algo.name=td3"], "algo.name td3 needs a Box action space; env.id 'CartPole-v1' has 2"),
     (["collectors.num=0"], "collectors.num: Input should be greater than or equal to 1"),
@@ -179,10 +185,39 @@ def test_console_script_exits_2_without_traceback(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "runs").exists()
 
 
-def test_readme_config_reference_matches_the_schema():
-    from raypex.cluster.config.reference import markdown_reference
+def built_page(name: str) -> str:
+    """A docs page's markdown as the site build renders it (docs/hooks.py fills its tables)."""
+    import importlib.util
 
-    assert markdown_reference() in (ROOT / "README.md").read_text()
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks.on_page_markdown((ROOT / "docs" / name).read_text())
+
+
+def test_the_config_reference_page_lists_every_key_of_the_schema():
+    from raypex.cluster.config.reference import _fields
+    from raypex.cluster.config.schema import RunConfig
+
+    page = built_page("reference/config.md")
+    listed = re.findall(r"^\| `([\w.]+)` \|", page, re.MULTILINE)
+    assert listed == [key for key, _ in _fields(RunConfig)] and len(listed) > 50
+
+
+def test_the_cli_reference_page_lists_every_command_and_argument_of_the_parser():
+    import argparse
+
+    from raypex.cluster.commands.cli import build_parser
+
+    page = built_page("reference/cli.md")
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert re.findall(r"^## raypex (\w+)$", page, re.MULTILINE) == list(commands)
+    for name, command in commands.items():
+        section = page.split(f"## raypex {name}\n", 1)[1].split("\n## raypex ", 1)[0]
+        for action in command._actions:
+            if not isinstance(action, argparse._HelpAction):
+                shown = action.option_strings[0] if action.option_strings else (action.metavar or action.dest)
+                assert f"| `{shown}" in section, (name, shown)
 
 
 BAD_BENCH_ARGS = [
@@ -376,9 +411,11 @@ def test_the_replays_size_is_said_in_one_line():
     does not fit: BAD_TRAIN_ARGS above)."""
     from raypex.cluster.plan.env_fit import replay_line
 
-    config = load_config(None, ["collectors.num=2", "replay.capacity=1000", "learner.device=cpu"])
-    line = replay_line(config, inspect_env("CartPole-v1", {}, 4))
+    config = load_config(None, ["collectors.num=2", "replay.capacity=1000"])
+    spec = inspect_env("CartPole-v1", {}, 4)
+    line = replay_line(config, spec, "host")  # a CPU learner's, or a GPU learner's when replay did not fit there
     assert line == "replay: 2 shards x 1,000 transitions x 48 B = 96 KB, in the learner's process", line
+    assert replay_line(config, spec, "device").endswith("in the learner's process, in its GPU's memory")
 
 
 def test_an_older_runs_evaluation_period_in_epochs_becomes_the_env_steps_they_held(tmp_path, capsys):

@@ -154,8 +154,21 @@ def format_validation_error(err: ValidationError) -> str:
     return f"config error: {field}: {message}{shown}"
 
 
+# Names other RL libraries give these keys (Stable-Baselines3, CleanRL, RLlib): a user typing
+# one is pointed at ours, wherever in the config they put it.
+OTHER_LIBRARIES_NAMES = {
+    "learning_rate": "learner.lr", "batch_size": "learner.micro_batch", "train_batch_size": "learner.micro_batch",
+    "gamma": "algo.gamma", "buffer_size": "replay.capacity", "n_step": "algo.n_step", "tau": "learner.target_tau",
+    "num_workers": "collectors.num", "num_env_runners": "collectors.num", "total_timesteps": "stop.env_steps",
+    "learning_starts": "replay.min_size",
+}
+
+
 def _suggestion(loc: tuple) -> str:
-    """ "; did you mean 'learner.lr'?" for a misspelt key, else ""."""
+    """ "; did you mean 'learner.lr'?" for a misspelt key or another library's name for it, else ""."""
+    known = OTHER_LIBRARIES_NAMES.get(str(loc[-1]))
+    if known is not None and known != ".".join(map(str, loc)):
+        return f"; did you mean '{known}'?"
     model = RunConfig
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
