@@ -61,5 +61,8 @@ def joining_environment(kept_up_ray) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A user's working directory for one test file's README lines, which share it as a user's
-    session does: empty at first (the configs are found by path in the package)."""
-    return tmp_path_factory.mktemp("user")
+    session does: nothing in it at first but the `.venv/` the README's install line makes there
+    (the configs are found by path in the package)."""
+    workdir = tmp_path_factory.mktemp("user")
+    (workdir / ".venv").mkdir()
+    return workdir

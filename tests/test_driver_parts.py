@@ -291,10 +291,13 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     progress.update(60.0, 250_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000)
     # after Ctrl-C the speed falls towards nothing: no "hours left" estimate from it
     progress.update(62.0, 251_000, 10.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, stopping=True)
-    first, second, third = stream.getvalue().splitlines()
+    # with stop.eval_return set an evaluation may end the run sooner: the time left is a bound
+    progress.update(64.0, 260_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, may_solve=True)
+    first, second, third, fourth = stream.getvalue().splitlines()
     assert "env steps   11.8k (  2%, 2m02s left)" in first and "filling replay 11.8k/50.0k" in first
     assert "env steps  250.0k ( 50%, 50s left)" in second and "loss 0.5000" in second
     assert "env steps  251.0k (stopping) |" in third and "left" not in third
+    assert "env steps  260.0k ( 52%, at most 48s left) |" in fourth
 
 
 def test_progress_says_starting_until_the_speed_is_measured_and_metrics_measure_it_at_the_second_poll():
@@ -564,7 +567,7 @@ def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():
 
 
 def test_a_collectors_host_makes_auto_fp32_where_the_cpu_has_no_bf16_units(monkeypatch):
-    """Emulated bf16 is never faster; the collector would time it for 1.4-1.75 s (BENCHMARKS.md)."""
+    """Emulated bf16 is never faster; the collector would time it for 1.4-1.75 s (BENCHMARKS.md (git history))."""
     from raypex.actors.settings import CollectorSettings
     from raypex.cluster.hosts import acting_precision
 

@@ -49,19 +49,23 @@ class ProgressLine:
     def update(self, elapsed_s: float, env_steps: int, sps: float | None, episode_return: float | None,
                eval_return: float | None, loss: float | None, lag: float | None,
                goal_steps: int | None = None, filling: tuple[int, int] | None = None,
-               stopping: bool = False) -> None:
+               stopping: bool = False, may_solve: bool = False) -> None:
         """Draw the line (in place on a TTY; otherwise every `log_every_s`, and at once when the
         first loss is known, so that a log shows when learning began). With `goal_steps`
         (stop.env_steps) it shows the share done and the time left at the current speed, or
         "stopping" once the run is ending (the speed then falls to nothing and the time left
         would be absurd); with `filling` (replay size, replay.min_size) it says replay is filling
-        instead of the loss. `sps` None (not measured yet) shows "starting" for the speed and no time left."""
+        instead of the loss. `sps` None (not measured yet) shows "starting" for the speed and no time left.
+        `may_solve` (stop.eval_return is set): an evaluation can end the run before stop.env_steps,
+        so the time left is said as an upper bound."""
         done = ""
         if stopping:
             done = " (stopping)"
         elif goal_steps:
             left = (goal_steps - env_steps) / sps if sps else None
-            done = f" ({min(env_steps / goal_steps, 1.0):4.0%}" + (f", {_fmt_duration(left)} left)" if left is not None else ")")
+            bound = "at most " if may_solve else ""
+            done = f" ({min(env_steps / goal_steps, 1.0):4.0%}" + (
+                f", {bound}{_fmt_duration(left)} left)" if left is not None else ")")
         shows_loss = loss is not None and not filling
         learning = (f"filling replay {_fmt_count(filling[0])}/{_fmt_count(filling[1])}" if filling
                     else f"loss {_fmt(loss, '.4f')}")

@@ -59,6 +59,14 @@ LEARNER_MAX_RESTARTS = -1
 SHIPPED_EXCLUDES = ["runs/", ".git/", ".venv/", "venv/", "__pycache__/", "*.pt2", "*.ckpt", "tensorboard/"]
 
 
+class ExcludesAlreadySaid(logging.Filter):
+    """Drops Ray's warning that it now leaves `.venv` and the like out of a shipped working
+    directory: raypex leaves them out itself (SHIPPED_EXCLUDES) and its own line says what goes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is now ignored by default when packaging" not in str(record.msg)
+
+
 def code_runtime_env(code_dir: Path | None) -> dict:
     """The runtime env that gives every actor `code_dir` (a user's env code) as its working
     directory, on every node, Ray uploading it once; empty when there is none."""
@@ -77,12 +85,15 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
     """
     # A local cluster always gets a token; saying so on every run is noise in the progress display.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    for packaging in map(logging.getLogger, ("ray._private.worker", "ray._private.runtime_env.working_dir")):
+        if not any(isinstance(f, ExcludesAlreadySaid) for f in packaging.filters):  # ray.init packages through
+            packaging.addFilter(ExcludesAlreadySaid())  # the first, Ray's own callers through the second
     kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True,
               "configure_logging": True, "namespace": NAMESPACE, **code_runtime_env(code_dir)}
     if address is None:
         start_reaper()  # nothing of this cluster outlives the driver, even after kill -9
         # Ray's worker threads each get a glibc malloc arena; in a long run the learner's grew by
-        # ~9 MB a minute with the default number of arenas and ~3 MB with two (BENCHMARKS.md,
+        # ~9 MB a minute with the default number of arenas and ~3 MB with two (BENCHMARKS.md (git history),
         # "Memory over a long run"). Every process of a local cluster inherits this.
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         install_stop_signals()

@@ -140,12 +140,12 @@ def replay_bytes(config: RunConfig, spec: EnvSpec) -> int:
     return storage_spec(config, spec).column_bytes * config.collectors.num
 
 
-def replay_line(config: RunConfig, spec: EnvSpec) -> str:
-    """One line: the replay's size and where it lives."""
+def replay_line(config: RunConfig, spec: EnvSpec, storage: str) -> str:
+    """One line: the replay's size and where it lives (`storage`: the learner's replay backend,
+    "host" or "device", its GPU's memory)."""
     total = replay_bytes(config, spec)
     shards, capacity = config.collectors.num, config.replay.capacity
-    where = "in the learner's process" + ("" if config.learner.device == "cpu" else
-                                          ", on its GPU if it has one and the replay fits there")
+    where = "in the learner's process" + (", in its GPU's memory" if storage == "device" else "")
     unit = "env steps" if storage_spec(config, spec).sequence_length else "transitions"
     return (f"replay: {shards} shard{'s' if shards > 1 else ''} x {capacity:,} {unit} x "
             f"{total / (shards * capacity):,.0f} B = {human_bytes(total)}, {where}")
