@@ -4,7 +4,7 @@ whether bf16 autocast changes the gradients (cosine against fp32 on the same bat
 
     python -m benchmarks.critic_probe RUN_DIR [--rows 8192] [--seed 0]
 
-Why: a config that learns one MuJoCo env and not another (BENCHMARKS.md, issue 54) left two
+Why: a config that learns one MuJoCo env and not another (BENCHMARKS.md in git history) left two
 suspects this answers without another training run: bf16's precision, and a squared loss led by a
 few rows near the episodes' ends.
 """

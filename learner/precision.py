@@ -54,7 +54,7 @@ WIDE_MLP = 256  # hidden units from which a TD3/SAC MLP trains faster in bf16 on
 
 
 def resolve_precision(precision: str, device: torch.device, pixels: bool, wide_actor_critic: bool = False) -> str:
-    """`precision`, with 'auto' replaced by the fastest measured (BENCHMARKS.md, "The learner on
+    """`precision`, with 'auto' replaced by the fastest measured (BENCHMARKS.md (git history), "The learner on
     its GPU", "bf16 on a CPU without bf16 units" and "bf16 for TD3 and SAC on a CPU"): fp16 for the
     CNN on CUDA (1.4x fp32 captured and compiled on an H100, where bf16 was no faster than fp32);
     for it on a CPU, bf16 where the CPU has bf16 matrix instructions (1.5x fp32 on an AVX512-BF16

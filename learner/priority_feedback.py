@@ -9,7 +9,7 @@ On the CPU the errors are host tensors already; on CUDA they are copied to pinne
 the update's stream without waiting, and taken at a later update, once the copy is known to be
 done (an event query, never a synchronize): the update loop never waits for them. Either way they
 are applied APPLY_EVERY updates at a time: one sum-tree update of many slots costs little more
-than one of a single update's (its cost is numpy's per-level overhead, BENCHMARKS.md), and stale
+than one of a single update's (its cost is numpy's per-level overhead, BENCHMARKS.md (git history)), and stale
 ones are dropped by their stamps whenever they land.
 """
 

@@ -4,7 +4,7 @@ state's zs. The actor reads [AvgL1Norm(W s), zs] and each critic [AvgL1Norm(W (s
 (`network.sale`, td3 and sac on flat observations).
 
 Why: on HalfCheetah-v5, TD3 with it reached 8,721-9,830 at 100k env steps (three seeds) where SAC
-without it had 3,918 (BENCHMARKS.md, "Three seeds of the SALE config"): the critics no longer
+without it had 3,918 (BENCHMARKS.md (git history), "Three seeds of the SALE config"): the critics no longer
 learn the dynamics from the TD error alone.
 
 What the actor and critics read is a frozen copy of the trained encoder ("fixed" in the paper),

@@ -1,4 +1,5 @@
-"""The command lines a user is told to type (README.md's bash blocks, the configs' header lines),
+"""The command lines a user is told to type (the bash blocks of README.md and the docs pages, the
+configs' header lines),
 and the ways tests/test_readme_lines.py proves each one.
 
 Pure text handling and plain data: the test module holds the plan, line by line.
@@ -93,7 +94,8 @@ class Elsewhere:
 
 @dataclass(frozen=True)
 class NotRun:
-    """Not run by CI, because it needs what the CI machine cannot reach."""
+    """Not run by CI, because it needs what the CI machine cannot reach, or it only draws what
+    other lines' long runs wrote."""
 
     why: str
 
@@ -148,10 +150,18 @@ def header_commands(text: str, path: str) -> list[tuple[str, Source]]:
     return commands
 
 
+def docs_pages(root: Path = ROOT) -> list[str]:
+    """The docs site's pages in the order of mkdocs.yml's nav (paths from the root: docs/...)."""
+    return ["docs/" + page for page in re.findall(r"^\s*- (?:[^:\n]+: )?([\w/.-]+\.md)\s*$",
+                                                   (root / "mkdocs.yml").read_text(), re.MULTILINE)]
+
+
 def documented_commands(root: Path = ROOT) -> list[tuple[str, list[Source]]]:
-    """README.md's lines, then the configs' header lines: each distinct line once, with every
-    place it appears, in first-appearance order."""
+    """README.md's lines, then the docs pages' in the site's order, then the configs' header
+    lines: each distinct line once, with every place it appears, in first-appearance order."""
     found = readme_commands((root / "README.md").read_text())
+    for page in docs_pages(root):
+        found += readme_commands((root / page).read_text(), page)
     for config in sorted((root / "configs").glob("*.yaml")):
         found += header_commands(config.read_text(), f"configs/{config.name}")
     places: dict[str, list[Source]] = {}

@@ -560,7 +560,7 @@ def test_the_host_adam_steps_as_torch_adam_does_and_reads_its_checkpoints():
 
 
 def test_auto_precision_on_a_cpu_is_bf16_only_where_the_cpu_has_bf16_units():
-    """Emulated bf16 trained the Nature CNN 9x slower than fp32 on an AVX2-only EPYC (BENCHMARKS.md)."""
+    """Emulated bf16 trained the Nature CNN 9x slower than fp32 on an AVX2-only EPYC (BENCHMARKS.md (git history))."""
     sapphire = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
     epyc = "processor\t: 0\nflags\t\t: fpu avx avx2 sha_ni\n"
     assert bf16_units_in(sapphire) and not bf16_units_in(epyc) and not bf16_units_in("")

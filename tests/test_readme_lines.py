@@ -83,8 +83,8 @@ NOT_FOR_CARTPOLE = {"learner/grad_scale", "replay/priority_mean", "replay/priori
 
 
 def readme_scalar_tags() -> set[str]:
-    """Every scalar tag README's "Watch it" lists, `<i>` as collectors 0 and 1."""
-    text = (ROOT / "README.md").read_text()
+    """Every scalar tag the "Watch a run" guide lists, `<i>` as collectors 0 and 1."""
+    text = (ROOT / "docs" / "guides" / "watch.md").read_text()
     paragraph = text[text.index("Scalars are plotted against global env steps"):text.index("For games, `charts/")]
     tags = set(re.findall(r"`([A-Za-z_]+/[A-Za-z_<>/]+)`", paragraph))
     return {tag.replace("<i>", str(i)) for tag in tags for i in (0, 1)}
@@ -106,6 +106,8 @@ def solved_on_a_cluster_of_its_own(ran: Ran) -> None:
     wanted = readme_scalar_tags() - NOT_FOR_CARTPOLE
     assert len(wanted) >= 25 and wanted <= written, sorted(wanted - written)
     assert max(e.step for e in events.Scalars("charts/SPS")) <= result["env_steps"]
+    documented = (ROOT / "docs" / "reference" / "run-directory.md").read_text()
+    assert not [field for field in result if f"`{field}`" not in documented], "summary.json fields the page lacks"
 
 
 def solved_in_one_process(ran: Ran) -> None:
@@ -285,7 +287,7 @@ def sac_solved(ran: Ran) -> None:
 
 def sac_evaluated(ran: Ran) -> None:
     # Seeds 0-2's saved policies scored -202, -162 and -153 over 100 fresh episodes here
-    # (BENCHMARKS.md, "Pendulum per env step"); a random policy scores about -1200. -300 catches a
+    # (BENCHMARKS.md (git history), "Pendulum per env step"); a random policy scores about -1200. -300 catches a
     # policy that is not the solved one without failing on sampling noise.
     assert float(re.match(r"mean return (\S+) over 100 episodes", ran.out).group(1)) >= -300, ran.out
 
@@ -430,6 +432,7 @@ def corridor_solved(ran: Ran) -> None:
     result = summary(the_run(ran))
     assert result["env_id"] == "my_env:Corridor" and result["ended"] == "solved", result
     assert "goes to every actor as its working directory" in ran.err
+    assert "WARNING" not in ran.err, ran.err  # Ray's about the .venv/ it leaves behind, as raypex does
 
 
 def corridor_evaluated(ran: Ran) -> None:
@@ -464,6 +467,8 @@ ASHA = "tests/test_sweep.py::test_asha_stops_by_env_steps_up_to_the_runs_own_end
 INSTALL = "tests/test_install.py::test_pip_install_gives_one_package_and_a_run_beside_files_named_like_our_folders_trains"
 PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
+THIS_FILE = "tests/test_readme_lines.py"
+RESULT = "a results figure at full length (minutes to hours here); {} runs the same command in CI"
 
 PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "python3 -m venv .venv && source .venv/bin/activate": Elsewhere(
@@ -474,7 +479,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                                   "the core install, into a fresh virtual environment, then a run from a directory "
                                   "holding files named like raypex's folders (`.ci/run` installs the suite's, "
                                   '`-e ".[test]"`)'),
-    "raypex train configs/cartpole.yaml": Run(check=solved_on_a_cluster_of_its_own, own_cluster=True),
+    "raypex train configs/cartpole.yaml --run-dir runs/cartpole": Run(check=solved_on_a_cluster_of_its_own,
+                                                                      own_cluster=True),
+    "raypex eval runs/cartpole --episodes 100": Run(check=evaluated),
+    "raypex train configs/cartpole.yaml": Run(check=solved),
     "raypex train configs/cartpole.yaml --local": Run(check=solved_in_one_process),
     "raypex configs": Run(check=configs_listed),
     "raypex config show pong collectors.num=4": Run(check=config_shown),
@@ -496,10 +504,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                                           "holds the tune extra"),
     "raypex tune configs/cartpole.yaml --samples 4 --scheduler pbt": Elsewhere(
         SWEEP, "\"--scheduler\", \"pbt\"", "the same PBT sweep of CartPole with two smaller trials and a shorter run, "
-        "its exploits checked, stopped by Ctrl-C and resumed; the four-trial line's runs are in BENCHMARKS.md"),
+        "its exploits checked, stopped by Ctrl-C and resumed; the four-trial line's runs are in BENCHMARKS.md (git history)"),
     "raypex tune configs/cartpole.yaml 'learner.lr=loguniform(1e-3,3e-2)' --samples 8 --scheduler asha": Elsewhere(
         ASHA, "\"asha\"", "ASHA's rungs for the config's stop.env_steps are checked; the eight-trial line's run, "
-        "stopped by Ctrl-C and resumed, is in BENCHMARKS.md"),
+        "stopped by Ctrl-C and resumed, is in BENCHMARKS.md (git history)"),
     "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces"),
     "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
         SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces, token authentication on"),
@@ -520,7 +528,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex eval runs/pendulum --episodes 100": Run(check=sac_evaluated),
     "raypex train configs/halfcheetah.yaml": Run(
         "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1",
-        "a short run: the 30-minute ones are in BENCHMARKS.md", check=td3_ran),
+        "a short run: the 30-minute ones are in BENCHMARKS.md (git history)", check=td3_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for a GPU box with 16 cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
@@ -567,6 +575,32 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "--pairs 1,2 --seconds 1 --json scaling.json", "32 pairs need more than 2 cores", check=scaling_measured),
     "python -m pytest -q -n 2 --dist loadfile": Elsewhere(".ci/run", "python -m pytest -q -n 2 --dist loadfile",
                                                           "CI's own command; this test is one of its"),
+    # the results page's runs: each the command of a guide's line that runs above, at full length
+    "raypex train configs/cartpole.yaml --seed 2 --run-dir runs/cp-s2": Elsewhere(
+        THIS_FILE, "--seed 1 --run-dir runs/cp-s1", RESULT.format("seed 1's line")),
+    "raypex eval runs/cp-s2 --episodes 100": Elsewhere(THIS_FILE, "raypex eval runs/cp-s1 --episodes 100",
+                                                       RESULT.format("seed 1's evaluation")),
+    "raypex train configs/cartpole.yaml --seed 2 --local": Elsewhere(
+        THIS_FILE, "raypex train configs/cartpole.yaml --local", RESULT.format("the `--local` line")),
+    "raypex train configs/pendulum.yaml --seed 2 --run-dir runs/pend-s2": Elsewhere(
+        THIS_FILE, "configs/pendulum.yaml --run-dir runs/pendulum", RESULT.format("the Pendulum line")),
+    "raypex eval runs/pend-s2 --episodes 100": Elsewhere(
+        THIS_FILE, "raypex eval runs/pendulum --episodes 100", RESULT.format("the Pendulum evaluation")),
+    "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000": Elsewhere(
+        THIS_FILE, '"raypex train configs/halfcheetah.yaml"', RESULT.format("the HalfCheetah line, shortened,")),
+    "raypex train --resume runs/hc-s2 stop.env_steps=300000": Elsewhere(
+        THIS_FILE, "raypex train --resume runs/cp-s1", RESULT.format("the resume line")),
+    "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000": Elsewhere(
+        THIS_FILE, '"raypex train configs/minatar.yaml"', RESULT.format("the MinAtar line, shortened,")),
+    "raypex eval runs/breakout --episodes 100": Elsewhere(
+        THIS_FILE, "raypex eval runs/cp-s1 --episodes 100", RESULT.format("an evaluation line")),
+    "raypex train configs/popgym.yaml env.id=popgym-PositionOnlyCartPoleEasy-v0 --seed 2 --run-dir runs/position-s2":
+        Elsewhere(THIS_FILE, "configs/popgym.yaml --run-dir runs/memory", RESULT.format("the memory line, shortened,")),
+    "raypex eval runs/position-s2 --episodes 100": Elsewhere(
+        THIS_FILE, "raypex eval runs/memory --episodes 100", RESULT.format("the memory evaluation")),
+    "python -m benchmarks.curves docs/img/popgym-repeat-previous.png lstm=runs/repeat-s0 lstm=runs/repeat-s1 "
+    "lstm=runs/repeat-s2 mlp=runs/repeat-mlp": NotRun(
+        "it draws the results page's figure from four runs of minutes each; the page's PNG is its output"),
     "raypex train configs/breakout.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
     "learner.micro_batch=32": Run(
         SHORTER, HOURS, check=trained_until_stopped("ALE/Breakout-v5")),
@@ -587,14 +621,13 @@ def planned(kind: type, where=lambda source: True) -> dict:
     return {"argvalues": [c for c, _ in chosen], "ids": [str(places[0]) for _, places in chosen]}
 
 
-# README's line number of its Benchmark section's heading
-BENCHMARK_HEADING_LINE = (ROOT / "README.md").read_text().splitlines().index("## Benchmark") + 1
+BENCHMARK_PAGE = "docs/guides/benchmark.md"
 
 
 def before_the_benchmarks(source) -> bool:
-    """A README line above its Benchmark section: this file runs those; the Benchmark section's
-    lines and the configs' header lines are tests/test_readme_bench_lines.py's."""
-    return source.path == "README.md" and source.line < BENCHMARK_HEADING_LINE
+    """A line of README.md or of a docs page but the benchmark guide: this file runs those; the
+    benchmark guide's lines and the configs' header lines are tests/test_readme_bench_lines.py's."""
+    return source.path == "README.md" or (source.path.startswith("docs/") and source.path != BENCHMARK_PAGE)
 
 
 def test_every_documented_line_has_a_plan_and_every_plan_a_line():
@@ -616,9 +649,9 @@ def test_a_line_proven_elsewhere_names_a_real_test_that_runs_it(command):
     assert how.holds in text, f"{how.where} does not hold {how.holds!r}"
 
 
-def test_the_readme_says_how_ci_runs_each_line():
-    assert markdown_table(PLAN) in (ROOT / "README.md").read_text(), (
-        "README.md's table is out of date; paste in:\n" + markdown_table(PLAN))
+def test_the_development_page_says_how_ci_runs_each_line():
+    assert markdown_table(PLAN) in (ROOT / "docs" / "development.md").read_text(), (
+        "docs/development.md's table is out of date; paste in:\n" + markdown_table(PLAN))
 
 
 def user_environment(joining: dict[str, str] | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@
 #   run(command="source .gpu/setup.sh && bash benchmarks/gpu/checks.sh", carry=[".gpu"], timeout_s=560)
 #
 # Each step has its own time limit and writes its own log under $OUT (default ./gpu-out); a step
-# that fails is reported and the next one runs. The figures go to BENCHMARKS.md's results with the
+# that fails is reported and the next one runs. The figures go to docs/results.md with the
 # date and the machine (`nvidia-smi -L`, in summary.txt).
 #   1. correctness: the captured DQN/TD3/SAC updates against eager (tests/test_cuda_learner.py)
 #   2. captured update rates, learner alone: DQN (Pong's CNN), TD3 and SAC (Pendulum's MLPs)

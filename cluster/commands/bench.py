@@ -88,7 +88,7 @@ class BenchPlan:
 
 
 def machine_info() -> dict:
-    """Cores, CPU model and the versions that matter, for BENCHMARKS.md and the JSON. The versions
+    """Cores, CPU model and the versions that matter, for the results page and the JSON. The versions
     come from the installed packages' metadata: importing torch only to read its version cost every
     `--json` bench 2.5 s at its end on the 2-core box."""
     from importlib.metadata import version

@@ -1,7 +1,7 @@
 """Which device the learner trains on and where collectors act, decided once the cluster is known
 (pure logic: the caller passes the alive nodes' resources; no Ray here).
 
-The learner: a GPU when the cluster has one (BENCHMARKS.md, "The learner on its GPU"), unless the
+The learner: a GPU when the cluster has one (BENCHMARKS.md (git history), "The learner on its GPU"), unless the
 network is an MLP updated eagerly. Collectors: on the GPU for image networks when the learner is on
 one and every node has one (issue 30: a Nature CNN forward was half of a CPU collector's time),
 each collector reserving a share of a GPU; the learner then reserves the other half of its own.
@@ -24,7 +24,7 @@ LEARNER_GPU_BESIDE_ACTING = 0.5  # what the learner reserves of its GPU when col
 def choose_device(config: RunConfig, gpus_in_cluster: float, progress: ProgressLine, flat_obs: bool) -> str:
     """'cuda' or 'cpu' for the learner; with learner.device auto, says which and why.
 
-    The rule, from measurements on an H100 box (BENCHMARKS.md, "The learner on its GPU"): with its
+    The rule, from measurements on an H100 box (BENCHMARKS.md (git history), "The learner on its GPU"): with its
     update captured as a CUDA graph even CartPole's 64x64 MLP trains faster on the GPU than on a
     CPU core (1.37M vs 0.12M samples/s) and CartPole solved no slower; launched eagerly, that MLP
     was slower on the GPU (87k samples/s), so an MLP with cuda_graphs off stays on the CPU.

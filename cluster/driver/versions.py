@@ -3,7 +3,7 @@ actors, against the driver's.
 
 Checked when joining a cluster (`--address`, or a Ray job), with one small task pinned to each node
 the placement uses: asked before the actors, read while they start (0.35 s sooner to the first env
-step, BENCHMARKS.md), and before the run directory exists; the bench asks every live node before
+step, BENCHMARKS.md (git history)), and before the run directory exists; the bench asks every live node before
 its first stage. A node set up differently is then one line naming it and what differs (its
 actors killed), instead of actors that fail to unpickle their arguments, or load weights of another
 shape, minutes into the run. torch is compared by release (a CPU build and a CUDA build of one
