@@ -482,7 +482,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/cartpole.yaml --run-dir runs/cartpole": Run(check=solved_on_a_cluster_of_its_own,
                                                                       own_cluster=True),
     "raypex eval runs/cartpole --episodes 100": Run(check=evaluated),
-    "raypex train configs/cartpole.yaml": Run(check=solved),
+    "raypex train configs/cartpole.yaml": Elsewhere(
+        THIS_FILE, "configs/cartpole.yaml --run-dir runs/cartpole",
+        "README's first run is this line with `--run-dir runs/cartpole` added"),
     "raypex train configs/cartpole.yaml --local": Run(check=solved_in_one_process),
     "raypex configs": Run(check=configs_listed),
     "raypex config show pong collectors.num=4": Run(check=config_shown),
