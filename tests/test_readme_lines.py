@@ -468,7 +468,13 @@ INSTALL = "tests/test_install.py::test_pip_install_gives_one_package_and_a_run_b
 PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
 THIS_FILE = "tests/test_readme_lines.py"
-RESULT = "a results figure at full length (minutes to hours here); {} runs the same command in CI"
+
+
+def at_full_length(holds: str, which: str) -> Elsewhere:
+    """A results page's run: a guide's line (`which`, planned in this file, holding `holds`) runs
+    the same command in CI, shortened."""
+    return Elsewhere(THIS_FILE, holds, f"a results figure at full length (minutes to hours here); {which} runs the "
+                                       "same command in CI")
 
 PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "python3 -m venv .venv && source .venv/bin/activate": Elsewhere(
@@ -578,28 +584,28 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "python -m pytest -q -n 2 --dist loadfile": Elsewhere(".ci/run", "python -m pytest -q -n 2 --dist loadfile",
                                                           "CI's own command; this test is one of its"),
     # the results page's runs: each the command of a guide's line that runs above, at full length
-    "raypex train configs/cartpole.yaml --seed 2 --run-dir runs/cp-s2": Elsewhere(
-        THIS_FILE, "--seed 1 --run-dir runs/cp-s1", RESULT.format("seed 1's line")),
-    "raypex eval runs/cp-s2 --episodes 100": Elsewhere(THIS_FILE, "raypex eval runs/cp-s1 --episodes 100",
-                                                       RESULT.format("seed 1's evaluation")),
-    "raypex train configs/cartpole.yaml --seed 2 --local": Elsewhere(
-        THIS_FILE, "raypex train configs/cartpole.yaml --local", RESULT.format("the `--local` line")),
-    "raypex train configs/pendulum.yaml --seed 2 --run-dir runs/pend-s2": Elsewhere(
-        THIS_FILE, "configs/pendulum.yaml --run-dir runs/pendulum", RESULT.format("the Pendulum line")),
-    "raypex eval runs/pend-s2 --episodes 100": Elsewhere(
-        THIS_FILE, "raypex eval runs/pendulum --episodes 100", RESULT.format("the Pendulum evaluation")),
-    "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000": Elsewhere(
-        THIS_FILE, '"raypex train configs/halfcheetah.yaml"', RESULT.format("the HalfCheetah line, shortened,")),
-    "raypex train --resume runs/hc-s2 stop.env_steps=300000": Elsewhere(
-        THIS_FILE, "raypex train --resume runs/cp-s1", RESULT.format("the resume line")),
-    "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000": Elsewhere(
-        THIS_FILE, '"raypex train configs/minatar.yaml"', RESULT.format("the MinAtar line, shortened,")),
-    "raypex eval runs/breakout --episodes 100": Elsewhere(
-        THIS_FILE, "raypex eval runs/cp-s1 --episodes 100", RESULT.format("an evaluation line")),
+    "raypex train configs/cartpole.yaml --seed 2 --run-dir runs/cp-s2":
+        at_full_length("--seed 1 --run-dir runs/cp-s1", "seed 1's line"),
+    "raypex eval runs/cp-s2 --episodes 100":
+        at_full_length("raypex eval runs/cp-s1 --episodes 100", "seed 1's evaluation"),
+    "raypex train configs/cartpole.yaml --seed 2 --local":
+        at_full_length("raypex train configs/cartpole.yaml --local", "the `--local` line"),
+    "raypex train configs/pendulum.yaml --seed 2 --run-dir runs/pend-s2":
+        at_full_length("configs/pendulum.yaml --run-dir runs/pendulum", "the Pendulum line"),
+    "raypex eval runs/pend-s2 --episodes 100":
+        at_full_length("raypex eval runs/pendulum --episodes 100", "the Pendulum evaluation"),
+    "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000":
+        at_full_length('"raypex train configs/halfcheetah.yaml"', "the HalfCheetah line, shortened,"),
+    "raypex train --resume runs/hc-s2 stop.env_steps=300000":
+        at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
+    "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000":
+        at_full_length('"raypex train configs/minatar.yaml"', "the MinAtar line, shortened,"),
+    "raypex eval runs/breakout --episodes 100":
+        at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "raypex train configs/popgym.yaml env.id=popgym-PositionOnlyCartPoleEasy-v0 --seed 2 --run-dir runs/position-s2":
-        Elsewhere(THIS_FILE, "configs/popgym.yaml --run-dir runs/memory", RESULT.format("the memory line, shortened,")),
-    "raypex eval runs/position-s2 --episodes 100": Elsewhere(
-        THIS_FILE, "raypex eval runs/memory --episodes 100", RESULT.format("the memory evaluation")),
+        at_full_length("configs/popgym.yaml --run-dir runs/memory", "the memory line, shortened,"),
+    "raypex eval runs/position-s2 --episodes 100":
+        at_full_length("raypex eval runs/memory --episodes 100", "the memory evaluation"),
     "python -m benchmarks.curves docs/img/popgym-repeat-previous.png lstm=runs/repeat-s0 lstm=runs/repeat-s1 "
     "lstm=runs/repeat-s2 mlp=runs/repeat-mlp": NotRun(
         "it draws the results page's figure from four runs of minutes each; the page's PNG is its output"),
