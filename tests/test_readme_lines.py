@@ -606,6 +606,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         at_full_length("configs/popgym.yaml --run-dir runs/memory", "the memory line, shortened,"),
     "raypex eval runs/position-s2 --episodes 100":
         at_full_length("raypex eval runs/memory --episodes 100", "the memory evaluation"),
+    "raypex train configs/popgym.yaml --seed 2 --run-dir runs/repeat-s2":
+        at_full_length("configs/popgym.yaml --run-dir runs/memory", "the memory line, shortened,"),
+    "raypex train configs/popgym.yaml network.core=mlp stop.eval_return=null stop.env_steps=2000000 --run-dir "
+    "runs/repeat-mlp": at_full_length("configs/popgym.yaml --run-dir runs/memory", "the memory line, shortened,"),
     "python -m benchmarks.curves docs/img/popgym-repeat-previous.png lstm=runs/repeat-s0 lstm=runs/repeat-s1 "
     "lstm=runs/repeat-s2 mlp=runs/repeat-mlp": NotRun(
         "it draws the results page's figure from four runs of minutes each; the page's PNG is its output"),
