@@ -465,3 +465,17 @@ def test_each_algorithm_is_told_which_critic_norms_it_has(algo, norm, allowed, c
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1] == (f"raypex: error: config error: network.critic_norm {norm} is not for algo.name "
                                      f"{algo}; use {allowed}"), err
+
+
+def test_the_api_is_listed_for_completion_and_each_eval_default_is_said_once(capsys):
+    """dir(raypex) names what `raypex.` completes to (imported on first use), and every option of
+    `raypex eval --help` states its default once."""
+    import raypex
+
+    assert {"train", "evaluate", "load_policy", "tune", "RunFailed", "UsageError"} <= set(dir(raypex))
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--episodes EPISODES", "--epsilon EPSILON", "--seed SEED", "--video FILE.png"):
+        described = text.split(f" {option} ", 1)[1].split(" --", 1)[0]
+        assert described.count("default") == 1, (option, described)
