@@ -224,6 +224,8 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
     assert "replay restored from the checkpoint" in err, err[-3000:]
     result = json.loads((run / "summary.json").read_text())
     assert result["ended"] == "env_steps" and result["learner_restarts"] == 1, result
+    moved = json.loads((run / "placement.json").read_text())  # rewritten once the learner came back
+    assert moved["node_ips"][moved["learner_node"]] not in (hosts.addresses[0], hosts.addresses[learner_host]), moved
     stored, lost = sum(result["replay_inserted_per_shard"]), result["replay_lost_transitions"]
     assert result["env_steps"] == stored + lost and lost > 0, result
     # a collector that was on the lost host cannot come back (one collector per node, and the other

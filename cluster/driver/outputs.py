@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.cluster.driver.checkpoints import discard_parts, replay_file, save_checkpoint
+from raypex.cluster.driver.checkpoints import checkpoint_stem, discard_parts, replay_file, save_checkpoint
 from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.run_errors import original_error
 from raypex.cluster.storage import OutputNotWritten, atomic_write, reason
@@ -112,6 +112,11 @@ class RunOutputs:
             raise
         self.checkpoint(state, epoch, counters, replay)
         self.checkpoint_s_max = max(self.checkpoint_s_max, time.perf_counter() - asked_at)
+
+    def has_checkpoint(self, epoch: int) -> bool:
+        """Whether a whole set of `epoch` is written (its manifest comes last). Another set of that
+        epoch is never asked for: its replay files would be written over the whole one's."""
+        return (self.run_dir / "checkpoints" / f"{checkpoint_stem(epoch)}.json").is_file()
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""

@@ -98,6 +98,7 @@ class TrainingRun:
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
+        self.placement: dict = {}  # placement.json: where each part runs
         self.last_collector_stats: dict[int, object] = {}  # each collector's newest counters (CollectorStats)
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
         self.queued_epochs: deque[QueuedEpoch] = deque()
@@ -192,7 +193,8 @@ class TrainingRun:
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
         self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs))
         self.metrics.learner_version = info["version"]
-        self.outputs.placement(self.actors.placement())
+        self.placement = self.actors.placement()
+        self.outputs.placement(self.placement)
 
     def _loop(self) -> None:
         learner, evaluations, queued = self.actors.learner, self.evaluations, self.queued_epochs
@@ -266,6 +268,8 @@ class TrainingRun:
         revived = self.revival.revive(self.actors.learner, self.epochs_done, self.metrics.learner_version)
         self.epochs_done = revived.epochs
         self.metrics.learner_version = revived.version
+        self.placement = {**self.placement, **self.actors.learner_placement()}  # Ray may have moved it
+        self.outputs.placement(self.placement)
 
     def _stop_learning(self) -> bool:  # cut the learner's current and queued epochs short
         self.actors.learner.request_stop.remote()

@@ -119,8 +119,9 @@ class RunEnd:
         run = self.run
         try:
             run.outputs.write_pending_checkpoint()
-            run.request_checkpoint()
-            run.outputs.write_pending_checkpoint()
+            if not run.outputs.has_checkpoint(run.epochs_done):  # no epoch since the newest set
+                run.request_checkpoint()
+                run.outputs.write_pending_checkpoint()
         except OutputNotWritten as err:
             run.not_written("no final checkpoint", err)
 

@@ -254,17 +254,20 @@ class RunActors:
         """Which node each actor runs on (written to RUN_DIR/placement.json); the replay is on the
         learner's node, in its process."""
         collector_nodes = ray.get([c.node_id.remote() for c in self.collectors])
-        learner_node = ray.get(self.learner.node_id.remote())
         return {
             "ray_address": ray.get_runtime_context().gcs_address,
             "namespace": NAMESPACE,
             "run_id": self.run_id,
-            "learner_node": learner_node,
-            "replay_node": learner_node,
+            **self.learner_placement(),
             "collectors": [{"collector": i, "collector_node": c} for i, c in enumerate(collector_nodes)],
-            "node_ips": node_addresses(),
             "pair_strategy": self.pair_strategy,
         }
+
+    def learner_placement(self) -> dict:
+        """placement.json's learner fields, asked again once Ray restarted the learner (on another
+        node when its own was lost); the collectors' entries stay as they were."""
+        learner_node = ray.get(self.learner.node_id.remote())
+        return {"learner_node": learner_node, "replay_node": learner_node, "node_ips": node_addresses()}
 
 
 def learner_name(run_id: str) -> str:

@@ -95,8 +95,12 @@ class LocalParts:
 
     def placement(self) -> dict:
         """placement.json: everything in this process."""
-        return {"runtime": "local", "pid": os.getpid(), "learner_node": "local", "replay_node": "local",
+        return {"runtime": "local", "pid": os.getpid(), **self.learner_placement(),
                 "collectors": [{"collector": i, "collector_node": "local"} for i in range(len(self.collectors))]}
+
+    def learner_placement(self) -> dict:
+        """placement.json's learner fields (nothing here is restarted: they never change)."""
+        return {"learner_node": "local", "replay_node": "local"}
 
 
 class LockstepCollectors:
