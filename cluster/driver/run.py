@@ -59,6 +59,12 @@ STATS_WAIT_S = 5.0  # how long a poll waits for every actor's counters before re
 EPOCHS_QUEUED = 2
 
 
+def refused_by_a_restarted_learner(err: Exception) -> bool:
+    """Whether `err` is the refusal of a learner process Ray restarted in place of a dead one: it
+    was sent a call meant for the dead process (cluster/hosts/learner_host.py LearnerRestarted)."""
+    return isinstance(getattr(err, "cause", None), LearnerRestarted)
+
+
 class QueuedEpoch(NamedTuple):
     """An epoch asked of the learner, not yet recorded."""
 
@@ -220,7 +226,7 @@ class TrainingRun:
                     self._on_epoch(epoch, self.rt.get(ref))
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:  # the learner died: a new one, or the end
                 if not self.learner_lost(err) or stopping or not self.revival.allowed(self.epochs_done):
-                    if isinstance(getattr(err, "cause", None), LearnerRestarted):  # say what died
+                    if refused_by_a_restarted_learner(err):  # say what died
                         raise RunFailed(self.failure_line(err)) from err
                     raise
                 self.revive_learner()
@@ -248,15 +254,15 @@ class TrainingRun:
 
     def learner_lost(self, err: Exception) -> bool:
         """Whether `err` says the learner process died: Ray's own error, or the refusal of the
-        process Ray restarted in its place, which was sent a call meant for the dead one."""
-        if isinstance(getattr(err, "cause", None), LearnerRestarted):
+        process Ray restarted in its place (refused_by_a_restarted_learner)."""
+        if refused_by_a_restarted_learner(err):
             return True
         return isinstance(err, self.rt.errors.died) and self.role_of(err.actor_id) == "the learner"
 
     def failure_line(self, err: Exception) -> str:
         """One line for an error that ends the run (describe_failure), the refusal of a learner
         process Ray restarted in place of a dead one said as the learner's death."""
-        if isinstance(getattr(err, "cause", None), LearnerRestarted):
+        if refused_by_a_restarted_learner(err):
             return "the learner died"
         return describe_failure(err, self.role_of, self.rt.errors.died)
 
@@ -314,10 +320,12 @@ class TrainingRun:
             self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
             self.progress.message(f"video of weights version {result['version']}: {path}")
 
-    def poll(self, final: bool = False) -> bool:
+    def poll(self, final: bool = False, writers_gone: bool = False) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done.
         `final` (the run's end): a collector that cannot answer (dead for good) is counted from its
-        shard, so the summary's counts are the final ones."""
+        shard, so the summary's counts are the final ones. `writers_gone`: no collector writes to
+        the replay again (a learner revived after collecting ended), so what a shard does not hold
+        went with the old process, as for a collector counted out."""
         self.supervisor.check()
         answering = self.supervisor.answering()
         collectors = self.actors.collectors
@@ -340,8 +348,9 @@ class TrainingRun:
             stats = [self.rt.get(refs[-1])]  # the shards alone (RunMetrics.poll counts each collector there)
         if not final:  # at the end a hung collector has ended the run already: its counts are read all the same
             self.supervisor.check_env_steps(stats[:-1], self.config.env.step_timeout_s, self.config.env.id)
-        collector_stats, shard_stats = self.every_collector(answering, stats[:-1]), stats[-1]
-        scalars = self.metrics.poll(collector_stats, shard_stats, gone=frozenset(self.supervisor.gone))
+        collector_stats, shard_stats = self._every_collector(answering, stats[:-1]), stats[-1]
+        gone = frozenset(range(len(collectors))) if writers_gone else frozenset(self.supervisor.gone)
+        scalars = self.metrics.poll(collector_stats, shard_stats, gone=gone)
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
@@ -354,7 +363,7 @@ class TrainingRun:
             observer.after_poll(self)
         return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
 
-    def every_collector(self, answering: list[int], answers: list) -> list:
+    def _every_collector(self, answering: list[int], answers: list) -> list:
         """Every collector's counters, in order: the answers of those `answering`, and for one
         counted out (its node lost) its last answer, its episodes already read; [] when one of those
         never answered (the shards alone count then)."""

@@ -48,8 +48,7 @@ class RunEnd:
         learner.request_stop.remote()
         if run.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
             learner.warm_exporter.remote()
-        collecting = run.supervisor is not None  # None: a signal came before the collectors were started
-        if collecting:
+        if run.supervisor is not None:  # None: a signal came before the collectors were started
             run.supervisor.stop()
             run.collect_end = time.time()
             run.supervisor.wait_stopped()
@@ -60,10 +59,7 @@ class RunEnd:
                 unsent = run.rt.get(learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
                 run.metrics.priority_updates["priority_updates_unsent"] = unsent
         with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
-            if collecting:
-                run.poll(final=True)
-            else:  # a restored replay's counts still go to summary.json
-                run.metrics.poll([], run.rt.get(learner.replay_stats.remote(), timeout=EPOCH_END_S))
+            self._final_counts()
         ending_failure = None
         try:
             if run.final_files:
@@ -99,19 +95,18 @@ class RunEnd:
             if not run.learner_lost(err) or not run.revival.allowed(run.epochs_done):
                 raise
             run.revive_learner()
-            self._count_with_writers_gone()
+            self._final_counts(writers_gone=True)
             self._export(new_work)
 
-    def _count_with_writers_gone(self) -> None:
-        """The counts once a learner revived after collecting ended: no collector writes to the new
-        replay again, so what their shards do not hold now went with the old process."""
+    def _final_counts(self, writers_gone: bool = False) -> None:
+        """The counts summary.json reports: every collector's and shard's (TrainingRun.poll, final;
+        `writers_gone` once a learner was revived after collecting ended), or the shards' alone when
+        no collector was started (a restored replay's)."""
         run = self.run
-        collectors = run.actors.collectors
-        answering = run.supervisor.answering() if run.supervisor is not None else []
-        refs = [collectors[i].stats.remote() for i in answering] + [run.actors.learner.replay_stats.remote()]
-        *collector_stats, shard_stats = run.rt.get(refs, timeout=EPOCH_END_S)
-        run.metrics.poll(run.every_collector(answering, collector_stats), shard_stats,
-                         gone=frozenset(range(len(collectors))))
+        if run.supervisor is None:  # a signal came before the collectors were started
+            run.metrics.poll([], run.rt.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
+        else:
+            run.poll(final=True, writers_gone=writers_gone)
 
     def _final_checkpoint(self) -> None:
         """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that
