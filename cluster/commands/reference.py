@@ -8,18 +8,9 @@ import argparse
 from raypex.cluster.commands.cli import build_parser
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:  # argparse keeps its subparsers only here
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def _summaries(parser: argparse.ArgumentParser) -> dict[str, str]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return {choice.dest: choice.help or "" for choice in action._choices_actions}
-    return {}
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """The parser's subcommands (argparse keeps them only among its actions)."""
+    return next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
 
 
 def _cell(text: str | None) -> str:
@@ -28,10 +19,10 @@ def _cell(text: str | None) -> str:
 
 def markdown_reference() -> str:
     """Every `raypex` command: what it does, its usage line and a row per argument."""
-    parser = build_parser()
-    summaries = _summaries(parser)
+    subcommands = _subcommands(build_parser())
+    summaries = {choice.dest: choice.help or "" for choice in subcommands._choices_actions}
     parts = []
-    for name, command in _subcommands(parser).items():
+    for name, command in subcommands.choices.items():
         usage = " ".join(command.format_usage().removeprefix("usage: ").split())
         parts += [f"## raypex {name}", "", _cell(summaries.get(name)), "", "```text", usage, "```", ""]
         rows = ["| argument | meaning |", "| --- | --- |"]
