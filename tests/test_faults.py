@@ -25,6 +25,7 @@ from raypex.cluster.driver.evaluation import EvaluationScheduler
 from raypex.cluster.driver.ray_runtime import RayRuntime
 from raypex.cluster.driver.reaper import cluster_processes, still_running
 from raypex.cluster.driver.run_errors import describe_failure, error_line
+from raypex.cluster.hosts.learner_host import LearnerRestarted
 
 SHORT = ["stop.eval_return=null", "replay.min_size=500", "eval.every_env_steps=400", "eval.episodes=4",
          "checkpoint.every_epochs=5"]
@@ -254,6 +255,37 @@ def evaluations_wait_for_the_restarted_evaluator(evaluator) -> None:
     assert evaluations.take()[0] is None and evaluations.lost == 2
     final = evaluations.evaluate_now(weights)  # waits for the restart, then runs
     assert final is not None and final["pid"] not in (first, result["pid"]) and evaluations.lost == 2
+
+
+@ray.remote
+class RestartedLearner:
+    """A learner process Ray restarted, not yet revived by the driver: it refuses its weights."""
+
+    def published_weights(self):
+        raise LearnerRestarted("this learner process was not warmed up: it replaces one that died")
+
+
+def test_an_evaluation_of_weights_a_restarted_learner_refused_is_lost_not_the_runs_end(kept_up_ray):
+    """An evaluation can start between the learner's death and the driver noticing it: its weights
+    are asked of the process Ray restarted, which refuses. That evaluation is counted lost, as when
+    the evaluator dies, and so is the run's final one; the run goes on."""
+    ray.init(address=kept_up_ray, namespace=f"refused-{uuid.uuid4().hex[:8]}")
+    learner = RestartedLearner.options(lifetime="detached").remote()  # detached: see the test above
+    evaluator = SlowToRestartEvaluator.options(lifetime="detached").remote()
+    try:
+        evaluations = EvaluationScheduler(RayRuntime(connected_device="cpu"), evaluator, every_env_steps=100,
+                                          every_s=None, give_up=None,
+                                          newest_weights=lambda: learner.published_weights.remote())
+        evaluations.on_env_steps(0)
+        evaluations.on_epoch()
+        evaluations.on_env_steps(100)
+        evaluations.maybe_start()
+        assert evaluations.take()[0] is None and evaluations.lost == 1
+        assert evaluations.evaluate_now(learner.published_weights.remote()) is None and evaluations.lost == 2
+    finally:
+        ray.kill(learner, no_restart=True)
+        ray.kill(evaluator, no_restart=True)
+        ray.shutdown()
 
 
 def test_a_collectors_fourth_death_ends_the_run_in_one_line_with_its_final_files(running):

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from raypex.cluster.hosts.learner_host import refused_by_a_restarted_learner
+
 FULL_EVAL_EVERY = 5
 EVALUATOR_BACK_S = 60  # the run's final evaluation waits this long for a restarting evaluator
 
@@ -125,11 +127,15 @@ class EvaluationScheduler:
         return True
 
     def _result(self, result_ref) -> dict | None:
-        # None from the evaluator: the weights ref was answered by a learner Ray had just restarted
-        # (a call sent while it restarts runs on the new process, which has published nothing yet)
         try:
             result = self.rt.get(result_ref)
         except self.rt.errors.lost:  # the evaluator died during it, or the node holding its weights did
+            result = None
+        except self.rt.errors.raised as err:
+            # the weights were asked of a learner Ray had just restarted, which refuses until the
+            # driver revives it: this evaluation is lost, the next waits for the revived one's weights
+            if not refused_by_a_restarted_learner(err):
+                raise
             result = None
         if result is None:
             self.lost += 1

@@ -48,7 +48,7 @@ from raypex.cluster.driver.startup import StartupTimeline
 from raypex.cluster.driver.tensorboard_layout import custom_layout, hparams_summaries
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
 from raypex.cluster.driver.video import video_summary, write_video
-from raypex.cluster.hosts.learner_host import LearnerRestarted
+from raypex.cluster.hosts.learner_host import refused_by_a_restarted_learner
 from raypex.cluster.plan.env_fit import replay_line
 from raypex.cluster.plan.settings import eval_give_up
 from raypex.cluster.storage import OutputNotWritten
@@ -57,12 +57,6 @@ from raypex.replay.contracts import EpochStats
 POLL_EVERY_S = 0.5
 STATS_WAIT_S = 5.0  # how long a poll waits for every actor's counters before reading them again at the next
 EPOCHS_QUEUED = 2
-
-
-def refused_by_a_restarted_learner(err: Exception) -> bool:
-    """Whether `err` is the refusal of a learner process Ray restarted in place of a dead one: it
-    was sent a call meant for the dead process (cluster/hosts/learner_host.py LearnerRestarted)."""
-    return isinstance(getattr(err, "cause", None), LearnerRestarted)
 
 
 class QueuedEpoch(NamedTuple):

@@ -46,6 +46,12 @@ class LearnerRestarted(RuntimeError):
     fresh weights must never reach a checkpoint, an evaluation or policy.pt2 as the run's."""
 
 
+def refused_by_a_restarted_learner(err: Exception) -> bool:
+    """Whether `err` (a runtime's error for a part's exception) is that refusal: the call was meant
+    for a learner process that died."""
+    return isinstance(getattr(err, "cause", None), LearnerRestarted)
+
+
 class LearnerHost:
     """Hosts the Learner and the replay; trains, checkpoints and exports when the run loop asks."""
 
