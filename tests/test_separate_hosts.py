@@ -227,7 +227,9 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
     moved = json.loads((run / "placement.json").read_text())  # rewritten once the learner came back
     assert moved["node_ips"][moved["learner_node"]] not in (hosts.addresses[0], hosts.addresses[learner_host]), moved
     stored, lost = sum(result["replay_inserted_per_shard"]), result["replay_lost_transitions"]
-    assert result["env_steps"] == stored + lost and lost > 0, result
+    # lost is often > 0 but can be 0: the kill may land before any chunk reached the learner after
+    # the set's snapshot (the snapshot holds inserts back); what must hold is that nothing goes uncounted
+    assert result["env_steps"] == stored + lost, result
     # a collector that was on the lost host cannot come back (one collector per node, and the other
     # node has one): the run went on without it, and said so
     lost_collectors = [c["collector"] for c in placement["collectors"]
