@@ -535,8 +535,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/pendulum.yaml --run-dir runs/pendulum": Run(check=sac_solved),
     "raypex eval runs/pendulum --episodes 100": Run(check=sac_evaluated),
     "raypex train configs/halfcheetah.yaml": Run(
-        "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1",
-        "a short run: the 30-minute ones are in BENCHMARKS.md (git history)", check=td3_ran),
+        "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
+        "eval.video_every=0", "a short run, with no video (drawing one takes 8 s here; tests/test_continuous.py draws "
+        "one): the 30-minute ones are in BENCHMARKS.md (git history)", check=td3_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for a GPU box with 16 cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
