@@ -29,6 +29,7 @@ import numpy as np
 from raypex.replay.columns import ColumnBackend, HostColumns
 from raypex.replay.contracts import Chunk, FrameChunk, ShardStats
 from raypex.replay.frames import frame_bookkeeping, stack_index
+from raypex.replay.group_draw import GroupFigures, ReplayShare
 from raypex.replay.priorities import BetaSchedule, PrioritySettings, importance_weights
 from raypex.replay.rate_limit import SamplesPerInsertLimiter
 from raypex.replay.shard import ReplayShard, StorageSpec, build_storage
@@ -186,13 +187,23 @@ class ShardedReplay:
                                                              count * self.spec.samples_per_draw)
 
     # -- draws --------------------------------------------------------------------------------
-    def draw(self, groups: int, count: int) -> Draw:
-        """`groups` micro-batches of `count` transitions each (callers check `can_sample` first)."""
+    def share(self) -> ReplayShare:
+        """What this replay can be drawn from now, for a group of learners' split of a batch
+        (replay/group_draw.py)."""
+        with self.lock:
+            if self.prioritized:
+                return ReplayShare(self.tree.total, self.size, self.tree.min_positive, self.sampled)
+            return ReplayShare(float(self.size), self.size, float("inf"), self.sampled)
+
+    def draw(self, groups: int, count: int, group: GroupFigures | None = None) -> Draw:
+        """`groups` micro-batches of `count` transitions each (callers check `can_sample` first).
+        With `group`, this replay is one learner's part of a group's (replay/group_draw.py):
+        importance weights and beta are those of one replay holding every learner's shards."""
         with self.lock:
             n = groups * count
-            beta = self.beta  # of the samples drawn before this draw
+            drawn_before = self.sampled if group is None else group.sampled  # what beta is at for this draw
             if self.prioritized:
-                shard, row, probability = self._draw_by_priority(n)
+                shard, row, mass = self._draw_by_priority(n)
             else:
                 shard, row = self._draw_uniform(n)
             for i, hits in enumerate(np.bincount(shard, minlength=len(self.shards))):
@@ -201,8 +212,10 @@ class ShardedReplay:
                      for key, value in self._index(shard, row).items()}
             if not self.prioritized:
                 return Draw(index)
-            weight = importance_weights(probability, self.tree.min_positive / self.tree.total, self.size,
-                                        beta).astype(np.float32)
+            total, smallest, size = ((self.tree.total, self.tree.min_positive, self.size) if group is None
+                                     else (group.mass, group.min_positive, group.size))
+            beta = self.beta_schedule.at(drawn_before)
+            weight = importance_weights(mass / total, smallest / total, size, beta).astype(np.float32)
             stamps = self.stamps[shard * self.rows_per_shard + row]
             for i in np.unique(shard):
                 self.shards[i].weight_min = min(self.shards[i].weight_min, float(weight[shard == i].min()))
@@ -242,10 +255,11 @@ class ShardedReplay:
         return np.divmod(rows, self.rows_per_shard)
 
     def _draw_by_priority(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(shard, row, mass) of `n` slots drawn in proportion to their masses."""
         total = self.tree.total
         slot = self.tree.find(np.minimum(self.rng.random(n) * total, np.nextafter(total, 0.0)))
         shard, row = np.divmod(slot, self.rows_per_shard)
-        return shard, row, self.tree.get(slot) / total
+        return shard, row, self.tree.get(slot)
 
     def gather(self, draw: Draw) -> dict[str, np.ndarray]:
         """The training fields of `draw`, read from the columns to host arrays [G, B, ...]
