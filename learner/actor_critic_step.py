@@ -32,6 +32,7 @@ from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork
 from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.algorithm import take_means
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
+from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
 from raypex.learner.obs_norm import RunningObsNorm
@@ -117,6 +118,7 @@ class ActorCriticStep:
         self.actor_loss_sum = torch.zeros((), device=device)
         self.actor_steps = 0
         self.td_abs: torch.Tensor | None = None
+        self.gradients: GradientGroup | None = None  # several learners (learner/gradient_group.py)
 
     def noise_shape(self) -> tuple[int, ...]:
         """[2, G, B, action_dim]: the critics' (0) and the actor's (1) standard normal noise for one update."""
@@ -135,7 +137,10 @@ class ActorCriticStep:
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
         """One eager update (see the module docstring)."""
         with_actor = self.with_actor_next()
-        self.update(batch, self.draw_noise(), with_actor)
+        noise = self.draw_noise()
+        if self.gradients is not None:  # drawn for the group's batch: this learner's rows
+            noise = self.gradients.own_rows(noise, dim=2)
+        self.update(batch, noise, with_actor)
         self.count(with_actor)
 
     def after_update(self, updates: int) -> None:
@@ -203,6 +208,8 @@ class ActorCriticStep:
             self.q_sum += out.q_mean
         if self.critic_scale is not None:
             self.critic_scale.unscale_([p.grad for p in self.critic_params + self.encoder_params])
+        if self.gradients is not None:
+            self.gradients.reduce(self.critic_params + self.encoder_params)
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -253,6 +260,8 @@ class ActorCriticStep:
         self.critic.train()
         if self.actor_scale is not None:
             self.actor_scale.unscale_([p.grad for p in self.actor_params + self.objective.parameters()])
+        if self.gradients is not None:
+            self.gradients.reduce(self.actor_params + list(self.objective.parameters()))
         nn.utils.clip_grad_norm_(self.actor_params, self.s.max_grad_norm, foreach=True)
         for optimizer in (self.actor_optimizer, *self.objective.optimizers()):
             optimizer.step()

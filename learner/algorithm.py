@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.precision import PrecisionPolicy
 
 Gather = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
@@ -28,6 +29,7 @@ class AlgorithmStep(Protocol):
     precision: PrecisionPolicy
     compiled: bool  # whether its networks run through torch.compile
     td_abs: torch.Tensor | None  # prioritized replay: the last update's |TD error| per transition, [G, B]
+    gradients: GradientGroup | None  # several learners: gradients summed over the group before each step
 
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
         """One eager update, gradients cleared after it."""

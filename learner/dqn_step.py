@@ -31,6 +31,7 @@ from torch import nn
 
 from raypex.learner.algorithm import take_means
 from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
+from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.losses import double_dqn_loss
 from raypex.learner.networks import NatureCNNQNetwork, build_q_network
@@ -81,6 +82,7 @@ class DQNStep:
         self.td_abs: torch.Tensor | None = None
         if self.precision.scaler is not None:
             self.optimizer.found_inf = self.precision.scaler.found_inf  # fused Adam skips the step when it is 1
+        self.gradients: GradientGroup | None = None  # several learners (learner/gradient_group.py)
 
     # -- one update -----------------------------------------------------------------------------
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
@@ -112,6 +114,8 @@ class DQNStep:
             self.q_sum += out.q_mean
         if scaler is not None:
             scaler.unscale_([p.grad for p in self.params])
+        if self.gradients is not None:
+            self.gradients.reduce(self.params)
         nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
         self.optimizer.step()
         if scaler is not None:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from raypex.learner.algorithm import take_means
+from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.policy_file import RECURRENT
 from raypex.learner.precision import PrecisionPolicy, make_precision
@@ -51,6 +52,7 @@ class R2D2Step:
         self.loss_sum = torch.zeros((), device=device)
         self.q_sum = torch.zeros((), device=device)
         self.td_abs: torch.Tensor | None = None  # prioritized replay: each sequence's priority mix, [G, B]
+        self.gradients: GradientGroup | None = None  # several learners (learner/gradient_group.py)
 
     def __call__(self, batch: Mapping[str, torch.Tensor]) -> None:
         """One eager update (see the module docstring)."""
@@ -64,6 +66,8 @@ class R2D2Step:
             (loss / groups).backward()
             if self.td_abs is not None:
                 self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), torch.ones_like(td)))
+        if self.gradients is not None:
+            self.gradients.reduce(self.params)
         nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

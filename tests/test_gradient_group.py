@@ -1,0 +1,102 @@
+"""Two learners as one (learner/gradient_group.py): two gloo ranks in processes of their own, each
+given its part of the same global batches (a different split every update, an empty part
+included), end 50 updates with the parameters and optimizer state of one learner given every
+batch whole, for DQN, TD3, SAC and R2D2."""
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from raypex.learner.algorithms.registry import algorithm
+from raypex.learner.gradient_group import BatchPart, GradientGroup
+from raypex.learner.synthetic import synthetic_batch
+from tests.test_learner import settings
+
+UPDATES, BATCH = 50, 32
+ALGORITHMS = {
+    "dqn": {},
+    "td3": {"action_low": (-1.0, -1.0), "action_high": (1.0, 1.0), "policy_delay": 2, "target_update": "polyak"},
+    "sac": {"action_low": (-1.0, -1.0), "action_high": (1.0, 1.0), "policy_delay": 1, "target_update": "polyak"},
+    "r2d2": {"sequence_length": 10, "burn_in": 2, "n_step": 3, "recurrent_size": 16, "target_update": "polyak"},
+}
+
+
+def step_for(algo: str):
+    s = settings(algo=algo, micro_batch=BATCH, max_grad_norm=1.0, **ALGORITHMS[algo])
+    torch.manual_seed(0)  # the same initial networks on every learner, as the Learner seeds them
+    return s, algorithm(algo).build_step(s, torch.device("cpu"))
+
+
+def global_batches(s) -> tuple[list[dict], list[int]]:
+    """The updates' whole batches and how many of each learner 0 holds (the rest are learner 1's)."""
+    rng = np.random.default_rng(1)
+    batches = [synthetic_batch(s, torch.device("cpu"), rng) for _ in range(UPDATES)]
+    firsts = [int(n) for n in rng.integers(0, BATCH + 1, UPDATES)]
+    firsts[3], firsts[7] = 0, BATCH  # a learner with nothing to draw still steps with the group
+    return batches, firsts
+
+
+def tensors(state) -> list[torch.Tensor]:
+    """Every tensor of a step's state_dict, in a fixed order."""
+    if isinstance(state, torch.Tensor):
+        return [state.detach().clone()]
+    if isinstance(state, dict):
+        return [t for key in sorted(state, key=str) for t in tensors(state[key])]
+    if isinstance(state, (list, tuple)):
+        return [t for item in state for t in tensors(item)]
+    return []
+
+
+def one_learner(algo: str) -> list[torch.Tensor]:
+    s, step = step_for(algo)
+    batches, _ = global_batches(s)
+    for update, batch in enumerate(batches, 1):
+        step(batch)
+        step.after_update(update)
+    return tensors(step.state_dict())
+
+
+def rank_main(rank: int, init_file: str, results: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        out = {}
+        for algo in ALGORITHMS:
+            s, step = step_for(algo)
+            step.gradients = group = GradientGroup()
+            batches, firsts = global_batches(s)
+            for update, (batch, first) in enumerate(zip(batches, firsts), 1):
+                offset, count = (0, first) if rank == 0 else (first, BATCH - first)
+                group.part = BatchPart(offset, count, BATCH)
+                if count:
+                    step({name: t[:, offset:offset + count] for name, t in batch.items()})
+                else:  # no micro-batch at all
+                    step({name: t[:0, :0] for name, t in batch.items()})
+                step.after_update(update)
+            out[algo] = tensors(step.state_dict())
+        torch.save(out, f"{results}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_learners_step_exactly_as_one_learner_given_every_batch(tmp_path):
+    results = str(tmp_path / "results")
+    mp.spawn(rank_main, args=(str(tmp_path / "rendezvous"), results), nprocs=2, join=True)
+    ranks = [torch.load(f"{results}.{rank}") for rank in range(2)]
+    for algo in ALGORITHMS:
+        expected = one_learner(algo)
+        for rank in ranks:
+            got = rank[algo]
+            assert len(got) == len(expected)
+            for a, b in zip(got, expected):
+                if a.is_floating_point():
+                    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"{algo}")
+                else:
+                    assert torch.equal(a, b), algo
+
+
+def test_a_part_is_the_rows_of_this_learner_in_the_groups_noise():
+    group = GradientGroup()
+    group.part = BatchPart(3, 2, 8)
+    noise = torch.arange(2 * 1 * 8).reshape(2, 1, 8, 1)
+    assert group.own_rows(noise, dim=2).flatten().tolist() == [3, 4, 11, 12]
