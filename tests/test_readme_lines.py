@@ -326,6 +326,22 @@ def learner_matrix_measured(ran: Ran) -> None:
     assert "copy GB/s" in ran.out
 
 
+def allreduce_model_on_the_results_page(ran: Ran) -> None:
+    """The model's first line and rows, as the results page's table gives them (each link's cell
+    for 2 / 4 / 8 learners)."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    first = ran.out.splitlines()[0]
+    size = re.search(r"; (\d+\.\d+) MB all-reduced per update", first)[1]
+    assert f"{size} MB" in page, first
+    rows = [line.strip("|").split(" | ") for line in ran.out.splitlines() if re.match(r"\| [^|]+ \| \d \| ", line)]
+    assert len(rows) == 9, ran.out
+    for link in dict.fromkeys(row[0] for row in rows):
+        mine = [row for row in rows if row[0] == link]
+        cell = (f"{' / '.join(r[2].removesuffix(' ms') for r in mine)} ms, "
+                f"{' / '.join(r[3].removesuffix('%') for r in mine)}%, {' / '.join(r[4].strip() for r in mine)}")
+        assert cell in page, (link, cell)
+
+
 def bench_wrote_every_row(ran: Ran) -> None:
     """Every row, with a ratio wherever it has a reference (no speed is asserted), and the
     profile's bound."""
@@ -560,6 +576,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     block_holding("policy.initial_state()"): Run(check=stepped_with_its_state),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
+    "python -m benchmarks.allreduce_model configs/pong.yaml --samples-per-s 536000 --batch 2048": Run(
+        check=allreduce_model_on_the_results_page),
+    "python -m benchmarks.allreduce_model configs/halfcheetah.yaml --samples-per-s 592000 --batch 256": Run(
+        check=allreduce_model_on_the_results_page),
     "python -m benchmarks.learner_matrix configs/pong.yaml --shapes 512x4,128x4 --copy": Run(
         "--shapes 32x1 --seconds 1 --json matrix.json", "the GPU box's shapes take minutes on 2 cores",
         check=learner_matrix_measured),
