@@ -185,8 +185,8 @@ class ActorCriticStep:
         if self.normalizers:
             self._update_normalizers(batch["obs"])
         groups = batch["action"].shape[0]
-        if self.s.prioritized and self.td_abs is None:
-            self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)
+        if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["return"].shape):
+            self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)  # as DQNStep's
         s = self.s
         bounds = self.next_q_bounds if self.encoder is not None else None
         for g in range(groups):

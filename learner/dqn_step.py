@@ -96,7 +96,9 @@ class DQNStep:
             batch = self.gather(batch)
         micro_batches = batch["action"].shape[0]
         scaler = self.precision.scaler
-        if self.s.prioritized and self.td_abs is None:
+        if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["action"].shape):
+            # one buffer while the shape holds (a captured graph writes the same memory each replay);
+            # a learner of a group gets parts of other sizes
             self.td_abs = torch.zeros(batch["action"].shape, device=batch["action"].device)
         for g in range(micro_batches):
             with self.precision.autocast():

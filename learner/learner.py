@@ -26,6 +26,8 @@ import torch
 
 from raypex.learner.algorithm import AlgorithmStep
 from raypex.learner.algorithms.registry import algorithm
+from raypex.learner.gradient_group import GradientGroup
+from raypex.learner.group_feed import GroupFeed
 from raypex.learner.learner_state import learner_state, read_learner_state, restore_learner_state
 from raypex.learner.policy_file import RECURRENT, export_policy_archive
 from raypex.learner.precision import configure_cuda_math
@@ -55,9 +57,11 @@ class Learner:
         replay: ShardedReplay,
         publish: PublishWeights,
         starved=None,
+        group: GradientGroup | None = None,
     ):
         """`starved` runs while the replay ratio allows no draw, in a process with no other thread
-        to insert (the lockstep replica); None: wait for an insert."""
+        to insert (the lockstep replica); None: wait for an insert. `group`: this learner is one
+        of a group's (learner/gradient_group.py), `replay` its own shards, drawn from by a GroupFeed."""
         self.s = settings
         self.device = device
         cuda = device.type == "cuda"
@@ -69,11 +73,17 @@ class Learner:
         if settings.prioritized != replay.prioritized:
             raise ValueError("the learner and its replay disagree on prioritized replay")
         self.replay = replay
-        self.feed = ReplayFeed(replay, device, settings.accumulation_steps, settings.micro_batch, starved,
-                               should_stop=lambda: self._stop_requested)
+        if group is None:
+            self.feed: ReplayFeed | GroupFeed = ReplayFeed(replay, device, settings.accumulation_steps,
+                                                           settings.micro_batch, starved,
+                                                           should_stop=lambda: self._stop_requested)
+        else:
+            self.feed = GroupFeed(replay, settings.accumulation_steps * settings.micro_batch, group, settings.seed,
+                                  should_stop=lambda: self._stop_requested)
         self.step: AlgorithmStep = algorithm(settings.algo).build_step(settings, device,
                                                                     gather_from(replay) if self.feed.on_device else None)
-        self.cuda_graphs = settings.captures(device.type)
+        self.step.gradients = group
+        self.cuda_graphs = settings.captures(device.type) and group is None  # a group's parts change shape
         self.feedback = PriorityFeedback(replay, device) if settings.prioritized else None
         self._captured: Callable[[Mapping[str, torch.Tensor]], None] | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()
@@ -135,7 +145,8 @@ class Learner:
         start = clock()
         done = 0
         try:
-            while done < self.s.updates_per_epoch and not self._stop_requested:
+            # a learner of a group stops when its feed says the group does: alone, it would leave the others waiting
+            while done < self.s.updates_per_epoch and (self.feed.stops_with_its_group or not self._stop_requested):
                 t0 = clock()
                 with self.feed.update_slot(updates_left=self.s.updates_per_epoch - done) as batch:
                     t1 = clock()
@@ -193,7 +204,11 @@ class Learner:
         if self.cuda_graphs:
             self._captured = self.step.capture(example)
             return
-        self.step.warm_up(example)
+        gradients, self.step.gradients = self.step.gradients, None  # a warm-up of its own, not the group's
+        try:
+            self.step.warm_up(example)
+        finally:
+            self.step.gradients = gradients
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 

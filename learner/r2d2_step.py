@@ -59,8 +59,8 @@ class R2D2Step:
         if self.gather is not None:
             batch = self.gather(batch)
         groups = batch["action"].shape[0]
-        if self.s.prioritized and self.td_abs is None:
-            self.td_abs = torch.zeros(batch["action"].shape[:2], device=batch["action"].device)
+        if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["action"].shape[:2]):
+            self.td_abs = torch.zeros(batch["action"].shape[:2], device=batch["action"].device)  # as DQNStep's
         for g in range(groups):
             loss, td = self.sequence_loss({name: batch[name][g] for name in batch})
             (loss / groups).backward()

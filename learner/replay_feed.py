@@ -45,6 +45,8 @@ def _never() -> bool:
 class ReplayFeed:
     """Hands the update loop one batch at a time (see the module docstring)."""
 
+    stops_with_its_group = False  # one learner: its epoch ends at its own request_stop
+
     def __init__(self, replay: ShardedReplay, device: torch.device, micro_batches: int, micro_batch: int,
                  starved: Callable[[], None] | None = None, should_stop: Callable[[], bool] = _never):
         self.replay = replay

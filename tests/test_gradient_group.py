@@ -1,7 +1,9 @@
-"""Two learners as one (learner/gradient_group.py): two gloo ranks in processes of their own, each
-given its part of the same global batches (a different split every update, an empty part
-included), end 50 updates with the parameters and optimizer state of one learner given every
-batch whole, for DQN, TD3, SAC and R2D2."""
+"""Two learners as one (learner/gradient_group.py, learner/group_feed.py): two gloo ranks in
+processes of their own. Given their parts of the same global batches (a different split every
+update, an empty part included), they end 50 updates with the parameters and optimizer state of
+one learner given every batch whole, for DQN, TD3, SAC and R2D2. As Learners drawing from replays
+of different sizes (prioritized), they train epochs in step, stay identical, draw the group's
+batch between them, and end an epoch together when one of them is asked to stop."""
 
 import numpy as np
 import torch
@@ -10,8 +12,9 @@ import torch.multiprocessing as mp
 
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.gradient_group import BatchPart, GradientGroup
+from raypex.learner.learner import Learner
 from raypex.learner.synthetic import synthetic_batch
-from tests.test_learner import settings
+from tests.test_learner import filled_replay, settings
 
 UPDATES, BATCH = 50, 32
 ALGORITHMS = {
@@ -74,9 +77,25 @@ def rank_main(rank: int, init_file: str, results: str) -> None:
                     step({name: t[:0, :0] for name, t in batch.items()})
                 step.after_update(update)
             out[algo] = tensors(step.state_dict())
+        out["learners"] = learners_in_a_group(rank)
         torch.save(out, f"{results}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def learners_in_a_group(rank: int) -> dict:
+    """Rank 0 a Learner over two shards of 256, rank 1 over one of 64 (prioritized): three epochs,
+    rank 1 asked to stop before the third."""
+    s = settings(prioritized=True, updates_per_epoch=5, micro_batch=BATCH)
+    replay = filled_replay(s, np.random.default_rng(rank), size=256 if rank == 0 else 64, shards=2 - rank)
+    torch.manual_seed(0)  # the same initial networks on every learner, as the Learner seeds them
+    learner = Learner(s, torch.device("cpu"), replay, [].append, group=GradientGroup())
+    learner.warmup()
+    epochs = [learner.train_epoch().updates_in_epoch for _ in range(2)]
+    if rank == 1:
+        learner.request_stop()
+    epochs.append(learner.train_epoch().updates_in_epoch)
+    return {"epochs": epochs, "sampled": replay.sampled, "state": tensors(learner.step.state_dict())}
 
 
 def test_two_gloo_learners_step_exactly_as_one_learner_given_every_batch(tmp_path):
@@ -93,6 +112,14 @@ def test_two_gloo_learners_step_exactly_as_one_learner_given_every_batch(tmp_pat
                     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"{algo}")
                 else:
                     assert torch.equal(a, b), algo
+
+
+    # as Learners: in step, identical, the group's batches drawn between them, the stop shared
+    first, second = (rank["learners"] for rank in ranks)
+    assert first["epochs"] == second["epochs"] == [5, 5, 0]
+    assert first["sampled"] + second["sampled"] == 10 * BATCH and 0 < second["sampled"] < first["sampled"]
+    for a, b in zip(first["state"], second["state"]):
+        assert torch.equal(a, b)
 
 
 def test_a_part_is_the_rows_of_this_learner_in_the_groups_noise():

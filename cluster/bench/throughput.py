@@ -54,6 +54,8 @@ def gpu_busy(device: torch.device) -> Iterator[list[float]]:
 class CycledFeed:
     """A feed with ReplayFeed's interface that hands out `batches` in a cycle (no draws, no keys)."""
 
+    stops_with_its_group = False
+
     def __init__(self, batches: list[dict[str, torch.Tensor]], on_device: bool):
         self._batches = itertools.cycle(batches)
         self.on_device = on_device
