@@ -314,12 +314,13 @@ class TrainingRun:
             self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
             self.progress.message(f"video of weights version {result['version']}: {path}")
 
-    def poll(self, final: bool = False, writers_gone: bool = False) -> bool:
+    def poll(self, final: bool = False) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done.
-        `final` (the run's end): a collector that cannot answer (dead for good) is counted from its
-        shard, so the summary's counts are the final ones. `writers_gone`: no collector writes to
-        the replay again (a learner revived after collecting ended), so what a shard does not hold
-        went with the old process, as for a collector counted out."""
+        `final` (the run's end, the collectors stopped): a collector that cannot answer (dead for
+        good) is counted from its shard, so the summary's counts are the final ones; after a learner
+        was revived, what a shard does not hold of its collector's count went to a process that died
+        (a replacement learns of it only from that collector's next chunk, and there is none now),
+        and counts as lost."""
         self.supervisor.check()
         answering = self.supervisor.answering()
         collectors = self.actors.collectors
@@ -343,7 +344,8 @@ class TrainingRun:
         if not final:  # at the end a hung collector has ended the run already: its counts are read all the same
             self.supervisor.check_env_steps(stats[:-1], self.config.env.step_timeout_s, self.config.env.id)
         collector_stats, shard_stats = self._every_collector(answering, stats[:-1]), stats[-1]
-        gone = frozenset(range(len(collectors))) if writers_gone else frozenset(self.supervisor.gone)
+        revived = final and self.revival.count > 0
+        gone = frozenset(range(len(collectors))) if revived else frozenset(self.supervisor.gone)
         scalars = self.metrics.poll(collector_stats, shard_stats, gone=gone)
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)

@@ -95,18 +95,17 @@ class RunEnd:
             if not run.learner_lost(err) or not run.revival.allowed(run.epochs_done):
                 raise
             run.revive_learner()
-            self._final_counts(writers_gone=True)
+            self._final_counts()
             self._export(new_work)
 
-    def _final_counts(self, writers_gone: bool = False) -> None:
-        """The counts summary.json reports: every collector's and shard's (TrainingRun.poll, final;
-        `writers_gone` once a learner was revived after collecting ended), or the shards' alone when
-        no collector was started (a restored replay's)."""
+    def _final_counts(self) -> None:
+        """The counts summary.json reports: every collector's and shard's (TrainingRun.poll, final),
+        or the shards' alone when no collector was started (a restored replay's)."""
         run = self.run
         if run.supervisor is None:  # a signal came before the collectors were started
             run.metrics.poll([], run.rt.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
         else:
-            run.poll(final=True, writers_gone=writers_gone)
+            run.poll(final=True)
 
     def _final_checkpoint(self) -> None:
         """The checkpoint of the epochs done (the learner is stopping: its epochs end now). One that
