@@ -576,6 +576,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     block_holding("policy.initial_state()"): Run(check=stepped_with_its_state),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
+    "python -m benchmarks.checkpoint_memory --transitions 50000": NotRun(
+        "a results figure: filling Pong's replay to 50k transitions and checkpointing it takes minutes here"),
+    "python -m benchmarks.checkpoint_memory --transitions 200000": NotRun(
+        "a results figure, as the 50k line, with four times the replay"),
     "python -m benchmarks.allreduce_model configs/pong.yaml --samples-per-s 536000 --batch 2048": Run(
         check=allreduce_model_on_the_results_page),
     "python -m benchmarks.allreduce_model configs/halfcheetah.yaml --samples-per-s 592000 --batch 256": Run(
