@@ -576,6 +576,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     block_holding("policy.initial_state()"): Run(check=stepped_with_its_state),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
+    "python benchmarks/sb3_reference.py --seed 2": NotRun(
+        "Stable-Baselines3 is not a raypex dependency; the reference runs in a virtual environment of its own"),
     "python -m benchmarks.checkpoint_memory --transitions 50000": NotRun(
         "a results figure: filling Pong's replay to 50k transitions and checkpointing it takes minutes here"),
     "python -m benchmarks.checkpoint_memory --transitions 200000": NotRun(
