@@ -258,10 +258,11 @@ class ActorCriticStep:
         for p in self.critic_params:
             p.requires_grad_(True)
         self.critic.train()
+        stepped = self.actor_params + self.objective.parameters()  # the actor and what its objective trains beside it
         if self.actor_scale is not None:
-            self.actor_scale.unscale_([p.grad for p in self.actor_params + self.objective.parameters()])
+            self.actor_scale.unscale_([p.grad for p in stepped])
         if self.gradients is not None:
-            self.gradients.reduce(self.actor_params + list(self.objective.parameters()))
+            self.gradients.reduce(stepped)
         nn.utils.clip_grad_norm_(self.actor_params, self.s.max_grad_norm, foreach=True)
         for optimizer in (self.actor_optimizer, *self.objective.optimizers()):
             optimizer.step()

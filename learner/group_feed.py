@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -25,11 +26,20 @@ import torch.distributed as dist
 
 from raypex.learner.gradient_group import BatchPart, GradientGroup
 from raypex.replay.contracts import TrainingStopped
-from raypex.replay.group_draw import ReplayShare, group_figures, split_batch
+from raypex.replay.group_draw import GroupFigures, ReplayShare, group_figures, split_batch
 from raypex.replay.sharded import ShardedReplay
 
 _WAIT_S = 0.05  # the longest one wait for a local insert lasts before the group asks again
-_FIGURES = 7  # the gathered figures per learner: a ReplayShare's 4, inserted, held, stopping
+
+
+class Gathered(NamedTuple):
+    """What one all-gather told every learner alike."""
+
+    shares: list[ReplayShare]  # each learner's
+    group: GroupFigures  # the whole group's, from the shares
+    inserted: int  # env steps inserted into every learner's shards
+    held: int  # env steps held now in every learner's shards
+    stopping: bool  # whether any learner is stopping
 
 
 class GroupFeed:
@@ -54,42 +64,42 @@ class GroupFeed:
         self.wait_s = 0.0
         self.fill_wait_s = 0.0
 
-    def _gather(self) -> np.ndarray:
-        """Every learner's figures, [learners, _FIGURES]."""
+    def _gather(self) -> Gathered:
+        """One all-gather of every learner's share, inserted and held env steps and stop."""
         replay = self.replay
         mine = np.concatenate([replay.share().as_array(),
                                [replay.inserted, replay.steps_held, float(self.should_stop())]])
         local = torch.from_numpy(mine)
         everyone = [torch.empty_like(local) for _ in range(self.learners)]
         dist.all_gather(everyone, local, group=self.gradients.process_group)
-        return torch.stack(everyone).numpy()
-
-    def _allowed(self, figures: np.ndarray) -> bool:
-        """Whether the group may draw its batch now, from figures every learner holds alike."""
+        figures = torch.stack(everyone).numpy()
         shares = [ReplayShare.from_array(row[:4]) for row in figures]
-        group = group_figures(shares)
-        inserted, held = int(figures[:, 4].sum()), int(figures[:, 5].sum())
+        return Gathered(shares, group_figures(shares), int(figures[:, 4].sum()), int(figures[:, 5].sum()),
+                        bool(figures[:, 6].any()))
+
+    def _allowed(self, seen: Gathered) -> bool:
+        """Whether the group may draw its batch now (the limiter over the whole group's counts)."""
         needed = self.batch * self.replay.spec.samples_per_draw
-        return group.size > 0 and self.replay.limiter.can_sample(held, inserted, group.sampled, needed)
+        return seen.group.size > 0 and self.replay.limiter.can_sample(seen.held, seen.inserted, seen.group.sampled,
+                                                                      needed)
 
     @contextlib.contextmanager
     def update_slot(self, limited: bool = True, updates_left: int = 1) -> Iterator[dict[str, torch.Tensor]]:
         """This learner's part of the next update's batch, [1, part, ...] (or [0, 0, ...] when empty)."""
-        figures = self._gather()
+        seen = self._gather()
         while True:
-            if figures[:, 6].any():
+            if seen.stopping:
                 raise TrainingStopped("a learner of the group is stopping")
-            if self._allowed(figures) or not limited and figures[:, 0].sum() > 0:
+            if self._allowed(seen) or not limited and seen.group.mass > 0:
                 break
             self.replay.wait_for_insert(self.batch, _WAIT_S)
-            figures = self._gather()
-        shares = [ReplayShare.from_array(row[:4]) for row in figures]
-        split = split_batch(shares, self.batch, self.splitter)
+            seen = self._gather()
+        split = split_batch(seen.shares, self.batch, self.splitter)
         part = BatchPart(int(split[:self.rank].sum()), int(split[self.rank]), self.batch)
         self.gradients.part = part
-        yield self._draw(part.count, group_figures(shares))
+        yield self._draw(part.count, seen.group)
 
-    def _draw(self, count: int, figures) -> dict[str, torch.Tensor]:
+    def _draw(self, count: int, figures: GroupFigures) -> dict[str, torch.Tensor]:
         replay = self.replay
         if not count:
             self.keys = None
