@@ -1,35 +1,63 @@
 """Evaluation curves of finished runs, read from their TensorBoard files: eval return against env
 steps and against wall time, one line per run, drawn to a PNG for the results page.
 
-    python -m benchmarks.curves OUT.png LABEL=RUN_DIR [LABEL=RUN_DIR ...] [--title TEXT]
+    python -m benchmarks.curves OUT.png LABEL=RUN [LABEL=RUN ...] [--published LABEL=STEPS:RETURN ...] [--title TEXT]
 
-Runs given the same LABEL are one line each in the same colour. Needs matplotlib (not one of
+A RUN is a run directory, or a CSV of evaluations (env_steps, seconds, eval_return_mean: what
+benchmarks/sb3_reference.py writes) measured by another library. Runs given the same LABEL are one
+line each in the same colour. `--published` marks a figure read from a paper at its env steps (on
+the env-steps panel only: a paper's wall time is another machine's). Needs matplotlib (not one of
 raypex's dependencies: install it where you draw).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
 
 def eval_curve(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
-    """(env steps, wall seconds since the run's first event, mean eval return) of every evaluation."""
+    """(env steps, wall seconds since the run logged its config, mean eval return) of every
+    evaluation. The config is logged before Ray starts, within about a second of the command's
+    start, so the seconds count nearly all a user waits, as another library's from its script's start."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0}).Reload()
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0}).Reload()
     if "eval/return_mean" not in events.Tags()["scalars"]:
         raise SystemExit(f"{run_dir}: no eval/return_mean in its TensorBoard files")
     scalars = events.Scalars("eval/return_mean")
-    start = min(s.wall_time for tag in events.Tags()["scalars"] for s in events.Scalars(tag))
+    logged = [e.wall_time for tag in events.Tags()["tensors"] for e in events.Tensors(tag)]
+    start = min(logged + [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)])
     return [s.step for s in scalars], [s.wall_time - start for s in scalars], [s.value for s in scalars]
+
+
+def csv_curve(path: Path) -> tuple[list[int], list[float], list[float]]:
+    """The same three columns from a CSV of another library's evaluations."""
+    with path.open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    if not rows or not {"env_steps", "seconds", "eval_return_mean"} <= set(rows[0]):
+        raise SystemExit(f"{path}: give a CSV with the columns env_steps, seconds, eval_return_mean")
+    return ([int(r["env_steps"]) for r in rows], [float(r["seconds"]) for r in rows],
+            [float(r["eval_return_mean"]) for r in rows])
+
+
+def published_point(item: str) -> tuple[str, int, float]:
+    """LABEL=STEPS:RETURN as (label, env steps, return)."""
+    label, _, point = item.partition("=")
+    steps, _, value = point.partition(":")
+    try:
+        return label, int(float(steps)), float(value)
+    except ValueError:
+        raise SystemExit(f"--published {item}: give LABEL=STEPS:RETURN, such as CrossQ=100000:8112") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.curves", description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path)
-    parser.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR")
+    parser.add_argument("runs", nargs="+", metavar="LABEL=RUN")
+    parser.add_argument("--published", nargs="*", default=[], metavar="LABEL=STEPS:RETURN")
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
     import matplotlib
@@ -42,12 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.runs:
         label, _, path = item.partition("=")
         if not path:
-            parser.error(f"{item}: give LABEL=RUN_DIR")
-        steps, seconds, returns = eval_curve(Path(path))
+            parser.error(f"{item}: give LABEL=RUN (a run directory or a CSV of evaluations)")
+        steps, seconds, returns = csv_curve(Path(path)) if path.endswith(".csv") else eval_curve(Path(path))
         colour = colours.setdefault(label, f"C{len(colours)}")
         first = label not in {line.get_label() for line in by_steps.get_lines()}
         by_steps.plot(steps, returns, color=colour, label=label if first else "_", linewidth=1.2)
         by_time.plot(seconds, returns, color=colour, linewidth=1.2)
+    for marker, item in zip("osD^v", args.published):
+        label, steps, value = published_point(item)
+        by_steps.plot([steps], [value], marker=marker, color="black", linestyle="none", label=f"{label} (published)")
     by_steps.set_xlabel("env steps")
     by_time.set_xlabel("wall seconds")
     by_steps.set_ylabel("eval return (mean)")

@@ -43,6 +43,14 @@ def generated(name: str) -> str:
         return markdown_reference()
     if name == "python-api":
         return python_api_reference()
+    if name == "summary":
+        from raypex.cluster.driver.reference import markdown_summary
+
+        return markdown_summary()
+    if name == "tensorboard-tags":
+        from raypex.cluster.driver.reference import markdown_tags
+
+        return markdown_tags()
     raise ValueError(f"no generated table named {name!r}")
 
 

@@ -21,7 +21,9 @@ import ray
 from ray.cluster_utils import Cluster
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from benchmarks import curves
 from raypex.cluster.commands.cli import main
+from raypex.cluster.driver.reference import SUMMARY_FIELDS, undocumented_tags
 from raypex.cluster.driver.startup import PHASES
 from tests.kept_up_cluster import raypex_joined
 
@@ -70,6 +72,9 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
 
     tags = scalars(run)
     assert CPU_TAGS <= set(tags), CPU_TAGS - set(tags)
+    # the run-directory reference is generated from these: what the run wrote is what it documents
+    assert set(first) == set(SUMMARY_FIELDS), set(first) ^ set(SUMMARY_FIELDS)
+    assert not undocumented_tags(set(tags)), undocumented_tags(set(tags))
     assert "learner/grad_scale" not in tags  # no scaler in fp32 on CPU
     assert max(e.step for e in tags["charts/SPS"]) >= 4000  # plotted against global env steps
     acc = EventAccumulator(str(run / "tensorboard"))
@@ -84,6 +89,15 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     videos = sorted((run / "videos").glob("eval-v*.png"))
     assert videos and videos[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"acTL" in videos[0].read_bytes()
     assert "eval/video" in acc.Tags()["images"]
+    # the results page's curves: this run's evaluations beside another library's CSV and a paper's point
+    other = tmp_path / "other.csv"
+    other.write_text("env_steps,seconds,eval_return_mean\n1000,2.5,20.0\n3000,6.0,60.0\n")
+    drawn = tmp_path / "curves.png"
+    assert curves.main([str(drawn), f"raypex={run}", f"other={other}", "--published", "paper=4000:100"]) == 0
+    assert drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    steps, seconds, returns = curves.eval_curve(run)
+    assert steps == [e.step for e in tags["eval/return_mean"]] and seconds == sorted(seconds) and seconds[0] > 0
+    assert returns == [e.value for e in tags["eval/return_mean"]]
     # policy.pt2 is the best-evaluated version, not whatever the last epoch left
     assert first["policy_eval_return"] == pytest.approx(max(e.value for e in tags["eval/return_mean"]))
     first_policy = (run / "policy.pt2").read_bytes()

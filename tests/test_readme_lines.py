@@ -576,8 +576,22 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     block_holding("policy.initial_state()"): Run(check=stepped_with_its_state),
     "raypex bench configs/pong.yaml --stage learner collectors.num=12 learner.num_cpus=4": Run(
         exit_code=2, why="sized for a GPU box with 16 cores, refused in one line", check=refused_in_one_line),
-    "python benchmarks/sb3_reference.py --seed 2": NotRun(
+    "python benchmarks/sb3_reference.py --env CartPole-v1 --seed 2 --curve sb3-cartpole-s2.csv": NotRun(
         "Stable-Baselines3 is not a raypex dependency; the reference runs in a virtual environment of its own"),
+    "python benchmarks/sb3_reference.py --env Pendulum-v1 --seed 2 --curve sb3-pendulum-s2.csv": NotRun(
+        "Stable-Baselines3 is not a raypex dependency; the reference runs in a virtual environment of its own"),
+    "python -m benchmarks.curves docs/img/cartpole-sb3.png raypex=runs/cp-s0 raypex=runs/cp-s1 raypex=runs/cp-s2 "
+    "sb3=sb3-cartpole-s0.csv sb3=sb3-cartpole-s1.csv sb3=sb3-cartpole-s2.csv --title CartPole-v1": NotRun(
+        "it draws the results page's figure from six runs and SB3's CSVs; the script is tested on a short run "
+        "(tests/test_integration.py)"),
+    "python -m benchmarks.curves docs/img/pendulum-sb3.png raypex=runs/pend-s0 raypex=runs/pend-s1 raypex=runs/pend-s2 "
+    "sb3=sb3-pendulum-s0.csv sb3=sb3-pendulum-s1.csv sb3=sb3-pendulum-s2.csv --title Pendulum-v1": NotRun(
+        "it draws the results page's figure from six runs and SB3's CSVs; the script is tested on a short run "
+        "(tests/test_integration.py)"),
+    'python -m benchmarks.curves docs/img/minatar-breakout.png raypex=runs/breakout --published '
+    'MinAtar-paper-DQN=5000000:10 --title "MinAtar Breakout"': NotRun(
+        "it draws the results page's figure from a 10-minute run; the script is tested on a short run "
+        "(tests/test_integration.py)"),
     "python -m benchmarks.checkpoint_memory --transitions 50000": NotRun(
         "a results figure: filling Pong's replay to 50k transitions and checkpointing it takes minutes here"),
     "python -m benchmarks.checkpoint_memory --transitions 200000": NotRun(
