@@ -74,7 +74,7 @@ def profile_feed(config, shards: int, seconds: float, with_profile: bool) -> dic
     from raypex.cluster.bench.throughput import from_memory, timed_epochs
     from raypex.learner.learner import Learner
 
-    planned = plan_run(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)).learner
+    planned = plan_run(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)).learners[0]
     settings, spec = planned.settings, planned.replay.spec
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     limiter = planned.replay.limiter  # off: nothing inserts while the learner is timed

@@ -21,6 +21,7 @@ of its own part (`own_rows`), so a transition sees the noise it would see in one
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import torch
@@ -42,18 +43,21 @@ class GradientGroup:
         """`process_group` None: torch.distributed's default group."""
         self.process_group = process_group
         self.part: BatchPart | None = None  # set before each update
+        self.reduce_s = 0.0  # wall seconds spent in `reduce` so far (its share of an update: raypex bench)
 
     def reduce(self, params: list[torch.Tensor]) -> None:
         """Every learner's gradients of `params`, each weighed by its share of the batch, summed:
         the gradient of the whole batch's mean loss, the same on every learner."""
+        start = time.perf_counter()
         share = self.part.count / self.part.total
         grads = [p.grad if p.grad is not None and self.part.count else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads]) * share
         dist.all_reduce(flat, group=self.process_group)
-        start = 0
+        offset = 0
         for p in params:
-            p.grad = flat[start:start + p.numel()].view_as(p).clone()
-            start += p.numel()
+            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        self.reduce_s += time.perf_counter() - start
 
     def own_rows(self, noise: torch.Tensor, dim: int) -> torch.Tensor:
         """The rows of `noise` drawn for the whole batch along `dim` that belong to this learner's part."""

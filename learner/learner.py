@@ -57,11 +57,10 @@ class Learner:
         replay: ShardedReplay,
         publish: PublishWeights,
         starved=None,
-        group: GradientGroup | None = None,
     ):
         """`starved` runs while the replay ratio allows no draw, in a process with no other thread
-        to insert (the lockstep replica); None: wait for an insert. `group`: this learner is one
-        of a group's (learner/gradient_group.py), `replay` its own shards, drawn from by a GroupFeed."""
+        to insert (the lockstep replica); None: wait for an insert. A learner of a group is made
+        alone and then `join`s it."""
         self.s = settings
         self.device = device
         cuda = device.type == "cuda"
@@ -73,17 +72,12 @@ class Learner:
         if settings.prioritized != replay.prioritized:
             raise ValueError("the learner and its replay disagree on prioritized replay")
         self.replay = replay
-        if group is None:
-            self.feed: ReplayFeed | GroupFeed = ReplayFeed(replay, device, settings.accumulation_steps,
-                                                           settings.micro_batch, starved,
-                                                           should_stop=lambda: self._stop_requested)
-        else:
-            self.feed = GroupFeed(replay, settings.accumulation_steps * settings.micro_batch, group, settings.seed,
-                                  should_stop=lambda: self._stop_requested)
+        self.feed: ReplayFeed | GroupFeed = ReplayFeed(replay, device, settings.accumulation_steps,
+                                                       settings.micro_batch, starved,
+                                                       should_stop=lambda: self._stop_requested)
         self.step: AlgorithmStep = algorithm(settings.algo).build_step(settings, device,
                                                                     gather_from(replay) if self.feed.on_device else None)
-        self.step.gradients = group
-        self.cuda_graphs = settings.captures(device.type) and group is None  # a group's parts change shape
+        self.cuda_graphs = settings.captures(device.type)
         self.feedback = PriorityFeedback(replay, device) if settings.prioritized else None
         self._captured: Callable[[Mapping[str, torch.Tensor]], None] | None = None
         self._gpu_queue: deque[torch.cuda.Event] = deque()
@@ -96,6 +90,17 @@ class Learner:
         self.broadcast_ms = 0.0
         # Host seconds per phase of the update loop; `raypex bench --profile` turns them into fractions.
         self.phase_s = dict.fromkeys(LEARNER_PHASES, 0.0)
+
+    def join(self, group: GradientGroup) -> None:
+        """From now on (before warm-up) train as one learner of `group` (learner/gradient_group.py):
+        `replay` holds this learner's own shards, a GroupFeed draws its part of each update's batch,
+        and the step sums its gradients with the group's. Eager updates: a part changes shape."""
+        if self.feed.on_device:
+            raise ValueError("a learner of a group draws from replay on the host")
+        self.feed = GroupFeed(self.replay, self.s.accumulation_steps * self.s.micro_batch, group, self.s.seed,
+                              should_stop=lambda: self._stop_requested)
+        self.step.gradients = group
+        self.cuda_graphs = False
 
     @property
     def policy(self) -> torch.nn.Module:

@@ -159,6 +159,7 @@ class EpochStats:
     priority_updates_unsent: int | None = None  # transitions whose errors the learner did not send
     gpu_busy_fraction: float | None = None
     writer_env_steps: int = 0  # the collectors' env steps up to each shard's newest stored chunk, summed
+    allreduce_fraction: float | None = None  # several learners: of epoch_s, summing the gradients across them
 
 
 class TrainingStopped(Exception):

@@ -89,7 +89,8 @@ def learners_in_a_group(rank: int) -> dict:
     s = settings(prioritized=True, updates_per_epoch=5, micro_batch=BATCH)
     replay = filled_replay(s, np.random.default_rng(rank), size=256 if rank == 0 else 64, shards=2 - rank)
     torch.manual_seed(0)  # the same initial networks on every learner, as the Learner seeds them
-    learner = Learner(s, torch.device("cpu"), replay, [].append, group=GradientGroup())
+    learner = Learner(s, torch.device("cpu"), replay, [].append)
+    learner.join(GradientGroup())
     learner.warmup()
     epochs = [learner.train_epoch().updates_in_epoch for _ in range(2)]
     if rank == 1:

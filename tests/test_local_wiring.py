@@ -24,9 +24,9 @@ def local_run():
 
 def test_the_plan_names_one_shard_per_collector_in_the_learners_replay():
     plan, run = local_run()
-    assert [c.index for c in plan.collectors] == [0, 1, 2] and plan.learner.replay.num_shards == 3
+    assert [c.index for c in plan.collectors] == [0, 1, 2] and plan.learners[0].replay.num_shards == 3
     assert len(run.replay.shards) == 3
-    assert plan.learner.settings.micro_batch == 32 and plan.learner.replay.limiter.samples_per_insert == 2
+    assert plan.learners[0].settings.micro_batch == 32 and plan.learners[0].replay.limiter.samples_per_insert == 2
 
 
 def test_each_collector_writes_to_its_own_shard():

@@ -27,6 +27,10 @@ With `--address` (or RAYPEX_ADDRESS, as `raypex train` reads it) the stages join
 up between runs, instead of starting a local one; `--soak` always starts its own, since it measures
 that cluster's own processes.
 
+`--stage learners` times one learner against a group of them (learner.num, 2 when it is 1), each in
+a training run of the config at a high replay ratio: learner samples/s, and the share of the
+group's update spent summing gradients across its learners.
+
 `--stage priorities` measures what prioritized replay costs: the replay's add, draw and update
 per transition with and without priorities (one process, real chunks of the config's env), and
 the learner's samples/s fed by the replay with and without (`learner_feed_prioritized`, bar: at
@@ -164,6 +168,20 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.stage == "priorities":
         rows, priority_details = _priority_rows(config, spec, plan, progress, address)
         details.update(priority_details)
+        return _report(rows, details, args, progress)
+    if args.stage == "learners":
+        from raypex.cluster.bench.learner_group import group_rows
+
+        learners = max(2, config.learner.num)
+        if learners > config.collectors.num:
+            raise UsageError(f"--stage learners compares 1 learner with {learners}, each hosting its own collectors' "
+                             f"shards: set collectors.num to {learners} or more")
+        bench = bench_on_a_cluster(config, spec, progress, address)
+        try:
+            rows, group_details = group_rows(bench, config, learners, plan.learner_s)
+        finally:
+            bench.leave_cluster()
+        details.update(group_details)
         return _report(rows, details, args, progress)
     if args.stage == "learner":
         bench = bench_on_a_cluster(config, spec, progress, address)

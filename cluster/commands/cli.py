@@ -62,9 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="each measuring window's length, per way and variant (default: 8; 3 with --quick); "
                        "shorter is noisier")
     bench.add_argument("--profile", action="store_true", help="add where collectors' and learner's time goes, and what bounds throughput (default: off)")
-    bench.add_argument("--stage", choices=["all", "collect", "learner", "priorities", "startup"], default="all",
+    bench.add_argument("--stage", choices=["all", "collect", "learner", "learners", "priorities", "startup"],
+                       default="all",
                        help="collect: only env_raw, env_policy, collect and broadcast; learner: only the learner "
-                       "on its device, per precision x CUDA-graph capture; priorities: shard and learner "
+                       "on its device, per precision x CUDA-graph capture; learners: learner samples/s of one learner "
+                       "against the config's learner.num (2 when it is 1), and the all-reduce's share of their "
+                       "update; priorities: shard and learner "
                        "costs of prioritized replay against uniform; startup: `raypex train` from its start to the "
                        "learner's first update, phase by phase; all (the default): every stage")
     bench.add_argument("--soak", type=float, metavar="MINUTES",

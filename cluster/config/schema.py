@@ -135,7 +135,11 @@ class LearnerConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: a GPU when the cluster has one, else CPU (said out loud)."
     )
-    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for the learner.")
+    num: int = Field(
+        1, ge=1, le=64, description="Learners: each hosts the shards of its collectors (split among them in order) "
+        "and computes its part of every update's batch, their gradients summed over torch.distributed (gloo), so N "
+        "learners step exactly as one holding every shard. The Ray runtime only; replay on the host.")
+    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each learner.")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds loss scaling), fp32 = off; auto = "
         "the fastest measured: fp16 for CNNs on CUDA, bf16 for CNNs on a CPU with bf16 units (AVX512-BF16 or AMX; "
@@ -257,6 +261,7 @@ class RunConfig(Section):
                 f"learner.micro_batch ({self.learner.micro_batch}) must not exceed "
                 f"replay.min_size ({self.replay.min_size})"
             )
+        self._check_learners()
         target = self.stop.eval_return
         bound = self.eval.max_return
         if isinstance(bound, float) and target is not None and bound < target:
@@ -316,6 +321,23 @@ class RunConfig(Section):
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")
         return self
+
+    def _check_learners(self) -> None:
+        learners = self.learner.num
+        if learners == 1:
+            return
+        if learners > self.collectors.num:
+            raise ValueError(f"learner.num ({learners}) must not exceed collectors.num ({self.collectors.num}): each "
+                             "learner hosts the shards of its own collectors")
+        if self.runtime == "local":
+            raise ValueError(f"learner.num {learners} needs the Ray runtime (one learner per actor); drop --local or "
+                             "set learner.num 1")
+        if self.replay.storage == "device":
+            raise ValueError("replay.storage device: several learners draw from replay on the host; use auto or host "
+                             "with learner.num above 1")
+        if self.learner.cuda_graphs == "on":
+            raise ValueError("learner.cuda_graphs on: several learners' updates run eagerly (each update's part of "
+                             "the batch changes shape); use auto or off with learner.num above 1")
 
     def _check_sequences(self) -> None:
         name, replay = self.algo.name, self.replay

@@ -157,6 +157,8 @@ class RunMetrics:
             self.priority_updates["priority_updates_unsent"] = m.priority_updates_unsent
         if m.gpu_busy_fraction is not None:
             scalars["learner/gpu_busy_fraction"] = m.gpu_busy_fraction
+        if m.allreduce_fraction is not None:
+            scalars["learner/allreduce_fraction"] = m.allreduce_fraction
         return scalars
 
     def evaluation(self, result: dict) -> dict[str, float]:

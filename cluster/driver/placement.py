@@ -8,6 +8,10 @@ that Ray cannot grant falls back to PACK. Before asking Ray, the request is chec
 cluster's nodes (every layout of the learner and the pairs is tried, pure logic below) so an
 impossible one fails in seconds with a sentence naming what is missing, instead of waiting
 forever in Ray's pending state.
+
+Several learners (learner.num) are placed as teams: one placement group per learner and its
+collectors, packed onto one node where one holds them, so a collector's chunks reach its
+learner's shards without leaving the node.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raypex.cluster.driver.run_errors import PlacementError
+from raypex.cluster.plan.topology import team_collectors
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,10 @@ class ResourceRequest:
     learner_cpus: float
     learner_gpus: float
     collector_gpus: float = 0.0  # > 0 when collectors act on a GPU (collectors.act_device)
+    num_learners: int = 1  # learner.num: each asks for learner_cpus and learner_gpus
 
     def bundles(self) -> list[dict[str, float]]:
-        """Bundle 0 for the learner, bundle i+1 for collector i."""
+        """A learner's bundle, then one per collector (collector i's is i + 1)."""
         learner = {"CPU": self.learner_cpus}
         if self.learner_gpus:
             learner["GPU"] = float(self.learner_gpus)
@@ -104,22 +110,24 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
     total_cpu = sum(n.get("CPU", 0.0) for n in nodes)
     total_gpu = sum(n.get("GPU", 0.0) for n in nodes)
     bundles = request.bundles()
-    need_cpu = sum(b["CPU"] for b in bundles)
-    if request.learner_gpus > total_gpu + _EPS:
+    learners = request.num_learners
+    need_cpu = sum(b["CPU"] for b in bundles) + (learners - 1) * request.learner_cpus
+    if learners * request.learner_gpus > total_gpu + _EPS:
+        who = "the learner asks" if learners == 1 else f"{learners} learners ask"
         raise PlacementError(
-            f"the learner asks for {request.learner_gpus:g} GPU but the Ray cluster has {total_gpu:g}; "
+            f"{who} for {learners * request.learner_gpus:g} GPU but the Ray cluster has {total_gpu:g}; "
             "set learner.device=cpu or add a GPU node"
         )
-    need_gpu = request.learner_gpus + request.num_collectors * request.collector_gpus
+    need_gpu = learners * request.learner_gpus + request.num_collectors * request.collector_gpus
     if request.collector_gpus and need_gpu > total_gpu + _EPS:
         raise PlacementError(
-            f"the run needs {need_gpu:g} GPUs (learner {request.learner_gpus:g} + {request.num_collectors} x "
+            f"the run needs {need_gpu:g} GPUs ({_learners_text(learners)} {request.learner_gpus:g} + {request.num_collectors} x "
             f"collector {request.collector_gpus:g}) but the Ray cluster has {total_gpu:g}; lower collectors.num_gpus "
             "or set collectors.act_device=cpu"
         )
     if need_cpu > total_cpu + 1e-9:
         raise PlacementError(
-            f"the run needs {need_cpu:g} CPUs (learner {request.learner_cpus:g} + "
+            f"the run needs {need_cpu:g} CPUs ({_learners_text(learners)} {request.learner_cpus:g} + "
             f"{request.num_collectors} x collector {request.collector_cpus:g}) "
             f"but the Ray cluster has {total_cpu:g}; lower collectors.num or collectors.num_cpus"
         )
@@ -129,7 +137,7 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
             raise PlacementError(
                 f"one {name} needs {bundle['CPU']:g} CPUs on a single node but the largest node has {largest:g}"
             )
-    if best_learner_node(request, nodes) is None:
+    if learners == 1 and best_learner_node(request, nodes) is None:
         pair = f"{request.collector_cpus:g} CPUs" + (f" + {request.collector_gpus:g} GPU" if request.collector_gpus
                                                      else "")
         most = max((sum(pair_slots(request, room_beside_learner(request, nodes, i)))
@@ -139,6 +147,10 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
             f"on nodes of {_node_text(nodes)}: at most {most} do; lower collectors.num or collectors.num_cpus, "
             "or add nodes"
         )
+
+
+def _learners_text(learners: int) -> str:
+    return "learner" if learners == 1 else f"{learners} x learner"
 
 
 def check_cpus_fit_one_node(request: ResourceRequest, cpus: float) -> None:
@@ -169,39 +181,49 @@ def pair_strategy(request: ResourceRequest, room: list[dict[str, float]]) -> str
 
 @dataclass(frozen=True)
 class Reservation:
-    """The placement groups of one run: the learner's and the collectors'. A Tune trial's is one
-    group Tune reserved (cluster/sweep/trial.py): the learner's bundle and the collectors' follow
-    the trial's own, and Tune gives the group back."""
+    """Where a run's actors go: the (placement group, bundle) of each learner (the evaluator shares
+    the first's) and of each collector. A run's own has one group for one learner and one for the
+    collectors, or one group per learner and its collectors; a Tune trial's is the one group Tune
+    reserved (cluster/sweep/trial.py), which Tune gives back."""
 
-    learner: object
-    pairs: object
-    pair_strategy: str = "SPREAD"  # how the pairs were laid out
-    learner_bundle: int = 0  # the learner's (and evaluator's) bundle in `learner`
-    first_pair_bundle: int = 0  # collector i's bundle in `pairs` is this + i
+    learners: tuple  # (placement group, bundle index) per learner rank
+    collectors: tuple  # (placement group, bundle index) per collector
+    pair_strategy: str = "SPREAD"  # how the collectors were laid out
     owned: bool = True  # reserved by the run, which releases it
 
-    def learner_place(self) -> PlacementGroupSchedulingStrategy:
-        """Where the learner (and the evaluator beside it) runs: its bundle in `learner`."""
-        return in_bundle(self.learner, self.learner_bundle)
+    def learner_place(self, rank: int = 0) -> PlacementGroupSchedulingStrategy:
+        """Where learner `rank` runs (the evaluator beside the first)."""
+        return in_bundle(*self.learners[rank])
 
     def collector_place(self, index: int) -> PlacementGroupSchedulingStrategy:
-        """Where collector `index` runs: its bundle in `pairs`."""
-        return in_bundle(self.pairs, self.first_pair_bundle + index)
+        """Where collector `index` runs."""
+        return in_bundle(*self.collectors[index])
+
+    def placement_groups(self) -> list:
+        """Every placement group of the reservation, once each."""
+        groups = []
+        for group, _ in (*self.learners, *self.collectors):
+            if not any(group is seen for seen in groups):
+                groups.append(group)
+        return groups
 
     def release(self) -> None:
-        """Give both placement groups back to the cluster (unless they are someone else's)."""
+        """Give the placement groups back to the cluster (unless they are someone else's)."""
         if self.owned:
-            for group in (self.learner, self.pairs):
+            for group in self.placement_groups():
                 remove_placement_group(group)
 
 
 def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
     """Check, place the learner, then the pairs around it; PlacementError if Ray cannot place
     them in time. The pairs' strategy counts the learner where Ray put it; when STRICT_SPREAD
-    cannot be had (other jobs may hold some nodes' CPUs), PACK, which takes any fit, is tried."""
+    cannot be had (other jobs may hold some nodes' CPUs), PACK, which takes any fit, is tried.
+    Several learners are placed as teams instead (`reserve_teams`)."""
     nodes = alive_nodes()
     resources = [r for _, r in nodes]
     check_fits(request, resources)
+    if request.num_learners > 1:
+        return reserve_teams(request, timeout_s)
     bundles = request.bundles()
     deadline = time.monotonic() + timeout_s
     learner = placement_group(bundles[:1], strategy="PACK")
@@ -217,10 +239,29 @@ def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
         wait_s = left / 2 if attempt < len(attempts) - 1 else left
         pairs = placement_group(bundles[1:], strategy=strategy)
         if ray.wait([pairs.ready()], timeout=max(wait_s, 0.5))[0]:
-            return Reservation(learner, pairs, strategy)
+            return Reservation(((learner, 0),), tuple((pairs, i) for i in range(request.num_collectors)), strategy)
         remove_placement_group(pairs)
     remove_placement_group(learner)
     raise _not_placed(bundles, timeout_s)
+
+
+def reserve_teams(request: ResourceRequest, timeout_s: float) -> Reservation:
+    """One placement group per learner and its collectors, each packed onto one node where one
+    holds them (the chunks then never leave the node), spread over nodes as Ray finds room."""
+    bundles = request.bundles()
+    learner_bundle, pair = bundles[0], bundles[-1]
+    groups, learners, collectors = [], [], []
+    for team in team_collectors(request.num_collectors, request.num_learners):
+        group = placement_group([learner_bundle] + [dict(pair) for _ in team], strategy="PACK")
+        groups.append(group)
+        learners.append((group, 0))
+        collectors += [(group, 1 + k) for k in range(len(team))]
+    ready = ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=timeout_s)[0]
+    if len(ready) < len(groups):
+        for group in groups:
+            remove_placement_group(group)
+        raise _not_placed(bundles, timeout_s)
+    return Reservation(tuple(learners), tuple(collectors), "PACK")
 
 
 def _not_placed(bundles: list[dict], timeout_s: float) -> PlacementError:

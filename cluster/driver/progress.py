@@ -99,8 +99,10 @@ class ProgressLine:
             self._width = 0
 
 
-def learner_ready_line(info: dict, collectors: int, envs: int) -> str:
-    """The line saying the learner is ready: its device, precision, capture and compilation."""
+def learner_ready_line(info: dict, collectors: int, envs: int, learners: int = 1) -> str:
+    """The line saying the learner (or every learner of a group) is ready: its device, precision,
+    capture and compilation."""
     how = [info["precision"]] + ["update captured as a CUDA graph"] * info["cuda_graph"] + [
         "networks compiled"] * info["compiled"]
-    return f"learner ready on {info['device']} ({', '.join(how)}), {collectors} collectors x {envs} envs"
+    who = "learner ready" if learners == 1 else f"{learners} learners ready, their gradients summed over gloo,"
+    return f"{who} on {info['device']} ({', '.join(how)}), {collectors} collectors x {envs} envs"

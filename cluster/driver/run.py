@@ -191,7 +191,8 @@ class TrainingRun:
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
-        self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs))
+        self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs,
+                                                 self.config.learner.num))
         self.metrics.learner_version = info["version"]
         self.placement = self.actors.placement()
         self.outputs.placement(self.placement)

@@ -22,7 +22,8 @@ LAYOUT = {
                "priorities": [r"replay/priority_(mean|max)"], "importance weights": [r"replay/(is_weight_min|beta)"]},
     "learner": {"waiting for data": [r"learner/wait_fraction"], "updates/s": [r"learner/updates_per_s"],
                 "policy lag": [r"perf/policy_lag_.*"], "broadcast ms": [r"perf/broadcast_ms"],
-                "grad scale (fp16)": [r"learner/grad_scale"]},
+                "grad scale (fp16)": [r"learner/grad_scale"],
+                "all-reduce share (several learners)": [r"learner/allreduce_fraction"]},
     "collectors": {"episodic return per collector": [r"collector/\d+/episodic_return"],
                    "epsilon per collector": [r"collector/\d+/epsilon"]},
 }

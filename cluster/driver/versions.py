@@ -58,7 +58,7 @@ def ask_node_versions(reservation) -> dict:
     """Send the version probe to every node holding a bundle of `reservation` (placement.Reservation);
     their answers, for `check_node_versions`, come while the run's actors start."""
     node_ids: set[str] = set()
-    for group in (reservation.learner, reservation.pairs):
+    for group in reservation.placement_groups():
         node_ids |= set(placement_group_table(group)["bundles_to_node_id"].values())
     return _ask(node_ids)
 

@@ -2,8 +2,10 @@
 
 What connects to what is planned once in cluster/plan/topology.py (the local wiring in
 cluster/local/wiring.py builds the same plan without Ray); this file makes those connections with
-Ray's actors: the learner hosts the replay, each collector gets the learner's name and its shard's
-index (chunks), the learner gets every collector's name (weights), the driver keeps the evaluator.
+Ray's actors: the learner hosts the replay, each collector gets its learner's name and its shard's
+index there (chunks), the (first) learner gets every collector's name (weights), the driver keeps
+the evaluator. Several learners (learner.num) are one actor each; the first, a GroupLead
+(cluster/hosts/learner_group.py), holds the others by name and answers the driver for them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
@@ -43,6 +45,7 @@ from raypex.cluster.driver.signals import deferred, install_stop_signals, reinst
 from raypex.cluster.hosts.collector_actor import CollectorActor
 from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
 from raypex.cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
+from raypex.cluster.hosts.learner_group import GroupLead
 from raypex.cluster.hosts.ray_seams import ChunkSink
 from raypex.cluster.plan.topology import plan_run
 
@@ -217,6 +220,7 @@ def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
         learner_cpus=config.learner.num_cpus,
         learner_gpus=learner_gpus,
         collector_gpus=collector_gpus,
+        num_learners=config.learner.num,
     )
 
 
@@ -231,13 +235,15 @@ class RunActors:
 
     run_id: str
     collectors: list
-    learner: object
+    learner: object  # the first learner: with several, it answers for the group (cluster/hosts/learner_group.py)
     evaluator: object
     pair_strategy: str | None = None  # how collector-learner pairs were placed (placement.json)
+    members: list = field(default_factory=list)  # the other learners of a group, by rank from 1
+    teams: list = field(default_factory=list)  # the collectors whose shards each learner holds, by rank
 
     def all(self) -> list:
         """Every actor handle."""
-        return [*self.collectors, self.learner, self.evaluator]
+        return [*self.collectors, self.learner, *self.members, self.evaluator]
 
     def kill_all(self) -> None:
         """End every actor of the run for good (Ray restarts none of them)."""
@@ -248,6 +254,7 @@ class RunActors:
         """What the actor with this hex id is in the run ("collector 1", "the learner", ...)."""
         roles = {self.learner._actor_id.hex(): "the learner", self.evaluator._actor_id.hex(): "the evaluator"}
         roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors)})
+        roles.update({m._actor_id.hex(): f"learner {rank}" for rank, m in enumerate(self.members, start=1)})
         return roles.get(actor_id or "", "an actor of the run")
 
     def placement(self) -> dict:
@@ -265,14 +272,19 @@ class RunActors:
 
     def learner_placement(self) -> dict:
         """placement.json's learner fields, asked again once Ray restarted the learner (on another
-        node when its own was lost); the collectors' entries stay as they were."""
-        learner_node = ray.get(self.learner.node_id.remote())
-        return {"learner_node": learner_node, "replay_node": learner_node, "node_ips": node_addresses()}
+        node when its own was lost); the collectors' entries stay as they were. With several
+        learners, `learners` says where each is and whose shards it holds."""
+        nodes = ray.get([learner.node_id.remote() for learner in (self.learner, *self.members)])
+        fields = {"learner_node": nodes[0], "replay_node": nodes[0], "node_ips": node_addresses()}
+        if self.members:
+            fields["learners"] = [{"learner": rank, "learner_node": node, "replay_node": node, "collectors": team}
+                                  for rank, (node, team) in enumerate(zip(nodes, self.teams))]
+        return fields
 
 
-def learner_name(run_id: str) -> str:
-    """The learner actor's name in the raypex namespace (collectors find their replay by it)."""
-    return f"raypex-{run_id}-learner"
+def learner_name(run_id: str, rank: int = 0) -> str:
+    """Learner `rank`'s actor name in the raypex namespace (collectors find their replay by it)."""
+    return f"raypex-{run_id}-learner" + (f"-{rank}" if rank else "")
 
 
 def collector_name(run_id: str, index: int) -> str:
@@ -287,37 +299,51 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     the bench host the learner in a subclass with its probes."""
     plan = plan_run(config, spec)
     request = resource_request(config, device)
-    lp = plan.learner
+    lp, *member_plans = plan.learners
     names = [collector_name(run_id, c.index) for c in plan.collectors]
+    teams = [list(p.collectors) for p in plan.learners]
     # Asked for first: Ray starts a local cluster with one idle worker process per CPU, and the
     # first actors asked for take them. The learner's start (torch, then its first update) is
     # the longer path to training; the collectors act in numpy and start quickly in a fresh process.
     # The learner hosts the replay (every shard) and publishes to every collector by name. Its
     # threads: the default one trains; "replay" takes chunks and counter reads; "control" takes
     # request_stop, which must not queue behind either.
-    learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(learner_host).options(
-        num_cpus=request.learner_cpus, num_gpus=request.learner_gpus,
-        scheduling_strategy=group.learner_place(), name=learner_name(run_id),
-        max_restarts=LEARNER_MAX_RESTARTS,
-    ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
+    # Several learners: the first answers for the group (GroupLead), the others host their shards.
+    learner_options = {"num_cpus": request.learner_cpus, "num_gpus": request.learner_gpus,
+                           "max_restarts": LEARNER_MAX_RESTARTS}
+    if member_plans:
+        member_names = [learner_name(run_id, p.rank) for p in member_plans]
+        learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(GroupLead).options(
+            scheduling_strategy=group.learner_place(0), name=learner_name(run_id), **learner_options,
+        ).remote(lp.settings, device, lp.num_threads, lp.replay, names, member_names, teams)
+    else:
+        learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(learner_host).options(
+            scheduling_strategy=group.learner_place(0), name=learner_name(run_id), **learner_options,
+        ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
+    members = [ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(LearnerActor).options(
+        scheduling_strategy=group.learner_place(p.rank), name=learner_name(run_id, p.rank), **learner_options,
+    ).remote(p.settings, device, p.num_threads, p.replay, []) for p in member_plans]
     collector_cls = ray.remote(CollectorActor)
     collectors = []
     for collector_plan, name in zip(plan.collectors, names):
         i = collector_plan.index
-        # collector i -> shard i in the learner (chunks): the sink goes with the constructor's
+        # collector i -> its shard in its learner (chunks): the sink goes with the constructor's
         # arguments, which Ray passes again to a restarted collector, so the new process writes to
         # the same shard.
+        sink = ChunkSink(learner_name(run_id, collector_plan.learner), collector_plan.shard,
+                         collector_plan.max_pushes_in_flight)
         collectors.append(collector_cls.options(
             num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
             scheduling_strategy=group.collector_place(i), max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
-        ).remote(collector_plan.settings, ChunkSink(learner_name(run_id), i, collector_plan.max_pushes_in_flight)))
+        ).remote(collector_plan.settings, sink))
     # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
     # Evaluation is optional to training: Ray restarts a dead evaluator, at the cost of one evaluation.
     evaluator = ray.remote(EvaluatorActor).options(
-        num_cpus=0, scheduling_strategy=group.learner_place(), max_restarts=-1,
+        num_cpus=0, scheduling_strategy=group.learner_place(0), max_restarts=-1,
         name=f"raypex-{run_id}-evaluator",
     ).remote(plan.evaluator)
-    return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy)
+    return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy, members=members,
+                     teams=teams)

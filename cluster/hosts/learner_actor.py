@@ -32,6 +32,7 @@ METHOD_OPTIONS = {
     "attach_writer": _REPLAY, "load_replay": _CHECKPOINT, "count_lost_writes": _REPLAY,
     "request_stop": _CONTROL, "warm_exporter": _CONTROL,
     "train_epoch": _QUIET, "published_weights": _QUIET, "state_bytes": _QUIET,  # per epoch, evaluation, checkpoint
+    "is_warmed_up": _CONTROL,  # asked of a learner of a group whose default thread may be stuck in a collective
 }
 
 
@@ -55,6 +56,10 @@ class LearnerActor(LearnerHost):
     def node_id(self) -> str:
         """The Ray node the learner (and so the replay) runs on."""
         return ray.get_runtime_context().get_node_id()
+
+    def join_group(self, store_host: str, port: int, rank: int, learners: int, own_host: str | None = None) -> None:
+        """LearnerHost.join_group, gloo talking from this node's address unless told another."""
+        LearnerHost.join_group(self, store_host, port, rank, learners, own_host or ray.util.get_node_ip_address())
 
     def resend_weights(self, collector_index: int) -> None:
         """Announce the latest weights to one collector (after Ray restarted it)."""

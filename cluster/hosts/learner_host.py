@@ -72,6 +72,7 @@ class LearnerHost:
         self.publisher = publisher
         self.learner = Learner(settings, where, self.replay, publisher.publish, starved=starved)
         self.warmed_up = False  # set by warmup: only then does this process train
+        self.group_store = None  # the first learner of a group: the store the others join through
         self.startup["constructed"] = time.time()
 
     # -- the replay ---------------------------------------------------------------------------
@@ -125,6 +126,25 @@ class LearnerHost:
 
         warm_exporter()
 
+    # -- a group of learners (learner.num) -------------------------------------------------------
+    def open_group(self, host: str, learners: int) -> int:
+        """The first learner of a group: open the store the group forms through, on `host`; its port."""
+        from raypex.learner.process_group import open_store
+
+        self.group_store, port = open_store(host, learners)
+        return port
+
+    def join_group(self, store_host: str, port: int, rank: int, learners: int, own_host: str) -> None:
+        """Train as learner `rank` of a group of `learners` from now on (before warm-up); returns
+        once every learner has joined."""
+        from raypex.learner.process_group import join
+
+        self.learner.join(join(store_host, port, rank, learners, own_host, self.group_store if rank == 0 else None))
+
+    def is_warmed_up(self) -> bool:
+        """Whether this process has trained (a learner of a group that outlived its first learner has)."""
+        return self.warmed_up
+
     # -- training -----------------------------------------------------------------------------
     def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
         """Restore a checkpoint if given, warm the networks up, publish the starting weights.
@@ -158,7 +178,11 @@ class LearnerHost:
         """One epoch's figures (`version`: the newest weights it published)."""
         self._refuse_unless_warmed_up()
         wait_before = self.waited_s()
+        group = self.learner.step.gradients
+        reduced_before = group.reduce_s if group is not None else 0.0
         stats = self.learner.train_epoch()
+        if group is not None:
+            stats.allreduce_fraction = (group.reduce_s - reduced_before) / max(stats.epoch_s, 1e-9)
         waited = max(0.0, self.waited_s() - wait_before)
         stats.wait_fraction = waited / max(stats.epoch_s, 1e-9)
         stats.fill_wait_s = self.learner.feed.fill_wait_s

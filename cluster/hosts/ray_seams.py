@@ -183,10 +183,13 @@ class WeightPublisher:
         return self._collectors
 
     def publish(self, weights: Weights) -> None:
-        """One ray.put, then the same ref (wrapped in a list, so Ray does not resolve it) to all."""
+        """One ray.put, then the same ref (wrapped in a list, so Ray does not resolve it) to all.
+        A publisher of no collectors (a group's learner after the first) keeps the version only."""
+        self.latest_weights = weights
+        if not self.collector_names:
+            return
         ref = ray.put(weights.arrays)
         self.latest = (ref, weights.version, weights.untrained)
-        self.latest_weights = weights
         for collector in self.collectors:
             collector.set_weights.remote([ref], weights.version, weights.untrained)
 

@@ -48,7 +48,7 @@ def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
             collector.collect_chunk()
 
     # the replay -> the learner (draws, in process); a learner waiting on the limiter lets the collectors run
-    lp = plan.learner
+    (lp,) = plan.learners  # the local runtime has one learner (learner.num 1)
     # one torch thread: the collectors share the process
     host = LearnerHost(lp.settings, device, 1, lp.replay, weights, starved=every_collector_collects)
     # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)

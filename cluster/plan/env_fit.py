@@ -145,7 +145,9 @@ def replay_line(config: RunConfig, spec: EnvSpec, storage: str) -> str:
     "host" or "device", its GPU's memory)."""
     total = replay_bytes(config, spec)
     shards, capacity = config.collectors.num, config.replay.capacity
-    where = "in the learner's process" + (", in its GPU's memory" if storage == "device" else "")
+    learners = config.learner.num
+    where = ("in the learner's process" if learners == 1 else f"each in its learner's process ({learners} learners)")
+    where += ", in its GPU's memory" if storage == "device" else ""
     unit = "env steps" if storage_spec(config, spec).sequence_length else "transitions"
     return (f"replay: {shards} shard{'s' if shards > 1 else ''} x {capacity:,} {unit} x "
             f"{total / (shards * capacity):,.0f} B = {human_bytes(total)}, {where}")

@@ -6,9 +6,14 @@ build from it: cluster/driver/wiring.py as Ray actors across a cluster, cluster/
 plain objects in one process (the lockstep replica, tests, debugging). The connections, each made
 by both wirings with the seam of replay/contracts.py it travels through:
 
-- collector i -> shard i of the replay, which lives in the learner's process: chunks (PushChunk),
-  the one place transition bytes cross processes. The shard outlives a collector that dies, and
-  the restarted collector writes to it again.
+- collector i -> its shard of the replay, which lives in its learner's process: chunks
+  (PushChunk), the one place transition bytes cross processes. The shard outlives a collector that
+  dies, and the restarted collector writes to it again. With one learner, collector i writes to
+  shard i; with several (learner.num), the collectors are split among them in order and each
+  learner's shards are its own collectors', its shard j collector j of its team.
+- learner -> learner (several): each update's figures and gradients over torch.distributed
+  (learner/group_feed.py, learner/gradient_group.py); the first learner publishes the weights,
+  writes the model into checkpoints and answers the driver for the group.
 - the replay -> the learner: draws and gathers in one process (replay/sharded.py,
   learner/replay_feed.py), no seam: nothing per batch crosses a process; new |TD errors| go back
   the same way.
@@ -64,20 +69,25 @@ class ReplayPlan:
 
 @dataclass(frozen=True)
 class CollectorPlan:
-    """One collector, writing to the shard of the same index."""
+    """One collector, writing to shard `shard` of learner `learner`."""
 
     index: int
     settings: CollectorSettings
     max_pushes_in_flight: int
+    learner: int = 0  # the rank of the learner hosting its shard
+    shard: int = 0  # its shard's index among that learner's
 
 
 @dataclass(frozen=True)
 class LearnerPlan:
-    """The learner, hosting the replay and publishing to every collector."""
+    """One learner, hosting the shards of `collectors` (in order) and, the first, publishing to
+    every collector."""
 
     settings: LearnerSettings
     replay: ReplayPlan
     num_threads: int  # torch threads
+    rank: int = 0
+    collectors: tuple[int, ...] = ()  # the run's collector indices whose shards it hosts
 
 
 @dataclass(frozen=True)
@@ -85,16 +95,33 @@ class Topology:
     """What a run is made of (see the module docstring for how the parts connect)."""
 
     collectors: list[CollectorPlan]
-    learner: LearnerPlan
+    learners: list[LearnerPlan]  # one, or learner.num: their ranks in the group
     evaluator: EvaluatorSettings
+
+
+def team_collectors(num_collectors: int, num_learners: int) -> list[list[int]]:
+    """The collectors of each learner: in order, as even as they divide (5 over 2: [0, 1, 2], [3, 4])."""
+    base, extra = divmod(num_collectors, num_learners)
+    teams, start = [], 0
+    for rank in range(num_learners):
+        size = base + (rank < extra)
+        teams.append(list(range(start, start + size)))
+        start += size
+    return teams
 
 
 def plan_run(config: RunConfig, spec: EnvSpec) -> Topology:
     """The topology of `config` for the env `spec` describes."""
-    num = config.collectors.num
-    collectors = [CollectorPlan(i, collector_settings(config, spec, i), config.collectors.max_pushes_in_flight)
-                  for i in range(num)]
-    replay = ReplayPlan(num, storage_spec(config, spec), replay_limiter(config), config.seed, priority_settings(config),
-                        beta_schedule(config), config.replay.storage)
-    learner = LearnerPlan(learner_settings(config, spec), replay, max(1, int(config.learner.num_cpus)))
-    return Topology(collectors, learner, evaluator_settings(config, spec))
+    teams = team_collectors(config.collectors.num, config.learner.num)
+    where = {i: (rank, j) for rank, team in enumerate(teams) for j, i in enumerate(team)}
+    collectors = [CollectorPlan(i, collector_settings(config, spec, i), config.collectors.max_pushes_in_flight, *where[i])
+                  for i in range(config.collectors.num)]
+    # a group draws from replay on the host (learner/group_feed.py)
+    storage = config.replay.storage if len(teams) == 1 else "host"
+    settings = learner_settings(config, spec)
+    learners = [LearnerPlan(settings, ReplayPlan(len(team), storage_spec(config, spec), replay_limiter(config),
+                                                 config.seed + rank, priority_settings(config), beta_schedule(config),
+                                                 storage),
+                            max(1, int(config.learner.num_cpus)), rank, tuple(team))
+                for rank, team in enumerate(teams)]
+    return Topology(collectors, learners, evaluator_settings(config, spec))

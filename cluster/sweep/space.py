@@ -109,7 +109,10 @@ def check_space(fixed: dict[str, Any], space: dict[str, Domain], scheduler: str)
     """ConfigError in one line unless every searched value makes a valid config (each domain's
     corners tried with the rest at the config's values) and, for PBT, every key may differ
     between a donor and a recipient."""
-    validate(fixed)
+    config = validate(fixed)
+    if "learner.num" in space or config.learner.num > 1:
+        raise ConfigError("learner.num: a sweep's trial runs one learner in the placement group Tune reserves for it; "
+                          "set learner.num 1 (several learners are for `raypex train`)")
     for key, domain in space.items():
         if scheduler == "pbt" and (key.startswith(FIXED_UNDER_PBT)):
             raise ConfigError(f"{key}: a PBT exploit copies the donor's networks and replay into the recipient, so "

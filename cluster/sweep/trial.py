@@ -181,7 +181,9 @@ class RaypexTrial(tune.Trainable):
         if resume is not None:  # launch reads the config a resumed run was started with
             atomic_write(self.run_dir / "config.yaml", config_to_yaml(self.run_config).encode())
         group = _current_group()
-        reservation = Reservation(group, group, "PACK", learner_bundle=1, first_pair_bundle=2, owned=False)
+        # bundle 0 is the trial's own, 1 the learner's, 2 + i collector i's (trial_bundles)
+        reservation = Reservation(((group, 1),), tuple((group, 2 + i) for i in range(self.run_config.collectors.num)),
+                                  "PACK", owned=False)
         runtime = RayRuntime(connected_device=self.device, reservation=reservation)
         log = open(self.run_dir / "progress.log", "a", buffering=1)  # noqa: SIM115 - the thread closes it
         write_bytes(self.running_marker, b"")
