@@ -326,6 +326,13 @@ def learner_matrix_measured(ran: Ran) -> None:
     assert "copy GB/s" in ran.out
 
 
+def one_learner_against_two(ran: Ran) -> None:
+    """The bench's rows for one learner and two, each having trained, and the all-reduce's share."""
+    rows = {m[1]: float(m[2].replace(",", "")) for m in re.finditer(r"^(learners_\S+)\s+([\d,.]+)", ran.err, re.M)}
+    assert set(rows) == {"learners_1", "learners_2", "learners_2_allreduce"}, ran.err[-2000:]
+    assert rows["learners_1"] > 0 and rows["learners_2"] > 0 and 0 < rows["learners_2_allreduce"] < 1, rows
+
+
 def allreduce_model_on_the_results_page(ran: Ran) -> None:
     """The model's first line and rows, as the results page's table gives them (each link's cell
     for 2 / 4 / 8 learners)."""
@@ -596,6 +603,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "a results figure: filling Pong's replay to 50k transitions and checkpointing it takes minutes here"),
     "python -m benchmarks.checkpoint_memory --transitions 200000": NotRun(
         "a results figure, as the 50k line, with four times the replay"),
+    "raypex bench configs/cartpole.yaml --stage learners learner.num_cpus=0.5": Run(
+        "--window 2", "8 s of training per side measure the results page's row; 2 s show both train",
+        check=one_learner_against_two),
     "python -m benchmarks.allreduce_model configs/pong.yaml --samples-per-s 536000 --batch 2048": Run(
         check=allreduce_model_on_the_results_page),
     "python -m benchmarks.allreduce_model configs/halfcheetah.yaml --samples-per-s 592000 --batch 256": Run(
