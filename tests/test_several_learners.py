@@ -1,9 +1,16 @@
-"""Several learners (learner.num): the plan that splits the collectors among them and what a config
-may not ask of them. A real run of two learners on two hosts, one of them killed, is in
-tests/test_separate_hosts.py; their exact sampling and gradient sum in tests/test_group_draw.py and
-tests/test_gradient_group.py."""
+"""Several learners (learner.num): the plan that splits the collectors among them, what a config
+may not ask of them, and a real run of two learners on hosts of their own (network namespaces, as
+tests/test_separate_hosts.py makes them), one of them killed. Their exact sampling and gradient sum
+are tested in tests/test_group_draw.py and tests/test_gradient_group.py."""
 
+import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -12,6 +19,7 @@ from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import ConfigError, load_config, validate
 from raypex.cluster.plan.topology import plan_run, team_collectors
 from raypex.cluster.sweep.space import check_space
+from tests.test_separate_hosts import GCS_PORT, Hosts, ray_start, wait_for_nodes, wait_for_port
 
 CARTPOLE = Path(__file__).resolve().parent.parent / "configs" / "cartpole.yaml"
 
@@ -46,3 +54,68 @@ def test_a_sweep_refuses_several_learners():
     with pytest.raises(ConfigError, match="a sweep's trial runs one learner"):
         check_space(fixed, {}, "asha")
     validate({**fixed, "learner": {**fixed["learner"], "num": 1}})
+
+
+def test_two_learners_each_on_the_host_of_its_collectors_learn_and_come_back_when_one_is_killed(tmp_path):
+    """learner.num=2 on three hosts: the head (the driver's, no CPUs for actors) and two of 1 CPU,
+    each of which holds one learner and its collector. Each learner sits on the host of its
+    collector's shard; once a checkpoint set is written, the second learner's process is killed:
+    the group comes back from that set with both shards, and the run solves CartPole with rc 0
+    and counts that add up."""
+    if os.geteuid() != 0:
+        pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
+    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    address_file_existed = address_file.exists()
+    run = tmp_path / "two-learners"
+    with ExitStack() as stack:
+        if not address_file_existed:
+            stack.callback(address_file.unlink, missing_ok=True)
+        hosts = Hosts(3, stack)
+        for i in range(3):
+            ray_start(hosts, i, stack, cpus=0 if i == 0 else 1)
+            if i == 0:
+                wait_for_port(hosts, 0, GCS_PORT)
+            else:
+                wait_for_nodes(hosts, i + 1)
+        train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address",
+                              f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=2",
+                              "learner.num=2", "learner.num_cpus=0.5", "stop.env_steps=150000", "stop.eval_return=490",
+                              "eval.every_env_steps=800", "eval.episodes=10", "checkpoint.every_epochs=5")
+        log = tmp_path / "driver.log"
+        with open(log, "w") as out:
+            driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out,
+                                      env={**os.environ, "RAY_AUTH_MODE": "token"})
+        stack.callback(driver.kill)
+        deadline = time.monotonic() + 180
+        while not list((run / "checkpoints").glob("ckpt-*.json")) or not (run / "placement.json").is_file():
+            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)  # a poll's pace: the loop ends on the files, not on time
+        placement = json.loads((run / "placement.json").read_text())
+        kill = (f"import os, signal, ray\nray.init(address='{hosts.addresses[0]}:{GCS_PORT}', namespace='raypex', "
+                f"logging_level='ERROR')\nlearner = ray.get_actor('raypex-{placement['run_id']}-learner-1')\n"
+                "os.kill(ray.get(learner.pid.remote()), signal.SIGKILL)\n")
+        second = hosts.addresses.index(placement["node_ips"][placement["learners"][1]["learner_node"]])
+        killed = subprocess.run(hosts.command(second, sys.executable, "-c", kill), check=False, capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "token"})
+        assert killed.returncode == 0, killed.stderr[-2000:]
+        try:
+            driver.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the run did not end after a learner was killed:\n{log.read_text()[-3000:]}")
+    err = log.read_text()
+    assert driver.returncode == 0, err[-3000:]
+    assert "the group of learners restarts from the newest checkpoint" in err, err[-3000:]
+    assert "a new one continues from the checkpoint of epoch" in err and "replay restored" in err, err[-3000:]
+    # each learner on the host of its collector, the two teams on the two hosts with CPUs
+    node_ips = placement["node_ips"]
+    learner_ips = [node_ips[entry["learner_node"]] for entry in placement["learners"]]
+    collector_ips = [node_ips[c["collector_node"]] for c in placement["collectors"]]
+    assert [entry["collectors"] for entry in placement["learners"]] == [[0], [1]], placement
+    assert learner_ips == collector_ips and sorted(learner_ips) == sorted(hosts.addresses[1:]), placement
+    result = json.loads((run / "summary.json").read_text())
+    assert result["ended"] == "solved" and result["learner_restarts"] == 1, result
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
+    # a set holds the model once and both shards, each written by the learner that holds it
+    manifest = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
+    assert manifest["learner_bytes"] > 0 and [part["file"].split("-shard-")[1] for part in manifest["replay"]] == [
+        "0.npz", "1.npz"], manifest

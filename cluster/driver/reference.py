@@ -67,8 +67,8 @@ TENSORBOARD_TAGS = (
     ("learner/wait_fraction", "the share of its time spent waiting for data"),
     ("learner/grad_scale", "fp16's loss scale (fp16 only)"),
     ("learner/gpu_busy_fraction", "the share of the epoch the GPU was busy (on a GPU)"),
-    ("learner/allreduce_fraction", "several learners: the share of the first learner's epoch spent summing "
-                                   "gradients across them"),
+    ("learner/allreduce_fraction", ("several learners: the share of the first learner's epoch spent summing "
+                                   "gradients across them")),
     ("replay/size", "transitions held over all shards"),
     ("replay/insert_rate", "transitions inserted per second"),
     ("replay/sample_rate", "transitions sampled per second"),
