@@ -1,4 +1,5 @@
-"""A group of learners' torch.distributed process group (gloo), formed by whoever started them.
+"""A group of learners' torch.distributed process group, formed by whoever started them: gloo on
+the host, NCCL for CUDA gradients (`backend_for`; not yet run on GPUs).
 
 The first learner opens a TCP store on a free port of its host (`open_store`); every learner, the
 first too, then `join`s with the store's address, its rank and its own host's address, and gloo
@@ -38,12 +39,18 @@ def open_store(host: str, learners: int) -> tuple[dist.TCPStore, int]:
     return store, store.port
 
 
-def join(store_host: str, port: int, rank: int, learners: int, own_host: str,
+def backend_for(device_type: str) -> str:
+    """torch.distributed's backend for learners on `device_type`: gloo for what is on the host (the
+    replay's figures every update, a CPU learner's gradients), NCCL for CUDA gradients."""
+    return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+
+
+def join(store_host: str, port: int, rank: int, learners: int, own_host: str, device_type: str = "cpu",
          store: dist.TCPStore | None = None) -> GradientGroup:
     """Join the group whose store is at `store_host`:`port` as learner `rank` of `learners`, gloo
-    talking from `own_host`, this learner's address (returns once every learner has joined). A
-    group this process was in before is left first. `store`: the first learner's own
-    (open_store), which it joins through."""
+    talking from `own_host`, this learner's address (returns once every learner has joined), its
+    gradients on `device_type`. A group this process was in before is left first. `store`: the
+    first learner's own (open_store), which it joins through."""
     if dist.is_initialized():
         dist.destroy_process_group()
     interface = interface_of(own_host)
@@ -52,6 +59,6 @@ def join(store_host: str, port: int, rank: int, learners: int, own_host: str,
     if store is None:
         store = dist.TCPStore(store_host, port, learners, is_master=False,
                               timeout=timedelta(seconds=GROUP_TIMEOUT_S))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=learners,
+    dist.init_process_group(backend_for(device_type), store=store, rank=rank, world_size=learners,
                             timeout=timedelta(seconds=GROUP_TIMEOUT_S))
     return GradientGroup()

@@ -200,7 +200,9 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
                 wait_for_nodes(hosts, i + 1)
         train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address",
                               f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=2",
-                              "stop.env_steps=10000", *SHORT, "checkpoint.replay=true", "collectors.come_back_s=10")
+                              # long enough that the kill lands mid-run on a loaded box, and that the
+                              # lost collector's 10 s pass before the end
+                              "stop.env_steps=30000", *SHORT, "checkpoint.replay=true", "collectors.come_back_s=10")
         log = tmp_path / "driver.log"
         with open(log, "w") as out:
             driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out,

@@ -137,8 +137,9 @@ class LearnerConfig(Section):
     )
     num: int = Field(
         1, ge=1, le=64, description="Learners: each hosts the shards of its collectors (split among them in order) "
-        "and computes its part of every update's batch, their gradients summed over torch.distributed (gloo), so N "
-        "learners step exactly as one holding every shard. The Ray runtime only; replay on the host.")
+        "and computes its part of every update's batch, their gradients summed over torch.distributed (gloo; NCCL "
+        "for CUDA gradients), so N learners step exactly as one holding every shard. The Ray runtime only; replay "
+        "on the host.")
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves for each learner.")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "fp32", description="Autocast dtype: bf16 (CPU or GPU), fp16 (CUDA, adds loss scaling), fp32 = off; auto = "

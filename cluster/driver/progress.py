@@ -104,5 +104,6 @@ def learner_ready_line(info: dict, collectors: int, envs: int, learners: int = 1
     capture and compilation."""
     how = [info["precision"]] + ["update captured as a CUDA graph"] * info["cuda_graph"] + [
         "networks compiled"] * info["compiled"]
-    who = "learner ready" if learners == 1 else f"{learners} learners ready, their gradients summed over gloo,"
+    over = "NCCL" if str(info["device"]).startswith("cuda") else "gloo"
+    who = "learner ready" if learners == 1 else f"{learners} learners ready, their gradients summed over {over},"
     return f"{who} on {info['device']} ({', '.join(how)}), {collectors} collectors x {envs} envs"

@@ -139,7 +139,8 @@ class LearnerHost:
         once every learner has joined."""
         from raypex.learner.process_group import join
 
-        self.learner.join(join(store_host, port, rank, learners, own_host, self.group_store if rank == 0 else None))
+        self.learner.join(join(store_host, port, rank, learners, own_host, self.learner.device.type,
+                               self.group_store if rank == 0 else None))
 
     def is_warmed_up(self) -> bool:
         """Whether this process has trained (a learner of a group that outlived its first learner has)."""
