@@ -42,8 +42,8 @@ class WaitingLearnerActor(LearnerActor):
 
     @ray.method(concurrency_group="control")  # as the parent's: served beside the waiting epoch
     def request_stop(self) -> None:
+        super().request_stop()  # first: a released epoch that ran before the stop was noted would count
         self.released.set()
-        super().request_stop()
 
     def train_epoch(self) -> dict:
         self.epochs_served += 1
