@@ -106,24 +106,45 @@ def ray_start(hosts: Hosts, i: int, stack: ExitStack, cpus: int = 2, env: dict |
     stack.callback(node.send_signal, signal.SIGTERM)
 
 
+def hosts_with_ray(stack: ExitStack, cpus: list[int], env: dict | None = None) -> Hosts:
+    """A host per entry of `cpus`, each with Ray started on it (the head on host 0) with that many
+    CPUs, one after another (raylets that start at the same moment on one machine, one /tmp, one
+    session directory, can pick the same socket names); the address file `ray start` leaves behind,
+    which plain ray.init() would follow, is removed at the end unless it was there before."""
+    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    if not address_file.exists():
+        stack.callback(address_file.unlink, missing_ok=True)
+    hosts = Hosts(len(cpus), stack)
+    for i, count in enumerate(cpus):
+        ray_start(hosts, i, stack, cpus=count, env=env)
+        if i == 0:
+            wait_for_port(hosts, 0, GCS_PORT)
+        else:
+            wait_for_nodes(hosts, i + 1)
+    return hosts
+
+
+def train_until_first_checkpoint(hosts: Hosts, stack: ExitStack, run: Path, log: Path, *overrides: str):
+    """`raypex train` from the head's host with `overrides`, its stderr in `log`; returns the driver's
+    process once the run has written placement.json and its first checkpoint set."""
+    train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
+                          "--run-dir", str(run), *overrides)
+    with open(log, "w") as out:
+        driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    stack.callback(driver.kill)
+    deadline = time.monotonic() + 180
+    while not list((run / "checkpoints").glob("ckpt-*.json")) or not (run / "placement.json").is_file():
+        assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)  # a poll's pace: the loop ends on the files, not on time
+    return driver
+
+
 def test_three_hosts_in_network_namespaces_spread_the_collectors_and_learn(tmp_path, capsys):
     if os.geteuid() != 0:
         pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
-    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    address_file_existed = address_file.exists()
     run = tmp_path / "hosts"
     with ExitStack() as stack:
-        if not address_file_existed:  # `ray start` leaves it behind; plain ray.init() would follow it
-            stack.callback(address_file.unlink, missing_ok=True)
-        hosts = Hosts(3, stack)
-        # one host after another: raylets that start at the same moment on one machine (one /tmp,
-        # one session directory) can pick the same socket names
-        for i in range(3):
-            ray_start(hosts, i, stack)
-            if i == 0:
-                wait_for_port(hosts, 0, GCS_PORT)
-            else:
-                wait_for_nodes(hosts, i + 1)
+        hosts = hosts_with_ray(stack, [2, 2, 2])
         private = tmp_path / "driver-only"  # empty for everyone but the driver
         private.mkdir()
         train = [sys.executable, "-m", "raypex", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
@@ -183,35 +204,16 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
     step is a transition stored, or one lost with the node (summary.json counts them)."""
     if os.geteuid() != 0:
         pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
-    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    address_file_existed = address_file.exists()
     run = tmp_path / "lost-node"
     # the head declares a node dead after 3 missed health checks 0.5 s apart (Ray's default: 5 x 3 s)
     quick_death = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
+    log = tmp_path / "driver.log"
     with ExitStack() as stack:
-        if not address_file_existed:
-            stack.callback(address_file.unlink, missing_ok=True)
-        hosts = Hosts(3, stack)
-        for i in range(3):
-            ray_start(hosts, i, stack, cpus=0 if i == 0 else 4, env=quick_death)
-            if i == 0:
-                wait_for_port(hosts, 0, GCS_PORT)
-            else:
-                wait_for_nodes(hosts, i + 1)
-        train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address",
-                              f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=2",
-                              # long enough that the kill lands mid-run on a loaded box, and that the
-                              # lost collector's 10 s pass before the end
-                              "stop.env_steps=30000", *SHORT, "checkpoint.replay=true", "collectors.come_back_s=10")
-        log = tmp_path / "driver.log"
-        with open(log, "w") as out:
-            driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out,
-                                      env={**os.environ, "RAY_AUTH_MODE": "token"})
-        stack.callback(driver.kill)
-        deadline = time.monotonic() + 180
-        while not list((run / "checkpoints").glob("ckpt-*.json")) or not (run / "placement.json").is_file():
-            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)  # a poll's pace: the loop ends on the files, not on time
+        hosts = hosts_with_ray(stack, [0, 4, 4], env=quick_death)
+        # long enough that the kill lands mid-run on a loaded box, and that the lost collector's
+        # 10 s pass before the end
+        driver = train_until_first_checkpoint(hosts, stack, run, log, "collectors.num=2", "stop.env_steps=30000",
+                                              *SHORT, "checkpoint.replay=true", "collectors.come_back_s=10")
         placement = json.loads((run / "placement.json").read_text())
         learner_host = hosts.addresses.index(placement["node_ips"][placement["learner_node"]])
         assert learner_host != 0

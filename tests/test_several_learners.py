@@ -8,8 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import ConfigError, load_config, validate
 from raypex.cluster.plan.topology import plan_run, team_collectors
 from raypex.cluster.sweep.space import check_space
-from tests.test_separate_hosts import GCS_PORT, Hosts, ray_start, wait_for_nodes, wait_for_port
+from tests.test_separate_hosts import GCS_PORT, hosts_with_ray, train_until_first_checkpoint
 
 CARTPOLE = Path(__file__).resolve().parent.parent / "configs" / "cartpole.yaml"
 
@@ -64,32 +62,14 @@ def test_two_learners_each_on_the_host_of_its_collectors_learn_and_come_back_whe
     and counts that add up."""
     if os.geteuid() != 0:
         pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
-    address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    address_file_existed = address_file.exists()
     run = tmp_path / "two-learners"
+    log = tmp_path / "driver.log"
     with ExitStack() as stack:
-        if not address_file_existed:
-            stack.callback(address_file.unlink, missing_ok=True)
-        hosts = Hosts(3, stack)
-        for i in range(3):
-            ray_start(hosts, i, stack, cpus=0 if i == 0 else 1)
-            if i == 0:
-                wait_for_port(hosts, 0, GCS_PORT)
-            else:
-                wait_for_nodes(hosts, i + 1)
-        train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address",
-                              f"{hosts.addresses[0]}:{GCS_PORT}", "--run-dir", str(run), "collectors.num=2",
-                              "learner.num=2", "learner.num_cpus=0.5", "stop.env_steps=150000", "stop.eval_return=490",
-                              "eval.every_env_steps=800", "eval.episodes=10", "checkpoint.every_epochs=5")
-        log = tmp_path / "driver.log"
-        with open(log, "w") as out:
-            driver = subprocess.Popen(train, stdout=subprocess.DEVNULL, stderr=out,
-                                      env={**os.environ, "RAY_AUTH_MODE": "token"})
-        stack.callback(driver.kill)
-        deadline = time.monotonic() + 180
-        while not list((run / "checkpoints").glob("ckpt-*.json")) or not (run / "placement.json").is_file():
-            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)  # a poll's pace: the loop ends on the files, not on time
+        hosts = hosts_with_ray(stack, [0, 1, 1])
+        driver = train_until_first_checkpoint(hosts, stack, run, log, "collectors.num=2", "learner.num=2",
+                                              "learner.num_cpus=0.5", "stop.env_steps=150000", "stop.eval_return=490",
+                                              "eval.every_env_steps=800", "eval.episodes=10",
+                                              "checkpoint.every_epochs=5")
         placement = json.loads((run / "placement.json").read_text())
         kill = (f"import os, signal, ray\nray.init(address='{hosts.addresses[0]}:{GCS_PORT}', namespace='raypex', "
                 f"logging_level='ERROR')\nlearner = ray.get_actor('raypex-{placement['run_id']}-learner-1')\n"
