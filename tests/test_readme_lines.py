@@ -542,9 +542,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex tune configs/cartpole.yaml 'learner.lr=loguniform(1e-3,3e-2)' --samples 8 --scheduler asha": Elsewhere(
         ASHA, "\"asha\"", "ASHA's rungs for the config's stop.env_steps are checked; the eight-trial line's run, "
         "stopped by Ctrl-C and resumed, is in BENCHMARKS.md (git history)"),
-    "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces"),
+    "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "hosts_with_ray", "three hosts in network namespaces, `ray start` on each (hosts_with_ray)"),
     "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
-        SEPARATE_HOSTS, "ray_start", "three hosts in network namespaces, token authentication on"),
+        SEPARATE_HOSTS, "hosts_with_ray", "three hosts in network namespaces, `ray start` on each with token authentication on"),
     "RAY_AUTH_MODE=token raypex train configs/cartpole.yaml --address HEAD:6379 collectors.num=16": Elsewhere(
         SEPARATE_HOSTS, '"--address"', "from the head's host, with collectors.num=3 (2 CPUs per host)"),
     "RAY_AUTH_MODE=token ray job submit --address http://HEAD:8265 --working-dir . -- raypex train pong "
