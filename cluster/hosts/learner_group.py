@@ -78,12 +78,20 @@ class GroupLead(LearnerActor):
             ray.kill(member, no_restart=False)
         os._exit(1)
 
-    def _on_members(self, call):
-        """`call(member)` on every other learner, their answers; the group is lost if one fails."""
+    def _answers_or_lose_group(self, refs: list) -> list:
+        """The other learners' answers; if one of them died, the group is lost (`_lose_group`)."""
         try:
-            return self._answers([call(member) for member in self.members])
+            return self._answers(refs)
         except GroupLost as err:
             self._lose_group(err)
+
+    def _on_members(self, call) -> list:
+        """`call(member)` on every other learner, their answers."""
+        return self._answers_or_lose_group([call(member) for member in self.members])
+
+    def _on_one(self, rank: int, call):
+        """`call(member)` on learner `rank`, its answer."""
+        return self._answers_or_lose_group([call(self.members[rank - 1])])[0]
 
     # -- forming the group ---------------------------------------------------------------------
     def warmup(self, state: bytes | None = None, version_floor: int = 0) -> dict:
@@ -106,6 +114,7 @@ class GroupLead(LearnerActor):
         return info
 
     # -- training ------------------------------------------------------------------------------
+    @ray.method(**METHOD_OPTIONS["train_epoch"])
     def train_epoch(self) -> EpochStats:
         """Every learner's epoch, in step; the first learner's figures with the group's replay's."""
         theirs = [m.train_epoch.remote() for m in self.members]
@@ -122,6 +131,7 @@ class GroupLead(LearnerActor):
             stats.priority_updates_unsent += sum(s.priority_updates_unsent or 0 for s in others)
         return stats
 
+    @ray.method(**METHOD_OPTIONS["request_stop"])
     def request_stop(self) -> None:
         """Every learner ends its epoch (any one would end the group's)."""
         for member in self.members:
@@ -133,6 +143,7 @@ class GroupLead(LearnerActor):
         return LearnerActor.flush_priorities(self) + sum(self._on_members(lambda m: m.flush_priorities.options(**_RETRIED).remote()))
 
     # -- the run's shards, in the run's order ----------------------------------------------------
+    @ray.method(**METHOD_OPTIONS["replay_stats"])
     def replay_stats(self) -> list[dict]:
         """Every shard's counters, the run's shard i at i."""
         stats = LearnerActor.replay_stats(self)
@@ -140,6 +151,7 @@ class GroupLead(LearnerActor):
             stats += theirs
         return stats
 
+    @ray.method(**METHOD_OPTIONS["write_replay"])
     def write_replay(self, shard: int, location: str) -> dict:
         """The run's shard `shard`, written by the learner that holds it."""
         rank, index = self.shard_home[shard]
@@ -147,6 +159,7 @@ class GroupLead(LearnerActor):
             return LearnerActor.write_replay(self, index, location)
         return self._on_one(rank, lambda m: m.write_replay.options(**_RETRIED).remote(index, location))
 
+    @ray.method(**METHOD_OPTIONS["load_replay"])
     def load_replay(self, shard: int, location: str, part: dict | None = None) -> dict:
         """The run's shard `shard`, restored by the learner that holds it."""
         rank, index = self.shard_home[shard]
@@ -154,33 +167,9 @@ class GroupLead(LearnerActor):
             return LearnerActor.load_replay(self, index, location, part)
         return self._on_one(rank, lambda m: m.load_replay.options(**_RETRIED).remote(index, location, part))
 
+    @ray.method(**METHOD_OPTIONS["count_lost_writes"])
     def count_lost_writes(self) -> None:
         """Every learner of a revived group counts what its collectors sent that died with it."""
         for member in self.members:
             member.count_lost_writes.options(**_RETRIED).remote()
         LearnerActor.count_lost_writes(self)
-
-    def _on_one(self, rank: int, call):
-        try:
-            return self._answers([call(self.members[rank - 1])])[0]
-        except GroupLost as err:
-            self._lose_group(err)
-
-
-_GROUP_METHODS = ("warmup", "train_epoch", "request_stop", "flush_priorities", "replay_stats", "write_replay",
-                  "load_replay", "count_lost_writes")
-
-
-def _served(name: str):
-    lead_method = GroupLead.__dict__[name]
-
-    def method(self, *args, **kwargs):
-        return lead_method(self, *args, **kwargs)
-
-    method.__name__, method.__qualname__, method.__doc__ = name, f"GroupLead.{name}", lead_method.__doc__
-    options = METHOD_OPTIONS.get(name)
-    return ray.method(**options)(method) if options else method
-
-
-for _name in _GROUP_METHODS:
-    setattr(GroupLead, _name, _served(_name))
