@@ -4,10 +4,12 @@ steps and against wall time, one line per run, drawn to a PNG for the results pa
     python -m benchmarks.curves OUT.png LABEL=RUN [LABEL=RUN ...] [--published LABEL=STEPS:RETURN ...] [--title TEXT]
 
 A RUN is a run directory, or a CSV of evaluations (env_steps, seconds, eval_return_mean: what
-benchmarks/sb3_reference.py writes) measured by another library. Runs given the same LABEL are one
-line each in the same colour. `--published` marks a figure read from a paper at its env steps (on
-the env-steps panel only: a paper's wall time is another machine's). Needs matplotlib (not one of
-raypex's dependencies: install it where you draw).
+benchmarks/sb3_reference.py writes) measured by another library. A CSV without `seconds` is a
+published per-sample curve (what benchmarks/published_curves.py writes from a paper's result
+files), dashed and on the env-steps panel only: a paper's wall time is another machine's. Runs
+given the same LABEL are one line each in the same colour. `--published` marks a single figure read
+from a paper at its env steps. Needs matplotlib (not one of raypex's dependencies: install it where
+you draw).
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ def eval_curve(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
     return [s.step for s in scalars], [s.wall_time - start for s in scalars], [s.value for s in scalars]
 
 
-def csv_curve(path: Path) -> tuple[list[int], list[float], list[float]]:
-    """The same three columns from a CSV of another library's evaluations."""
+def csv_curve(path: Path) -> tuple[list[int], list[float] | None, list[float]]:
+    """The same three columns from a CSV of another library's evaluations; seconds None for a
+    published curve, which has none."""
     with path.open(newline="") as file:
         rows = list(csv.DictReader(file))
-    if not rows or not {"env_steps", "seconds", "eval_return_mean"} <= set(rows[0]):
-        raise SystemExit(f"{path}: give a CSV with the columns env_steps, seconds, eval_return_mean")
-    return ([int(r["env_steps"]) for r in rows], [float(r["seconds"]) for r in rows],
-            [float(r["eval_return_mean"]) for r in rows])
+    if not rows or not {"env_steps", "eval_return_mean"} <= set(rows[0]):
+        raise SystemExit(f"{path}: give a CSV with the columns env_steps, eval_return_mean "
+                         "(and seconds, for a measured run)")
+    seconds = [float(r["seconds"]) for r in rows] if "seconds" in rows[0] else None
+    return [int(float(r["env_steps"])) for r in rows], seconds, [float(r["eval_return_mean"]) for r in rows]
 
 
 def published_point(item: str) -> tuple[str, int, float]:
@@ -74,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         steps, seconds, returns = csv_curve(Path(path)) if path.endswith(".csv") else eval_curve(Path(path))
         colour = colours.setdefault(label, f"C{len(colours)}")
         first = label not in {line.get_label() for line in by_steps.get_lines()}
-        by_steps.plot(steps, returns, color=colour, label=label if first else "_", linewidth=1.2)
-        by_time.plot(seconds, returns, color=colour, linewidth=1.2)
+        style = "-" if seconds is not None else "--"
+        by_steps.plot(steps, returns, style, color=colour, label=label if first else "_", linewidth=1.2)
+        if seconds is not None:
+            by_time.plot(seconds, returns, color=colour, linewidth=1.2)
     for marker, item in zip("osD^v", args.published):
         label, steps, value = published_point(item)
         by_steps.plot([steps], [value], marker=marker, color="black", linestyle="none", label=f"{label} (published)")

@@ -92,8 +92,11 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     # the results page's curves: this run's evaluations beside another library's CSV and a paper's point
     other = tmp_path / "other.csv"
     other.write_text("env_steps,seconds,eval_return_mean\n1000,2.5,20.0\n3000,6.0,60.0\n")
+    published = tmp_path / "published.csv"  # a paper's per-sample curve: no seconds
+    published.write_text("env_steps,eval_return_mean,seeds\n0,9.0,10\n5000,150.0,10\n")
     drawn = tmp_path / "curves.png"
-    assert curves.main([str(drawn), f"raypex={run}", f"other={other}", "--published", "paper=4000:100"]) == 0
+    assert curves.main([str(drawn), f"raypex={run}", f"other={other}", f"paper={published}",
+                        "--published", "paper=4000:100"]) == 0
     assert drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     steps, seconds, returns = curves.eval_curve(run)
     assert steps == [e.step for e in tags["eval/return_mean"]] and seconds == sorted(seconds) and seconds[0] > 0

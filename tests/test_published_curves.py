@@ -1,0 +1,39 @@
+"""benchmarks/published_curves.py: a paper's long-format result file to the mean curve the
+results page draws beside raypex's runs."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from benchmarks import published_curves
+
+SOURCE = """,exp_name,env_name,seed,metric,env_step,value
+0,CrossQ,HalfCheetah-v4,1,avg_return,0,-10.0
+1,CrossQ,HalfCheetah-v4,2,avg_return,0,-20.0
+2,CrossQ,HalfCheetah-v4,1,avg_return,50000,5000.0
+3,CrossQ,HalfCheetah-v4,2,avg_return,50000,6000.0
+4,CrossQ,HalfCheetah-v4,1,avg_success,50000,0.0
+5,CrossQ,Hopper-v4,1,avg_return,50000,900.0
+6,CrossQ,HalfCheetah-v4,1,avg_return,400000,9000.0
+"""
+
+
+def test_the_mean_over_seeds_of_one_envs_returns_up_to_the_step_asked(tmp_path):
+    source = tmp_path / "crossq.csv"
+    source.write_text(SOURCE)
+    out = tmp_path / "curve.csv"
+    assert published_curves.main([str(source), "--env", "HalfCheetah-v4", "--max-steps", "300000", "--out", str(out)]) == 0
+    with out.open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert rows == [{"env_steps": "0", "eval_return_mean": "-15.0", "seeds": "2"},
+                    {"env_steps": "50000", "eval_return_mean": "5500.0", "seeds": "2"}]
+
+
+def test_an_env_the_source_lacks_is_refused_naming_the_ones_it_holds(tmp_path):
+    source = tmp_path / "crossq.csv"
+    source.write_text(SOURCE)
+    with pytest.raises(SystemExit, match="no avg_return of Walker2d-v4; it holds HalfCheetah-v4, Hopper-v4"):
+        published_curves.main([str(source), "--env", "Walker2d-v4", "--out", str(tmp_path / "curve.csv")])
+    assert not (tmp_path / "curve.csv").exists()
