@@ -17,22 +17,35 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 
 def eval_curve(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
-    """(env steps, wall seconds since the run logged its config, mean eval return) of every
-    evaluation. The config is logged before Ray starts, within about a second of the command's
-    start, so the seconds count nearly all a user waits, as another library's from its script's start."""
+    """(env steps, the run's own wall seconds, mean eval return) of every evaluation. Each start of
+    the run (the first, and each `--resume`) logs its config before Ray starts, within about a
+    second of the command's start, so the seconds count nearly all a user waits, as another
+    library's from its script's start; the time between a run's end and its resume is left out."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0}).Reload()
     if "eval/return_mean" not in events.Tags()["scalars"]:
         raise SystemExit(f"{run_dir}: no eval/return_mean in its TensorBoard files")
     scalars = events.Scalars("eval/return_mean")
-    logged = [e.wall_time for tag in events.Tags()["tensors"] for e in events.Tensors(tag)]
-    start = min(logged + [e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag)])
-    return [s.step for s in scalars], [s.wall_time - start for s in scalars], [s.value for s in scalars]
+    logged = sorted(e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag))
+    starts = sorted({e.wall_time for e in events.Tensors("config")}) if "config" in events.Tags()["tensors"] else []
+    starts = starts or logged[:1]
+    return [s.step for s in scalars], [own_seconds(s.wall_time, starts, logged) for s in scalars], [s.value for s in scalars]
+
+
+def own_seconds(wall_time: float, starts: list[float], logged: list[float]) -> float:
+    """Seconds of the run's own time at `wall_time`: the time since its latest start, plus each
+    earlier start's span up to the last event logged before the next start."""
+    before = [start for start in starts if start <= wall_time] or starts[:1]
+    seconds = wall_time - before[-1]
+    for start, following in pairwise(before):
+        seconds += max(t for t in logged + [start] if start <= t < following) - start
+    return seconds
 
 
 def csv_curve(path: Path) -> tuple[list[int], list[float] | None, list[float]]:
@@ -77,9 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{item}: give LABEL=RUN (a run directory or a CSV of evaluations)")
         steps, seconds, returns = csv_curve(Path(path)) if path.endswith(".csv") else eval_curve(Path(path))
         colour = colours.setdefault(label, f"C{len(colours)}")
-        first = label not in {line.get_label() for line in by_steps.get_lines()}
+        shown = label if seconds is not None else f"{label} (published)"
+        first = shown not in {line.get_label() for line in by_steps.get_lines()}
         style = "-" if seconds is not None else "--"
-        by_steps.plot(steps, returns, style, color=colour, label=label if first else "_", linewidth=1.2)
+        by_steps.plot(steps, returns, style, color=colour, label=shown if first else "_", linewidth=1.2)
         if seconds is not None:
             by_time.plot(seconds, returns, color=colour, linewidth=1.2)
     for marker, item in zip("osD^v", args.published):

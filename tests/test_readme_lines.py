@@ -648,8 +648,21 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         at_full_length("configs/pendulum.yaml --run-dir runs/pendulum", "the Pendulum line"),
     "raypex eval runs/pend-s2 --episodes 100":
         at_full_length("raypex eval runs/pendulum --episodes 100", "the Pendulum evaluation"),
-    "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000":
+    "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000 stop.eval_return=null":
         at_full_length('"raypex train configs/halfcheetah.yaml"', "the HalfCheetah line, shortened,"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env HalfCheetah-v4 --max-steps 100000 "
+    "--out benchmarks/published/halfcheetah-v4-crossq.csv": NotRun(
+        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
+        "on a small file of the same form (tests/test_curves.py)"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env HalfCheetah-v4 --max-steps "
+    "100000 --out benchmarks/published/halfcheetah-v4-simbav2.csv": NotRun(
+        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
+        "on a small file of the same form (tests/test_curves.py)"),
+    "python -m benchmarks.curves docs/img/halfcheetah-published.png raypex=runs/hc-s0 raypex=runs/hc-s1 "
+    "raypex=runs/hc-s2 CrossQ=benchmarks/published/halfcheetah-v4-crossq.csv "
+    "SimbaV2=benchmarks/published/halfcheetah-v4-simbav2.csv --title HalfCheetah": NotRun(
+        "it draws the results page's figure from three runs of 24 minutes each; the script is tested on a short run "
+        "with a published curve (tests/test_integration.py)"),
     "raypex train --resume runs/hc-s2 stop.env_steps=300000":
         at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000":

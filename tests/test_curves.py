@@ -1,5 +1,6 @@
-"""benchmarks/published_curves.py: a paper's long-format result file to the mean curve the
-results page draws beside raypex's runs."""
+"""The results page's curve tools: benchmarks/published_curves.py (a paper's long-format result
+file to the mean curve drawn beside raypex's runs) and the run's own time benchmarks/curves.py
+puts on the wall-time axis. (tests/test_integration.py draws a real run's curves.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import csv
 import pytest
 
 from benchmarks import published_curves
+from benchmarks.curves import own_seconds
 
 SOURCE = """,exp_name,env_name,seed,metric,env_step,value
 0,CrossQ,HalfCheetah-v4,1,avg_return,0,-10.0
@@ -37,3 +39,12 @@ def test_an_env_the_source_lacks_is_refused_naming_the_ones_it_holds(tmp_path):
     with pytest.raises(SystemExit, match="no avg_return of Walker2d-v4; it holds HalfCheetah-v4, Hopper-v4"):
         published_curves.main([str(source), "--env", "Walker2d-v4", "--out", str(tmp_path / "curve.csv")])
     assert not (tmp_path / "curve.csv").exists()
+
+
+def test_a_resumed_runs_seconds_leave_out_the_time_between_its_end_and_its_resume():
+    starts = [1000.0, 5000.0]  # the run's start, then its --resume an hour later
+    logged = [1000.5, 1010.0, 1060.0, 5000.2, 5030.0]  # its events: the first start's last at 1060
+    assert own_seconds(1010.0, starts, logged) == 10.0
+    assert own_seconds(1060.0, starts, logged) == 60.0
+    assert own_seconds(5030.0, starts, logged) == 60.0 + 30.0
+    assert own_seconds(1010.0, [1000.0], logged) == 10.0  # never resumed
