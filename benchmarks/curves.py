@@ -34,28 +34,41 @@ def eval_curve(run_dir: Path) -> tuple[list[int], list[float], list[float]]:
     scalars = events.Scalars("eval/return_mean")
     logged = sorted(e.wall_time for tag in events.Tags()["scalars"] for e in events.Scalars(tag))
     starts = sorted({e.wall_time for e in events.Tensors("config")}) if "config" in events.Tags()["tensors"] else []
-    starts = starts or logged[:1]
-    return [s.step for s in scalars], [own_seconds(s.wall_time, starts, logged) for s in scalars], [s.value for s in scalars]
+    spans = run_spans(starts or logged[:1], logged)
+    return [s.step for s in scalars], [own_seconds(s.wall_time, spans) for s in scalars], [s.value for s in scalars]
 
 
-def own_seconds(wall_time: float, starts: list[float], logged: list[float]) -> float:
-    """Seconds of the run's own time at `wall_time`: the time since its latest start, plus each
-    earlier start's span up to the last event logged before the next start."""
-    before = [start for start in starts if start <= wall_time] or starts[:1]
-    seconds = wall_time - before[-1]
-    for start, following in pairwise(before):
-        seconds += max(t for t in logged + [start] if start <= t < following) - start
-    return seconds
+def run_spans(starts: list[float], logged: list[float]) -> list[tuple[float, float]]:
+    """(wall time of each start of the run, the run's own seconds before it): each earlier start
+    counts up to the last event it logged before the next start, so the time between a run's end
+    and its resume is left out."""
+    spans, before = [], 0.0
+    for start, following in pairwise([*starts, float("inf")]):
+        spans.append((start, before))
+        before += max(t for t in [*logged, start] if start <= t < following) - start
+    return spans
+
+
+def own_seconds(wall_time: float, spans: list[tuple[float, float]]) -> float:
+    """Seconds of the run's own time at `wall_time` (`spans` from run_spans)."""
+    start, before = next((span for span in reversed(spans) if span[0] <= wall_time), spans[0])
+    return before + wall_time - start
+
+
+def read_rows(path: Path, columns: set[str], wanted: str) -> list[dict[str, str]]:
+    """A CSV's rows, refused in one line unless its header has `columns` (`wanted` says which)."""
+    with path.open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    if not rows or not columns <= set(rows[0]):
+        raise SystemExit(f"{path}: give a CSV with the columns {wanted}")
+    return rows
 
 
 def csv_curve(path: Path) -> tuple[list[int], list[float] | None, list[float]]:
     """The same three columns from a CSV of another library's evaluations; seconds None for a
     published curve, which has none."""
-    with path.open(newline="") as file:
-        rows = list(csv.DictReader(file))
-    if not rows or not {"env_steps", "eval_return_mean"} <= set(rows[0]):
-        raise SystemExit(f"{path}: give a CSV with the columns env_steps, eval_return_mean "
-                         "(and seconds, for a measured run)")
+    rows = read_rows(path, {"env_steps", "eval_return_mean"},
+                     "env_steps, eval_return_mean (and seconds, for a measured run)")
     seconds = [float(r["seconds"]) for r in rows] if "seconds" in rows[0] else None
     return [int(float(r["env_steps"])) for r in rows], seconds, [float(r["eval_return_mean"]) for r in rows]
 

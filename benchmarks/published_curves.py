@@ -18,6 +18,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.curves import read_rows
+
 RETURN_METRIC = "avg_return"
 
 
@@ -40,10 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    with args.source.open(newline="") as file:
-        rows = list(csv.DictReader(file))
-    if not rows or not {"env_name", "seed", "metric", "env_step", "value"} <= set(rows[0]):
-        raise SystemExit(f"{args.source}: give a CSV with the columns env_name, seed, metric, env_step, value")
+    rows = read_rows(args.source, {"env_name", "seed", "metric", "env_step", "value"},
+                     "env_name, seed, metric, env_step, value")
     curve = mean_curve(rows, args.env, args.max_steps)
     if not curve:
         envs = sorted({row["env_name"] for row in rows})

@@ -9,7 +9,7 @@ import csv
 import pytest
 
 from benchmarks import published_curves
-from benchmarks.curves import own_seconds
+from benchmarks.curves import own_seconds, run_spans
 
 SOURCE = """,exp_name,env_name,seed,metric,env_step,value
 0,CrossQ,HalfCheetah-v4,1,avg_return,0,-10.0
@@ -44,7 +44,8 @@ def test_an_env_the_source_lacks_is_refused_naming_the_ones_it_holds(tmp_path):
 def test_a_resumed_runs_seconds_leave_out_the_time_between_its_end_and_its_resume():
     starts = [1000.0, 5000.0]  # the run's start, then its --resume an hour later
     logged = [1000.5, 1010.0, 1060.0, 5000.2, 5030.0]  # its events: the first start's last at 1060
-    assert own_seconds(1010.0, starts, logged) == 10.0
-    assert own_seconds(1060.0, starts, logged) == 60.0
-    assert own_seconds(5030.0, starts, logged) == 60.0 + 30.0
-    assert own_seconds(1010.0, [1000.0], logged) == 10.0  # never resumed
+    spans = run_spans(starts, logged)
+    assert own_seconds(1010.0, spans) == 10.0
+    assert own_seconds(1060.0, spans) == 60.0
+    assert own_seconds(5030.0, spans) == 60.0 + 30.0
+    assert own_seconds(1010.0, run_spans([1000.0], logged)) == 10.0  # never resumed
