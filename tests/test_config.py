@@ -358,6 +358,23 @@ def test_another_env_than_the_configs_gets_a_warning_line_and_its_own_stop_targe
     assert ("stop.eval_return" in lines[0]) == ("stop.eval_return=-80" not in overrides)
 
 
+@pytest.mark.parametrize(("overrides", "pointed_at"), [
+    (["env.id=Pendulum-v1", "algo.name=td3"], "pendulum"),
+    (["env.id=ALE/Pong-v5", "network.hidden=[64]"], "pong"),
+    (["env.id=HalfCheetah-v4", "algo.name=td3"], "halfcheetah"),  # written for v5: it serves every version
+    (["env.id=Acrobot-v1"], None),  # no shipped config is written for it
+    (["env.id=CartPole-v0"], None),  # another version of the config's own env: no other config to point at
+])
+def test_the_warning_names_the_shipped_config_written_for_the_env(overrides, pointed_at):
+    config = load_config(None, overrides)
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    _, (line,) = fit_to_env(config, spec, config_origin("the default config", {}, overrides))
+    if pointed_at is None:
+        assert "raypex train" not in line, line
+    else:
+        assert line.endswith(f"; configs/{pointed_at}.yaml is written for it: raypex train {pointed_at}"), line
+
+
 def test_the_configs_own_env_keeps_its_settings_and_says_nothing():
     config = load_config(ROOT / "configs" / "pendulum.yaml", ["stop.env_steps=5000"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)

@@ -24,6 +24,7 @@ from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect
 from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.config.loading import ConfigOrigin
 from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.config.shipped import config_for_env, env_family
 from raypex.cluster.plan.settings import storage_spec
 
 PIXEL_CONFIGS = "pong, breakout (ALE) or minatar"
@@ -114,6 +115,9 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
                      "and keeps its best policy")
         else:
             line += f"; stop.eval_return {target:g}, {env_id}'s reward threshold"
+    fitting = config_for_env(env_id) if env_family(env_id) != env_family(origin.env_id) else None
+    if fitting is not None:
+        line += f"; configs/{fitting}.yaml is written for it: raypex train {fitting}"
     return config, [line]
 
 
