@@ -39,6 +39,7 @@ from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import WIDE_MLP, PrecisionPolicy, make_precision, resolve_precision
 from raypex.learner.sale import SaleEncoder, SaleTwinCritic
 from raypex.learner.settings import LearnerSettings
+from raypex.learner.target_rules import target_rule
 from raypex.learner.td3_loss import CriticLossOutput
 
 TRANSITION = ("obs", "action", "return", "discount", "next_obs")  # the columns a critic loss reads
@@ -83,11 +84,10 @@ class ActorCriticStep:
         # what the losses train: a frozen embedding copy is not among them
         self.actor_params = [p for p in self.actor.parameters() if p.requires_grad]
         self.critic_params = [p for p in self.critic.parameters() if p.requires_grad]
-        # each target's parameters and the online ones it follows: moved by Polyak in `update`, or
-        # with SALE copied whole in `after_update` (their networks hold no buffers)
+        # the targets follow their networks by learner.target_update (learner/target_rules.py); with
+        # SALE each whole copy also refreshes the frozen embeddings and the value clipping's bounds
         pairs = [(t, o) for t, o in ((self.critic_target, self.critic), (self.actor_target, self.actor)) if t is not None]
-        self.target_params = [p for target, _ in pairs for p in target.parameters()]
-        self.followed_params = [p for _, online in pairs for p in online.parameters()]
+        self.targets = target_rule(settings.target_update, pairs, settings.target_tau, settings.target_update_every)
         # network.obs_norm: the actor's statistics are updated from each batch, then copied to the others
         networks = (self.actor, self.critic, self.critic_target, self.actor_target)
         self.normalizers = [net.encoder for net in networks if net is not None and isinstance(net.encoder, RunningObsNorm)]
@@ -101,6 +101,8 @@ class ActorCriticStep:
         self.next_q_bounds = torch.zeros(2, device=device)
         self.targets_seen = torch.tensor([float("inf"), float("-inf")], device=device)
         self.encoder_loss_sum = torch.zeros((), device=device)
+        if self.encoder is not None:
+            self.targets.on_copy(self._after_target_copy)
         # fp16: a loss scale for the critics' step and one for the actor's (and SAC's temperature):
         # an overflow in one skips that step only, on the device (fused Adam reads found_inf)
         self.critic_scale: DeviceLossScale | None = precision.scaler
@@ -144,15 +146,14 @@ class ActorCriticStep:
         self.count(with_actor)
 
     def after_update(self, updates: int) -> None:
-        """With SALE, every target period: the hard target copies, then the frozen embeddings from
-        the encoder (the targets keep the period before's) and the value clipping's bounds widened
-        to every target seen so far.
-        Otherwise nothing: the targets move by Polyak inside the update."""
-        if self.encoder is None or updates % self.s.target_update_every:
-            return
+        """A hard target copy when one is due (learner/target_rules.py): with SALE it is followed by
+        the frozen embeddings from the encoder (the targets keep the period before's) and the value
+        clipping's bounds widened to every target seen so far."""
+        self.targets.after_update(updates)
+
+    def _after_target_copy(self) -> None:
+        self._refresh_embeddings()
         with torch.no_grad():
-            torch._foreach_copy_(self.target_params, self.followed_params)
-            self._refresh_embeddings()
             self.next_q_bounds.copy_(self.targets_seen)
 
     def _refresh_embeddings(self) -> None:
@@ -220,9 +221,8 @@ class ActorCriticStep:
             self.critic_scale.update()
         if with_actor:
             self._actor_step(batch, groups, noise[1])
-        if with_actor and self.encoder is None and self.target_params:  # SALE copies its targets in after_update
-            with torch.no_grad():
-                torch._foreach_lerp_(self.target_params, self.followed_params, s.target_tau)
+        if with_actor:
+            self.targets.after_step()
 
     def critic_loss(self, transitions: Mapping[str, torch.Tensor], weight: torch.Tensor | None,
                     noise: torch.Tensor) -> CriticLossOutput:

@@ -37,6 +37,7 @@ from raypex.learner.losses import double_dqn_loss
 from raypex.learner.networks import NatureCNNQNetwork, build_q_network
 from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from raypex.learner.settings import LearnerSettings
+from raypex.learner.target_rules import target_rule
 
 
 class DQNStep:
@@ -66,13 +67,13 @@ class DQNStep:
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.policy: nn.Module = self.online  # what collectors act with and policy.pt2 holds
         self.params = list(self.online.parameters())
-        self.target_params = list(self.target.parameters())
+        self.targets = target_rule(settings.target_update, [(self.target, self.online)], settings.target_tau,
+                                   settings.target_update_every)
         # fused: one kernel for all parameters, its step counter on the device (so capturable).
         self.optimizer = adam_for(self.params, settings.lr, settings.adam_eps, device)
         # the networks as called (compiled or not)
         self.online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
         self.target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
-        self.polyak_tau = settings.target_tau if settings.target_update == "polyak" else None
         self.share_online_pass = not pixels  # one online pass over s and s' (see double_dqn_loss)
         # Sums over micro-batches since the last `take_metrics`: read once per epoch, not per update.
         self.loss_sum = torch.zeros((), device=device)
@@ -122,16 +123,11 @@ class DQNStep:
         self.optimizer.step()
         if scaler is not None:
             scaler.update()
-        if self.polyak_tau is not None:
-            with torch.no_grad():
-                # One fused call over all parameters; a Python loop costs ~5x more per update.
-                torch._foreach_lerp_(self.target_params, self.params, self.polyak_tau)
+        self.targets.after_step()
 
     def after_update(self, updates: int) -> None:
-        """The hard target copy, every `target_update_every` updates (in place: a captured graph keeps its tensors)."""
-        if self.polyak_tau is None and updates % self.s.target_update_every == 0:
-            with torch.no_grad():
-                torch._foreach_copy_(self.target_params, self.params)
+        """A hard target copy when one is due (learner/target_rules.py)."""
+        self.targets.after_update(updates)
 
     def capture(self, example: Mapping[str, torch.Tensor]) -> CapturedUpdate:
         """The update captured as a CUDA graph over static copies of `example`."""
@@ -150,7 +146,7 @@ class DQNStep:
         """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
         scaler = self.precision.scaler
         scaler_tensors = [scaler.scale, scaler.growth_tracker, scaler.found_inf] if scaler is not None else []
-        return [*self.params, *self.target_params, *scaler_tensors, self.loss_sum, self.q_sum]
+        return [*self.params, *self.targets.targets, *scaler_tensors, self.loss_sum, self.q_sum]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers an update steps."""

@@ -27,6 +27,7 @@ from raypex.learner.precision import PrecisionPolicy, make_precision
 from raypex.learner.r2d2_targets import sequence_priorities, td_errors, unroll
 from raypex.learner.recurrent_networks import RecurrentQNetwork, StatefulQ
 from raypex.learner.settings import LearnerSettings
+from raypex.learner.target_rules import target_rule
 
 
 class R2D2Step:
@@ -46,9 +47,9 @@ class R2D2Step:
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.policy: nn.Module = self.online
         self.params = list(self.online.parameters())
-        self.target_params = list(self.target.parameters())
+        self.targets = target_rule(settings.target_update, [(self.target, self.online)], settings.target_tau,
+                                   settings.target_update_every)
         self.optimizer = adam_for(self.params, settings.lr, settings.adam_eps, device)
-        self.polyak_tau = settings.target_tau if settings.target_update == "polyak" else None
         self.loss_sum = torch.zeros((), device=device)
         self.q_sum = torch.zeros((), device=device)
         self.td_abs: torch.Tensor | None = None  # prioritized replay: each sequence's priority mix, [G, B]
@@ -71,9 +72,7 @@ class R2D2Step:
         nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.polyak_tau is not None:
-            with torch.no_grad():
-                torch._foreach_lerp_(self.target_params, self.params, self.polyak_tau)
+        self.targets.after_step()
 
     def sequence_loss(self, sequences: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(the weighted loss, the TD errors [L - 1, B]) of one micro-batch of B sequences."""
@@ -96,10 +95,8 @@ class R2D2Step:
         return loss, td
 
     def after_update(self, updates: int) -> None:
-        """The hard target copy, every `target_update_every` updates."""
-        if self.polyak_tau is None and updates % self.s.target_update_every == 0:
-            with torch.no_grad():
-                torch._foreach_copy_(self.target_params, self.params)
+        """A hard target copy when one is due (learner/target_rules.py)."""
+        self.targets.after_update(updates)
 
     def capture(self, example: Mapping[str, torch.Tensor]):
         """Not captured yet: the unroll's Python loop would be one graph per sequence length."""
@@ -114,7 +111,7 @@ class R2D2Step:
 
     def training_tensors(self) -> list[torch.Tensor]:
         """Every tensor an update changes, optimizer state aside."""
-        return [*self.params, *self.target_params, self.loss_sum, self.q_sum]
+        return [*self.params, *self.targets.targets, self.loss_sum, self.q_sum]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers an update steps."""

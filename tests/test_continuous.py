@@ -223,7 +223,6 @@ def test_an_algo_and_an_action_space_that_do_not_fit_are_refused_naming_both():
 @pytest.mark.parametrize("overrides, says", [
     (["algo.name=ppo"], "algo.name"),
     (["algo.name=sac", "replay.prioritized=true", "replay.initial_priority=td"], "initial_priority td"),
-    (["algo.name=td3", "learner.target_update=hard"], "target_update hard is for dqn and network.sale"),
     (["network.obs_norm=true"], "network.obs_norm is for algo.name td3 and sac"),
     (["network.critic_norm=batch_renorm"], "network.critic_norm batch_renorm is not for algo.name dqn"),
     (["network.sale=true"], "network.sale is for algo.name td3 and sac"),

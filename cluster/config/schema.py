@@ -152,7 +152,10 @@ class LearnerConfig(Section):
     max_grad_norm: float = Field(10.0, gt=0.0, description="Gradient clipping norm.")
     micro_batch: int = Field(256, ge=1, description="Transitions per micro-batch (drawn across all shards).")
     accumulation_steps: int = Field(1, ge=1, description="Micro-batches accumulated per update.")
-    target_update: Literal["hard", "polyak"] = Field("polyak", description="Target network update rule.")
+    target_update: Literal["hard", "polyak"] = Field(
+        "polyak", description="How target networks follow theirs (learner/target_rules.py): polyak moves them by "
+        "target_tau after each step of their networks (td3's actor target: after each actor step); hard copies them "
+        "whole every target_update_every_samples.")
     target_update_every_samples: int = Field(
         12800, ge=1, description="Samples trained between hard target copies (updates x micro_batch x "
         "accumulation_steps), counted in samples so that the period holds when the batch shape changes; the learner "
@@ -303,9 +306,6 @@ class RunConfig(Section):
         continuous = algorithm(self.algo.name).box_actions
         self._check_sale(continuous)
         self._check_sequences()
-        if continuous and self.learner.target_update == "hard" and not self.network.sale:
-            raise ValueError(f"learner.target_update hard is for dqn and network.sale; algo.name {self.algo.name} moves "
-                             "its targets by learner.target_tau (polyak)")
         if continuous and self.collectors.act_device == "cuda":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act on their CPU "
                              "(numpy for flat observations, torch for images); use auto or cpu")
