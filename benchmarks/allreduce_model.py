@@ -45,7 +45,7 @@ def bytes_per_update(config_path: Path) -> tuple[str, float]:
     settings = learner_settings(config, spec)
     step = algorithm(settings.algo).build_step(settings, torch.device("cpu"))
     if hasattr(step, "critic_params"):  # actor-critic: the critics (and encoder) every update, the actor every policy_delay-th
-        every = count(step.critic_params + step.encoder_params)
+        every = count(step.critic_step_params)
         actor = count(step.actor_params + list(step.objective.parameters()))
         return (f"{settings.algo}: critics {every:,} + actor {actor:,} every {settings.policy_delay} updates",
                 4.0 * (every + actor / settings.policy_delay))

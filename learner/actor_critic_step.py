@@ -1,12 +1,16 @@
 """One whole actor-critic update from a [G, B] batch: the critics' step, then (every
 `policy_delay` updates: by default every second for TD3, every one for SAC) the actor's step with
-whatever its objective trains beside it (SAC's temperature), and the Polyak move of the targets.
-What TD3 and SAC differ in is their objective (learner/actor_objectives.py), which the algorithm's
-plug-in hands the step (learner/algorithms/). With `network.obs_norm` each update first merges its batch's observations
-into the running statistics, which every network then reads (learner/obs_norm.py). With
-`network.sale` each micro-batch first trains the SALE encoder, the actor and critics read its
-frozen copies, and every target period `after_update` copies the targets whole and refreshes the
-copies (learner/sale.py).
+whatever its objective trains beside it (SAC's temperature). What TD3 and SAC differ in is their
+objective (learner/actor_objectives.py), which the algorithm's plug-in hands the step
+(learner/algorithms/); the rest is composed from pieces the config chooses:
+- the targets follow their networks by `learner.target_update` (learner/target_rules.py);
+- `network.critic_norm: batch_renorm` gives CrossQ's critics, which have no targets
+  (learner/batch_renorm.py, learner/td3_loss.py twin_critic_loss);
+- `network.obs_norm` merges each batch's observations into running statistics that every network
+  reads (learner/obs_norm.py);
+- `network.sale` trains the SALE encoder on each micro-batch before the critics, the actor and
+  critics reading its frozen copies, refreshed at each whole target copy (learner/sale.py
+  SaleTraining).
 
 Like the DQN update (learner/dqn_step.py) it accumulates G micro-batches' gradients (each loss
 scaled by 1/G), scales fp16 losses on the device (one scale for the critics' step, one for the
@@ -37,7 +41,7 @@ from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import WIDE_MLP, PrecisionPolicy, make_precision, resolve_precision
-from raypex.learner.sale import SaleEncoder, SaleTwinCritic
+from raypex.learner.sale import SaleTraining, SaleTwinCritic
 from raypex.learner.settings import LearnerSettings
 from raypex.learner.target_rules import target_rule
 from raypex.learner.td3_loss import CriticLossOutput
@@ -71,10 +75,10 @@ class ActorCriticStep:
                                   settings.obs_norm, settings.sale).to(device)
         crossq = settings.critic_norm == "batch_renorm"
         # network.sale (learner/sale.py): the encoder trained here; the actor and critics read frozen copies of it
-        self.encoder = SaleEncoder(obs_shape[0], action_dim).to(device) if settings.sale else None
-        if self.encoder is not None:
+        self.sale = SaleTraining(obs_shape[0], action_dim, settings.lr, settings.adam_eps, device) if settings.sale else None
+        if self.sale is not None:
             self.critic: nn.Module = SaleTwinCritic(obs_shape[0], action_dim, settings.hidden).to(device)
-            self._refresh_embeddings()
+            self.sale.read_by(self.actor, self.critic)
         else:
             self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq).to(device)
         # CrossQ's critics have no targets: their next-state values come from the same batch
@@ -93,24 +97,18 @@ class ActorCriticStep:
         self.normalizers = [net.encoder for net in networks if net is not None and isinstance(net.encoder, RunningObsNorm)]
         self.actor_optimizer = adam_for(self.actor_params, settings.lr, settings.adam_eps, device)
         self.critic_optimizer = adam_for(self.critic_params, settings.lr, settings.adam_eps, device)
-        self.encoder_params = list(self.encoder.parameters()) if self.encoder is not None else []
-        self.encoder_optimizer = (adam_for(self.encoder_params, settings.lr, settings.adam_eps, device)
-                                  if self.encoder is not None else None)
-        # SALE's value clipping: the next Q-value is clamped into the [min, max] of every target seen
-        # up to the last target period (at first [0, 0]), which bounds what the embeddings extrapolate
-        self.next_q_bounds = torch.zeros(2, device=device)
-        self.targets_seen = torch.tensor([float("inf"), float("-inf")], device=device)
-        self.encoder_loss_sum = torch.zeros((), device=device)
-        if self.encoder is not None:
-            self.targets.on_copy(self._after_target_copy)
+        # what the critics' step trains: the critics, and SALE's encoder beside them
+        self.critic_step_params = self.critic_params + (self.sale.params if self.sale is not None else [])
+        if self.sale is not None:
+            self.targets.on_copy(self.sale.after_target_copy)
         # fp16: a loss scale for the critics' step and one for the actor's (and SAC's temperature):
         # an overflow in one skips that step only, on the device (fused Adam reads found_inf)
         self.critic_scale: DeviceLossScale | None = precision.scaler
         self.actor_scale = DeviceLossScale(device) if precision.scaler is not None else None
         if self.critic_scale is not None and self.actor_scale is not None:
             self.critic_optimizer.found_inf = self.critic_scale.found_inf
-            if self.encoder_optimizer is not None:
-                self.encoder_optimizer.found_inf = self.critic_scale.found_inf
+            if self.sale is not None:
+                self.sale.optimizer.found_inf = self.critic_scale.found_inf
             for optimizer in (self.actor_optimizer, *objective.optimizers()):
                 optimizer.found_inf = self.actor_scale.found_inf
         self.updates = 0
@@ -146,21 +144,9 @@ class ActorCriticStep:
         self.count(with_actor)
 
     def after_update(self, updates: int) -> None:
-        """A hard target copy when one is due (learner/target_rules.py): with SALE it is followed by
-        the frozen embeddings from the encoder (the targets keep the period before's) and the value
-        clipping's bounds widened to every target seen so far."""
+        """A hard target copy when one is due (learner/target_rules.py; with SALE, its embeddings
+        and bounds follow it)."""
         self.targets.after_update(updates)
-
-    def _after_target_copy(self) -> None:
-        self._refresh_embeddings()
-        with torch.no_grad():
-            self.next_q_bounds.copy_(self.targets_seen)
-
-    def _refresh_embeddings(self) -> None:
-        """The actor's and critics' frozen embeddings := the encoder's."""
-        with torch.no_grad():
-            torch._foreach_copy_(list(self.actor.encoder.embedding.parameters()), list(self.encoder.state.parameters()))
-            torch._foreach_copy_(list(self.critic.embedding.parameters()), list(self.encoder.parameters()))
 
     def capture(self, example: Mapping[str, torch.Tensor]) -> CapturedActorCriticUpdate:
         """The update captured as two CUDA graphs, with and without the actor's step."""
@@ -189,34 +175,30 @@ class ActorCriticStep:
         if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["return"].shape):
             self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)  # as DQNStep's
         s = self.s
-        bounds = self.next_q_bounds if self.encoder is not None else None
         for g in range(groups):
             action = batch["action"][g]
             weight = batch["weight"][g] if s.prioritized else None
-            if self.encoder is not None:
+            if self.sale is not None:
                 with self.precision.autocast():
-                    encoder_loss = self.encoder.loss(batch["obs"][g], action, batch["next_obs"][g])
+                    encoder_loss = self.sale.loss(batch["obs"][g], action, batch["next_obs"][g])
                 _backward(encoder_loss / groups, self.critic_scale)
-                self.encoder_loss_sum += encoder_loss.detach()
             out = self.critic_loss({key: batch[key][g] for key in TRANSITION}, weight, noise[0, g])
             _backward(out.loss / groups, self.critic_scale)
-            if bounds is not None:
-                self.targets_seen.copy_(torch.stack([torch.minimum(self.targets_seen[0], out.target.min()),
-                                                     torch.maximum(self.targets_seen[1], out.target.max())]))
+            if self.sale is not None:
+                self.sale.saw_targets(out.target)
             if self.td_abs is not None:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
         if self.critic_scale is not None:
-            self.critic_scale.unscale_([p.grad for p in self.critic_params + self.encoder_params])
+            self.critic_scale.unscale_([p.grad for p in self.critic_step_params])
         if self.gradients is not None:
-            self.gradients.reduce(self.critic_params + self.encoder_params)
+            self.gradients.reduce(self.critic_step_params)
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        if self.encoder_optimizer is not None:
-            self.encoder_optimizer.step()
-            self.encoder_optimizer.zero_grad(set_to_none=True)
+        if self.sale is not None:
+            self.sale.step()
         if self.critic_scale is not None:
             self.critic_scale.update()
         if with_actor:
@@ -228,7 +210,7 @@ class ActorCriticStep:
                     noise: torch.Tensor) -> CriticLossOutput:
         """The critics' loss on one micro-batch of TRANSITION columns, under the step's precision;
         `noise`: standard normal, one per action (TD3's target smoothing, SAC's next action)."""
-        bounds = self.next_q_bounds if self.encoder is not None else None
+        bounds = self.sale.next_q_bounds if self.sale is not None else None
         with self.precision.autocast():
             return self.objective.critic_loss(self.critic, self.critic_target, self.actor, self.actor_target,
                                               tuple(transitions[key] for key in TRANSITION), weight, noise, bounds)
@@ -272,18 +254,17 @@ class ActorCriticStep:
 
     def training_tensors(self) -> list[torch.Tensor]:
         """Every tensor an update changes, optimizer state aside (what a warm-up snapshot puts back)."""
-        networks = [net for net in (self.actor, self.critic, self.critic_target, self.actor_target, self.encoder)
-                    if net is not None]
+        networks = [net for net in (self.actor, self.critic, self.critic_target, self.actor_target) if net is not None]
         scales = [t for scale in (self.critic_scale, self.actor_scale) if scale is not None
                   for t in (scale.scale, scale.growth_tracker, scale.found_inf)]
         return [*(p for net in networks for p in net.parameters()), *(b for net in networks for b in net.buffers()),
-                *self.objective.parameters(), self.loss_sum, self.q_sum, self.next_q_bounds, self.targets_seen, self.encoder_loss_sum,
+                *self.objective.parameters(), self.loss_sum, self.q_sum, *(self.sale.tensors() if self.sale is not None else []),
                 self.actor_loss_sum, *scales, *([self.td_abs] if self.td_abs is not None else [])]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers an update steps."""
-        return [optimizer for optimizer in (self.critic_optimizer, self.actor_optimizer, *self.objective.optimizers(),
-                                            self.encoder_optimizer) if optimizer is not None]
+        return [self.critic_optimizer, self.actor_optimizer, *self.objective.optimizers(),
+                *([self.sale.optimizer] if self.sale is not None else [])]
 
     def take_metrics(self, micro_batches: int) -> dict[str, float]:
         """The critics' mean loss and Q1 over the `micro_batches` since the last call, the actor's
@@ -293,9 +274,8 @@ class ActorCriticStep:
                        else {"actor_loss": 0.0})
         self.actor_steps = 0
         metrics.update(self.objective.metrics())
-        if self.encoder is not None:
-            metrics["embedding_loss"] = float(self.encoder_loss_sum) / micro_batches
-            self.encoder_loss_sum.zero_()
+        if self.sale is not None:
+            metrics["embedding_loss"] = self.sale.take_loss(micro_batches)
         return metrics
 
     def state_dict(self) -> dict:
@@ -308,9 +288,8 @@ class ActorCriticStep:
             state["critic_target"] = self.critic_target.state_dict()
         if self.actor_target is not None:
             state["actor_target"] = self.actor_target.state_dict()
-        if self.encoder is not None and self.encoder_optimizer is not None:
-            state["sale"] = {"encoder": self.encoder.state_dict(), "optimizer": self.encoder_optimizer.state_dict(),
-                             "next_q_bounds": self.next_q_bounds.clone(), "targets_seen": self.targets_seen.clone()}
+        if self.sale is not None:
+            state["sale"] = self.sale.state_dict()
         if self.critic_scale is not None and self.actor_scale is not None:
             state["loss_scales"] = {"critic": self.critic_scale.state_dict(), "actor": self.actor_scale.state_dict()}
         return state
@@ -328,13 +307,8 @@ class ActorCriticStep:
         self.generator.set_state(state["generator"].cpu())
         if self.actor_target is not None:
             self.actor_target.load_state_dict(state["actor_target"])
-        if self.encoder is not None and self.encoder_optimizer is not None:
-            sale = state["sale"]
-            self.encoder.load_state_dict(sale["encoder"])
-            load_optimizer(self.encoder_optimizer, sale["optimizer"], self.s.lr, self.s.adam_eps)
-            with torch.no_grad():
-                self.next_q_bounds.copy_(sale["next_q_bounds"])
-                self.targets_seen.copy_(sale["targets_seen"])
+        if self.sale is not None:
+            self.sale.load_state_dict(state["sale"])
         scales = state.get("loss_scales")
         if scales is not None and self.critic_scale is not None and self.actor_scale is not None:
             self.critic_scale.load_state_dict(scales["critic"])

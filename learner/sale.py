@@ -10,7 +10,7 @@ learn the dynamics from the TD error alone.
 What the actor and critics read is a frozen copy of the trained encoder ("fixed" in the paper),
 refreshed with the hard target copies every target period, and the targets read the copy of the
 period before, so a critic's inputs move in steps rather than with every update
-(ActorCriticStep.after_update). The frozen copies live inside the actor and critic modules, so
+(SaleTraining.after_target_copy). The frozen copies live inside the actor and critic modules, so
 the published actor weights carry their embedding (learner/numpy_mlp.py acts with it) and so does
 policy.pt2.
 """
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.numpy_mlp import AVG_L1_EPS
 from raypex.learner.precision import fp32_head
 
@@ -109,3 +110,77 @@ class SaleTwinCritic(nn.Module):
             features = F.elu(torso(torch.cat([avg_l1_norm(project(pair)), zsa, zs], 1)))
             q.append(fp32_head(out, features).squeeze(1))
         return q[0], q[1]
+
+
+class SaleTraining:
+    """SALE's part of an actor-critic update (learner/actor_critic_step.py composes it): the encoder
+    and its optimizer, trained on each micro-batch before the critics' loss (its gradient scaled,
+    unscaled, summed over learners and clipped with theirs); the frozen copies the actor and critics
+    read, refreshed at each whole target copy (`after_target_copy`); and TD7's value clipping, the
+    next Q-value clamped into the [min, max] of every target seen up to the last copy (at first
+    [0, 0]), which bounds what the embeddings extrapolate."""
+
+    def __init__(self, obs_dim: int, action_dim: int, lr: float, adam_eps: float, device: torch.device):
+        self.lr, self.adam_eps = lr, adam_eps
+        self.encoder = SaleEncoder(obs_dim, action_dim).to(device)
+        self.params = list(self.encoder.parameters())
+        self.optimizer = adam_for(self.params, lr, adam_eps, device)
+        self.next_q_bounds = torch.zeros(2, device=device)
+        self.targets_seen = torch.tensor([float("inf"), float("-inf")], device=device)
+        self.loss_sum = torch.zeros((), device=device)
+        self.actor: nn.Module | None = None
+        self.critic: SaleTwinCritic | None = None
+
+    def read_by(self, actor: nn.Module, critic: SaleTwinCritic) -> None:
+        """The actor and critics whose frozen embeddings follow this encoder; theirs := its now."""
+        self.actor, self.critic = actor, critic
+        self.refresh_embeddings()
+
+    def loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """The encoder's loss on one micro-batch (added to the sum `take_metrics` reports)."""
+        loss = self.encoder.loss(obs, action, next_obs)
+        self.loss_sum += loss.detach()
+        return loss
+
+    def saw_targets(self, target: torch.Tensor) -> None:
+        """Widen the range of targets seen by one micro-batch's (on the device)."""
+        self.targets_seen.copy_(torch.stack([torch.minimum(self.targets_seen[0], target.min()),
+                                             torch.maximum(self.targets_seen[1], target.max())]))
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def refresh_embeddings(self) -> None:
+        """The actor's and critics' frozen embeddings := the encoder's."""
+        with torch.no_grad():
+            torch._foreach_copy_(list(self.actor.encoder.embedding.parameters()), list(self.encoder.state.parameters()))
+            torch._foreach_copy_(list(self.critic.embedding.parameters()), list(self.encoder.parameters()))
+
+    def after_target_copy(self) -> None:
+        """After the targets were copied whole: fresh embeddings (the targets keep the period
+        before's) and the bounds widened to every target seen so far."""
+        self.refresh_embeddings()
+        with torch.no_grad():
+            self.next_q_bounds.copy_(self.targets_seen)
+
+    def take_loss(self, micro_batches: int) -> float:
+        """The encoder's mean loss over the `micro_batches` since the last call; resets the sum."""
+        mean = float(self.loss_sum) / micro_batches
+        self.loss_sum.zero_()
+        return mean
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor an update changes here, optimizer state aside."""
+        return [*self.params, *self.encoder.buffers(), self.next_q_bounds, self.targets_seen, self.loss_sum]
+
+    def state_dict(self) -> dict:
+        return {"encoder": self.encoder.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "next_q_bounds": self.next_q_bounds.clone(), "targets_seen": self.targets_seen.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.encoder.load_state_dict(state["encoder"])
+        load_optimizer(self.optimizer, state["optimizer"], self.lr, self.adam_eps)
+        with torch.no_grad():
+            self.next_q_bounds.copy_(state["next_q_bounds"])
+            self.targets_seen.copy_(state["targets_seen"])

@@ -40,20 +40,20 @@ def flat(module: torch.nn.Module) -> torch.Tensor:
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_the_frozen_embeddings_move_only_at_the_target_period_and_the_targets_keep_the_period_before(algo):
     step, rng = sale_step(algo), np.random.default_rng(0)
-    first = flat(step.encoder)
+    first = flat(step.sale.encoder)
     assert torch.equal(flat(step.critic.embedding), first) and torch.equal(flat(step.actor.encoder.embedding),
-                                                                            flat(step.encoder.state))
+                                                                            flat(step.sale.encoder.state))
     for update in range(1, PERIOD):
         step(batch(rng))
         step.after_update(update)
-    trained = flat(step.encoder)
+    trained = flat(step.sale.encoder)
     assert not torch.equal(trained, first)  # the encoder learns every update ...
     assert torch.equal(flat(step.critic.embedding), first)  # ... what the critics read does not
     step(batch(rng))
-    period_end = flat(step.encoder)
+    period_end = flat(step.sale.encoder)
     step.after_update(PERIOD)
     assert torch.equal(flat(step.critic.embedding), period_end)
-    assert torch.equal(flat(step.actor.encoder.embedding), flat(step.encoder.state))
+    assert torch.equal(flat(step.actor.encoder.embedding), flat(step.sale.encoder.state))
     assert torch.equal(flat(step.critic_target.embedding), first)  # the targets: the period before's
     critic_without_embedding = [p for n, p in step.critic.named_parameters() if not n.startswith("embedding.")]
     target_without_embedding = [p for n, p in step.critic_target.named_parameters() if not n.startswith("embedding.")]
@@ -78,17 +78,17 @@ def test_the_next_q_value_is_clipped_to_the_targets_seen_up_to_the_last_period()
     seen = []
     for update in range(1, PERIOD + 1):
         step(data)
-        seen.append(step.targets_seen.clone())
+        seen.append(step.sale.targets_seen.clone())
         step.after_update(update)
-    assert torch.equal(step.next_q_bounds, seen[-1]) and seen[-1][0] < seen[-1][1]
-    first = step.next_q_bounds.clone()
+    assert torch.equal(step.sale.next_q_bounds, seen[-1]) and seen[-1][0] < seen[-1][1]
+    first = step.sale.next_q_bounds.clone()
     # a period of zero returns: every target, 0.99 * a clamped Q-value, lies inside the bounds;
     # TD7's bounds keep every target seen before (bounds of that period alone would shrink)
     quiet = {**data, "return": torch.zeros_like(data["return"])}
     for update in range(PERIOD + 1, 2 * PERIOD + 1):
         step(quiet)
         step.after_update(update)
-    assert torch.equal(step.next_q_bounds, first)
+    assert torch.equal(step.sale.next_q_bounds, first)
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
@@ -118,12 +118,12 @@ def test_a_checkpoint_restores_the_encoder_its_optimizer_and_the_clipping_bounds
         step.after_update(update)
     again = sale_step("td3")
     again.load_state_dict(step.state_dict())
-    assert torch.equal(flat(again.encoder), flat(step.encoder))
-    assert torch.equal(again.next_q_bounds, step.next_q_bounds) and torch.equal(again.targets_seen, step.targets_seen)
+    assert torch.equal(flat(again.sale.encoder), flat(step.sale.encoder))
+    assert torch.equal(again.sale.next_q_bounds, step.sale.next_q_bounds) and torch.equal(again.sale.targets_seen, step.sale.targets_seen)
     assert torch.equal(flat(again.critic_target.embedding), flat(step.critic_target.embedding))
     data = batch(rng)
     for one in (step, again):
         one.generator.manual_seed(7)
         one(data)
-    assert torch.equal(flat(again.encoder), flat(step.encoder)) and torch.equal(flat(again.critic), flat(step.critic))
+    assert torch.equal(flat(again.sale.encoder), flat(step.sale.encoder)) and torch.equal(flat(again.critic), flat(step.critic))
 
