@@ -273,15 +273,17 @@ def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypa
     with pytest.raises(UsageError, match="did you mean 'pong'"):
         split_positional(["pongg"])
     assert main(["train", "configs/nope.yaml"]) == 2
-    assert ("shipped configs, by name from any directory: breakout, cartpole, halfcheetah, minatar, pendulum, pong, popgym"
+    assert ("shipped configs, by name from any directory: breakout, cartpole, halfcheetah, hopper, minatar, pendulum, pong, "
+            "popgym"
             in capsys.readouterr().err)
 
 
 def test_raypex_configs_lists_each_shipped_config_on_one_line(capsys):
     assert main(["configs"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    listed = {line.split()[0]: line.split()[1] for line in lines[:7]}
+    listed = {line.split()[0]: line.split()[1] for line in lines[:8]}
     assert listed == {"breakout": "ALE/Breakout-v5", "cartpole": "CartPole-v1", "halfcheetah": "HalfCheetah-v5",
+                      "hopper": "Hopper-v5",
                       "minatar": "MinAtar/Breakout-v1", "pendulum": "Pendulum-v1", "pong": "ALE/Pong-v5",
                       "popgym": "popgym-RepeatPreviousEasy-v0"}
     assert {p.stem for p in (ROOT / "configs").glob("*.yaml")} == set(listed)
