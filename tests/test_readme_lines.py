@@ -282,6 +282,29 @@ def td3_ran(ran: Ran) -> None:
     assert actions.shape == (5, 6) and actions.dtype == np.float32 and (np.abs(actions) <= 1.0).all()
 
 
+def crossq_ran(ran: Ran) -> None:
+    """A short run of the Hopper config (SAC with CrossQ's critics) through the real cluster: its
+    losses and temperature in TensorBoard, a checkpoint whose learner holds no target critics and
+    whose critics' batch renormalization has moved its running statistics, and Hopper's three
+    actions acted in their bounds."""
+    from raypex.cluster.driver.checkpoints import load_latest
+    from raypex.learner.learner_state import read_learner_state
+    from raypex.learner.policy_file import load_policy
+
+    run = the_run(ran)
+    result = summary(run)
+    assert result["env_id"] == "Hopper-v5" and result["ended"] == "env_steps" and result["epochs"] > 0, result
+    tags = scalars(run)
+    for tag in ("losses/td_loss", "losses/actor_loss", "losses/temperature"):
+        assert np.isfinite(tags[tag]).all(), tag
+    step = read_learner_state(load_latest(run / "checkpoints").learner_state)["step"]
+    assert "critic_target" not in step and "critic" in step, list(step)
+    means = [value for key, value in step["critic"].items() if key.endswith("running_mean")]
+    assert means and any(float(m.abs().max()) > 0 for m in means), "the critics' running statistics never moved"
+    actions = load_policy(run / "policy.pt2").act(np.zeros((5, 11), np.float32))
+    assert actions.shape == (5, 3) and (np.abs(actions) <= 1.0).all()
+
+
 def sac_solved(ran: Ran) -> None:
     result = summary(the_run(ran))
     assert result["ended"] == "solved" and result["final_eval_return"] >= -200, result
@@ -564,6 +587,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
         "eval.video_every=0", "a short run, with no video (drawing one takes 8 s here; tests/test_continuous.py draws "
         "one): the 30-minute ones are in BENCHMARKS.md (git history)", check=td3_ran),
+    "raypex train configs/hopper.yaml": Run(
+        "stop.env_steps=1000 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
+        "eval.video_every=0", "a short run: the 40-minute ones are on the results page", check=crossq_ran),
     "raypex train configs/pong.yaml": Run(exit_code=2, why="sized for a GPU box with 16 cores, refused in one line",
                                           check=refused_in_one_line),
     "raypex train configs/pong.yaml collectors.num=2 collectors.num_cpus=0.4 learner.num_cpus=1 env.num_envs=4 "
