@@ -435,6 +435,47 @@ def test_each_continuous_env_the_issue_names_runs_from_its_id_alone(env_id, obs_
     assert chunks[0]["obs"].shape == (8, obs_dim) and collector.env_steps == 8
 
 
+RECORDED_STEPS: dict[bytes, tuple[bool, bool]] = {}  # what StepRecorder saw
+
+
+class StepRecorder(gym.Wrapper):
+    """Every step's (terminated, truncated) by the observation it returned, in RECORDED_STEPS."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        RECORDED_STEPS[np.asarray(obs, np.float32).tobytes()] = (bool(terminated), bool(truncated))
+        return obs, reward, terminated, truncated, info
+
+
+def test_hopper_bootstraps_through_a_time_limit_and_not_through_a_fall():
+    """Hopper ends an episode two ways: it falls (terminated: no value after it) or its time runs
+    out (truncated: the value of where it stands still counts). Each transition a collector stores
+    is found by its next observation among the env's own steps: discount 0 exactly where the env
+    said terminated, gamma where it said truncated, and both kinds seen (random actions, episodes
+    cut at 25 steps)."""
+    from raypex.actors.collector import Collector
+    from raypex.cluster.plan.settings import collector_settings
+
+    gym.register("RecordedHopper-v0",
+                 entry_point=lambda **kwargs: StepRecorder(gym.make("Hopper-v5", max_episode_steps=25, **kwargs)))
+    config = load_config(None, ["env.id=RecordedHopper-v0", "algo.name=sac",
+                                "env.num_envs=2", "collectors.chunk_steps=50", "algo.n_step=1", "algo.gamma=0.99"])
+    spec = inspect_env(config.env.id, config.env.kwargs)
+    RECORDED_STEPS.clear()
+    chunks = []
+    collector = Collector(collector_settings(config, spec, 0), push=chunks.append, poll_weights=lambda: None)
+    for _ in range(6):
+        collector.collect_chunk()
+    ends = {"terminated": 0, "truncated": 0}
+    for chunk in chunks:
+        for next_obs, discount in zip(chunk["next_obs"], chunk["discount"], strict=True):
+            terminated, truncated = RECORDED_STEPS[np.asarray(next_obs, np.float32).tobytes()]
+            assert float(discount) == pytest.approx(0.0 if terminated else 0.99), (terminated, truncated, discount)
+            ends["terminated"] += terminated
+            ends["truncated"] += truncated and not terminated
+    assert ends["terminated"] >= 3 and ends["truncated"] >= 3, ends
+
+
 def test_collectors_act_at_random_until_trained_weights_come():
     """A fresh learner publishes its starting actor at once; acting with it (one near-constant
     action per observation plus a little noise) instead of the uniform warm-up left TD3 on

@@ -584,7 +584,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/pendulum.yaml --run-dir runs/pendulum": Run(check=sac_solved),
     "raypex eval runs/pendulum --episodes 100": Run(check=sac_evaluated),
     "raypex train configs/halfcheetah.yaml": Run(
-        "stop.env_steps=1500 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
+        "stop.env_steps=1000 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
         "eval.video_every=0", "a short run, with no video (drawing one takes 8 s here; tests/test_continuous.py draws "
         "one): the 30-minute ones are in BENCHMARKS.md (git history)", check=td3_ran),
     "raypex train configs/hopper.yaml": Run(
@@ -599,7 +599,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         check=pong_trained_on_a_small_box),
     "raypex train configs/breakout.yaml": Run(exit_code=2, why="sized for a GPU box with 16 cores, refused in one line",
                                               check=refused_in_one_line),
-    "raypex train configs/minatar.yaml": Run("stop.env_steps=6000 replay.min_size=2000 eval.episodes=4", HOURS,
+    "raypex train configs/minatar.yaml": Run("stop.env_steps=4000 replay.min_size=2000 eval.episodes=4", HOURS,
                                              check=minatar_trained),
     "raypex train configs/minatar.yaml env.id=MinAtar/Asterix-v1": Run(
         SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
