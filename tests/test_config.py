@@ -364,6 +364,7 @@ def test_another_env_than_the_configs_gets_a_warning_line_and_its_own_stop_targe
     (["env.id=Pendulum-v1", "algo.name=td3"], "pendulum"),
     (["env.id=ALE/Pong-v5", "network.hidden=[64]"], "pong"),
     (["env.id=HalfCheetah-v4", "algo.name=td3"], "halfcheetah"),  # written for v5: it serves every version
+    (["env.id=Hopper-v5", "algo.name=sac"], "hopper"),
     (["env.id=Acrobot-v1"], None),  # no shipped config is written for it
     (["env.id=CartPole-v0"], None),  # another version of the config's own env: no other config to point at
 ])
