@@ -7,11 +7,8 @@ argument reading in cluster/config/arguments.py can use it.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
-
-import yaml
 
 PACKAGE = "raypex.configs"
 
@@ -42,20 +39,6 @@ def config_path(item: str | Path) -> Path:
     if Path(item).is_file():
         return Path(item)
     return find_shipped(str(item)) or Path(item)
-
-
-def env_family(env_id: str) -> str:
-    """The env's name without its version (`Hopper-v5` -> `Hopper`): a config serves every version."""
-    return re.sub(r"-v\d+$", "", env_id)
-
-
-def config_for_env(env_id: str) -> str | None:
-    """The name of the shipped config written for `env_id` (any version of it), None when none is."""
-    for name, path in shipped_configs().items():
-        written_for = str(((yaml.safe_load(path.read_text()) or {}).get("env") or {}).get("id", ""))
-        if written_for and env_family(written_for) == env_family(env_id):
-            return name
-    return None
 
 
 def summary_line(path: Path) -> str:

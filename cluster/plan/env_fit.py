@@ -17,14 +17,15 @@ name that would shadow raypex on the actors, is refused.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from raypex.actors.env_ids import names_code
 from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from raypex.cluster.config.arguments import UsageError
-from raypex.cluster.config.loading import ConfigOrigin
+from raypex.cluster.config.loading import ConfigOrigin, config_origin, read_yaml
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.config.shipped import config_for_env, env_family
+from raypex.cluster.config.shipped import shipped_configs
 from raypex.cluster.plan.settings import storage_spec
 
 PIXEL_CONFIGS = "pong, breakout (ALE) or minatar"
@@ -119,6 +120,19 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
     if fitting is not None:
         line += f"; configs/{fitting}.yaml is written for it: raypex train {fitting}"
     return config, [line]
+
+
+def env_family(env_id: str) -> str:
+    """The env's name without its version (`Hopper-v5` -> `Hopper`): a config serves every version."""
+    return re.sub(r"-v\d+$", "", env_id)
+
+
+def config_for_env(env_id: str) -> str | None:
+    """The name of the shipped config written for `env_id` (any version of it), None when none is."""
+    for name, path in shipped_configs().items():
+        if env_family(config_origin(name, read_yaml(path), []).env_id) == env_family(env_id):
+            return name
+    return None
 
 
 def same_family(env_id: str, other: str) -> str | None:
