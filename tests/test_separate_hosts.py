@@ -81,13 +81,16 @@ class Hosts:
         """`argv` run on host i."""
         return ["ip", "netns", "exec", self.names[i], *argv]
 
+    def pids_on(self, i: int) -> list[int]:
+        """The processes in host i's namespace (none once it is gone)."""
+        return [int(pid) for pid in subprocess.run(["ip", "netns", "pids", self.names[i]], check=False,
+                                                   capture_output=True, text=True).stdout.split()]
+
     def kill_everything_on(self, i: int) -> None:
         """SIGKILL every process left in host i's namespace."""
-        pids = subprocess.run(["ip", "netns", "pids", self.names[i]], check=False, capture_output=True,
-                              text=True).stdout.split()
-        for pid in pids:
+        for pid in self.pids_on(i):
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

@@ -58,16 +58,14 @@ def learner_process(hosts, i: int) -> int:
     """The pid of the one learner process on host i, found at once from the host's namespace and
     the title Ray gives an actor's process: a driver's ray.init and an actor call to ask it can
     take longer on a loaded box than CartPole takes to solve."""
-    pids = subprocess.run(["ip", "netns", "pids", hosts.names[i]], check=True, capture_output=True,
-                          text=True).stdout.split()
     learners = []
-    for pid in pids:
+    for pid in hosts.pids_on(i):
         try:
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
         if title.startswith(("ray::LearnerActor", "ray::GroupLead")):
-            learners.append(int(pid))
+            learners.append(pid)
     assert len(learners) == 1, f"host {i} holds {len(learners)} learner processes: {learners}"
     return learners[0]
 
