@@ -114,8 +114,8 @@ class SaleTwinCritic(nn.Module):
 
 class SaleTraining:
     """SALE's part of an actor-critic update (learner/actor_critic_step.py composes it): the encoder
-    and its optimizer, trained on each micro-batch before the critics' loss (its gradient scaled,
-    unscaled, summed over learners and clipped with theirs); the frozen copies the actor and critics
+    and its optimizer, trained on each micro-batch before the critics' loss (its gradient loss-scaled,
+    unscaled and summed over learners with theirs, not clipped); the frozen copies the actor and critics
     read, refreshed at each whole target copy (`after_target_copy`); and TD7's value clipping, the
     next Q-value clamped into the [min, max] of every target seen up to the last copy (at first
     [0, 0]), which bounds what the embeddings extrapolate."""
