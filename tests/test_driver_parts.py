@@ -16,11 +16,13 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from raypex.cluster.commands.cli import main
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.driver.checkpoints import discard_parts, list_checkpoints, load_latest, replay_file, save_checkpoint
 from raypex.cluster.driver.evaluation import EvaluationScheduler, Taken
 from raypex.cluster.driver.metrics import RunMetrics
 from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
+from raypex.cluster.driver.outputs import RunOutputs
 from raypex.cluster.driver.placement import (
     PlacementError,
     ResourceRequest,
@@ -58,10 +60,14 @@ def write_set(directory, epoch: int, keep: int, replay: list[dict] | None = None
 
 
 def test_checkpoints_keep_the_newest_and_load_the_latest(tmp_path):
+    # what a removal stopped by a signal left of an older set: its manifest, or a part
+    (tmp_path / "ckpt-00000000.json").write_text("{}")
+    (tmp_path / "ckpt-00000001-shard-0.npz.tmp").write_bytes(b"cut short")
     for epoch in (1, 2, 3, 4):
         write_set(tmp_path, epoch, keep=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-00000003.json", "ckpt-00000004.json"]
-    assert not list(tmp_path.glob("*.tmp"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-00000003.json", "ckpt-00000003.pt", "ckpt-00000004.json", "ckpt-00000004.pt"]
     latest = load_latest(tmp_path)
     assert latest.learner_state == learner_bytes(4) and latest.env_steps == 40 and latest.epochs == 4
 
@@ -138,6 +144,57 @@ def test_a_checkpoint_that_cannot_be_written_leaves_nothing_of_itself(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "ckpt-00000001-shard-0.npz", "ckpt-00000001.json", "ckpt-00000001.pt"]
     assert load_latest(tmp_path).epochs == 1
+
+
+class ShardHolder:
+    """The learner's side of a checkpoint set (LearnerActor.state_bytes and write_replay), its
+    shards holding `rows` transitions each."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+
+    def state_bytes(self) -> bytes:
+        return learner_bytes(5)
+
+    def write_replay(self, shard: int, location: str) -> dict:
+        return {**write_replay(location, shard_state(shard, rows=self.rows)), "pause_s": 0.0}
+
+
+@pytest.mark.parametrize("ending", ["written", "learner lost"])
+def test_a_final_set_of_an_epoch_that_has_one_replaces_it_only_once_whole(tmp_path, ending):
+    """A run stopped just after its epoch's set was written: the final set of that epoch counts the
+    env steps collected since. Its replay goes to files of its own, so the set it replaces stays whole
+    until the new manifest is there; one never completed (its learner lost) leaves that set as it was."""
+    outputs = RunOutputs(tmp_path, keep_checkpoints=3, runtime=LocalRuntime())
+    holder = ShardHolder(rows=8)
+    outputs.request_checkpoint(LocalHandle(holder), 5, {"epochs": 5, "env_steps": 2418, "wall_s": 1.0}, shards=2)
+    outputs.write_pending_checkpoint()
+    holder.rows = 12  # the collectors went on after the epoch's set
+    outputs.request_checkpoint(LocalHandle(holder), 5, {"epochs": 5, "env_steps": 2673, "wall_s": 2.0}, shards=2)
+    assert load_latest(tmp_path / "checkpoints").env_steps == 2418  # its parts written, not its manifest
+    if ending == "written":
+        outputs.write_pending_checkpoint()
+        env_steps, rows, files = 2673, 12, ["ckpt-00000005-shard-0-at-2673.npz", "ckpt-00000005-shard-1-at-2673.npz"]
+    else:
+        outputs.drop_pending_checkpoint()
+        env_steps, rows, files = 2418, 8, ["ckpt-00000005-shard-0.npz", "ckpt-00000005-shard-1.npz"]
+    point = load_latest(tmp_path / "checkpoints")
+    assert point.env_steps == env_steps and [read_replay(f)["storage"]["size"] for f in point.replay_files] == [rows] * 2
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [*files, "ckpt-00000005.json",
+                                                                           "ckpt-00000005.pt"]
+
+
+def test_a_local_run_writes_each_set_when_it_is_due_and_its_final_set_counts_every_env_step(tmp_path):
+    """In one process a set's answers have all come by the time the loop looks: each due set is
+    written then, not left pending to the run's end."""
+    run = tmp_path / "run"
+    assert main(["train", "--local", "--run-dir", str(run), "stop.env_steps=3000", "stop.eval_return=null",
+                 "checkpoint.every_epochs=2", "checkpoint.keep=1000", "replay.min_size=500", "eval.video_every=0"]) == 0
+    epochs = [json.loads(p.read_text())["epochs"] for p in list_checkpoints(run / "checkpoints")]
+    periodic = [epoch for epoch in epochs if epoch % 2 == 0]
+    assert len(periodic) >= 3 and periodic == list(range(2, 2 * len(periodic) + 1, 2)), epochs
+    newest = json.loads(list_checkpoints(run / "checkpoints")[-1].read_text())
+    assert newest["env_steps"] == json.loads((run / "summary.json").read_text())["env_steps"]
 
 
 def test_sigterm_is_told_apart_when_ray_hands_back_a_plain_keyboard_interrupt():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from raypex.cluster.storage import (
 )
 from raypex.replay.state_file import NotAnArrayFile, check_state_file, read_pickled_state
 
+SET_FILE = re.compile(r"ckpt-(\d+)[-.]")  # any file of the set of that epoch
 REPLAY_SUFFIX = ".npz"
 PICKLED_REPLAY_SUFFIX = ".replay"  # what raypex wrote before replay files held arrays
 HASH_CHUNK = 1 << 22  # bytes read at a time to check a file's SHA-256
@@ -71,9 +73,13 @@ def checkpoint_stem(epoch: int) -> str:
     return f"ckpt-{epoch:08d}"
 
 
-def replay_file(directory: Path | str, epoch: int, shard: int) -> str:
-    """Where shard `shard`'s replay of epoch `epoch`'s set is written (`directory`: a path or a URI)."""
-    return join(str(directory), f"{checkpoint_stem(epoch)}-shard-{shard}{REPLAY_SUFFIX}")
+def replay_file(directory: Path | str, epoch: int, shard: int, env_steps: int | None = None) -> str:
+    """Where shard `shard`'s replay of epoch `epoch`'s set is written (`directory`: a path or a URI).
+    `env_steps` names the files of a set that replaces a whole one of the same epoch (a run that
+    stops with env steps collected since its last epoch's set), so that they never overwrite the
+    files of the set they replace until their own manifest is written."""
+    replacing = f"-at-{env_steps}" if env_steps is not None else ""
+    return join(str(directory), f"{checkpoint_stem(epoch)}-shard-{shard}{replacing}{REPLAY_SUFFIX}")
 
 
 def _set_parts(directory: Path, stem: str) -> list[Path]:
@@ -82,22 +88,33 @@ def _set_parts(directory: Path, stem: str) -> list[Path]:
             *directory.glob(f"{stem}-shard-*{PICKLED_REPLAY_SUFFIX}")]
 
 
-def discard_parts(directory: Path, epoch: int, replay_dir: str | None = None, shards: int = 0) -> None:
-    """Remove what a set that will not be completed has written (its manifest never was), its
-    `shards` replay files in `replay_dir` too when they are elsewhere (at a URI)."""
-    for part in _set_parts(directory, checkpoint_stem(epoch)):
-        part.unlink(missing_ok=True)
-    if replay_dir is not None and is_uri(replay_dir):
-        for shard in range(shards):
-            delete(replay_file(replay_dir, epoch, shard))
+def discard_parts(directory: Path, epoch: int, replay_files: list[str] = (), replacing: bool = False) -> None:
+    """Remove what a set that will not be completed has written (its manifest never was): its
+    `replay_files` (paths or URIs) and, unless it was `replacing` a whole set of the same epoch
+    (whose files stay), every other file of its name in `directory`."""
+    for location in replay_files:
+        delete(location)
+    if not replacing:
+        for part in _set_parts(directory, checkpoint_stem(epoch)):
+            part.unlink(missing_ok=True)
+
+
+def replay_names(directory: Path, epoch: int) -> set[str]:
+    """The replay files the whole set of epoch `epoch` in `directory` names (none: no such set)."""
+    manifest = directory / f"{checkpoint_stem(epoch)}.json"
+    if not manifest.is_file():
+        return set()
+    return {part["file"] for part in json.loads(manifest.read_text()).get("replay") or []}
 
 
 def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,
                     replay_parts: list[dict] | None = None) -> Path:
     """Write one checkpoint set and delete all but the newest `keep`; returns the .pt path.
     `replay_parts`: the manifest entries of every shard's replay file (`write_replay`), already
-    in `directory`."""
+    in `directory`. A set that replaces a whole one of the same epoch writes the learner's file
+    over that one's (the same epochs: the same state) and then its own manifest."""
     stem = checkpoint_stem(epoch)
+    replacing = (directory / f"{stem}.json").is_file()
     try:
         directory.mkdir(parents=True, exist_ok=True)
         learner = _part(directory / f"{stem}.pt", learner_state)
@@ -106,15 +123,22 @@ def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters:
             manifest["replay"] = replay_parts
         atomic_write(directory / f"{stem}.json", json.dumps(manifest, indent=2).encode())
     except OSError as err:  # the parts already written would only take space: a set is whole or gone
-        discard_parts(directory, epoch)
+        discard_parts(directory, epoch, [str(directory / part["file"]) for part in replay_parts or []], replacing)
         newest = list_checkpoints(directory)
         raise OutputNotWritten(f"checkpoint {stem} could not be written in {directory} ({reason(err)}); "
                                f"the newest whole one is {newest[-1].stem if newest else 'none'}") from err
-    for old in list_checkpoints(directory)[:-keep]:
-        for part in _set_parts(directory, old.stem):
-            part.unlink(missing_ok=True)
-        old.unlink(missing_ok=True)
+    _remove_older_sets(directory, keep)
     return directory / f"{stem}.pt"
+
+
+def _remove_older_sets(directory: Path, keep: int) -> None:
+    """Remove every file of an epoch older than the newest `keep` whole sets: their manifests
+    first, so that a set stopped half-removed (a signal) never looks whole, and whatever an
+    earlier removal or write left behind goes with them."""
+    oldest_kept = int(SET_FILE.match(list_checkpoints(directory)[-keep:][0].name)[1])
+    older = [p for p in directory.iterdir() if (m := SET_FILE.match(p.name)) and int(m[1]) < oldest_kept]
+    for path in sorted(older, key=lambda path: path.suffix != ".json"):
+        path.unlink(missing_ok=True)
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

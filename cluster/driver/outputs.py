@@ -13,10 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from raypex.cluster.driver.checkpoints import checkpoint_stem, discard_parts, replay_file, save_checkpoint
+from raypex.cluster.driver.checkpoints import (
+    checkpoint_stem,
+    discard_parts,
+    replay_file,
+    replay_names,
+    save_checkpoint,
+)
 from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.run_errors import original_error
-from raypex.cluster.storage import OutputNotWritten, atomic_write, reason
+from raypex.cluster.storage import OutputNotWritten, atomic_write, delete, join, reason
 
 
 class PendingCheckpoint(NamedTuple):
@@ -26,6 +32,8 @@ class PendingCheckpoint(NamedTuple):
     epoch: int
     counters: dict  # the run's counters at that epoch
     replay: list | None  # refs to each shard's replay file's manifest entry (LearnerActor.write_replay), or None
+    replay_files: list[str]  # where each shard's file is written
+    replacing: bool  # whether a whole set of the same epoch is there, which this one replaces once written
     asked_at: float  # time.perf_counter() when it was asked
 
     @property
@@ -61,12 +69,15 @@ class RunOutputs:
         `shards`, to write each shard's replay into the checkpoint directory itself
         (LearnerActor.write_replay); `write_pending_checkpoint` completes the set once all has
         come. One at a time: a checkpoint due while one is pending is skipped, and the next one
-        due catches up."""
+        due catches up. A set of an epoch that has one already (the final set, env steps collected
+        since) writes its replay under names of its own and replaces that one once whole."""
         if self.pending_checkpoint is None:
-            replay = [learner.write_replay.remote(i, replay_file(self.replay_dir, epoch, i))
-                      for i in range(shards)] if shards else None
+            replacing = self.checkpoint_env_steps(epoch) is not None
+            files = [replay_file(self.replay_dir, epoch, i, counters["env_steps"] if replacing else None)
+                     for i in range(shards)]
+            replay = [learner.write_replay.remote(i, file) for i, file in enumerate(files)] if shards else None
             self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay,
-                                                        time.perf_counter())
+                                                        files, replacing, time.perf_counter())
 
     def unready_checkpoint_refs(self) -> list:
         """The pending checkpoint's answers not come yet (empty: none pending, or it can be written)."""
@@ -76,11 +87,15 @@ class RunOutputs:
         ready = self.rt.wait(refs, num_returns=len(refs), timeout=0)
         return [ref for ref in refs if ref not in ready]
 
+    def checkpoint_ready(self) -> bool:
+        """Whether a checkpoint is pending and every answer it waits for has come."""
+        return self.pending_checkpoint is not None and not self.unready_checkpoint_refs()
+
     def drop_pending_checkpoint(self) -> None:
         """Forget the pending checkpoint (asked of a learner that died) and remove what it wrote."""
         if self.pending_checkpoint is not None:
             pending = self.pending_checkpoint
-            discard_parts(self.run_dir / "checkpoints", pending.epoch, self.replay_dir, len(pending.replay or []))
+            discard_parts(self.run_dir / "checkpoints", pending.epoch, pending.replay_files, pending.replacing)
             self.pending_checkpoint = None
 
     def write_pending_checkpoint(self) -> None:
@@ -90,14 +105,15 @@ class RunOutputs:
         it, if it died: then no set)."""
         if self.pending_checkpoint is None:
             return
-        state_ref, epoch, counters, replay_refs, asked_at = self.pending_checkpoint
-        self.pending_checkpoint = None
+        pending, self.pending_checkpoint = self.pending_checkpoint, None
+        state_ref, epoch, counters, replay_refs = pending.state, pending.epoch, pending.counters, pending.replay
         replay = None
         if replay_refs:
             try:
                 replay = self.rt.get(replay_refs)
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:
-                discard_parts(self.run_dir / "checkpoints", epoch, self.replay_dir, len(replay_refs))  # whole or gone
+                # whole or gone
+                discard_parts(self.run_dir / "checkpoints", epoch, pending.replay_files, pending.replacing)
                 if isinstance(original_error(err), OutputNotWritten):  # a full disk, say: as if the driver wrote it
                     raise OutputNotWritten(f"checkpoint of epoch {epoch}: {original_error(err)}") from None
                 if not isinstance(err, self.rt.errors.died):
@@ -108,15 +124,15 @@ class RunOutputs:
         try:
             state = self.rt.get(state_ref)
         except (*self.rt.errors.died, *self.rt.errors.raised):  # the learner died: no set, nothing of it left
-            discard_parts(self.run_dir / "checkpoints", epoch, self.replay_dir, len(replay_refs or []))
+            discard_parts(self.run_dir / "checkpoints", epoch, pending.replay_files, pending.replacing)
             raise
         self.checkpoint(state, epoch, counters, replay)
-        self.checkpoint_s_max = max(self.checkpoint_s_max, time.perf_counter() - asked_at)
+        self.checkpoint_s_max = max(self.checkpoint_s_max, time.perf_counter() - pending.asked_at)
 
-    def has_checkpoint(self, epoch: int) -> bool:
-        """Whether a whole set of `epoch` is written (its manifest comes last). Another set of that
-        epoch is never asked for: its replay files would be written over the whole one's."""
-        return (self.run_dir / "checkpoints" / f"{checkpoint_stem(epoch)}.json").is_file()
+    def checkpoint_env_steps(self, epoch: int) -> int | None:
+        """The env steps the whole set of `epoch` counted (None: no such set; its manifest comes last)."""
+        manifest = self.run_dir / "checkpoints" / f"{checkpoint_stem(epoch)}.json"
+        return json.loads(manifest.read_text())["env_steps"] if manifest.is_file() else None
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""
@@ -124,8 +140,13 @@ class RunOutputs:
 
     def checkpoint(self, state: bytes, epoch: int, counters: dict, replay: list[dict] | None = None) -> None:
         """A checkpoint set: the learner's state (LearnerActor.state_bytes), the run's counters
-        and, when given, the manifest entries of every shard's replay file, written already."""
-        save_checkpoint(self.run_dir / "checkpoints", epoch, state, counters, self.keep_checkpoints, replay)
+        and, when given, the manifest entries of every shard's replay file, written already. The
+        replay files of a set it replaces (the same epoch's) are removed once its manifest is written."""
+        directory = self.run_dir / "checkpoints"
+        replaced = replay_names(directory, epoch)
+        save_checkpoint(directory, epoch, state, counters, self.keep_checkpoints, replay)
+        for name in replaced - {part["file"] for part in replay or []}:
+            delete(join(self.replay_dir, name))
         self.push()
 
     def push(self) -> None:

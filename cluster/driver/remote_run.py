@@ -17,10 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from raypex.cluster.driver.checkpoints import SET_FILE
 from raypex.cluster.storage import delete, join, list_files, remote
 
-REPLAY_FILE = re.compile(r"ckpt-\d+-shard-\d+\.npz")
-SET_FILE = re.compile(r"ckpt-(\d+)[-.]")  # every file of the set of that epoch
+REPLAY_FILE = re.compile(r"ckpt-\d+-shard-\d+(-at-\d+)?\.npz")
 
 
 class RemoteRun:

@@ -214,7 +214,7 @@ class TrainingRun:
             if finished and self.on_evaluation():
                 stopping = self._stop_learning()
             try:
-                if checkpoint_refs and not self.outputs.unready_checkpoint_refs():  # its last part has come
+                if self.outputs.checkpoint_ready():  # its last part has come
                     self.outputs.write_pending_checkpoint()
                 if queued[0].result in ready:
                     epoch, ref = queued.popleft()

@@ -113,7 +113,8 @@ class RunEnd:
         run = self.run
         try:
             run.outputs.write_pending_checkpoint()
-            if not run.outputs.has_checkpoint(run.epochs_done):  # no epoch since the newest set
+            # none of these epochs yet, or env steps collected since its set: the final set counts them
+            if run.outputs.checkpoint_env_steps(run.epochs_done) != run.metrics.env_steps:
                 run.request_checkpoint()
                 run.outputs.write_pending_checkpoint()
         except OutputNotWritten as err:
