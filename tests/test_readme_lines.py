@@ -706,6 +706,42 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "SimbaV2=benchmarks/published/hopper-v4-simbav2.csv --title Hopper": NotRun(
         "it draws the results page's figure from three runs of 35 minutes each; the script is tested on a short run "
         "with a published curve (tests/test_integration.py)"),
+    "raypex train configs/walker2d.yaml --seed 0 --run-dir runs/walker2d-s0": NotRun(
+        "a results figure at full length (99 minutes here); configs/walker2d.yaml holds the Hopper config's settings "
+        "on another env, and the Hopper line runs that config in CI, shortened"),
+    "raypex eval runs/walker2d-s0 --episodes 20":
+        at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
+    "raypex train configs/ant.yaml --seed 0 --run-dir runs/ant-s0": NotRun(
+        "a results figure at full length (51 minutes here); configs/ant.yaml holds the HalfCheetah config's settings "
+        "on another env, and the HalfCheetah line runs that config in CI, shortened"),
+    "raypex eval runs/ant-s0 --episodes 20":
+        at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Walker2d-v4 --max-steps 200000 "
+    "--out benchmarks/published/walker2d-v4-crossq.csv": NotRun(
+        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
+        "on a small file of the same form (tests/test_curves.py)"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Walker2d-v4 --max-steps "
+    "200000 --out benchmarks/published/walker2d-v4-simbav2.csv": NotRun(
+        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
+        "on a small file of the same form (tests/test_curves.py)"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Ant-v4 --max-steps 100000 "
+    "--out benchmarks/published/ant-v4-crossq.csv": NotRun(
+        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
+        "on a small file of the same form (tests/test_curves.py)"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Ant-v4 --max-steps "
+    "100000 --out benchmarks/published/ant-v4-simbav2.csv": NotRun(
+        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
+        "on a small file of the same form (tests/test_curves.py)"),
+    "python -m benchmarks.curves docs/img/walker2d-published.png raypex=runs/walker2d-s0 "
+    "CrossQ=benchmarks/published/walker2d-v4-crossq.csv SimbaV2=benchmarks/published/walker2d-v4-simbav2.csv "
+    "--title Walker2d": NotRun(
+        "it draws the results page's figure from a run of an hour or more; the script is tested on a short run "
+        "with a published curve (tests/test_integration.py)"),
+    "python -m benchmarks.curves docs/img/ant-published.png raypex=runs/ant-s0 "
+    "CrossQ=benchmarks/published/ant-v4-crossq.csv SimbaV2=benchmarks/published/ant-v4-simbav2.csv "
+    "--title Ant": NotRun(
+        "it draws the results page's figure from a run of an hour or more; the script is tested on a short run "
+        "with a published curve (tests/test_integration.py)"),
     "raypex train --resume runs/hc-s2 stop.env_steps=300000":
         at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000":
