@@ -98,6 +98,7 @@ class TrainingRun:
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
+        self.learner_warming = None  # the learner's warmup answer until it has come (a signal may end the run first)
         self.placement: dict = {}  # placement.json: where each part runs
         self.last_collector_stats: dict[int, object] = {}  # each collector's newest counters (CollectorStats)
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
@@ -175,7 +176,7 @@ class TrainingRun:
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
         state = self.resume.learner_state if self.resume else None
-        warmup = self.actors.learner.warmup.remote(state)
+        self.learner_warming = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
             restored = restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume)
             self.restored_replay = restored.digests
@@ -184,7 +185,8 @@ class TrainingRun:
         # until the learner publishes): replay reaches min_size while the learner warms up,
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
-        self.metrics.startup.learner(info := warmed_up(self.rt, warmup, restoring=self.resume is not None))
+        self.metrics.startup.learner(info := warmed_up(self.rt, self.learner_warming, restoring=self.resume is not None))
+        self.learner_warming = None
         # estimated and checked before anything started (fit_run); said once the learner holds it
         self.progress.message(replay_line(self.config, self.spec, info["replay_storage"]))
         self.restored_weights = info.get("weights_sha256")

@@ -60,9 +60,15 @@ class RunEnd:
                 run.metrics.priority_updates["priority_updates_unsent"] = unsent
         with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
             self._final_counts()
+        if run.learner_warming is not None:  # a signal while the learner warmed up: it answers for its state once warm
+            with contextlib.suppress(*errors.any):
+                run.rt.get(run.learner_warming, timeout=EPOCH_END_S)
+                run.learner_warming = None
         ending_failure = None
         try:
-            if run.final_files:
+            if run.learner_warming is not None:
+                run.progress.message("no final checkpoint or policy: the learner had not finished warming up")
+            elif run.final_files:
                 self._final_checkpoint_and_policy(new_work)
         except OutputNotWritten as err:
             run.not_written("no policy.pt2", err)
