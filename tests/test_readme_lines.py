@@ -525,6 +525,10 @@ def at_full_length(holds: str, which: str) -> Elsewhere:
     return Elsewhere(THIS_FILE, holds, f"a results figure at full length (minutes to hours here); {which} runs the "
                                        "same command in CI")
 
+# a published curve's line: SimbaV2's repository holds the authors' result files
+SIMBAV2_FILES = NotRun("it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the "
+                       "script is tested on a small file of the same form (tests/test_curves.py)")
+
 PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "python3 -m venv .venv && source .venv/bin/activate": Elsewhere(
         ".ci/run", "python3 -m venv .ci-venv", "its first step, as `.ci-venv`, then `source .ci-venv/bin/activate`"),
@@ -677,13 +681,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000 stop.eval_return=null":
         at_full_length('"raypex train configs/halfcheetah.yaml"', "the HalfCheetah line, shortened,"),
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env HalfCheetah-v4 --max-steps 100000 "
-    "--out benchmarks/published/halfcheetah-v4-crossq.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "--out benchmarks/published/halfcheetah-v4-crossq.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env HalfCheetah-v4 --max-steps "
-    "100000 --out benchmarks/published/halfcheetah-v4-simbav2.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "100000 --out benchmarks/published/halfcheetah-v4-simbav2.csv": SIMBAV2_FILES,
     "python -m benchmarks.curves docs/img/halfcheetah-published.png raypex=runs/hc-s0 raypex=runs/hc-s1 "
     "raypex=runs/hc-s2 CrossQ=benchmarks/published/halfcheetah-v4-crossq.csv "
     "SimbaV2=benchmarks/published/halfcheetah-v4-simbav2.csv --title HalfCheetah": NotRun(
@@ -694,13 +694,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex eval runs/hop-s2 --episodes 20":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Hopper-v4 --max-steps 100000 "
-    "--out benchmarks/published/hopper-v4-crossq.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "--out benchmarks/published/hopper-v4-crossq.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Hopper-v4 --max-steps "
-    "100000 --out benchmarks/published/hopper-v4-simbav2.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "100000 --out benchmarks/published/hopper-v4-simbav2.csv": SIMBAV2_FILES,
     "python -m benchmarks.curves docs/img/hopper-published.png raypex=runs/hop-s0 raypex=runs/hop-s1 "
     "raypex=runs/hop-s2 CrossQ=benchmarks/published/hopper-v4-crossq.csv "
     "SimbaV2=benchmarks/published/hopper-v4-simbav2.csv --title Hopper": NotRun(
@@ -717,21 +713,13 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex eval runs/ant-s0 --episodes 20":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Walker2d-v4 --max-steps 200000 "
-    "--out benchmarks/published/walker2d-v4-crossq.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "--out benchmarks/published/walker2d-v4-crossq.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Walker2d-v4 --max-steps "
-    "200000 --out benchmarks/published/walker2d-v4-simbav2.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "200000 --out benchmarks/published/walker2d-v4-simbav2.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Ant-v4 --max-steps 100000 "
-    "--out benchmarks/published/ant-v4-crossq.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "--out benchmarks/published/ant-v4-crossq.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Ant-v4 --max-steps "
-    "100000 --out benchmarks/published/ant-v4-simbav2.csv": NotRun(
-        "it reads a checkout of SimbaV2's repository (its authors' data; its output is committed); the script is tested "
-        "on a small file of the same form (tests/test_curves.py)"),
+    "100000 --out benchmarks/published/ant-v4-simbav2.csv": SIMBAV2_FILES,
     "python -m benchmarks.curves docs/img/walker2d-published.png raypex=runs/walker2d-s0 "
     "CrossQ=benchmarks/published/walker2d-v4-crossq.csv SimbaV2=benchmarks/published/walker2d-v4-simbav2.csv "
     "--title Walker2d": NotRun(

@@ -99,12 +99,11 @@ def discard_parts(directory: Path, epoch: int, replay_files: list[str] = (), rep
             part.unlink(missing_ok=True)
 
 
-def replay_names(directory: Path, epoch: int) -> set[str]:
-    """The replay files the whole set of epoch `epoch` in `directory` names (none: no such set)."""
+def set_manifest(directory: Path, epoch: int) -> dict | None:
+    """The manifest of the whole set of epoch `epoch` in `directory` (None: no such set; a set's
+    manifest is written last)."""
     manifest = directory / f"{checkpoint_stem(epoch)}.json"
-    if not manifest.is_file():
-        return set()
-    return {part["file"] for part in json.loads(manifest.read_text()).get("replay") or []}
+    return json.loads(manifest.read_text()) if manifest.is_file() else None
 
 
 def save_checkpoint(directory: Path, epoch: int, learner_state: bytes, counters: dict, keep: int,

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from raypex.cluster.driver.checkpoints import (
-    checkpoint_stem,
     discard_parts,
     replay_file,
-    replay_names,
     save_checkpoint,
+    set_manifest,
 )
 from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.run_errors import original_error
@@ -130,9 +129,9 @@ class RunOutputs:
         self.checkpoint_s_max = max(self.checkpoint_s_max, time.perf_counter() - pending.asked_at)
 
     def checkpoint_env_steps(self, epoch: int) -> int | None:
-        """The env steps the whole set of `epoch` counted (None: no such set; its manifest comes last)."""
-        manifest = self.run_dir / "checkpoints" / f"{checkpoint_stem(epoch)}.json"
-        return json.loads(manifest.read_text())["env_steps"] if manifest.is_file() else None
+        """The env steps the whole set of `epoch` counted (None: no such set)."""
+        manifest = set_manifest(self.run_dir / "checkpoints", epoch)
+        return None if manifest is None else manifest["env_steps"]
 
     def placement(self, placement: dict) -> None:
         """placement.json: the Ray address, run id and every actor's node."""
@@ -143,9 +142,9 @@ class RunOutputs:
         and, when given, the manifest entries of every shard's replay file, written already. The
         replay files of a set it replaces (the same epoch's) are removed once its manifest is written."""
         directory = self.run_dir / "checkpoints"
-        replaced = replay_names(directory, epoch)
+        replaced = (set_manifest(directory, epoch) or {}).get("replay") or []
         save_checkpoint(directory, epoch, state, counters, self.keep_checkpoints, replay)
-        for name in replaced - {part["file"] for part in replay or []}:
+        for name in {part["file"] for part in replaced} - {part["file"] for part in replay or []}:
             delete(join(self.replay_dir, name))
         self.push()
 
