@@ -1,6 +1,7 @@
 """`--address` checks before Ray joins a cluster (no Ray here: plain sockets stand in for the
 wrong things a user may point raypex at; tests/test_integration.py joins real clusters)."""
 
+import re
 import socket
 import threading
 
@@ -132,3 +133,30 @@ def test_a_ray_version_mismatch_is_one_line_with_both_versions():
     assert line.endswith("install the cluster's Ray and Python versions on this machine")
     other = str(join_failed("10.0.0.5:6379", ConnectionError("refused\nmore"), token_mode=False))
     assert "(refused more)" in other and "RAY_AUTH_MODE=token" in other
+
+
+def test_a_local_cluster_ray_gives_up_starting_is_one_line_naming_the_load_and_leaves_no_run_dir(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    """Ray gives a local node's raylet a fixed 30 s to register; on a busy machine it raises a bare
+    Exception with a traceback. That failure (injected here: a busy machine is not a fixture) is one
+    line, exit 2, and the run directory is taken back."""
+    import ray
+
+    from raypex.cluster.driver import wiring
+
+    said = ("The current node timed out during startup. This could happen because some of the raylet failed to "
+            "startup or the GCS has become overloaded.")
+
+    def timed_out(*args, **kwargs):
+        raise Exception(said)  # noqa: TRY002 - the bare Exception Ray raises
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.setattr(wiring, "start_reaper", lambda: None)  # no cluster to watch
+    run = tmp_path / "busy"
+    assert main(["train", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch(
+        r"raypex: error: Ray's local cluster did not start: its raylet had not registered within Ray's 30 s "
+        r"\(load average \d+\.\d on \d+ cores\); try again once the machine is less busy, or join a running "
+        r"cluster with --address", err[0]), err
+    assert not run.exists()

@@ -23,7 +23,7 @@ import ray
 
 from raypex.actors.envs import EnvSpec
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.address import check_gcs_auth, check_gcs_port, join_failed
+from raypex.cluster.driver.address import ConnectError, check_gcs_auth, check_gcs_port, join_failed
 from raypex.cluster.driver.devices import gpu_requests
 from raypex.cluster.driver.placement import (
     Reservation,
@@ -100,9 +100,16 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
         # "Memory over a long run"). Every process of a local cluster inherits this.
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         install_stop_signals()
-        with sigterm_blocked_in_children(), ray_keeps_our_handlers(), deferred():
-            ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
-            reinstall_stop_signals()  # Ray's core worker set its own C handler (a stack dump, then abort)
+        try:
+            with sigterm_blocked_in_children(), ray_keeps_our_handlers(), deferred():
+                ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
+                reinstall_stop_signals()  # Ray's core worker set its own C handler (a stack dump, then abort)
+        except Exception as err:  # Ray raises a bare Exception when its start times out
+            if RAY_START_TIMED_OUT not in str(err):
+                raise
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # what did start goes now; the reaper takes anything left at exit
+            raise ConnectError(local_start_timed_out_line()) from None
         not_watched = confirm_reaper()
         if not_watched is not None:
             say(not_watched)
@@ -135,6 +142,20 @@ def ray_keeps_our_handlers():
         yield
     finally:
         utils.set_sigterm_handler = setter
+
+
+# Ray's words when a local node's raylet has not registered with its GCS within Ray's fixed 30 s
+# (seen on a 2-core machine busy with two other training runs, about one start in two).
+RAY_START_TIMED_OUT = "timed out during startup"
+
+
+def local_start_timed_out_line() -> str:
+    """The one line for a local cluster Ray gave up starting: what the machine's load was."""
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    busy = f" (load average {load:.1f} on {cores} cores)" if load is not None else ""
+    return (f"Ray's local cluster did not start: its raylet had not registered within Ray's 30 s{busy}; "
+            "try again once the machine is less busy, or join a running cluster with --address")
 
 
 def local_cluster_cpus() -> int:
