@@ -308,11 +308,13 @@ def test_ctrl_c_checkpoints_flushes_and_exits_130(tmp_path):
     assert accounted == first["learner_samples"] > 0, first
 
 
-def _train_until(run: Path, line_starts: str, *extra: str) -> tuple[subprocess.Popen, list[str]]:
-    """`raypex train` in a session of its own, read until a line starting with `line_starts`."""
+def _train_until(run: Path, line_starts: str, *extra: str, joining: dict | None = None
+                 ) -> tuple[subprocess.Popen, list[str]]:
+    """`raypex train` in a session of its own, read until a line starting with `line_starts`;
+    `joining`: the environment that makes it join the kept-up cluster, else it starts its own."""
     proc = subprocess.Popen([sys.executable, "-m", "raypex", "train", "--run-dir", str(run), "stop.eval_return=null",
                              *extra], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                            env={**os.environ, **(joining or {}), "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -366,6 +368,26 @@ def test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_st
     second = summary(run)
     assert second["env_steps"] >= final["env_steps"] + 2000 and second["ended"] == "env_steps", second
     assert sum(second["replay_inserted_per_shard"]) == second["env_steps"], second
+
+
+def test_sigterm_before_the_learner_has_warmed_up_waits_for_it_and_ends_with_a_final_checkpoint(tmp_path,
+                                                                                               joining_environment):
+    """SIGTERM as soon as the run directory is said: the learner is still being made or warming up,
+    and until warm it refuses what a checkpoint asks of it, as the process Ray restarts in place of a
+    dead learner does. The end waits for the warm-up instead of taking the refusal for a death (no
+    'the learner died', no revival, no Ray error), then writes its final checkpoint and policy."""
+    run = tmp_path / "run"
+    proc, seen = _train_until(run, "run directory:", joining=joining_environment)
+    os.killpg(proc.pid, signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=180) == 143, "".join(seen) + rest
+    assert "SIGTERM: writing a final checkpoint" in rest, rest
+    assert "died" not in rest and "Traceback" not in rest and "Unhandled error" not in rest, rest
+    result = summary(run)
+    final = json.loads(max((run / "checkpoints").glob("*.json")).read_text())
+    assert result["ended"] == "terminated" and final["env_steps"] == result["env_steps"], (final, result)
+    assert sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"] == result["env_steps"], result
+    assert (run / "policy.pt2").is_file()
 
 
 def test_a_second_ctrl_c_right_after_the_first_still_writes_the_summary(tmp_path):

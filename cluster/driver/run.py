@@ -98,7 +98,10 @@ class TrainingRun:
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
         self.actors = None  # the runtime's RunParts, once started
-        self.learner_warming = None  # the learner's warmup answer until it has come (a signal may end the run first)
+        # Whether the learner process answers for its state: a signal may end the run before its
+        # warm-up was asked for, or while it (or a revived learner's) runs; `learner_warming` is
+        # the asked warm-up's answer until it has come.
+        self.learner_warm, self.learner_warming = False, None
         self.placement: dict = {}  # placement.json: where each part runs
         self.last_collector_stats: dict[int, object] = {}  # each collector's newest counters (CollectorStats)
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
@@ -163,6 +166,7 @@ class TrainingRun:
 
     def _start(self) -> None:
         self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup)
+        self.learner_warming = self.actors.learner.warmup.remote(self.resume.learner_state if self.resume else None)
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         if self.outputs.remote is not None:
             self.progress.message(f"run directory: {self.outputs.remote.uri}, the learner writing replay there and "
@@ -175,8 +179,6 @@ class TrainingRun:
                                                self.config.eval.every_s, eval_give_up(self.config),
                                                lambda: self.actors.learner.published_weights.remote(),
                                                self.config.eval.video_every)
-        state = self.resume.learner_state if self.resume else None
-        self.learner_warming = self.actors.learner.warmup.remote(state)
         if self.resume and self.resume.replay_files:
             restored = restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume)
             self.restored_replay = restored.digests
@@ -186,7 +188,7 @@ class TrainingRun:
         # and the limiter stops them min_size + error_buffer transitions later.
         self.supervisor.start()
         self.metrics.startup.learner(info := warmed_up(self.rt, self.learner_warming, restoring=self.resume is not None))
-        self.learner_warming = None
+        self.learner_warm, self.learner_warming = True, None
         # estimated and checked before anything started (fit_run); said once the learner holds it
         self.progress.message(replay_line(self.config, self.spec, info["replay_storage"]))
         self.restored_weights = info.get("weights_sha256")
@@ -268,7 +270,9 @@ class TrainingRun:
         self.outputs.drop_pending_checkpoint()  # asked of the dead learner: never coming
         self.evaluations.forget_weights()  # refs to the dead process's objects went with it
         self.outcome.forget_weights()
+        self.learner_warm = False
         revived = self.revival.revive(self.actors.learner, self.epochs_done, self.metrics.learner_version)
+        self.learner_warm = True
         self.epochs_done = revived.epochs
         self.metrics.learner_version = revived.version
         self.placement = {**self.placement, **self.actors.learner_placement()}  # Ray may have moved it

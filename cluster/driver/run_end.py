@@ -58,15 +58,17 @@ class RunEnd:
             with contextlib.suppress(*errors.any):
                 unsent = run.rt.get(learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
                 run.metrics.priority_updates["priority_updates_unsent"] = unsent
-        with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
-            self._final_counts()
-        if run.learner_warming is not None:  # a signal while the learner warmed up: it answers for its state once warm
+        # A signal during the warm-up: the learner answers for its replay and state once warm (a
+        # learner still being made has not taken the collectors' first chunks in yet).
+        if not run.learner_warm and run.learner_warming is not None:
             with contextlib.suppress(*errors.any):
                 run.rt.get(run.learner_warming, timeout=EPOCH_END_S)
-                run.learner_warming = None
+                run.learner_warm, run.learner_warming = True, None
+        with contextlib.suppress(*errors.any):  # the final checkpoint counts the last chunks
+            self._final_counts()
         ending_failure = None
         try:
-            if run.learner_warming is not None:
+            if not run.learner_warm:  # it refuses what a checkpoint asks of it, as a dead one's replacement does
                 run.progress.message("no final checkpoint or policy: the learner had not finished warming up")
             elif run.final_files:
                 self._final_checkpoint_and_policy(new_work)
