@@ -702,10 +702,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "SimbaV2=benchmarks/published/hopper-v4-simbav2.csv --title Hopper": NotRun(
         "it draws the results page's figure from three runs of 35 minutes each; the script is tested on a short run "
         "with a published curve (tests/test_integration.py)"),
-    "raypex train configs/walker2d.yaml --seed 0 --run-dir runs/walker2d-s0": NotRun(
-        "a results figure at full length (99 minutes here); configs/walker2d.yaml holds the Hopper config's settings "
+    "raypex train configs/walker2d.yaml --seed 2 --run-dir runs/walker2d-s2": NotRun(
+        "a results figure at full length (91 minutes here); configs/walker2d.yaml holds the Hopper config's settings "
         "on another env, and the Hopper line runs that config in CI, shortened"),
-    "raypex eval runs/walker2d-s0 --episodes 20":
+    "raypex eval runs/walker2d-s2 --episodes 20":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "raypex train configs/ant.yaml --seed 0 --run-dir runs/ant-s0": NotRun(
         "a results figure at full length (51 minutes here); configs/ant.yaml holds the HalfCheetah config's settings "
@@ -720,10 +720,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "--out benchmarks/published/ant-v4-crossq.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Ant-v4 --max-steps "
     "100000 --out benchmarks/published/ant-v4-simbav2.csv": SIMBAV2_FILES,
-    "python -m benchmarks.curves docs/img/walker2d-published.png raypex=runs/walker2d-s0 "
+    "python -m benchmarks.curves docs/img/walker2d-published.png raypex=runs/walker2d-s1 raypex=runs/walker2d-s2 "
     "CrossQ=benchmarks/published/walker2d-v4-crossq.csv SimbaV2=benchmarks/published/walker2d-v4-simbav2.csv "
     "--title Walker2d": NotRun(
-        "it draws the results page's figure from a run of an hour or more; the script is tested on a short run "
+        "it draws the results page's figure from two runs of 91 minutes each; the script is tested on a short run "
         "with a published curve (tests/test_integration.py)"),
     "python -m benchmarks.curves docs/img/ant-published.png raypex=runs/ant-s0 "
     "CrossQ=benchmarks/published/ant-v4-crossq.csv SimbaV2=benchmarks/published/ant-v4-simbav2.csv "
