@@ -707,10 +707,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "on another env, and the Hopper line runs that config in CI, shortened"),
     "raypex eval runs/walker2d-s2 --episodes 20":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
-    "raypex train configs/ant.yaml --seed 0 --run-dir runs/ant-s0": NotRun(
-        "a results figure at full length (51 minutes here); configs/ant.yaml holds the HalfCheetah config's settings "
+    "raypex train configs/ant.yaml --seed 1 --run-dir runs/ant-s1": NotRun(
+        "a results figure at full length (25 minutes here); configs/ant.yaml holds the HalfCheetah config's settings "
         "on another env, and the HalfCheetah line runs that config in CI, shortened"),
-    "raypex eval runs/ant-s0 --episodes 20":
+    "raypex eval runs/ant-s1 --episodes 20":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Walker2d-v4 --max-steps 200000 "
     "--out benchmarks/published/walker2d-v4-crossq.csv": SIMBAV2_FILES,
