@@ -151,9 +151,8 @@ RAY_START_TIMED_OUT = "timed out during startup"
 
 def local_start_timed_out_line() -> str:
     """The one line for a local cluster Ray gave up starting: what the machine's load was."""
-    cores = os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    busy = f" (load average {load:.1f} on {cores} cores)" if load is not None else ""
+    busy = f" (load average {load:.1f} on {local_cluster_cpus()} cores)" if load is not None else ""
     return (f"Ray's local cluster did not start: its raylet had not registered within Ray's 30 s{busy}; "
             "try again once the machine is less busy, or join a running cluster with --address")
 
