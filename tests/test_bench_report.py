@@ -169,6 +169,24 @@ def test_a_process_keeps_its_label_unless_it_was_an_idle_worker_that_now_holds_a
     assert labels == {10: "CollectorActor-0", 11: "EvaluatorActor-0", 12: "raylet-0", 13: "CollectorActor-1"}
 
 
+def test_the_soak_samples_once_per_interval_of_its_clock_however_late_the_polls_come(monkeypatch):
+    from types import SimpleNamespace
+
+    from raypex.cluster.bench import soak
+
+    recorder = soak.SoakRecorder(0.2, replay_capacity=300, progress=None)  # 12 s: a sample a second
+    taken: list[float] = []
+    monkeypatch.setattr(recorder, "_sample", taken.append)
+    ended: list[str] = []
+    run = SimpleNamespace(collect_start=1000.0, metrics=SimpleNamespace(shard_sizes=[0]),
+                          evaluations=SimpleNamespace(started=0, pending=None), end_soon=ended.append)
+    for poll in range(21):  # a poll every 0.6 s: each one late against a 0.5 s cadence
+        monkeypatch.setattr(soak.time, "time", lambda at=1000.0 + 0.6 * poll: at)
+        recorder.after_poll(run)
+    assert [round(t, 1) for t in taken] == [0.0, 1.2, 2.4, 3.0, 4.2, 5.4, 6.0, 7.2, 8.4, 9.0, 10.2, 11.4, 12.0]
+    assert ended == ["soak done"]
+
+
 def test_the_learner_stage_leaves_bf16_out_only_on_a_cpu_without_bf16_units_and_only_by_default():
     from raypex.cluster.bench.learner_variants import learner_variants
     from raypex.cluster.config.arguments import UsageError

@@ -133,7 +133,9 @@ class SoakRecorder(RunObserver):
             self.progress.message(f"soak: replay full and a first evaluation done after {elapsed:.0f}s; growth is "
                                   "measured from here")
         if elapsed >= self._next:
-            self._next = elapsed + self.interval
+            # The next point of a fixed grid: a poll that comes late (the run loop waits on actors'
+            # answers) would otherwise push every later sample back and a short soak fall short.
+            self._next = (elapsed // self.interval + 1) * self.interval
             self._sample(elapsed)
         if elapsed >= self.seconds:
             run.end_soon("soak done")
