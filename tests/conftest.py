@@ -12,13 +12,15 @@ pytest_plugins = ["tests.s3_server"]  # the s3_server fixture: moto's S3 server,
 TEST_TIMEOUT_S = 600  # far above the slowest test (about 60 s); a hang fails one test, not CI
 
 
-# The longest files (each a few minutes of runs), longest first. `-n 2 --dist loadfile` hands whole
+# Every file of more than about 10 s in the suite, longest first. `-n 2 --dist loadfile` hands whole
 # files to whichever worker is free, in collection order: with these first, the short files fill in
 # at the end and both workers finish together, where alphabetical order left a long file starting
 # last on one worker while the other sat idle.
 LONGEST_FIRST = ("test_readme_lines.py", "test_faults.py", "test_readme_bench_lines.py", "test_integration.py",
-                 "test_sweep.py", "test_separate_hosts.py", "test_pixels_integration.py", "test_ray_jobs.py",
-                 "test_python_api.py", "test_storage_uri.py", "test_sweep_at_a_uri.py")
+                 "test_sweep.py", "test_separate_hosts.py", "test_pixels_integration.py", "test_several_learners.py",
+                 "test_python_api.py", "test_ray_jobs.py", "test_driver_loop.py", "test_storage_uri.py",
+                 "test_sweep_at_a_uri.py", "test_install.py", "test_continuous.py", "test_user_envs.py",
+                 "test_gradient_group.py")
 
 
 def pytest_collection_modifyitems(items):
