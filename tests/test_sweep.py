@@ -161,3 +161,41 @@ def test_the_donor_weights_digest_is_the_checkpoints_policy(tmp_path):
     assert checkpoint_weights_digest(tmp_path / "ckpt.pt") == content_digest(export_arrays(learner.step.policy))
     fresh, _ = make_learner(seed=3)
     assert checkpoint_weights_digest(tmp_path / "ckpt.pt") != content_digest(export_arrays(fresh.step.policy))
+
+
+def test_a_trial_trains_on_past_a_report_only_once_tune_has_taken_it_and_a_stop_ends_the_wait(tmp_path):
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from raypex.cluster.driver.signals import StopAsked
+    from raypex.cluster.sweep.trial import TrialWatch
+
+    events: queue.Queue = queue.Queue()
+    watch = TrialWatch(1, events, str(tmp_path / "no-stop-file"), tmp_path)
+    metrics = SimpleNamespace(env_steps=400, last_eval=None, last_return=20.0, sps=1.0, last_loss=0.5)
+    run = SimpleNamespace(metrics=metrics, epochs_done=1, config=SimpleNamespace(stop=SimpleNamespace(env_steps=8000)),
+                          outcome=SimpleNamespace(ended=None, best=None, solved=None))
+    ended: list[str] = []
+
+    def driver_loop_poll() -> None:
+        try:
+            watch.after_poll(run)
+            ended.append("went on")
+        except StopAsked as asked:
+            ended.append(asked.ended)
+
+    for tune_takes_it, outcome in ((True, "went on"), (False, "stopped by the sweep's scheduler")):
+        watch.after_epoch(run, 1, {})
+        poll = threading.Thread(target=driver_loop_poll)
+        poll.start()
+        poll.join(1.0)
+        assert poll.is_alive() and not ended  # the report is not taken: the run waits
+        kind, figures = events.get_nowait()
+        assert kind == "report" and figures["env_steps"] == 400
+        if tune_takes_it:
+            watch.report_taken.set()  # what the trial's `step` does as it returns the report
+        else:
+            watch.stop_with = "stopped by the sweep's scheduler"  # Tune's cleanup, PBT pausing the trial
+        poll.join(10.0)
+        assert ended.pop() == outcome

@@ -4,7 +4,9 @@ Trainable calls (cluster/sweep/experiment.py runs the sweep).
 
 - `step`: the run starts on the first call (its driver loop, cluster/driver/run.py, in a thread of
   the trial's actor); each call returns after `report_every_epochs` more epochs with the run's
-  figures, and the last once the run has ended (solved, or stop.env_steps), done.
+  figures, and the last once the run has ended (solved, or stop.env_steps), done. The run keeps
+  Tune's pace: it goes on past a report once Tune has taken it, so the schedulers compare trials
+  where they are, however busy Tune is.
 - `save_checkpoint`: the run writes a checkpoint set now (the learner, every shard's replay, the
   counters), copied into Tune's checkpoint directory with the trial's id beside it.
 - `load_checkpoint`: another trial's set (a PBT exploit) replaces this trial's checkpoints and the
@@ -63,6 +65,7 @@ END_TIMEOUT_S = 300
 INTERRUPTED = "interrupted"  # a run ended by the sweep's Ctrl-C: its trial is not finished
 RUNNING_DIR = "running"  # in the experiment directory: a file per trial whose run is going on
 STOP_CHECK_S = 1.0  # how often a trial looks for STOP_FILE (at a URI, each look is a request)
+REPORT_WAIT_S = 0.25  # how often a run waiting for Tune to take its report serves Tune's other asks
 
 
 def trial_bundles(config, device: str) -> list[dict[str, float]]:
@@ -107,6 +110,7 @@ class RaypexTrial(tune.Trainable):
             self._start_run()
         kind, value = self.events.get()
         if kind == "report":
+            self.watch.report_taken.set()
             return value
         if kind == "failed":
             raise value
@@ -220,15 +224,27 @@ class TrialWatch(RunObserver):
         self.exploit: dict | None = None  # load_checkpoint's, recorded at the run's first poll
         self.checkpoint_asked = threading.Event()
         self.checkpoints: queue.Queue = queue.Queue()
+        self.report_taken = threading.Event()  # clear from a report until Tune's `step` takes it
+        self.report_taken.set()
 
     def after_epoch(self, run, epoch: int, scalars: dict[str, float]) -> None:
         # a run at its end reports once, done, with its summary (`step`): a report now would let PBT
         # exploit a trial that has finished, restart it, and do so again at each restart's report
         ending = run.metrics.env_steps >= run.config.stop.env_steps or run.outcome.ended is not None
         if epoch % self.report_every == 0 and not ending:
+            self.report_taken.clear()
             self.events.put(("report", run_figures(run)))
 
     def after_poll(self, run) -> None:
+        self._serve(run)
+        # Wait for Tune to take the report before training on: a Tune slow to start (under load, 13 s
+        # here) took a trial's 18 reports at once, when the trial had almost ended, and PBT, comparing
+        # trials at results long gone, never found one to copy. Tune's save and stop are served meanwhile.
+        while not (self.stopped or self.stop_with) and not self.report_taken.wait(REPORT_WAIT_S):
+            self._serve(run)
+
+    def _serve(self, run) -> None:
+        """What Tune's thread asked of the run: record a restored exploit, write a checkpoint, stop."""
         if self.exploit is not None:
             self._record_exploit(run)
         if self.checkpoint_asked.is_set():
