@@ -187,15 +187,15 @@ def test_a_trial_trains_on_past_a_report_only_once_tune_has_taken_it_and_a_stop_
 
     for tune_takes_it, outcome in ((True, "went on"), (False, "stopped by the sweep's scheduler")):
         watch.after_epoch(run, 1, {})
-        poll = threading.Thread(target=driver_loop_poll)
+        poll = threading.Thread(target=driver_loop_poll, daemon=True)  # a run that never goes on fails, not hangs
         poll.start()
         poll.join(1.0)
         assert poll.is_alive() and not ended  # the report is not taken: the run waits
-        kind, figures = events.get_nowait()
-        assert kind == "report" and figures["env_steps"] == 400
         if tune_takes_it:
-            watch.report_taken.set()  # what the trial's `step` does as it returns the report
+            kind, figures = watch.next_event()  # what the trial's `step` returns to Tune
+            assert kind == "report" and figures["env_steps"] == 400
         else:
             watch.stop_with = "stopped by the sweep's scheduler"  # Tune's cleanup, PBT pausing the trial
         poll.join(10.0)
         assert ended.pop() == outcome
+    assert events.get_nowait()[0] == "report"  # the stopped run's report, never taken

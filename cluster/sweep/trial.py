@@ -108,9 +108,8 @@ class RaypexTrial(tune.Trainable):
     def step(self) -> dict:
         if self.thread is None:
             self._start_run()
-        kind, value = self.events.get()
+        kind, value = self.watch.next_event()
         if kind == "report":
-            self.watch.report_taken.set()
             return value
         if kind == "failed":
             raise value
@@ -234,6 +233,14 @@ class TrialWatch(RunObserver):
         if epoch % self.report_every == 0 and not ending:
             self.report_taken.clear()
             self.events.put(("report", run_figures(run)))
+
+    def next_event(self) -> tuple[str, object]:
+        """The run's next event for Tune's `step` (a report, its end, its failure), waiting for it;
+        a report taken lets the run train on."""
+        kind, value = self.events.get()
+        if kind == "report":
+            self.report_taken.set()
+        return kind, value
 
     def after_poll(self, run) -> None:
         self._serve(run)
