@@ -199,3 +199,64 @@ def test_a_trial_trains_on_past_a_report_only_once_tune_has_taken_it_and_a_stop_
         poll.join(10.0)
         assert ended.pop() == outcome
     assert events.get_nowait()[0] == "report"  # the stopped run's report, never taken
+
+
+def test_a_pbt_trial_waits_at_its_first_report_for_its_population_serving_tune_and_a_stop_ends_the_wait(tmp_path):
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from raypex.cluster.driver.signals import StopAsked
+    from raypex.cluster.sweep.trial import Population, TrialWatch
+
+    def trial(trial_id: str, population: int = 2):
+        saves: list[int] = []
+        outputs = SimpleNamespace(write_pending_checkpoint=lambda: None)
+        run = SimpleNamespace(metrics=SimpleNamespace(env_steps=400, last_eval=None, last_return=20.0, sps=1.0,
+                                                      last_loss=0.5),
+                              epochs_done=1, config=SimpleNamespace(stop=SimpleNamespace(env_steps=8000)),
+                              outcome=SimpleNamespace(ended=None, best=None, solved=None), outputs=outputs,
+                              request_checkpoint=lambda: saves.append(1), progress=SimpleNamespace(message=print))
+        watch = TrialWatch(1, queue.Queue(), str(tmp_path / "no-stop-file"), tmp_path / trial_id,
+                           Population(str(tmp_path / "started"), trial_id, population))
+        return watch, run, saves
+
+    def first_epoch(watch, run, ended: list[str]) -> threading.Thread:
+        def driver_loop() -> None:
+            try:
+                watch.after_epoch(run, 1, {})
+                watch.after_poll(run)
+                ended.append("went on")
+            except StopAsked as asked:
+                ended.append(asked.ended)
+
+        poll = threading.Thread(target=driver_loop, daemon=True)  # a run that never goes on fails, not hangs
+        poll.start()
+        assert watch.next_event()[0] == "report"  # Tune takes each report at once
+        return poll
+
+    first, first_run, first_saves = trial("t0")
+    first_ended: list[str] = []
+    first_poll = first_epoch(first, first_run, first_ended)
+    first_poll.join(1.5)
+    assert first_poll.is_alive() and not first_ended  # its report taken, it waits for the other trial
+    first.checkpoint_asked.set()  # PBT saves it meanwhile
+    assert first.checkpoints.get(timeout=10) is None and first_saves == [1]
+    second, second_run, _ = trial("t1")
+    second_ended: list[str] = []
+    first_epoch(second, second_run, second_ended).join(10)
+    assert second_ended == ["went on"]  # the last of the population to report waits for none
+    first_poll.join(10)
+    assert first_ended == ["went on"]
+    first.after_epoch(first_run, 2, {})
+    assert first.next_event()[0] == "report"
+    first.after_poll(first_run)  # past its first report it waits for nothing but Tune
+    # a trial stopped while it waits (PBT pausing it, the sweep's Ctrl-C) ends at once
+    lone, lone_run, _ = trial("t2", population=4)
+    lone_ended: list[str] = []
+    lone_poll = first_epoch(lone, lone_run, lone_ended)
+    lone_poll.join(1.5)
+    assert lone_poll.is_alive()
+    lone.stop_with = "stopped by the sweep's scheduler"
+    lone_poll.join(10)
+    assert lone_ended == ["stopped by the sweep's scheduler"]

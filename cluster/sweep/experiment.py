@@ -103,13 +103,15 @@ def run_sweep(request: SweepRequest, experiment_dir: Path | str, origin: ConfigO
         flat = len(inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack).obs_shape) == 1
         device = choose_device(config, cluster_gpus(), progress, flat)
         config = with_act_device(config, choose_act_device(config, node_resources(), device, not flat, progress))
+        population = request.samples * grid_size(request.space)
         if request.scheduler == "pbt":
-            config = population_fits(config, request.samples * grid_size(request.space), device,
-                                     sum(node.get("CPU", 0.0) for node in node_resources()), progress)
+            config = population_fits(config, population, device, sum(node.get("CPU", 0.0) for node in node_resources()),
+                                     progress)
         base = config.model_dump(mode="json")
         trainable = tune.with_resources(
             tune.with_parameters(RaypexTrial, base=base, experiment_dir=experiment, device=device,
-                                 carry_replay=request.carry_replay, report_every_epochs=request.report_every_epochs),
+                                 carry_replay=request.carry_replay, report_every_epochs=request.report_every_epochs,
+                                 start_together=population if request.scheduler == "pbt" else 0),
             tune.PlacementGroupFactory(trial_bundles(config, device), strategy="PACK"))
         callbacks = [stop, SweepProgress(experiment), JsonLoggerCallback(), CSVLoggerCallback()]
         filesystem, storage = remote(experiment) if is_uri(experiment) else (None, experiment)
@@ -126,7 +128,7 @@ def run_sweep(request: SweepRequest, experiment_dir: Path | str, origin: ConfigO
                                run_config=run_config)
         if resume:  # Tuner.restore keeps the first run's callbacks out: ours again
             tuner._local_tuner._run_config.callbacks = callbacks
-        progress.message(f"sweep: {request.samples * grid_size(request.space)} trials of {config.env.id}, "
+        progress.message(f"sweep: {population} trials of {config.env.id}, "
                          f"scheduler {request.scheduler}, searching {', '.join(request.space)}; "
                          f"TensorBoard: tensorboard --logdir {join(experiment, 'trials')}")
         grid = tuner.fit()

@@ -7,6 +7,10 @@ Trainable calls (cluster/sweep/experiment.py runs the sweep).
   figures, and the last once the run has ended (solved, or stop.env_steps), done. The run keeps
   Tune's pace: it goes on past a report once Tune has taken it, so the schedulers compare trials
   where they are, however busy Tune is.
+- PBT compares trials side by side: a trial's run waits at its first report until every trial of
+  the population has reported once (at most POPULATION_WAIT_S). On a busy cluster one trial's
+  actors can start many seconds after another's, and a short trial then trained to its end alone,
+  never compared, so never exploited.
 - `save_checkpoint`: the run writes a checkpoint set now (the learner, every shard's replay, the
   counters), copied into Tune's checkpoint directory with the trial's id beside it.
 - `load_checkpoint`: another trial's set (a PBT exploit) replaces this trial's checkpoints and the
@@ -51,6 +55,7 @@ from raypex.cluster.storage import (
     delete,
     is_uri,
     join,
+    list_files,
     modified,
     name_of,
     read_replay,
@@ -64,6 +69,8 @@ SAVE_TIMEOUT_S = 300
 END_TIMEOUT_S = 300
 INTERRUPTED = "interrupted"  # a run ended by the sweep's Ctrl-C: its trial is not finished
 RUNNING_DIR = "running"  # in the experiment directory: a file per trial whose run is going on
+STARTED_DIR = "started"  # in the experiment directory: a file per trial that has reported once
+POPULATION_WAIT_S = 120.0  # how long a PBT trial waits at its first report for the rest of its population
 STOP_CHECK_S = 1.0  # how often a trial looks for STOP_FILE (at a URI, each look is a request)
 REPORT_WAIT_S = 0.25  # how often a run waiting for Tune to take its report serves Tune's other asks
 
@@ -77,7 +84,7 @@ class RaypexTrial(tune.Trainable):
     """A raypex run as a Tune trial (see the module docstring)."""
 
     def setup(self, config: dict, *, base: dict, experiment_dir: str, device: str, carry_replay: bool,
-              report_every_epochs: int):
+              report_every_epochs: int, start_together: int = 0):
         self.params = dict(config)
         self.device, self.carry_replay, self.report_every_epochs = device, carry_replay, report_every_epochs
         # PBT restarts an exploited trial in a new actor while the old one may still be ending its
@@ -100,7 +107,8 @@ class RaypexTrial(tune.Trainable):
         self.run_dir.mkdir(parents=True, exist_ok=True)  # what it runs with now (PBT perturbs it)
         atomic_write(self.run_dir / "trial.json", json.dumps({"trial_id": self.trial_id, "params": self.params}).encode())
         self.events: queue.Queue = queue.Queue()
-        self.watch = TrialWatch(report_every_epochs, self.events, join(experiment_dir, STOP_FILE), self.run_dir)
+        self.watch = TrialWatch(report_every_epochs, self.events, join(experiment_dir, STOP_FILE), self.run_dir,
+                                Population(join(experiment_dir, STARTED_DIR), self.trial_id, start_together))
         self.thread: threading.Thread | None = None
         self.summary: dict | None = None  # the run's, once it has ended
 
@@ -215,8 +223,10 @@ class TrialWatch(RunObserver):
     checkpoint when Tune asks, records an exploit once the run has restored it, and ends the run
     when asked (by Tune's cleanup, or the sweep's STOP_FILE)."""
 
-    def __init__(self, report_every: int, events: queue.Queue, stop_file: str, run_dir: Path):
+    def __init__(self, report_every: int, events: queue.Queue, stop_file: str, run_dir: Path,
+                 population: Population | None = None):
         self.report_every, self.events, self.stop_file, self.run_dir = report_every, events, stop_file, run_dir
+        self.population = population or Population("", "", 0)
         self.stop_checked = 0.0  # when STOP_FILE was last looked for
         self.stop_with: str | None = None  # set from Tune's thread; raised in the driver's
         self.stopped = False
@@ -233,6 +243,7 @@ class TrialWatch(RunObserver):
         if epoch % self.report_every == 0 and not ending:
             self.report_taken.clear()
             self.events.put(("report", run_figures(run)))
+            self.population.mark_started()
 
     def next_event(self) -> tuple[str, object]:
         """The run's next event for Tune's `step` (a report, its end, its failure), waiting for it;
@@ -249,6 +260,20 @@ class TrialWatch(RunObserver):
         # trials at results long gone, never found one to copy. Tune's save and stop are served meanwhile.
         while not (self.stopped or self.stop_with) and not self.report_taken.wait(REPORT_WAIT_S):
             self._serve(run)
+        if self.population.waiting():
+            self._wait_for_population(run)
+
+    def _wait_for_population(self, run) -> None:
+        if self.population.all_started():
+            self.population.done_waiting()
+            return
+        run.progress.message(f"waiting for the other trials of the population of {self.population.size} to report "
+                             f"once (PBT compares trials side by side; at most {POPULATION_WAIT_S:g}s)")
+        deadline = time.monotonic() + POPULATION_WAIT_S
+        while not self.stopped and time.monotonic() < deadline and not self.population.all_started():
+            self.checkpoint_asked.wait(STOP_CHECK_S)  # a save Tune asks for meanwhile is served at once
+            self._serve(run)  # a stop asked meanwhile ends the run here
+        self.population.done_waiting()
 
     def _serve(self, run) -> None:
         """What Tune's thread asked of the run: record a restored exploit, write a checkpoint, stop."""
@@ -305,6 +330,31 @@ class TrialWatch(RunObserver):
                                     f"({exploit['env_steps']} env steps; replay carried: {exploit['replay_carried']}); "
                                     f"settings now {exploit['params']}")
         run.tb.scalars({"tune/exploited_from_env_steps": float(exploit["env_steps"])}, run.metrics.env_steps)
+
+
+class Population:
+    """The PBT population a trial starts together with: each trial marks itself in `started_dir` at
+    its first report and waits there until `size` trials have (a size of 0 or 1: no wait)."""
+
+    def __init__(self, started_dir: str, trial_id: str, size: int):
+        self.started_dir, self.trial_id, self.size = started_dir, trial_id, size
+        self.marked = False
+        self.waited = size <= 1
+
+    def mark_started(self) -> None:
+        if not self.marked and not self.waited:
+            write_bytes(join(self.started_dir, self.trial_id), b"")
+            self.marked = True
+
+    def waiting(self) -> bool:
+        """Whether the trial has reported once and has still to wait for the rest."""
+        return self.marked and not self.waited
+
+    def all_started(self) -> bool:
+        return len(list_files(self.started_dir)) >= self.size
+
+    def done_waiting(self) -> None:
+        self.waited = True
 
 
 def run_figures(run) -> dict:
