@@ -49,3 +49,22 @@ def test_a_resumed_runs_seconds_leave_out_the_time_between_its_end_and_its_resum
     assert own_seconds(1060.0, spans) == 60.0
     assert own_seconds(5030.0, spans) == 60.0 + 30.0
     assert own_seconds(1010.0, run_spans([1000.0], logged)) == 10.0  # never resumed
+
+
+def test_scalars_are_averaged_per_bin_of_env_steps_a_row_per_run_and_an_empty_bin_is_a_dash(tmp_path, capsys):
+    from benchmarks import scalars
+    from raypex.cluster.driver.tensorboard_log import TensorBoardLog
+
+    for name, points in {"a": [(0, 1.0), (9999, 3.0), (10000, 10.0), (25000, 7.0)], "b": [(15000, -4.0)]}.items():
+        log = TensorBoardLog(tmp_path / name / "tensorboard")
+        for step, value in points:
+            log.scalars({"losses/td_loss": value}, step)
+        log.close()
+    assert scalars.main([str(tmp_path / "a"), str(tmp_path / "b"), "--tags", "losses/td_loss", "eval/return_mean",
+                         "--bin", "10000", "--to", "30000"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert rows == [["losses/td_loss"], ["0k", "10k", "20k"], [a, "2.00", "10.00", "7.00"], [b, "-", "-4.00", "-"],
+                    ["eval/return_mean"], ["0k", "10k", "20k"], [a, "-", "-", "-"], [b, "-", "-", "-"]]
+    with pytest.raises(SystemExit, match="no tensorboard/ there"):
+        scalars.main([str(tmp_path)])
