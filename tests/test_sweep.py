@@ -252,7 +252,10 @@ def test_a_pbt_trial_waits_at_its_first_report_for_its_population_serving_tune_a
     assert first.next_event()[0] == "report"
     first.after_poll(first_run)  # past its first report it waits for nothing but Tune
     # a trial stopped while it waits (PBT pausing it, the sweep's Ctrl-C) ends at once
-    lone, lone_run, _ = trial("t2", population=4)
+    lone, lone_run, _ = trial("t2", population=5)
+    ended_early, _, _ = trial("t3", population=5)
+    ended_early.before_finish(None)  # a run that ended before its first report is no trial to wait for
+    assert (tmp_path / "started" / "t3").exists()
     lone_ended: list[str] = []
     lone_poll = first_epoch(lone, lone_run, lone_ended)
     lone_poll.join(1.5)

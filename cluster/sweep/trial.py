@@ -301,6 +301,8 @@ class TrialWatch(RunObserver):
 
     def before_finish(self, run) -> None:
         self.stopped = True  # the run is ending already: a stop asked now changes nothing
+        self.population.mark_started()  # a run ending before its first report keeps no other trial waiting
+        self.population.done_waiting()
 
     def checkpoint_now(self, run_thread: threading.Thread, timeout_s: float) -> Path | None:
         """Ask the run's driver loop for a checkpoint set and wait for it (called from Tune's thread);
@@ -334,7 +336,8 @@ class TrialWatch(RunObserver):
 
 class Population:
     """The PBT population a trial starts together with: each trial marks itself in `started_dir` at
-    its first report and waits there until `size` trials have (a size of 0 or 1: no wait)."""
+    its first report (or its run's end, if that comes first) and waits there until `size` trials
+    have (a size of 0 or 1: no wait)."""
 
     def __init__(self, started_dir: str, trial_id: str, size: int):
         self.started_dir, self.trial_id, self.size = started_dir, trial_id, size
@@ -342,7 +345,7 @@ class Population:
         self.waited = size <= 1
 
     def mark_started(self) -> None:
-        if not self.marked and not self.waited:
+        if not self.marked and self.size > 1:
             write_bytes(join(self.started_dir, self.trial_id), b"")
             self.marked = True
 
