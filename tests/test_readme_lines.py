@@ -725,11 +725,11 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "--title Walker2d": NotRun(
         "it draws the results page's figure from two runs of 91 minutes each; the script is tested on a short run "
         "with a published curve (tests/test_integration.py)"),
-    "python -m benchmarks.curves docs/img/ant-published.png raypex=runs/ant-s0 "
-    "CrossQ=benchmarks/published/ant-v4-crossq.csv SimbaV2=benchmarks/published/ant-v4-simbav2.csv "
-    "--title Ant": NotRun(
-        "it draws the results page's figure from a run of an hour or more; the script is tested on a short run "
-        "with a published curve (tests/test_integration.py)"),
+    "python -m benchmarks.curves docs/img/ant-published.png raypex=runs/ant-s1 raypex=runs/ant-s2 "
+    "raypex=runs/ant-s3 raypex=runs/ant-s4 CrossQ=benchmarks/published/ant-v4-crossq.csv "
+    "SimbaV2=benchmarks/published/ant-v4-simbav2.csv --title Ant": NotRun(
+        "it draws the results page's figure from four runs of 25-37 minutes each; the script is tested on a short "
+        "run with a published curve (tests/test_integration.py)"),
     "raypex train --resume runs/hc-s2 stop.env_steps=300000":
         at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000":
