@@ -7,8 +7,8 @@ Trainable calls (cluster/sweep/experiment.py runs the sweep).
   figures, and the last once the run has ended (solved, or stop.env_steps), done. The run keeps
   Tune's pace: it goes on past a report once Tune has taken it, so the schedulers compare trials
   where they are, however busy Tune is.
-- PBT compares trials side by side: a trial's run waits at its first report until every trial of
-  the population has reported once (at most POPULATION_WAIT_S). On a busy cluster one trial's
+- PBT compares trials side by side: a trial's run waits at its first report until Tune has taken a
+  report of every trial of the population (at most POPULATION_WAIT_S). On a busy cluster one trial's
   actors can start many seconds after another's, and a short trial then trained to its end alone,
   never compared, so never exploited.
 - `save_checkpoint`: the run writes a checkpoint set now (the learner, every shard's replay, the
@@ -243,13 +243,13 @@ class TrialWatch(RunObserver):
         if epoch % self.report_every == 0 and not ending:
             self.report_taken.clear()
             self.events.put(("report", run_figures(run)))
-            self.population.mark_started()
 
     def next_event(self) -> tuple[str, object]:
         """The run's next event for Tune's `step` (a report, its end, its failure), waiting for it;
         a report taken lets the run train on."""
         kind, value = self.events.get()
         if kind == "report":
+            self.population.mark_started()  # once Tune holds the trial's figures: PBT can rank it
             self.report_taken.set()
         return kind, value
 
@@ -335,9 +335,9 @@ class TrialWatch(RunObserver):
 
 
 class Population:
-    """The PBT population a trial starts together with: each trial marks itself in `started_dir` at
-    its first report (or its run's end, if that comes first) and waits there until `size` trials
-    have (a size of 0 or 1: no wait)."""
+    """The PBT population a trial starts together with: each trial marks itself in `started_dir` once
+    Tune has taken its first report (or at its run's end, if that comes first) and waits there until
+    `size` trials have (a size of 0 or 1: no wait)."""
 
     def __init__(self, started_dir: str, trial_id: str, size: int):
         self.started_dir, self.trial_id, self.size = started_dir, trial_id, size
@@ -350,7 +350,7 @@ class Population:
             self.marked = True
 
     def waiting(self) -> bool:
-        """Whether the trial has reported once and has still to wait for the rest."""
+        """Whether Tune has taken the trial's first report and it has still to wait for the rest."""
         return self.marked and not self.waited
 
     def all_started(self) -> bool:
