@@ -19,28 +19,30 @@ DEFAULT_TAGS = ("losses/td_loss", "losses/q_values", "losses/actor_loss", "chart
                 "charts/episodic_return", "eval/return_mean")
 
 
-def binned_means(points: list[tuple[int, float]], width: int, end: int) -> list[float]:
+def binned_means(points: list[tuple[float, int, float]], width: int, end: int) -> list[float]:
     """The mean of the values whose step lies in each bin [k * width, (k + 1) * width) below `end`;
-    nan for a bin with none."""
+    nan for a bin with none (`points` as read_scalars gives them)."""
     bins: list[list[float]] = [[] for _ in range(math.ceil(end / width))]
-    for step, value in points:
+    for _, step, value in points:
         if 0 <= step < end:
             bins[step // width].append(value)
     return [sum(b) / len(b) if b else math.nan for b in bins]
 
 
-def read_scalars(run_dir: Path, tags: list[str]) -> dict[str, list[tuple[int, float]]]:
-    """(env steps, value) of each of `tags` the run logged; a tag it lacks maps to []."""
+def read_scalars(run_dir: Path, tags: list[str]) -> dict[str, list[tuple[float, int, float]]]:
+    """(wall time, env steps, value) of each of `tags` the run logged, in wall-time order; a tag it
+    lacks maps to []."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     if not (run_dir / "tensorboard").is_dir():
         raise SystemExit(f"{run_dir}: no tensorboard/ there (give a run directory)")
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0}).Reload()
     logged = set(events.Tags()["scalars"])
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] if tag in logged else [] for tag in tags}
+    return {tag: sorted((e.wall_time, e.step, e.value) for e in events.Scalars(tag)) if tag in logged else []
+            for tag in tags}
 
 
-def table(runs: dict[str, dict[str, list[tuple[int, float]]]], tags: list[str], width: int, end: int) -> str:
+def table(runs: dict[str, dict[str, list[tuple[float, int, float]]]], tags: list[str], width: int, end: int) -> str:
     """Per tag: a line of bin starts, then a row per run of its means."""
     starts = range(0, end, width)
     name_width = max(len(name) for name in runs)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bin <= 0:
         raise SystemExit(f"--bin {args.bin}: give a positive number of env steps")
     runs = {str(run): read_scalars(run, args.tags) for run in args.runs}
-    end = args.to or max((step for r in runs.values() for points in r.values() for step, _ in points), default=0) + 1
+    end = args.to or max((step for r in runs.values() for points in r.values() for _, step, _ in points), default=0) + 1
     print(table(runs, args.tags, args.bin, end))
     return 0
 
