@@ -264,8 +264,8 @@ class TrialWatch(RunObserver):
             self._wait_for_population(run)
 
     def _wait_for_population(self, run) -> None:
+        self.population.done_waiting()  # once: the trial's later reports go on at once
         if self.population.all_started():
-            self.population.done_waiting()
             return
         run.progress.message(f"waiting for the other trials of the population of {self.population.size} to report "
                              f"once (PBT compares trials side by side; at most {POPULATION_WAIT_S:g}s)")
@@ -273,7 +273,6 @@ class TrialWatch(RunObserver):
         while not self.stopped and time.monotonic() < deadline and not self.population.all_started():
             self.checkpoint_asked.wait(STOP_CHECK_S)  # a save Tune asks for meanwhile is served at once
             self._serve(run)  # a stop asked meanwhile ends the run here
-        self.population.done_waiting()
 
     def _serve(self, run) -> None:
         """What Tune's thread asked of the run: record a restored exploit, write a checkpoint, stop."""
@@ -341,8 +340,8 @@ class Population:
 
     def __init__(self, started_dir: str, trial_id: str, size: int):
         self.started_dir, self.trial_id, self.size = started_dir, trial_id, size
-        self.marked = False
-        self.waited = size <= 1
+        self.marked = False  # a population of 0 or 1 is never marked, so never waited for
+        self.waited = False
 
     def mark_started(self) -> None:
         if not self.marked and self.size > 1:
