@@ -3,6 +3,12 @@ new plug-in alone: registered here (as a module of learner/algorithms/ would be)
 validation, acts in collectors and the evaluator, trains and exports through a real `--local` run
 with no other code knowing its name."""
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from raypex.cluster.commands.cli import main
@@ -79,3 +85,80 @@ def test_an_update_that_cannot_be_captured_runs_eagerly_on_a_gpu():
     assert learner_settings(load_config(None, []), spec).captures("cuda") is True
     with pytest.raises(ConfigError, match="algo.name r2d2's update is not captured as CUDA graphs yet"):
         load_config(None, ["algo.name=r2d2", "learner.cuda_graphs=on", "learner.device=cuda"])
+
+
+def in_fresh_python(code: str, site: Path | None = None) -> subprocess.CompletedProcess:
+    """`code` run by a new interpreter (the registry is per process), `site` on its path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] if site else []) or root
+    if site:
+        env["PYTHONPATH"] += os.pathsep + root
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_an_algorithm_registered_before_the_first_lookup_hides_no_built_in():
+    done = in_fresh_python("""
+        from raypex.learner.algorithms.registry import Algorithm, algorithm, names, register
+
+        @register
+        class Early(Algorithm):
+            name = "early"
+            head = "q"
+
+        print(",".join(names()), algorithm("dqn").name)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["dqn,td3,sac,r2d2,early", "dqn"]
+
+
+def installed_package(site: Path, entry: str, module: str) -> Path:
+    """A package `userq` as pip leaves it in site-packages: its module and a dist-info whose
+    entry_points.txt names `entry` in the raypex.algorithms group."""
+    site.mkdir()
+    (site / "userq.py").write_text(textwrap.dedent(module))
+    info = site / "userq-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: userq\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[raypex.algorithms]\n{entry}\n")
+    return site
+
+
+USER_Q = """
+    from raypex.learner.algorithms.registry import Algorithm
+
+    class UserQ(Algorithm):
+        name = "user-q"
+        head = "q"
+
+        def build_step(self, settings, device, gather=None, precision=None):
+            from raypex.learner.dqn_step import DQNStep
+
+            return DQNStep(settings, device, gather, precision)
+"""
+
+
+def test_an_installed_packages_entry_point_adds_its_algorithm_beside_the_built_ins(tmp_path):
+    site = installed_package(tmp_path / "site", "user-q = userq:UserQ", USER_Q)
+    done = in_fresh_python("""
+        from raypex.learner.algorithms.registry import algorithm, names
+
+        print(",".join(names()), algorithm("user-q").head)
+    """, site)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["dqn,td3,sac,r2d2,user-q", "q"]
+
+
+def test_an_entry_point_that_does_not_load_is_one_line_naming_it(tmp_path):
+    site = installed_package(tmp_path / "site", "user-q = userq:Missing", USER_Q)
+    done = in_fresh_python("""
+        import sys
+        from raypex.cluster.commands.cli import main
+
+        sys.exit(main(["train", "--local", "algo.name=user-q"]))
+    """, site)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "raypex: error: config error: algo.name: the raypex.algorithms entry point user-q = userq:Missing does not load "
+        "(AttributeError: module 'userq' has no attribute 'Missing') (got 'user-q')"]

@@ -28,6 +28,11 @@ def source_copy(where: Path) -> Path:
 def install_into_fresh_venv(venv: Path, source: Path) -> None:
     """The core install (no extras), non-editable, resolved as .ci/run resolves the suite's."""
     subprocess.run([sys.executable, "-m", "uv", "venv", "-q", str(venv), "-p", sys.executable], check=True)
+    install_into_venv(venv, source)
+
+
+def install_into_venv(venv: Path, source: Path) -> None:
+    """`pip install SOURCE` into `venv`, resolved as .ci/run resolves the suite's."""
     wheels = ["--find-links", "/opt/wheels"] if Path("/opt/wheels").is_dir() else []
     subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *wheels,
                     "-c", str(ROOT / ".ci" / "constraints.txt"), str(source)], check=True)
@@ -58,6 +63,39 @@ def test_pip_install_gives_one_package_and_a_run_beside_files_named_like_our_fol
     summary = json.loads((work / "runs" / "beside" / "summary.json").read_text())
     assert summary["ended"] == "env_steps" and summary["env_steps"] >= 3000 and summary["collector_restarts"] == 0
     assert "was imported" not in run.stderr
+
+    # a user's own package adds an algorithm through its entry point: the built-ins stay, and it trains
+    install_into_venv(venv, user_algorithm_package(tmp_path / "userq"))
+    listed = subprocess.run([str(python), "-c", "from raypex.learner.algorithms.registry import names; print(*names())"],
+                            cwd=work, env=clean, capture_output=True, text=True, check=True)
+    assert listed.stdout.split() == ["dqn", "td3", "sac", "r2d2", "user-q"]
+    run = subprocess.run([str(venv / "bin" / "raypex"), "train", "cartpole", "--run-dir", "runs/user-q",
+                          "algo.name=user-q", "eval.video_every=0"],
+                         check=False, cwd=work, env=clean, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((work / "runs" / "user-q" / "summary.json").read_text())
+    assert summary["ended"] == "solved", summary
+    assert "name: user-q" in (work / "runs" / "user-q" / "config.yaml").read_text()
+
+
+def user_algorithm_package(where: Path) -> Path:
+    """A user's package that registers `user-q` (DQN's step under its own name and class) by the
+    raypex.algorithms entry point, as its pyproject.toml declares it."""
+    (where / "userq").mkdir(parents=True)
+    (where / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "userq"\nversion = "0.1"\n\n'
+        '[project.entry-points."raypex.algorithms"]\nuser-q = "userq.algorithm:UserQ"\n')
+    (where / "userq" / "__init__.py").write_text("")
+    (where / "userq" / "algorithm.py").write_text(
+        "from raypex.learner.algorithms.registry import Algorithm\n\n\n"
+        "class UserQ(Algorithm):\n"
+        "    name = 'user-q'\n"
+        "    head = 'q'\n\n"
+        "    def build_step(self, settings, device, gather=None, precision=None):\n"
+        "        from raypex.learner.dqn_step import DQNStep\n\n"
+        "        return DQNStep(settings, device, gather, precision)\n")
+    return where
 
 
 def version() -> str:

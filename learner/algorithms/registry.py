@@ -19,6 +19,13 @@ algorithm:
 - `build_step`: its update step (learner/algorithm.py AlgorithmStep), which owns networks,
   optimizers, losses, targets, checkpoint state, the captured CUDA-graph form and the export.
 
+The built-ins (PLUGINS) are always there, and so is every algorithm a user's installed package
+names under the `raypex.algorithms` entry point group: `my-q = my_package.algorithms:MyQ` in its
+pyproject.toml's `[project.entry-points."raypex.algorithms"]`, the value an Algorithm subclass (or a
+module whose import registers one). Both load on the first lookup, in every process that looks
+(the driver, each collector, the evaluator), so an installed plug-in needs no edit to raypex; an
+algorithm registered before that lookup (a test's, a notebook's) sits beside them and hides none.
+
 Plug-in modules import nothing heavy at module level (the command line validates a config with
 the registry before torch is imported); their steps import torch when built.
 """
@@ -26,6 +33,7 @@ the registry before torch is imported); their steps import torch when built.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,8 +45,14 @@ if TYPE_CHECKING:
 
 HEADS = ("q", "recurrent_q", "deterministic", "gaussian")
 PLUGINS = ("dqn", "td3", "sac", "r2d2")  # modules of this package, each registering one algorithm
+ENTRY_POINT_GROUP = "raypex.algorithms"
 
 _registry: dict[str, Algorithm] = {}
+_loaded = False  # the built-ins and the installed packages' entry points have been loaded
+
+
+class PluginError(ValueError):
+    """An installed package's `raypex.algorithms` entry point that does not give an algorithm."""
 
 
 class Algorithm:
@@ -82,21 +96,44 @@ def register(plugin: type[Algorithm]) -> type[Algorithm]:
     return plugin
 
 
+def _load_entry_point(point) -> None:
+    where = f"the {ENTRY_POINT_GROUP} entry point {point.name} = {point.value}"
+    try:
+        loaded = point.load()
+    except Exception as err:  # a user's package: whatever its import raises is one line
+        raise PluginError(f"{where} does not load ({type(err).__name__}: {err})") from None
+    if isinstance(loaded, type) and issubclass(loaded, Algorithm):
+        if getattr(loaded, "name", None) not in _registry or type(_registry[loaded.name]) is not loaded:
+            register(loaded)
+    elif not isinstance(loaded, type(importlib)):  # a module registers its algorithms as it is imported
+        raise PluginError(f"{where} is a {type(loaded).__name__}; it must name an Algorithm subclass "
+                          "(raypex.learner.algorithms.registry.Algorithm) or a module that registers one")
+
+
 def _load() -> dict[str, Algorithm]:
-    if not _registry:
-        for module in PLUGINS:
-            importlib.import_module(f"{__package__}.{module}")
+    global _loaded
+    if not _loaded:
+        _loaded = True  # set first: a plug-in whose import looks an algorithm up must not load them again
+        try:
+            for module in PLUGINS:
+                importlib.import_module(f"{__package__}.{module}")
+            for point in entry_points(group=ENTRY_POINT_GROUP):
+                _load_entry_point(point)
+        except BaseException:
+            _loaded = False  # the next lookup says the same again
+            raise
     return _registry
 
 
 def names() -> tuple[str, ...]:
-    """Every registered algorithm's name."""
-    return tuple(_load())
+    """Every registered algorithm's name: the built-ins first, then the others as they were registered."""
+    plugins = _load()
+    return tuple(sorted(plugins, key=lambda name: PLUGINS.index(name) if name in PLUGINS else len(PLUGINS)))
 
 
 def algorithm(name: str) -> Algorithm:
     """The plug-in registered as `name`; ValueError, in one line naming the others, for none."""
     plugins = _load()
     if name not in plugins:
-        raise ValueError(f"algo.name {name} is not an algorithm raypex has; one of {', '.join(plugins)}")
+        raise ValueError(f"algo.name {name} is not an algorithm raypex has; one of {', '.join(names())}")
     return plugins[name]
