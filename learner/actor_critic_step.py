@@ -58,6 +58,7 @@ class ActorCriticStep:
     losses (TD3's or SAC's); its policy is the actor, in the env's action units once exported."""
 
     kind = "actor_critic"
+    policy_key = "actor"  # state_dict()'s entry for `policy`
     compiled = False
 
     def __init__(self, settings: LearnerSettings, device: torch.device,

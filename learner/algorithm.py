@@ -26,6 +26,7 @@ class AlgorithmStep(Protocol):
 
     kind: str  # what its checkpoints hold ("dqn", "actor_critic"): a resume with another kind is refused
     policy: nn.Module  # the network collectors and the evaluator act with: published and exported
+    policy_key: str  # the key of `state_dict()` that holds `policy`'s weights (a sweep reads them from a checkpoint)
     precision: PrecisionPolicy
     compiled: bool  # whether its networks run through torch.compile
     td_abs: torch.Tensor | None  # prioritized replay: the last update's |TD error| per transition, [G, B]

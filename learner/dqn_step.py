@@ -45,6 +45,7 @@ class DQNStep:
     Polyak targets; its policy is the greedy online Q-network."""
 
     kind = "dqn"
+    policy_key = "online"  # state_dict()'s entry for `policy`
 
     def __init__(self, settings: LearnerSettings, device: torch.device,
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,

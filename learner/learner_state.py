@@ -16,12 +16,13 @@ import torch
 from raypex.replay.state_file import first_sentence
 
 KINDS = {"dqn": "dqn", "actor_critic": "td3 or sac"}
-POLICY_NETWORK = {"dqn": "online", "actor_critic": "actor"}  # the network each kind of step acts with
+# The network each kind of step acts with, for checkpoints written before the state named it.
+FORMER_POLICY_KEYS = {"dqn": "online", "actor_critic": "actor"}
 
 
 def learner_state(learner) -> dict:
     """Everything a `Learner` needs to resume exactly (plain tensors and dicts, for torch.save)."""
-    return {"kind": learner.step.kind, "step": learner.step.state_dict(),
+    return {"kind": learner.step.kind, "policy_key": learner.step.policy_key, "step": learner.step.state_dict(),
             "counters": {"updates": learner.updates, "epochs": learner.epochs, "version": learner.version},
             "torch_rng": torch.get_rng_state()}
 
@@ -75,4 +76,5 @@ def policy_arrays(state: dict) -> dict:
     """The policy network's weights in `learner_state` output, as they are published (CPU float32
     numpy arrays by name: learner/weights.py export_arrays)."""
     kind, step_state = _kind_and_step_state(state)
-    return {name: t.detach().to("cpu", torch.float32).numpy() for name, t in step_state[POLICY_NETWORK[kind]].items()}
+    policy = step_state[state.get("policy_key") or FORMER_POLICY_KEYS[kind]]
+    return {name: t.detach().to("cpu", torch.float32).numpy() for name, t in policy.items()}

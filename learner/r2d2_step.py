@@ -34,6 +34,7 @@ class R2D2Step:
     """The online and target recurrent Q-networks, Adam, and one update over sequences."""
 
     kind = "r2d2"
+    policy_key = "online"  # state_dict()'s entry for `policy`
     compiled = False
 
     def __init__(self, settings: LearnerSettings, device: torch.device,

@@ -3,12 +3,19 @@ weights and env steps into the recipient exactly; Ctrl-C of a sweep ends every t
 stop does, and `--resume` finishes it (one sweep does both: a sweep's trials are many processes,
 and the suite shares two cores)."""
 
+import io
 import json
 import os
 import pickle
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from raypex.learner.algorithms.registry import algorithm
 
 from raypex.cluster.storage import copy_file, join, list_files, name_of, read_bytes, write_bytes
 from raypex.learner.weights import export_arrays
@@ -149,18 +156,29 @@ def test_asha_stops_by_env_steps_up_to_the_runs_own_end():
     assert sorted(milestone for milestone, _ in asha._brackets[0]._rungs) == [10000, 30000, 90000, 270000]
 
 
-def test_the_donor_weights_digest_is_the_checkpoints_policy(tmp_path):
+@pytest.mark.parametrize("algo", ["dqn", "td3", "sac", "r2d2"])
+def test_the_donor_weights_digest_is_the_checkpoints_policy(tmp_path, algo):
     """What `donor_weights` means: the policy network's arrays in the donor's checkpoint, the same
-    digest the learner reports for the weights it restored (export_arrays of its policy)."""
+    digest the learner reports for the weights it restored (export_arrays of its policy), for every
+    built-in algorithm (a PBT exploit in an r2d2 sweep once failed here with KeyError: 'r2d2')."""
     from raypex.cluster.sweep.trial import checkpoint_weights_digest
-    from tests.test_learner import make_learner
+    from raypex.learner.learner_state import learner_state
+    from tests.test_gradient_group import ALGORITHMS
+    from tests.test_learner import settings
 
-    learner, _ = make_learner()
-    learner.train_epoch()
-    (tmp_path / "ckpt.pt").write_bytes(learner.state_bytes())
-    assert checkpoint_weights_digest(tmp_path / "ckpt.pt") == content_digest(export_arrays(learner.step.policy))
-    fresh, _ = make_learner(seed=3)
-    assert checkpoint_weights_digest(tmp_path / "ckpt.pt") != content_digest(export_arrays(fresh.step.policy))
+    def checkpointed(seed: int):
+        torch.manual_seed(seed)
+        step = algorithm(algo).build_step(settings(algo=algo, **ALGORITHMS[algo]), torch.device("cpu"))
+        learner = SimpleNamespace(step=step, updates=0, epochs=0, version=0)
+        path = tmp_path / f"ckpt-{seed}.pt"
+        buffer = io.BytesIO()
+        torch.save(learner_state(learner), buffer)
+        path.write_bytes(buffer.getvalue())
+        return path, content_digest(export_arrays(step.policy))
+
+    path, digest = checkpointed(0)
+    assert checkpoint_weights_digest(path) == digest
+    assert checkpoint_weights_digest(path) != checkpointed(3)[1]
 
 
 def test_a_trial_trains_on_past_a_report_only_once_tune_has_taken_it_and_a_stop_ends_the_wait(tmp_path):
