@@ -7,7 +7,8 @@ with importance weights [G, B] under prioritized replay. For each micro-batch th
 is unrolled over the sequence from its stored state, the first `burn_in` steps without gradient,
 and the target network likewise; the loss is half the squared n-step double-Q TD error
 (learner/r2d2_targets.py) averaged over each sequence's steps, weighted per sequence; each
-sequence's new priority mixes the max and the mean of its |TD errors|. The target network is
+sequence's new priority mixes the max and the mean of its |TD errors|. An autoreset's pad steps
+count in neither (r2d2_targets.loss_mask). The target network is
 copied every `target_update_every` updates (or moved by Polyak averaging).
 """
 
@@ -24,7 +25,7 @@ from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.policy_file import RECURRENT
 from raypex.learner.precision import PrecisionPolicy, make_precision
-from raypex.learner.r2d2_targets import sequence_priorities, td_errors, unroll
+from raypex.learner.r2d2_targets import loss_mask, sequence_priorities, td_errors, unroll
 from raypex.learner.recurrent_networks import RecurrentQNetwork, StatefulQ
 from raypex.learner.settings import LearnerSettings
 from raypex.learner.target_rules import target_rule
@@ -64,10 +65,10 @@ class R2D2Step:
         if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["action"].shape[:2]):
             self.td_abs = torch.zeros(batch["action"].shape[:2], device=batch["action"].device)  # as DQNStep's
         for g in range(groups):
-            loss, td = self.sequence_loss({name: batch[name][g] for name in batch})
+            loss, td, mask = self.sequence_loss({name: batch[name][g] for name in batch})
             (loss / groups).backward()
             if self.td_abs is not None:
-                self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), torch.ones_like(td)))
+                self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), mask))
         if self.gradients is not None:
             self.gradients.reduce(self.params)
         nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
@@ -75,8 +76,9 @@ class R2D2Step:
         self.optimizer.zero_grad(set_to_none=True)
         self.targets.after_step()
 
-    def sequence_loss(self, sequences: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the weighted loss, the TD errors [L - 1, B]) of one micro-batch of B sequences."""
+    def sequence_loss(self, sequences: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(the weighted loss, the TD errors [L - 1, B], which of them count [L - 1, B]) of one
+        micro-batch of B sequences."""
         time_first = {name: sequences[name].transpose(0, 1) for name in ("obs", "action", "reward", "discount", "first")}
         batch = time_first["obs"].shape[1]
         h, c = sequences["state"].float().split(self.s.recurrent_size, dim=-1)
@@ -87,13 +89,15 @@ class R2D2Step:
             q_target = unroll(self.target, time_first["obs"], time_first["first"].bool(), (h, c), initial, burn_in)
         td = td_errors(q_online, q_target, time_first["action"][burn_in:], time_first["reward"][burn_in:],
                        time_first["discount"][burn_in:], self.s.n_step, self.s.value_rescale)
-        per_sequence = 0.5 * td.square().mean(dim=0)
+        mask = loss_mask(time_first["first"], burn_in)
+        kept = mask.to(td.dtype)
+        per_sequence = 0.5 * (td.square() * kept).sum(dim=0) / kept.sum(dim=0).clamp(min=1.0)
         if self.s.prioritized:
             per_sequence = per_sequence * sequences["weight"]
         loss = per_sequence.mean()
         self.loss_sum += loss.detach()
         self.q_sum += q_online.detach().max(dim=-1).values.mean()
-        return loss, td
+        return loss, td, mask
 
     def after_update(self, updates: int) -> None:
         """A hard target copy when one is due (learner/target_rules.py)."""

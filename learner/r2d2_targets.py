@@ -7,7 +7,9 @@ state up to date (unrolled without gradient, `unroll`); the loss is on the L = T
 after them. A sequence may run across an episode's end: `first` marks each episode's first step,
 where the recurrent state starts again from the initial one, and the step before it has discount
 0, so no return or bootstrap crosses from one episode into the next. (An episode cut by a time
-limit is ended the same way, as R2D2's Atari agents do.)
+limit is ended the same way, as R2D2's Atari agents do.) The step just before an episode's first is
+an autoreset's pad step (actors/sequence_adder.py): no env step, its observation the last one's,
+its action never taken; it carries no loss and sets no priority (`loss_mask`).
 
 Targets are n-step double-Q: for step t of the window,
     G_t = sum_{k<m} (prod_{j<k} d_{t+j}) r_{t+k} + (prod_{j<m} d_{t+j}) V(s_{t+m}),
@@ -95,6 +97,12 @@ def td_errors(q_online: torch.Tensor, q_target: torch.Tensor, actions: torch.Ten
             targets = value_rescale(targets)
     taken = q_online[:-1].gather(-1, actions[:-1].long().unsqueeze(-1)).squeeze(-1)
     return targets - taken
+
+
+def loss_mask(first: torch.Tensor, burn_in: int) -> torch.Tensor:
+    """Which of the window's L - 1 TD errors count, [L - 1, B] bool, from `first` [T, B]: all but
+    the pad steps, the steps followed by an episode's first (see the module docstring)."""
+    return ~first[burn_in + 1:].bool()
 
 
 def sequence_priorities(td_abs: torch.Tensor, mask: torch.Tensor, eta: float = PRIORITY_ETA) -> torch.Tensor:

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from raypex.learner.r2d2_step import R2D2Step
+from raypex.learner.r2d2_targets import sequence_priorities
 from tests.test_learner import settings
 
 T, BURN_IN, B = 8, 2, 16
@@ -55,7 +56,36 @@ def test_no_gradient_reaches_the_burn_in():
     step = R2D2Step(s, torch.device("cpu"))
     batch = repeat_previous(np.random.default_rng(0), 4, s.recurrent_size)
     batch["obs"].requires_grad_(True)
-    loss, _ = step.sequence_loss({name: value[0] for name, value in batch.items()})
+    loss, _, _ = step.sequence_loss({name: value[0] for name, value in batch.items()})
     loss.backward()
     grad = batch["obs"].grad[0]  # [B, T, 2]
     assert torch.count_nonzero(grad[:, :BURN_IN]) == 0 and torch.count_nonzero(grad[:, BURN_IN:]) > 0
+
+
+def test_an_autoresets_pad_step_neither_trains_nor_sets_a_priority():
+    """The step before an episode's first is an autoreset's pad step (actors/sequence_adder.py): its
+    action was never taken, so changing it changes neither the loss, nor its gradient, nor the
+    sequence's priority, where changing a real step's action changes all of them."""
+    s = settings(obs_shape=(2,), num_actions=2, hidden=[8], algo="r2d2", recurrent_size=8, burn_in=BURN_IN,
+                 n_step=2, micro_batch=4, prioritized=True)
+    torch.manual_seed(0)
+    step = R2D2Step(s, torch.device("cpu"))
+    batch = repeat_previous(np.random.default_rng(0), 4, s.recurrent_size)
+    pad = 5  # step 5 pads the episode that ends at step 4; step 6 starts the next one
+    batch["first"][0, :, pad + 1] = True
+    batch["reward"][0, :, pad] = 0.0
+
+    def outcome(actions_at: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+        changed = {name: value.clone() for name, value in batch.items()}
+        changed["action"][0, :, actions_at] = 1 - changed["action"][0, :, actions_at]
+        step.optimizer.zero_grad(set_to_none=True)
+        loss, td, mask = step.sequence_loss({name: value[0] for name, value in changed.items()})
+        loss.backward()
+        priority = sequence_priorities(td.detach().abs(), mask)
+        return float(loss), torch.cat([p.grad.flatten() for p in step.params]), priority
+
+    loss, grad, priority = outcome(actions_at=0)  # step 0 is burn-in: as the batch itself
+    pad_loss, pad_grad, pad_priority = outcome(actions_at=pad)
+    assert pad_loss == loss and torch.equal(pad_grad, grad) and torch.equal(pad_priority, priority)
+    real_loss, real_grad, real_priority = outcome(actions_at=pad - 1)
+    assert real_loss != loss and not torch.equal(real_grad, grad) and not torch.equal(real_priority, priority)
