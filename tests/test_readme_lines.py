@@ -560,6 +560,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train cartpole env.id=my_env:Corridor stop.eval_return=0.9 --run-dir runs/corridor": Run(
         check=corridor_solved),
     "raypex eval runs/corridor --episodes 10": Run(check=corridor_evaluated),
+    "raypex train env.id=my_env:Corridor --debug": Elsewhere(
+        "tests/test_user_envs.py::test_debug_shows_the_users_own_traceback_before_the_line", '"--debug"',
+        "an env file whose step raises: its traceback, then the one line"),
     block_holding("raypex.train(\"cartpole\""): Run(check=api_returned_the_run),
     'pip install -e ".[tune]"': Elsewhere(".ci/run", '-e ".[test]"', "`.ci/run` installs the test extra, which "
                                           "holds the tune extra"),
