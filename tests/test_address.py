@@ -13,6 +13,7 @@ from raypex.cluster.driver.address import (
     JOB_VARIABLE,
     ConnectError,
     check_gcs_port,
+    has_token,
     host_port,
     join_failed,
     kept_up_address,
@@ -160,3 +161,27 @@ def test_a_local_cluster_ray_gives_up_starting_is_one_line_naming_the_load_and_l
         r"\(load average \d+\.\d on \d+ cores\); try again once the machine is less busy, or join a running "
         r"cluster with --address", err[0]), err
     assert not run.exists()
+
+
+def test_a_token_client_against_a_cluster_without_tokens_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch,
+                                                                                      kept_up_ray):
+    """RAY_AUTH_MODE=token against a cluster started without it: Ray joins, then cancels every actor
+    the run asks for ("Actor creation cancelled", exit 1, a run directory with a 0-step summary and
+    a --resume suggested that fails). Said before the join instead: one line, exit 2, nothing
+    written. So is RAY_AUTH_MODE=token with no token to send."""
+    run = tmp_path / "run"
+    token = tmp_path / "auth_token"
+    token.write_text("0" * 32)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    assert main(["train", "--address", kept_up_ray, "--run-dir", str(run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"raypex: error: --address {kept_up_ray}: RAY_AUTH_MODE=token is set here, but the cluster does not use token "
+        "authentication (it answers calls without one); unset RAY_AUTH_MODE, or start the cluster with "
+        "RAY_AUTH_MODE=token"]
+    assert not run.exists()
+    token.unlink()
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token either
+    assert not has_token()
+    assert has_token({"RAY_AUTH_TOKEN": "abc"}) and not has_token({"RAY_AUTH_TOKEN_PATH": str(token)})

@@ -1,5 +1,5 @@
 """`ray job submit -- raypex train ...` against a head started the way a user starts one
-(`ray start --head`, token authentication on, as Ray 2.60 makes it): the job trains on that
+(`ray start --head` with RAY_AUTH_MODE=token, token authentication on): the job trains on that
 cluster (not on a local one nested inside the job), with the user's own env file from the job's
 working directory, streams its progress, and `ray job stop` takes the clean stop path (final
 checkpoint, summary)."""
@@ -131,3 +131,11 @@ def test_a_token_cluster_without_the_token_is_one_line_at_once(tmp_path, head):
     assert "uses token authentication" in lines[0] and "RAY_AUTH_MODE=token" in lines[0], lines
     assert took < 10, took
     assert not (tmp_path / "refused").exists()
+    # RAY_AUTH_MODE=token with no token anywhere (Ray's join refused it in a paragraph)
+    no_token = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    refused = subprocess.run([*command, "--run-dir", str(tmp_path / "no-token")], check=False, capture_output=True,
+                             text=True, timeout=60, env={**no_token, "RAY_AUTH_MODE": "token", "HOME": str(tmp_path)})
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"raypex: error: --address {address}: RAY_AUTH_MODE=token is set, but there is no token to send; copy the "
+        "head's ~/.ray/auth_token here, or set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"], refused.stderr
+    assert not (tmp_path / "no-token").exists()

@@ -572,7 +572,11 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex tune configs/cartpole.yaml 'learner.lr=loguniform(1e-3,3e-2)' --samples 8 --scheduler asha": Elsewhere(
         ASHA, "\"asha\"", "ASHA's rungs for the config's stop.env_steps are checked; the eight-trial line's run, "
         "stopped by Ctrl-C and resumed, is in BENCHMARKS.md (git history)"),
-    "ray start --head --port 6379": Elsewhere(SEPARATE_HOSTS, "hosts_with_ray", "three hosts in network namespaces, `ray start` on each (hosts_with_ray)"),
+    "ray get-auth-token --generate": Elsewhere(SEPARATE_HOSTS, "hosts_with_ray", "three hosts in network namespaces "
+                                               "sharing the token it writes (hosts_with_ray runs it first)"),
+    "RAY_AUTH_MODE=token ray start --head --port 6379": Elsewhere(
+        SEPARATE_HOSTS, "hosts_with_ray", "three hosts in network namespaces, `ray start` on each with token "
+        "authentication on (hosts_with_ray)"),
     "RAY_AUTH_MODE=token ray start --address HEAD:6379": Elsewhere(
         SEPARATE_HOSTS, "hosts_with_ray", "three hosts in network namespaces, `ray start` on each with token authentication on"),
     "RAY_AUTH_MODE=token raypex train configs/cartpole.yaml --address HEAD:6379 collectors.num=16": Elsewhere(

@@ -118,6 +118,10 @@ def hosts_with_ray(stack: ExitStack, cpus: list[int], env: dict | None = None) -
     if not address_file.exists():
         stack.callback(address_file.unlink, missing_ok=True)
     hosts = Hosts(len(cpus), stack)
+    # as docs/guides/cluster.md has users start a cluster: a token first (kept if there is one), in
+    # ~/.ray/auth_token, which every host here shares
+    subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for i, count in enumerate(cpus):
         ray_start(hosts, i, stack, cpus=count, env=env)
         if i == 0:

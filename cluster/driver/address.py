@@ -5,9 +5,13 @@ the wrong thing answers there.
 - nothing listens at HOST:PORT (refused), or nobody answers (timeout): said at once;
 - something answers that does not speak HTTP/2, as a Ray GCS (gRPC) does (a dashboard or job
   server port, say): said at once, with where the GCS port comes from;
-- the GCS wants a token (what `ray start` turns on since Ray 2.60) and this process is not set up
-  to send one: said after one refused call, with the variables to set (Ray's own join retries
-  for about 20 s first).
+- the GCS wants a token (a cluster started with RAY_AUTH_MODE=token) and this process is not set
+  up to send one: said after one refused call, with the variables to set (Ray's own join retries
+  for about 20 s first);
+- this process is set up to send a token (RAY_AUTH_MODE=token) and the GCS answers without one:
+  Ray 2.60 joins, then every actor the run asks for is cancelled ("Actor creation cancelled"), so
+  it is said before the join; and RAY_AUTH_MODE=token with no token to send, which Ray's join
+  refuses in a paragraph.
 Turning token authentication on whenever a token file exists on this machine was tried and not
 kept: against a cluster started without it, the run's workers died at once.
 """
@@ -90,15 +94,20 @@ def check_gcs_port(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
 
 TOKEN_HINT = ("set RAY_AUTH_MODE=token with the head's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or "
               "RAY_AUTH_TOKEN_PATH")
+TOKEN_FILE = "~/.ray/auth_token"  # where `ray get-auth-token --generate` writes one, and Ray looks last
 
 
-def check_gcs_auth(address: str, timeout_s: float = CONNECT_TIMEOUT_S, environ=os.environ) -> None:
-    """Raise ConnectError when the GCS at `address` refuses a call without a token and this
-    process has not been told to send one (RAY_AUTH_MODE=token: Ray's join then says whether
-    the token is right)."""
-    target = host_port(address)
-    if target is None or environ.get("RAY_AUTH_MODE", "").lower() == "token":
-        return
+def has_token(environ=os.environ) -> bool:
+    """Whether Ray would find a token to send: RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH names,
+    or ~/.ray/auth_token."""
+    if environ.get("RAY_AUTH_TOKEN", "").strip():
+        return True
+    path = environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser(TOKEN_FILE)
+    return os.path.isfile(path)
+
+
+def _refuses_without_token(target: tuple[str, int], timeout_s: float) -> bool:
+    """Whether the GCS at `target` refuses a call that carries no token."""
     import grpc  # Ray's own dependency
 
     with grpc.insecure_channel(f"{target[0]}:{target[1]}") as channel:
@@ -108,9 +117,28 @@ def check_gcs_auth(address: str, timeout_s: float = CONNECT_TIMEOUT_S, environ=o
         try:
             call(b"", timeout=timeout_s)
         except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.UNAUTHENTICATED:
-                raise ConnectError(f"--address {address}: the cluster uses token authentication (what `ray start` "
-                                   f"turns on since Ray 2.60); {TOKEN_HINT}") from None
+            return err.code() == grpc.StatusCode.UNAUTHENTICATED
+    return False
+
+
+def check_gcs_auth(address: str, timeout_s: float = CONNECT_TIMEOUT_S, environ=os.environ) -> None:
+    """Raise ConnectError when this process and the GCS at `address` disagree on token
+    authentication (see the module docstring), or this process would send a token it lacks."""
+    target = host_port(address)
+    if target is None:
+        return
+    token_mode = environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    refuses = _refuses_without_token(target, timeout_s)
+    if refuses and not token_mode:
+        raise ConnectError(f"--address {address}: the cluster uses token authentication (it was started with "
+                           f"RAY_AUTH_MODE=token); {TOKEN_HINT}")
+    if token_mode and not refuses:
+        raise ConnectError(f"--address {address}: RAY_AUTH_MODE=token is set here, but the cluster does not use token "
+                           "authentication (it answers calls without one); unset RAY_AUTH_MODE, or start the cluster "
+                           "with RAY_AUTH_MODE=token")
+    if token_mode and not has_token(environ):
+        raise ConnectError(f"--address {address}: RAY_AUTH_MODE=token is set, but there is no token to send; copy the "
+                           f"head's {TOKEN_FILE} here, or set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH")
 
 
 def join_failed(address: str, err: Exception, token_mode: bool) -> ConnectError:
@@ -120,7 +148,7 @@ def join_failed(address: str, err: Exception, token_mode: bool) -> ConnectError:
     if reason.startswith("Version mismatch"):
         hint = "; install the cluster's Ray and Python versions on this machine"
     elif not token_mode:
-        hint = f"; if the cluster uses token authentication (what `ray start` turns on since Ray 2.60), {TOKEN_HINT}"
+        hint = f"; if the cluster uses token authentication (started with RAY_AUTH_MODE=token), {TOKEN_HINT}"
     else:
         hint = ""
     return ConnectError(f"--address {address}: cannot connect to a Ray cluster ({reason}){hint}")
