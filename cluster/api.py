@@ -127,7 +127,7 @@ def _best_trial(directory: Path) -> Path:
 def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None = None, seed: int = 12345,
              video: str | Path | None = None) -> EvalResult:
     """Play `episodes` episodes of a run's policy.pt2 in its env (each in its own env of one vector
-    env), greedily, or with `epsilon` random actions (default: the run's eval.epsilon); `video`:
+    env; `run_dir` may also name the policy.pt2 of a run or of a sweep's experiment), greedily, or with `epsilon` random actions (default: the run's eval.epsilon); `video`:
     a path for the first episode as an animated PNG. Works from any directory, your own env's code
     included (found where the run was started: env.code_dir). UsageError, in one line, for a run
     directory without a readable policy or config, or an env that cannot be built."""
@@ -140,10 +140,13 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     run_dir = Path(run_dir).resolve()
     if episodes < 1:
         raise UsageError(f"episodes (--episodes) must be >= 1, got {episodes}")
+    policy_path = None
+    if run_dir.is_file() and run_dir.suffix == ".pt2":  # a run's (or a sweep's) policy.pt2 itself
+        policy_path, run_dir = run_dir, run_dir.parent
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
     run_dir = _best_trial(run_dir)
-    policy_path = run_dir / "policy.pt2"
+    policy_path = policy_path or run_dir / "policy.pt2"
     if not policy_path.is_file():
         raise UsageError(f"{run_dir}: no policy.pt2 (the run has not finished, or this is not a run directory)")
     try:

@@ -154,6 +154,11 @@ def test_eval_finds_the_runs_own_env_code_from_any_directory(env_id, in_dir, tmp
     assert re.fullmatch(r"mean return -?\d+\.\d\d over 6 episodes \(min .*\)\nno video: this env has no pictures\n",
                         evaluated.stdout), evaluated.stdout
     assert "code_dir: " + str(in_dir) in (in_dir / "runs" / "c" / "config.yaml").read_text()
+    # the policy file itself, as a sweep's last line names its best policy
+    by_file = subprocess.run([sys.executable, "-m", "raypex", "eval", str(in_dir / "runs" / "c" / "policy.pt2"),
+                              "--episodes", "6", "--epsilon", "0.1"], cwd=elsewhere, capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert by_file.returncode == 0 and by_file.stdout.splitlines()[0] == evaluated.stdout.splitlines()[0], by_file
 
 
 def test_an_env_raising_mid_run_in_one_process_ends_it_in_one_line_naming_its_line(in_dir, capsys):

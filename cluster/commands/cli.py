@@ -116,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a YAML file or shipped config name (default: the CartPole defaults) and overrides")
     ev = sub.add_parser("eval", help="the return of a run's saved policy.pt2, from any directory")
     ev.add_argument("run_dir", type=run_location, metavar="RUN_DIR",
-                    help="a run directory holding policy.pt2 and config.yaml, or a sweep's experiment directory "
-                    "(its best trial's policy; a path, or a URI)")
+                    help="a run directory holding policy.pt2 and config.yaml, a sweep's experiment directory "
+                    "(its best trial's policy; a path, or a URI), or the policy.pt2 of either")
     ev.add_argument("--episodes", type=int, default=100, help="episodes to average (default: 100)")
     ev.add_argument("--epsilon", type=float, default=None,
                     help="share of random actions (default: the run's eval.epsilon, 0 for greedy)")
