@@ -13,7 +13,7 @@ from raypex.actors.envs import inspect_env
 from raypex.cluster.commands.cli import main
 from raypex.cluster.config.loading import apply_overrides, config_origin, load_config, saved_config_upgraded, validate
 from raypex.cluster.config.schema import RunConfig, config_warnings
-from raypex.cluster.plan.env_fit import fit_to_env
+from raypex.cluster.plan.env_fit import check_nothing_shadows_raypex, fit_to_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -501,3 +501,17 @@ def test_the_api_is_listed_for_completion_and_each_eval_default_is_said_once(cap
     for option in ("--episodes EPISODES", "--epsilon EPSILON", "--seed SEED", "--video FILE.png"):
         described = text.split(f" {option} ", 1)[1].split(" --", 1)[0]
         assert described.count("default") == 1, (option, described)
+
+
+def test_a_script_beside_a_clone_imports_the_clones_raypex_and_runs_there_are_not_refused(tmp_path, monkeypatch):
+    """`git clone` names the checkout raypex/: a script beside it imported that folder, an empty
+    namespace ("cannot import name 'load_policy' from 'raypex' (unknown location)"). The checkout's
+    root now stands in for its package, and the run's check for what would shadow raypex lets it be."""
+    (tmp_path / "raypex").symlink_to(ROOT, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", "from raypex import load_policy; import raypex, raypex.actors.envs; "
+                           "print(raypex.__file__)"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(ROOT / "raypex" / "__init__.py")
+    monkeypatch.chdir(tmp_path)
+    check_nothing_shadows_raypex(load_config(None, []))

@@ -181,13 +181,15 @@ def human_bytes(n: float) -> str:
 
 def check_nothing_shadows_raypex(config: RunConfig) -> None:
     """UsageError when the working directory (every actor's too: Ray gives them the driver's, or
-    the env's code directory) holds a `raypex.py` or `raypex/` other than this raypex: the actors
-    would import it in our place. Every other name is safe: all of raypex lives in the package."""
+    the env's code directory) holds a `raypex.py` or `raypex/` other than this raypex or the
+    checkout it comes from: the actors would import it in our place. Every other name is safe: all of raypex lives in the package."""
     import raypex
 
     ours = Path(raypex.__file__).resolve().parent
+    # the checkout ours was loaded from stands in for it where it is imported (its __init__.py)
+    same = {ours, ours.parent} if (ours.parent / "__init__.py").is_file() else {ours}
     for directory in {Path.cwd().resolve(), *([Path(config.env.code_dir)] if config.env.code_dir else [])}:
-        found = [p for p in (directory / "raypex.py", directory / "raypex") if p.exists() and p.resolve() != ours]
+        found = [p for p in (directory / "raypex.py", directory / "raypex") if p.exists() and p.resolve() not in same]
         if found:
             raise UsageError(f"{found[0]} would be imported in place of raypex by the run's actors (they work in "
                              f"{directory}); rename it")
