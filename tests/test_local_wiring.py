@@ -106,3 +106,27 @@ def test_prioritized_replay_flows_collector_to_shard_to_learner_and_back():
     applied = sum(shard.priorities.updates_applied for shard in run.replay.shards)
     assert applied == 3 * 3 * 32  # every transition trained on got its new priority (nothing was overwritten)
     assert all(shard.priorities.total > 0 for shard in run.replay.shards)
+
+
+def test_a_local_run_stopped_by_env_steps_is_the_same_however_often_the_driver_looks(tmp_path, monkeypatch):
+    """`--local` runs in lockstep, so the same seed gives the same run bit for bit. Its end once came
+    at the driver's next poll, every half second of wall time: four identical commands stopped by
+    stop.env_steps=15000 ended at 15,033 to 18,088. The collectors now stop at the budget themselves
+    and the loop polls after each epoch: a driver polling all the time and one polling every 30 s
+    end at the same env step, with the same checkpoint."""
+    import json
+
+    from raypex.cluster.commands.cli import main
+    from raypex.cluster.driver import run as run_loop
+
+    ends = []
+    for poll_every_s in (0.0, 30.0):
+        monkeypatch.setattr(run_loop, "POLL_EVERY_S", poll_every_s)
+        run_dir = tmp_path / f"every-{poll_every_s:g}s"
+        assert main(["train", "--local", "--run-dir", str(run_dir), "stop.env_steps=3000", "stop.eval_return=null",
+                     "eval.video_every=0"]) == 0
+        summary = json.loads((run_dir / "summary.json").read_text())
+        manifest = json.loads(max((run_dir / "checkpoints").glob("ckpt-*.json")).read_text())
+        ends.append((summary["env_steps"], summary["epochs"], manifest["learner_sha256"]))
+    assert ends[0] == ends[1], ends
+    assert 3000 <= ends[0][0] < 3000 + 16 * 16  # one chunk of one collector at most past the budget

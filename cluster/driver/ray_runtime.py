@@ -51,6 +51,7 @@ class RayRuntime:
     """Runs the parts as Ray actors and waits on their calls with ray.wait and ray.get."""
 
     errors = RAY_ERRORS
+    polls_every_epoch = False  # the actors run side by side with the loop: it polls every POLL_EVERY_S
 
     def __init__(self, address: str | None = None, ship_code: bool = True, from_variable: bool = False,
                  connected_device: str | None = None, learner_host: type = LearnerActor,
@@ -70,8 +71,9 @@ class RayRuntime:
         self.group = reservation  # the placement groups, once reserved
         self.actors: RunActors | None = None
 
-    def start(self, config: RunConfig, spec, progress, startup) -> RunActors:
-        """Connect (unless connected), choose devices, reserve, ask for every actor."""
+    def start(self, config: RunConfig, spec, progress, startup, env_steps_done: int = 0) -> RunActors:
+        """Connect (unless connected), choose devices, reserve, ask for every actor (whose
+        collectors the loop stops, `env_steps_done` aside)."""
         self.come_back_s = config.collectors.come_back_s
         try:
             if self.owns_connection:

@@ -165,7 +165,8 @@ class TrainingRun:
         return exit_code(interrupt) if interrupt is not None else 0
 
     def _start(self) -> None:
-        self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup)
+        self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup,
+                                    self.metrics.env_steps_offset)
         self.learner_warming = self.actors.learner.warmup.remote(self.resume.learner_state if self.resume else None)
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         if self.outputs.remote is not None:
@@ -217,10 +218,12 @@ class TrainingRun:
             finished = evaluations.pending is not None and evaluations.pending in ready
             if finished and self.on_evaluation():
                 stopping = self._stop_learning()
+            epoch_recorded = False
             try:
                 if self.outputs.checkpoint_ready():  # its last part has come
                     self.outputs.write_pending_checkpoint()
-                if queued[0].result in ready:
+                epoch_recorded = queued[0].result in ready
+                if epoch_recorded:
                     epoch, ref = queued.popleft()
                     self._on_epoch(epoch, self.rt.get(ref))
             except (*self.rt.errors.died, *self.rt.errors.raised) as err:  # the learner died: a new one, or the end
@@ -234,7 +237,7 @@ class TrainingRun:
                 continue
             if not stopping:
                 evaluations.maybe_start()
-            if time.perf_counter() >= next_poll:
+            if time.perf_counter() >= next_poll or epoch_recorded and self.rt.polls_every_epoch:
                 next_poll = time.perf_counter() + POLL_EVERY_S
                 if self.poll() and not stopping:
                     self.outcome.ended = self.outcome.ended or "env_steps"

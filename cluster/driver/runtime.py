@@ -47,9 +47,11 @@ class Runtime(Protocol):
     """Where a run's parts live, and how the run loop waits for what it asked of them."""
 
     errors: RuntimeErrors
+    polls_every_epoch: bool  # the loop polls after each epoch (parts in step with it), else every few seconds
 
-    def start(self, config, spec, progress, startup) -> RunParts:
-        """Make the parts of the run (connecting to a cluster first where there is one)."""
+    def start(self, config, spec, progress, startup, env_steps_done: int = 0) -> RunParts:
+        """Make the parts of the run (connecting to a cluster first where there is one);
+        `env_steps_done`: the run's env steps before this command (a resumed run's)."""
 
     def wait(self, pending: list, num_returns: int = 1, timeout: float | None = None) -> list:
         """Those of `pending` that are ready (at least `num_returns`, unless `timeout` passed first)."""

@@ -139,15 +139,18 @@ class LocalRuntime:
     """Runs the parts in this process."""
 
     errors = RuntimeErrors(any=(PartRaised,), raised=(PartRaised,))
+    # Polled after every epoch, not every few seconds: what a poll decides (the stop, evaluations,
+    # checkpoints' counts) then falls at the same epochs whatever the machine's load.
+    polls_every_epoch = True
 
     def __init__(self):
         self.parts: LocalParts | None = None
         self.hang_watch: HangWatch | None = None
 
-    def start(self, config: RunConfig, spec, progress, startup) -> LocalParts:
+    def start(self, config: RunConfig, spec, progress, startup, env_steps_done: int = 0) -> LocalParts:
         """Build the parts here, on the CPU (one torch thread: the collectors share the process),
-        and watch their env steps (cluster/local/hang_watch.py)."""
-        self.parts = LocalParts(build_local(plan_run(config, spec)))
+        their collecting ending at stop.env_steps, and watch their env steps (cluster/local/hang_watch.py)."""
+        self.parts = LocalParts(build_local(plan_run(config, spec), env_step_budget=config.stop.env_steps - env_steps_done))
         run = self.parts.run
         parts = [(f"collector {i}", c) for i, c in enumerate(run.collectors)] + [("the evaluator", run.evaluator.evaluator)]
         self.hang_watch = HangWatch(parts, config.env.step_timeout_s, config.env.id)

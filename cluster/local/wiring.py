@@ -4,7 +4,9 @@ cluster/plan/topology.py plans, through the in-process seams (cluster/local/seam
 What the Ray wiring (cluster/driver/wiring.py) builds as actors across a cluster, this builds
 without Ray: for the local runtime (`raypex train --local`), the lockstep replica, tests and
 debugging a config. With no other thread to insert, a learner the replay ratio holds back lets
-every collector collect a chunk: the parts run in lockstep.
+every collector collect a chunk: the parts run in lockstep. Given an env-step budget (what is left
+of stop.env_steps), the collectors stop at it, and a learner then held back for data ends its
+epoch: how far a run goes depends on its config alone, never on when the driver looks.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from raypex.cluster.hosts.learner_host import LearnerHost
 from raypex.cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
 from raypex.cluster.local.seams import ShardWriter, WeightBoard
 from raypex.cluster.plan.topology import Topology
+from raypex.replay.contracts import TrainingStopped
 
 
 @dataclass
@@ -38,13 +41,16 @@ class LocalRun:
         return self.host.replay
 
 
-def build_local(plan: Topology, device: str = "cpu") -> LocalRun:
-    """Build and connect the plan's components in this process."""
+def build_local(plan: Topology, device: str = "cpu", env_step_budget: int | None = None) -> LocalRun:
+    """Build and connect the plan's components in this process; the collectors together collect
+    up to `env_step_budget` env steps (None: no end of their own)."""
     weights = WeightBoard()
     collectors: list[Collector] = []
 
     def every_collector_collects() -> None:
         for collector in collectors:
+            if env_step_budget is not None and sum(c.env_steps for c in collectors) >= env_step_budget:
+                raise TrainingStopped("the collectors have collected stop.env_steps")
             collector.collect_chunk()
 
     # the replay -> the learner (draws, in process); a learner waiting on the limiter lets the collectors run
