@@ -35,6 +35,7 @@ from torch import nn
 from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork, TwinCritic
 from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.algorithm import take_means
+from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
 from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
@@ -119,7 +120,27 @@ class ActorCriticStep:
         self.actor_loss_sum = torch.zeros((), device=device)
         self.actor_steps = 0
         self.td_abs: torch.Tensor | None = None
-        self.gradients: GradientGroup | None = None  # several learners (learner/gradient_group.py)
+        self._gradients: GradientGroup | None = None
+
+    @property
+    def gradients(self) -> GradientGroup | None:
+        """Several learners (learner/gradient_group.py): the group this step's updates are one part of."""
+        return self._gradients
+
+    @gradients.setter
+    def gradients(self, group: GradientGroup | None) -> None:
+        """Join `group` (None: leave it); what reads the batch in the forward (batch renormalization)
+        and the bounds SALE keeps read the group's batch from then on."""
+        self._gradients = group
+        for module in self.critic.modules():
+            if isinstance(module, BatchRenorm):
+                module.group = group
+        if self.sale is not None:
+            self.sale.group = group
+
+    def _share(self, loss: torch.Tensor) -> torch.Tensor:
+        """`loss`, in a group weighed by this learner's share of the batch (learner/gradient_group.py)."""
+        return loss if self._gradients is None else loss * self._gradients.share
 
     def noise_shape(self) -> tuple[int, ...]:
         """[2, G, B, action_dim]: the critics' (0) and the actor's (1) standard normal noise for one update."""
@@ -140,7 +161,7 @@ class ActorCriticStep:
         with_actor = self.with_actor_next()
         noise = self.draw_noise()
         if self.gradients is not None:  # drawn for the group's batch: this learner's rows
-            noise = self.gradients.own_rows(noise, dim=2)
+            noise = self.gradients.own_rows(noise, dim=1)
         self.update(batch, noise, with_actor)
         self.count(with_actor)
 
@@ -176,25 +197,34 @@ class ActorCriticStep:
         if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["return"].shape):
             self.td_abs = torch.zeros(batch["return"].shape, device=batch["return"].device)  # as DQNStep's
         s = self.s
-        for g in range(groups):
+        # A learner of a group with an empty part computes nothing (its gradients count as zeros)
+        # unless the critics' forward joins the group's (batch renormalization): then it runs on no rows.
+        empty = batch["action"].shape[1] == 0
+        joins_forward = self._gradients is not None and self.critic_target is None
+        for g in range(0 if empty and not joins_forward else groups):
             action = batch["action"][g]
             weight = batch["weight"][g] if s.prioritized else None
             if self.sale is not None:
                 with self.precision.autocast():
                     encoder_loss = self.sale.loss(batch["obs"][g], action, batch["next_obs"][g])
-                _backward(encoder_loss / groups, self.critic_scale)
+                _backward(self._share(encoder_loss / groups), self.critic_scale)
             out = self.critic_loss({key: batch[key][g] for key in TRANSITION}, weight, noise[0, g])
-            _backward(out.loss / groups, self.critic_scale)
+            _backward(self._share(out.loss / groups), self.critic_scale)
+            if empty:  # its means are of no rows
+                continue
             if self.sale is not None:
                 self.sale.saw_targets(out.target)
             if self.td_abs is not None:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
+        if self.sale is not None:
+            self.sale.after_critic_losses()
         if self.critic_scale is not None:
             self.critic_scale.unscale_([p.grad for p in self.critic_step_params])
         if self.gradients is not None:
-            self.gradients.reduce(self.critic_step_params)
+            overflowed = self.critic_scale.found_inf if self.critic_scale is not None else None
+            self.gradients.reduce(self.critic_step_params, overflowed)
         nn.utils.clip_grad_norm_(self.critic_params, s.max_grad_norm, foreach=True)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -203,7 +233,7 @@ class ActorCriticStep:
         if self.critic_scale is not None:
             self.critic_scale.update()
         if with_actor:
-            self._actor_step(batch, groups, noise[1])
+            self._actor_step(batch, 0 if empty else groups, noise[1])
         if with_actor:
             self.targets.after_step()
 
@@ -224,7 +254,7 @@ class ActorCriticStep:
 
     def _update_normalizers(self, obs: torch.Tensor) -> None:
         first, *others = self.normalizers
-        first.update(obs)
+        first.update(obs, self._gradients)
         for other in others:
             torch._foreach_copy_(list(other.buffers()), list(first.buffers()))
 
@@ -236,7 +266,7 @@ class ActorCriticStep:
         for g in range(groups):
             actor_loss, beside = self.actor_loss(batch["obs"][g], noise[g])
             loss = actor_loss if beside is None else actor_loss + beside  # no shared parameter
-            _backward(loss / groups, self.actor_scale)
+            _backward(self._share(loss / groups), self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
         for p in self.critic_params:
             p.requires_grad_(True)
@@ -245,7 +275,7 @@ class ActorCriticStep:
         if self.actor_scale is not None:
             self.actor_scale.unscale_([p.grad for p in stepped])
         if self.gradients is not None:
-            self.gradients.reduce(stepped)
+            self.gradients.reduce(stepped, self.actor_scale.found_inf if self.actor_scale is not None else None)
         nn.utils.clip_grad_norm_(self.actor_params, self.s.max_grad_norm, foreach=True)
         for optimizer in (self.actor_optimizer, *self.objective.optimizers()):
             optimizer.step()

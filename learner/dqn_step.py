@@ -102,7 +102,9 @@ class DQNStep:
             # one buffer while the shape holds (a captured graph writes the same memory each replay);
             # a learner of a group gets parts of other sizes
             self.td_abs = torch.zeros(batch["action"].shape, device=batch["action"].device)
-        for g in range(micro_batches):
+        # a learner of a group whose part is empty computes nothing: its gradients count as zeros
+        empty = batch["action"].shape[1] == 0
+        for g in range(0 if empty else micro_batches):
             with self.precision.autocast():
                 out = double_dqn_loss(
                     self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
@@ -113,13 +115,15 @@ class DQNStep:
             if self.td_abs is not None:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
             loss = out.loss / micro_batches  # the gradient of one batch G times larger
+            if self.gradients is not None:
+                loss = loss * self.gradients.share  # the group's mean (learner/gradient_group.py)
             (scaler.scale_loss(loss) if scaler is not None else loss).backward()
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean
         if scaler is not None:
             scaler.unscale_([p.grad for p in self.params])
         if self.gradients is not None:
-            self.gradients.reduce(self.params)
+            self.gradients.reduce(self.params, scaler.found_inf if scaler is not None else None)
         nn.utils.clip_grad_norm_(self.params, self.s.max_grad_norm, foreach=True)
         self.optimizer.step()
         if scaler is not None:

@@ -2,15 +2,16 @@
 
 Every update, every learner of the group, in step:
 1. all-gathers one small tensor: its replay's share (replay/group_draw.py), its inserted and held
-   env steps, and whether it is stopping;
+   env steps, its shards, and whether it is stopping; the others' counts go to its replay, which
+   figures the collectors' insert room from the whole group's (replay/group_draw.py OtherLearners);
 2. from those same figures decides alike whether the group may draw now (the samples-per-insert
    limiter over the whole group's counts) or waits for inserts and asks again, and ends the epoch
    alike when any learner is stopping (a learner leaving the collective alone would hang the rest);
 3. splits the batch with a generator seeded alike (`split_batch`), sets its GradientGroup's part,
    and draws and gathers its own part from its shards, weighed by the group's figures.
 
-A part can be empty: the batch is then zero micro-batches of the fields' shapes, and the update
-still joins the gradients' all-reduce. Host-side replay only (the replay on a GPU draws indices
+A part is the part's rows of the group's G x B batch as one micro-batch, [1, count, ...]; an
+empty one is [1, 0, ...], and its update still joins every collective of the group. Host-side replay only (the replay on a GPU draws indices
 into columns on the device, which a group does not do yet).
 """
 
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from raypex.learner.gradient_group import BatchPart, GradientGroup
 from raypex.replay.contracts import TrainingStopped
-from raypex.replay.group_draw import GroupFigures, ReplayShare, group_figures, split_batch
+from raypex.replay.group_draw import GroupFigures, OtherLearners, ReplayShare, group_figures, split_batch
 from raypex.replay.sharded import ShardedReplay
 
 _WAIT_S = 0.05  # the longest one wait for a local insert lasts before the group asks again
@@ -67,13 +68,17 @@ class GroupFeed:
     def _gather(self) -> Gathered:
         """One all-gather of every learner's share, inserted and held env steps and stop."""
         replay = self.replay
-        mine = np.concatenate([replay.share().as_array(),
-                               [replay.inserted, replay.steps_held, float(self.should_stop())]])
+        mine = np.concatenate([replay.share().as_array(), [replay.inserted, replay.steps_held,
+                                                           float(self.should_stop()), len(replay.shards)]])
         local = torch.from_numpy(mine)
         everyone = [torch.empty_like(local) for _ in range(self.learners)]
         dist.all_gather(everyone, local, group=self.gradients.process_group)
         figures = torch.stack(everyone).numpy()
         shares = [ReplayShare.from_array(row[:4]) for row in figures]
+        others = np.delete(figures, self.rank, axis=0).sum(axis=0)
+        with replay.lock:
+            replay.others = OtherLearners(int(others[4]), int(sum(s.sampled for i, s in enumerate(shares) if i != self.rank)),
+                                          int(others[5]), int(others[7]))
         return Gathered(shares, group_figures(shares), int(figures[:, 4].sum()), int(figures[:, 5].sum()),
                         bool(figures[:, 6].any()))
 
@@ -103,9 +108,11 @@ class GroupFeed:
         replay = self.replay
         if not count:
             self.keys = None
-            return {field: torch.from_numpy(np.empty((0, 0, *replay.columns[column].shape[1:]),
-                                                     replay.columns[column].dtype))
-                    for field, (column, _) in replay.gather_plan.items()}
+            empty = {field: np.empty((1, 0, *replay.columns[column].shape[1:]), replay.columns[column].dtype)
+                     for field, (column, _) in replay.gather_plan.items()}
+            if replay.tree is not None:  # prioritized: importance weights
+                empty["weight"] = np.empty((1, 0), np.float32)
+            return {name: torch.from_numpy(array) for name, array in empty.items()}
         with replay.lock:
             draw = replay.draw(1, count, figures)
             arrays = replay.gather(draw)

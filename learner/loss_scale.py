@@ -34,10 +34,13 @@ class DeviceLossScale:
         return loss * self.scale
 
     def unscale_(self, grads: list[torch.Tensor]) -> None:
-        """Divide `grads` by the scale in place and record in `found_inf` whether any is inf/NaN."""
+        """Divide `grads` by the scale in place and record in `found_inf` whether any is inf/NaN
+        (None for a parameter no loss reached: a learner of a group with an empty part)."""
         self.found_inf.zero_()
         torch.reciprocal(self.scale, out=self._inv_scale)
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found_inf, self._inv_scale)
+        grads = [g for g in grads if g is not None]
+        if grads:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found_inf, self._inv_scale)
 
     def update(self) -> None:
         """Back off after an overflow, grow after `growth_interval` clean steps."""

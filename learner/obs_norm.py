@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.numpy_mlp import NORM_CLIP, NORM_EPS
 
 PRIOR_COUNT = 1e-4  # the prior's weight: the first batch sets the statistics almost alone
@@ -34,12 +35,21 @@ class RunningObsNorm(nn.Module):
         return scaled.clamp(-NORM_CLIP, NORM_CLIP)
 
     @torch.no_grad()
-    def update(self, obs: torch.Tensor) -> None:
-        """Merge a batch of observations [..., obs_dim] into the running statistics, in place."""
+    def update(self, obs: torch.Tensor, group: GradientGroup | None = None) -> None:
+        """Merge a batch of observations [..., obs_dim] into the running statistics, in place; in a
+        group of learners (`group`), the batch is every learner's part of it (an empty one adds
+        nothing), so every learner's statistics move alike."""
         flat = obs.reshape(-1, obs.shape[-1]).to(self.mean.dtype)
-        batch_count = float(flat.shape[0])
-        batch_mean = flat.mean(dim=0)
-        batch_var = flat.var(dim=0, unbiased=False)
+        if group is None:
+            batch_count = float(flat.shape[0])
+            batch_mean = flat.mean(dim=0)
+            batch_var = flat.var(dim=0, unbiased=False)
+        else:
+            width = flat.shape[1]
+            sums = group.sum_(torch.cat([flat.sum(0), flat.square().sum(0), flat.new_full((1,), float(flat.shape[0]))]))
+            batch_count = sums[-1]
+            batch_mean = sums[:width] / batch_count
+            batch_var = (sums[width:2 * width] / batch_count - batch_mean.square()).clamp(min=0.0)
         total = self.count + batch_count
         delta = batch_mean - self.mean
         self.var.copy_((self.var * self.count + batch_var * batch_count

@@ -64,9 +64,13 @@ class R2D2Step:
         groups = batch["action"].shape[0]
         if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["action"].shape[:2]):
             self.td_abs = torch.zeros(batch["action"].shape[:2], device=batch["action"].device)  # as DQNStep's
-        for g in range(groups):
+        empty = batch["action"].shape[1] == 0  # a learner of a group with no part: its gradients count as zeros
+        for g in range(0 if empty else groups):
             loss, td, mask = self.sequence_loss({name: batch[name][g] for name in batch})
-            (loss / groups).backward()
+            loss = loss / groups
+            if self.gradients is not None:
+                loss = loss * self.gradients.share  # the group's mean (learner/gradient_group.py)
+            loss.backward()
             if self.td_abs is not None:
                 self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), mask))
         if self.gradients is not None:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.numpy_mlp import AVG_L1_EPS
 from raypex.learner.precision import fp32_head
@@ -130,6 +131,7 @@ class SaleTraining:
         self.loss_sum = torch.zeros((), device=device)
         self.actor: nn.Module | None = None
         self.critic: SaleTwinCritic | None = None
+        self.group: GradientGroup | None = None  # a learner of a group (learner/gradient_group.py)
 
     def read_by(self, actor: nn.Module, critic: SaleTwinCritic) -> None:
         """The actor and critics whose frozen embeddings follow this encoder; theirs := its now."""
@@ -146,6 +148,13 @@ class SaleTraining:
         """Widen the range of targets seen by one micro-batch's (on the device)."""
         self.targets_seen.copy_(torch.stack([torch.minimum(self.targets_seen[0], target.min()),
                                              torch.maximum(self.targets_seen[1], target.max())]))
+
+    def after_critic_losses(self) -> None:
+        """In a group of learners: the range of targets seen widened by every learner's, each
+        update, so that every learner holds the group's (what a checkpoint keeps)."""
+        if self.group is not None:
+            with torch.no_grad():
+                self.group.bounds_(self.targets_seen)
 
     def step(self) -> None:
         self.optimizer.step()

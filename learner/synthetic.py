@@ -13,7 +13,8 @@ def synthetic_batch(settings: LearnerSettings, device: torch.device,
     """A random [G, B, ...] batch of the fields the algorithm's plug-in trains on (its batch_spec),
     with the shapes and dtypes replay serves, for warm-up and capture (random, not zeros: zeros can
     take faster paths than real data). Values are plausible for each field: pixels in [0, 255],
-    Box actions in [-1, 1], discounts below 1, importance weights in (0, 1]."""
+    Box actions in [-1, 1], discounts below 1, importance weights in (0, 1], episodes' first steps
+    one in twenty."""
     from raypex.learner.algorithms.registry import algorithm
 
     groups = (settings.accumulation_steps, settings.micro_batch)
@@ -30,6 +31,8 @@ def synthetic_batch(settings: LearnerSettings, device: torch.device,
             arrays[name] = np.full(full, 0.97, np.float32)
         elif name == "weight":
             arrays[name] = rng.uniform(0.1, 1.0, full).astype(np.float32)
+        elif dtype == "bool":  # R2D2's `first`: an episode starts now and then
+            arrays[name] = rng.random(full) < 0.05
         else:
             arrays[name] = rng.normal(size=full).astype(dtype)
     return {name: torch.from_numpy(array).to(device) for name, array in arrays.items()}

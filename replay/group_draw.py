@@ -53,6 +53,18 @@ class GroupFigures:
     sampled: int
 
 
+@dataclass(frozen=True)
+class OtherLearners:
+    """What the other learners of a group held and had done when last heard from (each update's
+    all-gather): with its own counts, a learner's replay figures the group's insert room, so that
+    the replay ratio holds for the group as configured, not N times looser."""
+
+    inserted: int  # env steps inserted into their shards
+    sampled: int  # transitions drawn from them
+    held: int  # env steps held in them now
+    shards: int  # how many shards they hold (one per collector)
+
+
 def group_figures(shares: list[ReplayShare]) -> GroupFigures:
     """The group's figures from every learner's share."""
     return GroupFigures(sum(s.mass for s in shares), sum(s.size for s in shares),

@@ -29,7 +29,7 @@ import numpy as np
 from raypex.replay.columns import ColumnBackend, HostColumns
 from raypex.replay.contracts import Chunk, FrameChunk, ShardStats
 from raypex.replay.frames import frame_bookkeeping, stack_index
-from raypex.replay.group_draw import GroupFigures, ReplayShare
+from raypex.replay.group_draw import GroupFigures, OtherLearners, ReplayShare
 from raypex.replay.priorities import BetaSchedule, PrioritySettings, importance_weights
 from raypex.replay.rate_limit import SamplesPerInsertLimiter
 from raypex.replay.shard import ReplayShard, StorageSpec, build_storage
@@ -86,6 +86,8 @@ class ShardedReplay:
         self.shards = [ReplayShard(i, build_storage(spec, self.backend, self._columns_of(i), self._bookkeeping_of(i)),
                                    priorities, self._priorities_of(i))
                        for i in range(num_shards)]
+        # a learner of a group: the others' counts as last gathered (learner/group_feed.py), for the insert room
+        self.others: OtherLearners | None = None
         self._changes = 0  # inserts and restores so far: the uniform draw's row list is rebuilt after one
         self._sampleable: tuple[int, np.ndarray] | None = None
         self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
@@ -146,12 +148,16 @@ class ShardedReplay:
 
     def insert_room(self) -> float:
         """How many more transitions one collector may insert now: an equal share of the
-        limiter's room, so that all collectors together never insert more than the room."""
+        limiter's room, so that all collectors together never insert more than the room. In a
+        group of learners (`others` set), the room and the collectors are the group's."""
         with self.lock:
             return self._insert_room()
 
     def _insert_room(self) -> float:
-        return self.limiter.insert_room(self.inserted, self.sampled, self.steps_held) / len(self.shards)
+        others = self.others or OtherLearners(0, 0, 0, 0)
+        room = self.limiter.insert_room(self.inserted + others.inserted, self.sampled + others.sampled,
+                                        self.steps_held + others.held)
+        return room / (len(self.shards) + others.shards)
 
     # -- counters -----------------------------------------------------------------------------
     @property

@@ -156,19 +156,26 @@ def test_asha_stops_by_env_steps_up_to_the_runs_own_end():
     assert sorted(milestone for milestone, _ in asha._brackets[0]._rungs) == [10000, 30000, 90000, 270000]
 
 
-@pytest.mark.parametrize("algo", ["dqn", "td3", "sac", "r2d2"])
+SMALL_SETTINGS = {
+    "dqn": {},
+    "td3": {"action_low": (-1.0, -1.0), "action_high": (1.0, 1.0), "policy_delay": 2, "target_update": "polyak"},
+    "sac": {"action_low": (-1.0, -1.0), "action_high": (1.0, 1.0), "policy_delay": 1, "target_update": "polyak"},
+    "r2d2": {"sequence_length": 10, "burn_in": 2, "n_step": 3, "recurrent_size": 16, "target_update": "polyak"},
+}
+
+
+@pytest.mark.parametrize("algo", SMALL_SETTINGS)
 def test_the_donor_weights_digest_is_the_checkpoints_policy(tmp_path, algo):
     """What `donor_weights` means: the policy network's arrays in the donor's checkpoint, the same
     digest the learner reports for the weights it restored (export_arrays of its policy), for every
     built-in algorithm (a PBT exploit in an r2d2 sweep once failed here with KeyError: 'r2d2')."""
     from raypex.cluster.sweep.trial import checkpoint_weights_digest
     from raypex.learner.learner_state import learner_state
-    from tests.test_gradient_group import ALGORITHMS
     from tests.test_learner import settings
 
     def checkpointed(seed: int):
         torch.manual_seed(seed)
-        step = algorithm(algo).build_step(settings(algo=algo, **ALGORITHMS[algo]), torch.device("cpu"))
+        step = algorithm(algo).build_step(settings(algo=algo, **SMALL_SETTINGS[algo]), torch.device("cpu"))
         learner = SimpleNamespace(step=step, updates=0, epochs=0, version=0)
         path = tmp_path / f"ckpt-{seed}.pt"
         buffer = io.BytesIO()

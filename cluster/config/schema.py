@@ -339,6 +339,11 @@ class RunConfig(Section):
         if self.learner.cuda_graphs == "on":
             raise ValueError("learner.cuda_graphs on: several learners' updates run eagerly (each update's part of "
                              "the batch changes shape); use auto or off with learner.num above 1")
+        if self.network.critic_norm == "batch_renorm" and self.learner.accumulation_steps > 1:
+            raise ValueError(f"network.critic_norm batch_renorm with learner.accumulation_steps "
+                             f"{self.learner.accumulation_steps}: several learners renormalize the group's whole batch "
+                             "(a learner's part is not split into micro-batches); use learner.accumulation_steps 1 "
+                             "with learner.num above 1")
 
     def _check_sequences(self) -> None:
         name, replay = self.algo.name, self.replay
