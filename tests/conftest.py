@@ -1,6 +1,19 @@
-"""Test-session guards, and the local Ray cluster runs join instead of each starting one."""
+"""The suite's tiers and order, from measured durations, and the local Ray cluster runs join
+instead of each starting one.
 
-import signal
+tests/durations.json holds each test's measured seconds (setup, call and teardown), written by
+`python -m pytest -n 2 --dist loadfile --store-durations` (the whole suite; a run of part of it
+updates that part). From it:
+- a test of SLOW_S or more is marked `slow`: `python -m pytest -m "not slow"` is the fast tier,
+  every pure module's tests, for a developer's loop; a test not measured yet counts as fast;
+- files run longest first: `-n 2 --dist loadfile` hands whole files to whichever worker is free,
+  in collection order, so with the long files first the short ones fill in at the end and both
+  workers finish together.
+A test that hangs fails after pytest-timeout's limit (pyproject.toml), not CI.
+"""
+
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -9,38 +22,44 @@ from tests.kept_up_cluster import JOIN_ENVIRONMENT, kept_up_cluster
 
 pytest_plugins = ["tests.s3_server"]  # the s3_server fixture: moto's S3 server, for run directories at a URI
 
-TEST_TIMEOUT_S = 600  # far above the slowest test (about 60 s); a hang fails one test, not CI
+DURATIONS = Path(__file__).parent / "durations.json"
+SLOW_S = 2.0
 
 
-# Every file of more than about 10 s in the suite, longest first. `-n 2 --dist loadfile` hands whole
-# files to whichever worker is free, in collection order: with these first, the short files fill in
-# at the end and both workers finish together, where alphabetical order left a long file starting
-# last on one worker while the other sat idle.
-LONGEST_FIRST = ("test_readme_lines.py", "test_faults.py", "test_readme_bench_lines.py", "test_integration.py",
-                 "test_sweep.py", "test_separate_hosts.py", "test_pixels_integration.py", "test_several_learners.py",
-                 "test_python_api.py", "test_ray_jobs.py", "test_driver_loop.py", "test_storage_uri.py",
-                 "test_sweep_at_a_uri.py", "test_install.py", "test_continuous.py", "test_user_envs.py",
-                 "test_gradient_group.py")
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help="write each test's measured seconds to tests/durations.json (the tiers and the order read them)")
 
 
+def measured() -> dict[str, float]:
+    """tests/durations.json: each test's node id and seconds."""
+    return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks set here
 def pytest_collection_modifyitems(items):
-    """The longest files first (LONGEST_FIRST), the rest after them in their usual order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
+    durations = measured()
+    per_file = Counter()
+    for nodeid, seconds in durations.items():
+        per_file[nodeid.split("::")[0]] += seconds
+    for item in items:
+        if durations.get(item.nodeid, 0.0) >= SLOW_S:
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: -per_file[item.nodeid.split("::")[0]])  # stable: a file's own order stays
 
 
-@pytest.fixture(autouse=True)
-def fail_instead_of_hanging():
-    """Turn a test that hangs (a deadlocked run, say) into a failure after TEST_TIMEOUT_S."""
+_SECONDS: Counter = Counter()
 
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"test still running after {TEST_TIMEOUT_S}s")
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(TEST_TIMEOUT_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+def pytest_runtest_logreport(report):
+    _SECONDS[report.nodeid] += report.duration
+
+
+def pytest_sessionfinish(session):
+    if not session.config.getoption("--store-durations") or hasattr(session.config, "workerinput"):
+        return  # (pytest-xdist's workers report to the controller, which writes)
+    durations = {**measured(), **{nodeid: round(seconds, 2) for nodeid, seconds in _SECONDS.items()}}
+    DURATIONS.write_text(json.dumps(dict(sorted(durations.items())), indent=0) + "\n")
 
 
 @pytest.fixture(scope="session")
