@@ -127,8 +127,9 @@ def _best_trial(directory: Path) -> Path:
 def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None = None, seed: int = 12345,
              video: str | Path | None = None) -> EvalResult:
     """Play `episodes` episodes of a run's policy.pt2 in its env (each in its own env of one vector
-    env; `run_dir` may also name the policy.pt2 of a run or of a sweep's experiment), greedily, or with `epsilon` random actions (default: the run's eval.epsilon); `video`:
-    a path for the first episode as an animated PNG. Works from any directory, your own env's code
+    env; `run_dir` may also name the policy.pt2 of a run or of a sweep's experiment), greedily, or
+    with `epsilon` random actions (default: the run's eval.epsilon); `video`: a path for the first
+    episode as an animated PNG. Works from any directory, your own env's code
     included (found where the run was started: env.code_dir). UsageError, in one line, for a run
     directory without a readable policy or config, or an env that cannot be built."""
     if is_uri(run_dir):  # its files but the replay, fetched to a local copy for as long as it takes

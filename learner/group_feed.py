@@ -11,8 +11,9 @@ Every update, every learner of the group, in step:
    and draws and gathers its own part from its shards, weighed by the group's figures.
 
 A part is the part's rows of the group's G x B batch as one micro-batch, [1, count, ...]; an
-empty one is [1, 0, ...], and its update still joins every collective of the group. Host-side replay only (the replay on a GPU draws indices
-into columns on the device, which a group does not do yet).
+empty one is [1, 0, ...], and its update still joins every collective of the group. Host-side
+replay only (the replay on a GPU draws indices into columns on the device, which a group does not
+do yet).
 """
 
 from __future__ import annotations
@@ -75,10 +76,9 @@ class GroupFeed:
         dist.all_gather(everyone, local, group=self.gradients.process_group)
         figures = torch.stack(everyone).numpy()
         shares = [ReplayShare.from_array(row[:4]) for row in figures]
-        others = np.delete(figures, self.rank, axis=0).sum(axis=0)
+        others = np.delete(figures, self.rank, axis=0).sum(axis=0)  # column 3 of a share: its sampled
         with replay.lock:
-            replay.others = OtherLearners(int(others[4]), int(sum(s.sampled for i, s in enumerate(shares) if i != self.rank)),
-                                          int(others[5]), int(others[7]))
+            replay.others = OtherLearners(int(others[4]), int(others[3]), int(others[5]), int(others[7]))
         return Gathered(shares, group_figures(shares), int(figures[:, 4].sum()), int(figures[:, 5].sum()),
                         bool(figures[:, 6].any()))
 

@@ -28,7 +28,8 @@ SLOW_S = 2.0
 
 def pytest_addoption(parser):
     parser.addoption("--store-durations", action="store_true",
-                     help="write each test's measured seconds to tests/durations.json (the tiers and the order read them)")
+                     help="write each test's measured seconds to tests/durations.json (the tiers and the file "
+                     "order read them)")
 
 
 def measured() -> dict[str, float]:

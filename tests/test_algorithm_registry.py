@@ -160,5 +160,5 @@ def test_an_entry_point_that_does_not_load_is_one_line_naming_it(tmp_path):
     """, site)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "raypex: error: config error: algo.name: the raypex.algorithms entry point user-q = userq:Missing does not load "
-        "(AttributeError: module 'userq' has no attribute 'Missing') (got 'user-q')"]
+        "raypex: error: config error: algo.name: the raypex.algorithms entry point user-q = userq:Missing does not "
+        "load (AttributeError: module 'userq' has no attribute 'Missing') (got 'user-q')"]

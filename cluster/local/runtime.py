@@ -150,7 +150,8 @@ class LocalRuntime:
     def start(self, config: RunConfig, spec, progress, startup, env_steps_done: int = 0) -> LocalParts:
         """Build the parts here, on the CPU (one torch thread: the collectors share the process),
         their collecting ending at stop.env_steps, and watch their env steps (cluster/local/hang_watch.py)."""
-        self.parts = LocalParts(build_local(plan_run(config, spec), env_step_budget=config.stop.env_steps - env_steps_done))
+        budget = config.stop.env_steps - env_steps_done
+        self.parts = LocalParts(build_local(plan_run(config, spec), env_step_budget=budget))
         run = self.parts.run
         parts = [(f"collector {i}", c) for i, c in enumerate(run.collectors)] + [("the evaluator", run.evaluator.evaluator)]
         self.hang_watch = HangWatch(parts, config.env.step_timeout_s, config.env.id)

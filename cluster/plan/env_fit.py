@@ -182,7 +182,8 @@ def human_bytes(n: float) -> str:
 def check_nothing_shadows_raypex(config: RunConfig) -> None:
     """UsageError when the working directory (every actor's too: Ray gives them the driver's, or
     the env's code directory) holds a `raypex.py` or `raypex/` other than this raypex or the
-    checkout it comes from: the actors would import it in our place. Every other name is safe: all of raypex lives in the package."""
+    checkout it comes from: the actors would import it in our place. Every other name is safe: all
+    of raypex lives in the package."""
     import raypex
 
     ours = Path(raypex.__file__).resolve().parent
