@@ -842,6 +842,9 @@ def serve(line: str, workdir: Path, how: Run) -> tuple[str, str, subprocess.Pope
         raise
 
 
+# slow whatever each line measures: the lines read what the lines before them wrote (one working
+# directory, as a user's session), so they run all together or not at all
+@pytest.mark.slow
 @pytest.mark.parametrize("command", **planned(Run, before_the_benchmarks))
 def test_a_documented_line_runs_and_does_what_it_says(command, workdir, joining_environment):
     type_and_check(command, workdir, joining_environment)
