@@ -29,7 +29,7 @@ from tests.test_run_safety import Payload
 # at 4,000 env steps, twice on one day). So no evaluation runs before a run's end: every report
 # scores -inf, PBT's stable sort ranks the first trial last every time, and it copies the second
 # at its first report after the second was checkpointed.
-ENV_STEPS = 5000
+ENV_STEPS = 8000
 SMALL_TRIALS = ["collectors.num=1", "collectors.num_cpus=0.2", "learner.num_cpus=0.5", "env.num_envs=8",
                 "eval.episodes=5", f"eval.every_env_steps={10 * ENV_STEPS}", "checkpoint.every_epochs=1000"]
 

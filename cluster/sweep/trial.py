@@ -71,6 +71,10 @@ INTERRUPTED = "interrupted"  # a run ended by the sweep's Ctrl-C: its trial is n
 RUNNING_DIR = "running"  # in the experiment directory: a file per trial whose run is going on
 STARTED_DIR = "started"  # in the experiment directory: a file per PBT trial whose first report Tune has taken
 POPULATION_WAIT_S = 120.0  # how long a PBT trial waits at its first report for the rest of its population
+# How often a waiting trial looks whether the rest have reported: a trial released a second late let a
+# fast one (CartPole's 600 updates/s) train to its end meanwhile, and PBT never saw the two side by
+# side (the sweep test's clean-clone run: no exploit). At a URI each look is a request: once a second.
+POPULATION_CHECK_S = 0.05
 STOP_CHECK_S = 1.0  # how often a trial looks for STOP_FILE (at a URI, each look is a request)
 REPORT_WAIT_S = 0.25  # how often a run waiting for Tune to take its report serves Tune's other asks
 
@@ -270,8 +274,9 @@ class TrialWatch(RunObserver):
         run.progress.message(f"waiting for the other trials of the population of {self.population.size} to report "
                              f"once (PBT compares trials side by side; at most {POPULATION_WAIT_S:g}s)")
         deadline = time.monotonic() + POPULATION_WAIT_S
+        every = STOP_CHECK_S if is_uri(self.population.started_dir) else POPULATION_CHECK_S
         while not self.stopped and time.monotonic() < deadline and not self.population.all_started():
-            self.checkpoint_asked.wait(STOP_CHECK_S)  # a save Tune asks for meanwhile is served at once
+            self.checkpoint_asked.wait(every)  # a save Tune asks for meanwhile is served at once
             self._serve(run)  # a stop asked meanwhile ends the run here
 
     def _serve(self, run) -> None:
