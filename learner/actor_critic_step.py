@@ -121,6 +121,7 @@ class ActorCriticStep:
         self.actor_steps = 0
         self.td_abs: torch.Tensor | None = None
         self._gradients: GradientGroup | None = None
+        self._forward_joins_group = False
 
     @property
     def gradients(self) -> GradientGroup | None:
@@ -132,9 +133,10 @@ class ActorCriticStep:
         """Join `group` (None: leave it); what reads the batch in the forward (batch renormalization)
         and the bounds SALE keeps read the group's batch from then on."""
         self._gradients = group
-        for module in self.critic.modules():
-            if isinstance(module, BatchRenorm):
-                module.group = group
+        renorms = [module for module in self.critic.modules() if isinstance(module, BatchRenorm)]
+        for module in renorms:
+            module.group = group
+        self._forward_joins_group = group is not None and bool(renorms)  # its forward is a collective
         if self.sale is not None:
             self.sale.group = group
 
@@ -200,8 +202,7 @@ class ActorCriticStep:
         # A learner of a group with an empty part computes nothing (its gradients count as zeros)
         # unless the critics' forward joins the group's (batch renormalization): then it runs on no rows.
         empty = batch["action"].shape[1] == 0
-        joins_forward = self._gradients is not None and self.critic_target is None
-        for g in range(0 if empty and not joins_forward else groups):
+        for g in range(0 if empty and not self._forward_joins_group else groups):
             action = batch["action"][g]
             weight = batch["weight"][g] if s.prioritized else None
             if self.sale is not None:
