@@ -37,7 +37,7 @@ from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.algorithm import take_means
 from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
-from raypex.learner.gradient_group import GradientGroup
+from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
 from raypex.learner.obs_norm import RunningObsNorm
@@ -140,10 +140,6 @@ class ActorCriticStep:
         if self.sale is not None:
             self.sale.group = group
 
-    def _share(self, loss: torch.Tensor) -> torch.Tensor:
-        """`loss`, in a group weighed by this learner's share of the batch (learner/gradient_group.py)."""
-        return loss if self._gradients is None else loss * self._gradients.share
-
     def noise_shape(self) -> tuple[int, ...]:
         """[2, G, B, action_dim]: the critics' (0) and the actor's (1) standard normal noise for one update."""
         return (2, self.s.accumulation_steps, self.s.micro_batch, self.s.action_dim)
@@ -208,9 +204,9 @@ class ActorCriticStep:
             if self.sale is not None:
                 with self.precision.autocast():
                     encoder_loss = self.sale.loss(batch["obs"][g], action, batch["next_obs"][g])
-                _backward(self._share(encoder_loss / groups), self.critic_scale)
+                _backward(weighed(encoder_loss / groups, self._gradients), self.critic_scale)
             out = self.critic_loss({key: batch[key][g] for key in TRANSITION}, weight, noise[0, g])
-            _backward(self._share(out.loss / groups), self.critic_scale)
+            _backward(weighed(out.loss / groups, self._gradients), self.critic_scale)
             if empty:  # its means are of no rows
                 continue
             if self.sale is not None:
@@ -267,7 +263,7 @@ class ActorCriticStep:
         for g in range(groups):
             actor_loss, beside = self.actor_loss(batch["obs"][g], noise[g])
             loss = actor_loss if beside is None else actor_loss + beside  # no shared parameter
-            _backward(self._share(loss / groups), self.actor_scale)
+            _backward(weighed(loss / groups, self._gradients), self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
         for p in self.critic_params:
             p.requires_grad_(True)

@@ -67,11 +67,7 @@ class BatchRenorm(nn.Module):
     def _group_forward(self, x: torch.Tensor, running_std: torch.Tensor) -> torch.Tensor:
         """The training forward over the group's batch, of which `x` is this learner's rows."""
         wide = x.to(self.running_mean.dtype)  # fp32 sums of a bf16 autocast forward
-        sums = self.group.sum_with_gradient(torch.cat([wide.sum(0), wide.new_full((1,), float(x.shape[0]))]))
-        count = sums[-1]
-        mean = sums[:-1] / count
-        # the variance from the deviations (a second sum) rather than E[x^2] - mean^2: as torch's own
-        var = self.group.sum_with_gradient((wide - mean).square().sum(0)) / count
+        count, mean, var = self.group.moments(wide)
         with torch.no_grad():
             r, d = self._corrections(mean, var, running_std, wide.dtype)
             # torch's batch_norm: the running variance moves towards the unbiased one

@@ -31,7 +31,7 @@ from torch import nn
 
 from raypex.learner.algorithm import take_means
 from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
-from raypex.learner.gradient_group import GradientGroup
+from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.losses import double_dqn_loss
 from raypex.learner.networks import NatureCNNQNetwork, build_q_network
@@ -114,9 +114,7 @@ class DQNStep:
                 )
             if self.td_abs is not None:
                 self.td_abs[g].copy_(out.td_error.detach().abs())
-            loss = out.loss / micro_batches  # the gradient of one batch G times larger
-            if self.gradients is not None:
-                loss = loss * self.gradients.share  # the group's mean (learner/gradient_group.py)
+            loss = weighed(out.loss / micro_batches, self.gradients)  # the gradient of one batch G times larger
             (scaler.scale_loss(loss) if scaler is not None else loss).backward()
             self.loss_sum += out.loss.detach()
             self.q_sum += out.q_mean

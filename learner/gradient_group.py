@@ -75,6 +75,15 @@ class GradientGroup:
             dist.all_reduce(found_inf, op=dist.ReduceOp.MAX, group=self.process_group)
         self.reduce_s += time.perf_counter() - start
 
+    def moments(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(count, mean, variance) per column of the group's rows, of which `rows` [n, width] are
+        this learner's (n may be 0), differentiably; the variance from the deviations (a second
+        sum) rather than E[x^2] - mean^2, as torch's batch norm computes it."""
+        sums = self.sum_with_gradient(torch.cat([rows.sum(0), rows.new_full((1,), float(rows.shape[0]))]))
+        count = sums[-1]
+        mean = sums[:-1] / count
+        return count, mean, self.sum_with_gradient((rows - mean).square().sum(0)) / count
+
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` summed over the group, in place (no gradient); returns it."""
         dist.all_reduce(tensor, group=self.process_group)
@@ -96,6 +105,11 @@ class GradientGroup:
         to this learner's part, as one micro-batch: [..., 1, count, ...]."""
         rows = noise.flatten(dim, dim + 1).narrow(dim, self.part.offset, self.part.count)
         return rows.unsqueeze(dim)
+
+
+def weighed(loss: torch.Tensor, group: GradientGroup | None) -> torch.Tensor:
+    """`loss`, for a learner of `group` weighed by its share of the group's batch (alone: as it is)."""
+    return loss if group is None else loss * group.share
 
 
 class _GroupSum(torch.autograd.Function):

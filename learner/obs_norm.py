@@ -45,11 +45,7 @@ class RunningObsNorm(nn.Module):
             batch_mean = flat.mean(dim=0)
             batch_var = flat.var(dim=0, unbiased=False)
         else:
-            width = flat.shape[1]
-            sums = group.sum_(torch.cat([flat.sum(0), flat.square().sum(0), flat.new_full((1,), float(flat.shape[0]))]))
-            batch_count = sums[-1]
-            batch_mean = sums[:width] / batch_count
-            batch_var = (sums[width:2 * width] / batch_count - batch_mean.square()).clamp(min=0.0)
+            batch_count, batch_mean, batch_var = group.moments(flat)
         total = self.count + batch_count
         delta = batch_mean - self.mean
         self.var.copy_((self.var * self.count + batch_var * batch_count

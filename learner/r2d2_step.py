@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from raypex.learner.algorithm import take_means
-from raypex.learner.gradient_group import GradientGroup
+from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.policy_file import RECURRENT
 from raypex.learner.precision import PrecisionPolicy, make_precision
@@ -67,10 +67,7 @@ class R2D2Step:
         empty = batch["action"].shape[1] == 0  # a learner of a group with no part: its gradients count as zeros
         for g in range(0 if empty else groups):
             loss, td, mask = self.sequence_loss({name: batch[name][g] for name in batch})
-            loss = loss / groups
-            if self.gradients is not None:
-                loss = loss * self.gradients.share  # the group's mean (learner/gradient_group.py)
-            loss.backward()
+            weighed(loss / groups, self.gradients).backward()
             if self.td_abs is not None:
                 self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), mask))
         if self.gradients is not None:
