@@ -1,7 +1,7 @@
 """`python -m benchmarks.idle_ray --minutes M [--json PATH]`: the soak's control, Ray alone.
 
 `raypex bench --soak` judges every process of a run's local cluster, Ray's own included. This
-starts the same local cluster the same way (cluster/driver/wiring.py `connect`: the same settings,
+starts the same local cluster the same way (cluster/ray_runtime/wiring.py `connect`: the same settings,
 malloc arenas and reaper token), places four actors that do nothing (a run's collectors, learner
 and evaluator), and samples the same processes' resident memory on the soak's clock for M minutes.
 Rows are the soak's: the median of the first samples after SETTLE_S against the median of the last.
@@ -27,8 +27,8 @@ from raypex.cluster.bench.soak import (
     label_new_processes,
     rss_bytes,
 )
-from raypex.cluster.driver import wiring
-from raypex.cluster.driver.reaper import TOKEN_VARIABLE
+from raypex.cluster.ray_runtime import wiring
+from raypex.cluster.ray_runtime.reaper import TOKEN_VARIABLE
 
 SETTLE_S = 5.0  # a soak's reference is taken when replay is full: 4-6 s into a CartPole run
 MIN_MINUTES = 0.2  # samples are at least 1 s apart: SETTLE_S plus two ends of SAMPLES_PER_END each

@@ -69,7 +69,7 @@ class ScalingRecorder(RunObserver):
         import ray
 
         from raypex.cluster.bench.soak import cluster_processes, object_store_mib, rss_bytes
-        from raypex.cluster.driver.reaper import TOKEN_VARIABLE
+        from raypex.cluster.ray_runtime.reaper import TOKEN_VARIABLE
 
         profile = ray.get(run.actors.learner.profile.remote())
         epochs = max(run.epochs_done, 1)
@@ -94,7 +94,7 @@ def measure_one(config_arg: list[str], pairs: int, seconds: float) -> dict:
     from raypex.cluster.config.arguments import split_positional
     from raypex.cluster.config.loading import load_config
     from raypex.cluster.driver.progress import ProgressLine
-    from raypex.cluster.driver.wiring import connect, shutdown
+    from raypex.cluster.ray_runtime.wiring import connect, shutdown
 
     path, overrides = split_positional(config_arg)
     config = load_config(path, [*overrides, *SCALING_OVERRIDES, f"collectors.num={pairs}"])

@@ -43,7 +43,7 @@ from raypex.cluster.config.loading import (
     validate,
 )
 from raypex.cluster.config.schema import RunConfig, config_warnings
-from raypex.cluster.driver.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
+from raypex.cluster.ray_runtime.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
 from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.progress import ProgressLine
@@ -432,7 +432,7 @@ def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLin
         from raypex.cluster.local.runtime import LocalRuntime
 
         return LocalRuntime()
-    from raypex.cluster.driver.ray_runtime import RayRuntime
+    from raypex.cluster.ray_runtime.runtime import RayRuntime
 
     address, named_by = joined_address(address)
     if named_by == "variable":

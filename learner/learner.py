@@ -59,7 +59,7 @@ class Learner:
         starved=None,
     ):
         """`starved` runs while the replay ratio allows no draw, in a process with no other thread
-        to insert (the lockstep replica); None: wait for an insert. A learner of a group is made
+        to insert (a local run); None: wait for an insert. A learner of a group is made
         alone and then `join`s it."""
         self.s = settings
         self.device = device

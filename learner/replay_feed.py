@@ -17,7 +17,7 @@ as for 2,048, and that overhead was a sixth of the update. Prioritized replay dr
 from priorities the previous update just refreshed.
 
 While the samples-per-insert limiter does not allow a draw, the feed waits for the next insert
-(or calls `starved`: the lockstep replica collects then, having no other thread). That wait, once
+(or calls `starved`: a local run's collectors collect then, having no other thread). That wait, once
 replay has reached its minimum size, is the learner waiting for data (`wait_s`); before it,
 `fill_wait_s`. `should_stop` ends the wait with TrainingStopped when the run is ending.
 """

@@ -67,7 +67,7 @@ def pytest_sessionfinish(session):
 def kept_up_ray() -> str:
     """The address of one local Ray cluster kept up for the session (tests/kept_up_cluster.py; one
     per pytest-xdist worker), started by the first test that asks for it."""
-    from raypex.cluster.driver.wiring import local_cluster_cpus
+    from raypex.cluster.ray_runtime.wiring import local_cluster_cpus
 
     with kept_up_cluster(local_cluster_cpus()) as address:
         yield address

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from raypex.cluster.commands.cli import main
-from raypex.cluster.driver.address import (
+from raypex.cluster.ray_runtime.address import (
     ADDRESS_VARIABLE,
     JOB_VARIABLE,
     ConnectError,
@@ -143,7 +143,7 @@ def test_a_local_cluster_ray_gives_up_starting_is_one_line_naming_the_load_and_l
     line, exit 2, and the run directory is taken back."""
     import ray
 
-    from raypex.cluster.driver import wiring
+    from raypex.cluster.ray_runtime import wiring
 
     said = ("The current node timed out during startup. This could happen because some of the raylet failed to "
             "startup or the GCS has become overloaded.")

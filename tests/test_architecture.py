@@ -127,23 +127,57 @@ def test_imports_follow_the_dependency_rule(module):
 
 
 # cluster's parts drawn top to bottom: each imports only those below it (the CLI calls the Python
-# API, which calls the runtimes; a sweep's trials start runs as the API does; the driver's run loop
-# knows no runtime's wiring).
-CLUSTER_LAYERS = ("cluster.commands", "cluster.sweep", "cluster.api", "cluster.bench", "cluster.local",
-                  "cluster.driver", "cluster.hosts", "cluster.storage", "cluster.plan", "cluster.config",
-                  "cluster.process_clock")
+# API, which calls the runtimes; a sweep's trials start runs as the API does). The two runtimes share
+# a row: neither imports the other, and the driver's run loop below them knows neither.
+CLUSTER_LAYERS = (("cluster.commands",), ("cluster.sweep",), ("cluster.api",), ("cluster.bench",),
+                  ("cluster.local", "cluster.ray_runtime"), ("cluster.driver",), ("cluster.hosts",),
+                  ("cluster.storage",), ("cluster.plan",), ("cluster.config",), ("cluster.process_clock",))
 
 
-def cluster_layer(module: str) -> int:
-    """The index in CLUSTER_LAYERS of the part `module` belongs to."""
-    return next(i for i, part in enumerate(CLUSTER_LAYERS) if module == part or module.startswith(part + "."))
+def cluster_part(module: str) -> tuple[int, str]:
+    """The row in CLUSTER_LAYERS of the part `module` belongs to, and that part."""
+    return next((i, part) for i, row in enumerate(CLUSTER_LAYERS) for part in row
+                if module == part or module.startswith(part + "."))
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("cluster.")))
 def test_cluster_parts_import_only_those_drawn_below_them(module):
-    above = sorted(name for name in our_imports(module)
-                   if name.startswith("cluster.") and cluster_layer(name) < cluster_layer(module))
-    assert not above, f"{module} imports {above}, drawn above it in CLUSTER_LAYERS"
+    row, part = cluster_part(module)
+    wrong = sorted(name for name in our_imports(module) if name.startswith("cluster.")
+                   and cluster_part(name)[1] != part and cluster_part(name)[0] <= row)
+    assert not wrong, f"{module} imports {wrong}, drawn beside or above it in CLUSTER_LAYERS"
+
+
+# The modules that may import Ray: the Ray runtime, the actors it hosts parts in, the bench's Ray
+# stages and the sweeps (Ray Tune). The run loop, the local runtime and every pure package do not.
+RAY_USERS = ("cluster.ray_runtime.", "cluster.hosts.collector_actor", "cluster.hosts.learner_actor",
+             "cluster.hosts.learner_group", "cluster.hosts.ray_seams", "cluster.bench.learner_probes",
+             "cluster.bench.ray_stages", "cluster.bench.recorder", "cluster.bench.soak", "cluster.sweep.experiment",
+             "cluster.sweep.trial")
+
+
+def imports_ray(module: str) -> bool:
+    return any(name.split(".")[0] == "ray" for name in imported_names(MODULES[module]))
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_modules_named_import_ray(module):
+    named = module.startswith(RAY_USERS)
+    assert imports_ray(module) <= named, f"{module} imports Ray; RAY_USERS does not name it"
+
+
+def test_every_module_named_to_import_ray_does():
+    """A name left in RAY_USERS after its module stopped importing Ray would let the next one start."""
+    idle = [name for name in RAY_USERS if not any(imports_ray(m) for m in MODULES if m.startswith(name))]
+    assert not idle, idle
+
+
+def test_the_local_runtime_calls_its_parts_as_plain_objects():
+    """Nothing of the local runtime imitates Ray's call form."""
+    found = [f"{path.relative_to(ROOT)}:{number}" for module, path in MODULES.items() if module.startswith("cluster.local")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\.remote\(|\.options\(|__ray_ready__", line)]
+    assert not found, found
 
 
 def names_an_algorithm(line: str) -> bool:
@@ -206,7 +240,7 @@ def test_the_driver_and_an_mlp_runs_collectors_and_evaluator_never_import_torch(
     import subprocess
     import sys
 
-    modules = ["raypex.cluster.commands.train", "raypex.cluster.driver.ray_runtime", "raypex.cluster.driver.wiring",
+    modules = ["raypex.cluster.commands.train", "raypex.cluster.ray_runtime.runtime", "raypex.cluster.ray_runtime.wiring",
                "raypex.cluster.hosts.collector_actor", "raypex.cluster.hosts.evaluator_actor"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -17,11 +17,11 @@ from raypex.cluster.commands.cli import build_parser, parse_command_line
 from raypex.cluster.config.arguments import split_positional
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.devices import choose_act_device, with_act_device
-from raypex.cluster.driver.placement import ResourceRequest, check_fits
+from raypex.cluster.ray_runtime.devices import choose_act_device, with_act_device
+from raypex.cluster.ray_runtime.placement import ResourceRequest, check_fits
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run_errors import PlacementError
-from raypex.cluster.driver.wiring import resource_request
+from raypex.cluster.ray_runtime.wiring import resource_request
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "cluster" / "deploy"

@@ -19,10 +19,10 @@ from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.ray_runtime import RayRuntime
+from raypex.cluster.ray_runtime.runtime import RayRuntime
 from raypex.cluster.driver.run import TrainingRun
 from raypex.cluster.driver.signals import EXIT_INTERRUPTED
-from raypex.cluster.driver.wiring import connect, shutdown
+from raypex.cluster.ray_runtime.wiring import connect, shutdown
 from raypex.cluster.hosts.learner_actor import LearnerActor
 
 EPOCHS_BEFORE_WAITING = 2

@@ -23,7 +23,7 @@ from raypex.cluster.driver.evaluation import EvaluationScheduler, Taken
 from raypex.cluster.driver.metrics import RunMetrics
 from raypex.cluster.driver.outcome import PolicyFile, RunOutcome
 from raypex.cluster.driver.outputs import RunOutputs
-from raypex.cluster.driver.placement import (
+from raypex.cluster.ray_runtime.placement import (
     PlacementError,
     ResourceRequest,
     best_learner_node,
@@ -33,11 +33,11 @@ from raypex.cluster.driver.placement import (
     room_beside_learner,
 )
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.reaper import cluster_processes, reap, still_running
+from raypex.cluster.ray_runtime.reaper import cluster_processes, reap, still_running
 from raypex.cluster.driver.signals import Terminated, exit_code, install_stop_signals, signal_name
 from raypex.cluster.driver.startup import PHASES, StartupTimeline
 from raypex.cluster.driver.tensorboard_log import TensorBoardLog
-from raypex.cluster.local.runtime import LocalHandle, LocalRuntime
+from raypex.cluster.local.runtime import LocalRuntime
 from raypex.cluster.storage import OutputNotWritten, read_replay, write_replay
 from raypex.replay.contracts import CollectorStats, EpochStats, ShardStats
 from raypex.replay.digest import content_digest
@@ -167,10 +167,10 @@ def test_a_final_set_of_an_epoch_that_has_one_replaces_it_only_once_whole(tmp_pa
     until the new manifest is there; one never completed (its learner lost) leaves that set as it was."""
     outputs = RunOutputs(tmp_path, keep_checkpoints=3, runtime=LocalRuntime())
     holder = ShardHolder(rows=8)
-    outputs.request_checkpoint(LocalHandle(holder), 5, {"epochs": 5, "env_steps": 2418, "wall_s": 1.0}, shards=2)
+    outputs.request_checkpoint(holder, 5, {"epochs": 5, "env_steps": 2418, "wall_s": 1.0}, shards=2)
     outputs.write_pending_checkpoint()
     holder.rows = 12  # the collectors went on after the epoch's set
-    outputs.request_checkpoint(LocalHandle(holder), 5, {"epochs": 5, "env_steps": 2673, "wall_s": 2.0}, shards=2)
+    outputs.request_checkpoint(holder, 5, {"epochs": 5, "env_steps": 2673, "wall_s": 2.0}, shards=2)
     assert load_latest(tmp_path / "checkpoints").env_steps == 2418  # its parts written, not its manifest
     if ending == "written":
         outputs.write_pending_checkpoint()
@@ -520,7 +520,7 @@ def test_the_export_is_the_solving_version_else_the_best_evaluated_else_the_kept
 
 
 def test_a_node_with_other_software_is_named_with_what_differs():
-    from raypex.cluster.driver.versions import differences, software_versions
+    from raypex.cluster.ray_runtime.versions import differences, software_versions
 
     driver = software_versions()
     assert set(driver) == {"raypex", "ray", "torch", "python"} and "+" not in driver["torch"]
@@ -587,7 +587,7 @@ MIXED = [{"CPU": 8.0, "GPU": 1.0}, {"CPU": 16.0}]
 ], ids=["one GPU box", "a node without GPU", "MLP", "CPU learner", "cpu asked", "cuda asked"])
 def test_collectors_act_on_the_gpu_for_image_networks_when_every_node_has_one(overrides, nodes, learner_device,
                                                                                image_obs, expected, said):
-    from raypex.cluster.driver.devices import choose_act_device
+    from raypex.cluster.ray_runtime.devices import choose_act_device
 
     stream = io.StringIO()
     config = load_config(None, overrides)
@@ -596,7 +596,7 @@ def test_collectors_act_on_the_gpu_for_image_networks_when_every_node_has_one(ov
 
 
 def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_keeps_auto():
-    from raypex.cluster.driver.devices import choose_act_device, gpu_requests, with_act_device
+    from raypex.cluster.ray_runtime.devices import choose_act_device, gpu_requests, with_act_device
 
     config = load_config(None, ["collectors.num=11"])
     assert gpu_requests(config, "cuda", "cpu") == (1.0, 0.0)
@@ -665,12 +665,12 @@ def test_the_final_evaluation_records_a_video_when_no_evaluation_did():
     """A run too short for any evaluation during it (its evaluator came up late on a busy box) still
     gets its video, from the final one; after a recorded one the final one records only on its turn."""
     short = RecordingEvaluator()
-    scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(short), every_env_steps=1000, every_s=None,
+    scheduler = EvaluationScheduler(LocalRuntime(), short, every_env_steps=1000, every_s=None,
                                     give_up=None, newest_weights=lambda: 1, video_every=3)
     scheduler.evaluate_now(1)
     assert short.asked == [True]
     longer = RecordingEvaluator()
-    scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(longer), every_env_steps=1000, every_s=None,
+    scheduler = EvaluationScheduler(LocalRuntime(), longer, every_env_steps=1000, every_s=None,
                                     give_up=None, newest_weights=lambda: 1, video_every=3)
     scheduler.on_env_steps(0)
     scheduler.on_epoch()
@@ -683,7 +683,7 @@ def test_the_final_evaluation_records_a_video_when_no_evaluation_did():
 
 def test_evaluations_are_due_by_env_steps_or_by_time_and_never_twice_on_the_same_weights():
     clock, newest = [100.0], [0]
-    scheduler = EvaluationScheduler(LocalRuntime(), LocalHandle(AnsweringEvaluator()), every_env_steps=1000,
+    scheduler = EvaluationScheduler(LocalRuntime(), AnsweringEvaluator(), every_env_steps=1000,
                                     every_s=None, give_up=None, newest_weights=lambda: newest[0],
                                     clock=lambda: clock[0])
 
@@ -706,7 +706,7 @@ def test_evaluations_are_due_by_env_steps_or_by_time_and_never_twice_on_the_same
     clock[0] += 10_000
     assert poll(3200) is None  # no time trigger without every_s
 
-    timed = EvaluationScheduler(LocalRuntime(), LocalHandle(AnsweringEvaluator()), every_env_steps=1000,
+    timed = EvaluationScheduler(LocalRuntime(), AnsweringEvaluator(), every_env_steps=1000,
                                 every_s=30.0, give_up=None, newest_weights=lambda: "w", clock=lambda: clock[0])
     timed.on_env_steps(12_345)  # a resumed run: its first mark is 13,000
     timed.on_epoch()

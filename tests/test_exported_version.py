@@ -26,7 +26,7 @@ class NewestWeights(RunObserver):
         self.weights = None
 
     def before_finish(self, run) -> None:
-        self.weights = run.rt.get(run.actors.learner.published_weights.remote())
+        self.weights = run.rt.get(run.rt.call(run.actors.learner, "published_weights"))
 
 
 @pytest.mark.parametrize("stop", ["solved", "env_steps"])

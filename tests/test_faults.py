@@ -22,8 +22,8 @@ import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from raypex.cluster.driver.evaluation import EvaluationScheduler
-from raypex.cluster.driver.ray_runtime import RayRuntime
-from raypex.cluster.driver.reaper import cluster_processes, still_running
+from raypex.cluster.ray_runtime.runtime import RayRuntime
+from raypex.cluster.ray_runtime.reaper import cluster_processes, still_running
 from raypex.cluster.driver.run_errors import describe_failure, error_line
 from raypex.cluster.hosts.learner_host import LearnerRestarted
 

@@ -233,7 +233,7 @@ def test_unplaceable_request_fails_fast_and_writes_nothing(tmp_path, capsys):
 OTHER_TORCH = """
 import sys
 import ray
-from raypex.cluster.driver import versions
+from raypex.cluster.ray_runtime import versions
 real_release = versions._release
 versions._release = lambda name: "0.0.1" if name == "torch" else real_release(name)
 from raypex.cluster.commands.cli import main

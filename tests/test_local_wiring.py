@@ -50,6 +50,21 @@ def test_the_learner_samples_every_shard_and_its_weights_reach_every_collector()
         assert collector.version == 1  # loaded between env steps
 
 
+def test_a_learner_held_back_for_data_has_the_collectors_insert_up_to_the_limiter_bound_and_no_further():
+    """With no other thread to insert, a learner the replay ratio holds back lets the collectors
+    collect (the local runtime's lockstep): the learner trains every update it was asked for, and
+    the inserts stay within the limiter's slack of what it sampled."""
+    plan, run = local_run()
+    for _ in range(20):
+        assert run.learner.train_epoch().updates_in_epoch == 3
+    limiter = plan.learners[0].replay.limiter
+    ahead = run.replay.inserted - run.replay.sampled / limiter.samples_per_insert
+    chunk = 4 * 4  # collectors.chunk_steps x env.num_envs: one push may overshoot the bound
+    assert limiter.min_size - limiter.error_buffer <= ahead <= limiter.min_size + limiter.error_buffer \
+        + chunk * len(run.collectors)
+    assert run.replay.sampled == 20 * 3 * 32
+
+
 def test_a_collector_held_by_the_limiter_takes_new_weights_without_stepping():
     _, run = local_run()
     for _ in range(6):
@@ -130,3 +145,22 @@ def test_a_local_run_stopped_by_env_steps_is_the_same_however_often_the_driver_l
         ends.append((summary["env_steps"], summary["epochs"], manifest["learner_sha256"]))
     assert ends[0] == ends[1], ends
     assert 3000 <= ends[0][0] < 3000 + 16 * 16  # one chunk of one collector at most past the budget
+
+
+def test_a_local_runs_hang_watch_leaves_the_users_signals_alone():
+    """The watcher interrupts a hung step with a real-time signal no one handles, never with
+    SIGUSR1 or SIGUSR2 (a user's, a tool's: faulthandler, Tune), and gives it back at the end."""
+    import signal
+
+    from raypex.cluster.local.hang_watch import HangWatch
+
+    users = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)}
+    watch = HangWatch([], timeout_s=60.0, env_id="CartPole-v1")
+    watch.start()
+    try:
+        assert {s: signal.getsignal(s) for s in users} == users
+        assert signal.SIGRTMIN <= watch.signum <= signal.SIGRTMAX
+        assert signal.getsignal(watch.signum) == watch._raise
+    finally:
+        watch.stop()
+    assert signal.getsignal(watch.signum) == signal.SIG_DFL

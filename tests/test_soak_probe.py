@@ -1,4 +1,4 @@
-"""Connecting to a fresh local cluster (cluster/driver/wiring.py `connect`), one cluster for two
+"""Connecting to a fresh local cluster (cluster/ray_runtime/wiring.py `connect`), one cluster for two
 checks: raypex's stop signals survive `ray.init`, and the soak's object-store probe reads that
 cluster wherever Ray's address resolution would point."""
 
@@ -9,7 +9,7 @@ import ray
 
 from raypex.cluster.bench.soak import object_store_mib
 from raypex.cluster.driver import signals
-from raypex.cluster.driver.wiring import connect, shutdown
+from raypex.cluster.ray_runtime.wiring import connect, shutdown
 from tests.test_address import free_port
 
 

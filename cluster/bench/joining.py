@@ -11,7 +11,7 @@ def checked_address(given: str | None, soak: bool) -> str | None:
     """The cluster the stages join (`given`, the --address, else RAYPEX_ADDRESS; None: a local
     one), checked to answer before anything is measured (UsageError in one line when it does
     not). A soak starts its own whatever is given."""
-    from raypex.cluster.driver.address import (
+    from raypex.cluster.ray_runtime.address import (
         ConnectError,
         check_gcs_auth,
         check_gcs_port,
@@ -35,14 +35,14 @@ def bench_on_a_cluster(config, spec, progress: ProgressLine, address: str | None
     (`address`) on the cluster there. UsageError, with Ray left again, when the address does not
     answer or the config asks for a device or more CPUs than the cluster has: said before any
     stage runs, not when the first one asks Ray for them. On a joined cluster every node's software
-    is checked against this process's first, as `raypex train` checks it (cluster/driver/versions.py)."""
+    is checked against this process's first, as `raypex train` checks it (cluster/ray_runtime/versions.py)."""
     from raypex.cluster.bench.ray_stages import ClusterBench
-    from raypex.cluster.driver.address import ConnectError
-    from raypex.cluster.driver.devices import choose_act_device, choose_device, with_act_device
-    from raypex.cluster.driver.placement import check_fits
+    from raypex.cluster.ray_runtime.address import ConnectError
+    from raypex.cluster.ray_runtime.devices import choose_act_device, choose_device, with_act_device
+    from raypex.cluster.ray_runtime.placement import check_fits
     from raypex.cluster.driver.run_errors import PlacementError
-    from raypex.cluster.driver.versions import VersionMismatch, ask_every_node_versions, check_node_versions
-    from raypex.cluster.driver.wiring import (
+    from raypex.cluster.ray_runtime.versions import VersionMismatch, ask_every_node_versions, check_node_versions
+    from raypex.cluster.ray_runtime.wiring import (
         check_local_cluster_holds,
         cluster_gpus,
         connect,

@@ -21,9 +21,9 @@ from raypex.cluster.bench.report import BenchRow, bounding_stage
 from raypex.cluster.config.loading import with_overrides
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.ray_runtime import RayRuntime
+from raypex.cluster.ray_runtime.runtime import RayRuntime
 from raypex.cluster.driver.run import TrainingRun
-from raypex.cluster.driver.wiring import RunActors, reserve_resources, resource_request, start_actors
+from raypex.cluster.ray_runtime.wiring import RunActors, reserve_resources, resource_request, start_actors
 from raypex.cluster.plan.topology import plan_run
 from raypex.replay.contracts import CollectorStats
 

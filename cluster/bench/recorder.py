@@ -10,7 +10,7 @@ import ray
 
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.run import TrainingRun
-from raypex.cluster.driver.wiring import RunActors
+from raypex.cluster.ray_runtime.wiring import RunActors
 
 
 def actor_rss(actors: RunActors) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """`raypex bench --soak MINUTES`: one long training run that watches every process's memory.
 
 About SAMPLES_PER_RUN times in the run the resident memory of each process of the local Ray
-cluster (those carrying the token cluster/driver/reaper.py puts in their environment and their
+cluster (those carrying the token cluster/ray_runtime/reaper.py puts in their environment and their
 descendants: workers, GCS, raylet, agents) and of the driver is read, with the object store's use
 and spilling. Growth is judged from the time every shard is full (before that, replay filling up
 is meant to grow) and a first evaluation has come back (every actor has done its work once) to the
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from raypex.cluster.bench.report import BenchRow
 from raypex.cluster.config.loading import with_overrides
-from raypex.cluster.driver import reaper
+from raypex.cluster.ray_runtime import reaper
 from raypex.cluster.driver.observer import RunObserver
-from raypex.cluster.driver.reaper import TOKEN_VARIABLE, cluster_variable
+from raypex.cluster.ray_runtime.reaper import TOKEN_VARIABLE, cluster_variable
 
 SAMPLES_PER_RUN = 120  # a sample every 15 s in a 30-minute soak; at least 1 s apart in short ones
 SAMPLES_PER_END = 3

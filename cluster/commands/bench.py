@@ -140,7 +140,7 @@ def run_bench(args: argparse.Namespace) -> int:
     plan = BenchPlan.choose(args.quick).with_window(args.window)
     address = checked_address(args.address, args.soak is not None)
 
-    from raypex.cluster.driver.address import ADDRESS_VARIABLE
+    from raypex.cluster.ray_runtime.address import ADDRESS_VARIABLE
     from raypex.cluster.plan.settings import collector_settings
 
     rows: list[BenchRow] = []

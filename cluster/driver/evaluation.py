@@ -98,8 +98,8 @@ class EvaluationScheduler:
         self.recorded = self.recorded or record
         give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None
         self.started += 1
-        self._in_flight = (self.evaluator.evaluate.remote(weights_ref, give_up, record), weights_ref,
-                           Taken(self.clock(), self.env_steps))
+        self._in_flight = (self.rt.call(self.evaluator, "evaluate", weights_ref, give_up, record),
+                           weights_ref, Taken(self.clock(), self.env_steps))
 
     def take(self) -> tuple[dict | None, object, Taken]:
         """(result, weights ref, when it took them) of the finished evaluation (call once `pending`
@@ -116,7 +116,7 @@ class EvaluationScheduler:
         the learner had no weights to give."""
         self._evaluator_up(timeout_s=EVALUATOR_BACK_S)
         record = self.video_every > 0 and not self.recorded
-        return self._result(self.evaluator.evaluate.remote(weights_ref, None, record))
+        return self._result(self.rt.call(self.evaluator, "evaluate", weights_ref, None, record))
 
     def _evaluator_up(self, timeout_s: float) -> bool:
         """Whether the evaluator answers calls: False while Ray still restarts it after a loss."""
@@ -139,9 +139,7 @@ class EvaluationScheduler:
             result = None
         if result is None:
             self.lost += 1
-            # Ray retries the readiness call until the restarted process answers it; a call that
-            # fails at once (the evaluator is gone for good) ends the wait too.
-            self._evaluator_back = self.evaluator.__ray_ready__.options(max_task_retries=-1).remote()
+            self._evaluator_back = self.rt.when_up(self.evaluator)
         return result
 
     def forget_weights(self) -> None:

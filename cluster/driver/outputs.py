@@ -74,8 +74,9 @@ class RunOutputs:
             replacing = self.checkpoint_env_steps(epoch) is not None
             files = [replay_file(self.replay_dir, epoch, i, counters["env_steps"] if replacing else None)
                      for i in range(shards)]
-            replay = [learner.write_replay.remote(i, file) for i, file in enumerate(files)] if shards else None
-            self.pending_checkpoint = PendingCheckpoint(learner.state_bytes.remote(), epoch, counters, replay,
+            replay = [self.rt.call(learner, "write_replay", i, file) for i, file in enumerate(files)] if shards \
+                else None
+            self.pending_checkpoint = PendingCheckpoint(self.rt.call(learner, "state_bytes"), epoch, counters, replay,
                                                         files, replacing, time.perf_counter())
 
     def unready_checkpoint_refs(self) -> list:
@@ -158,7 +159,7 @@ class RunOutputs:
 
     def policy(self, learner, weights_ref) -> None:
         """policy.pt2: the greedy policy of published weights (`weights_ref`: a ref to Weights)."""
-        self.policy_bytes(self.rt.get(learner.export_policy.remote(weights_ref)))
+        self.policy_bytes(self.rt.get(self.rt.call(learner, "export_policy", weights_ref)))
 
     def policy_bytes(self, exported: bytes) -> None:
         """policy.pt2 from bytes exported already."""

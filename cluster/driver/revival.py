@@ -2,7 +2,7 @@
 the newest intact checkpoint set.
 
 The learner is the one actor that holds training state, and the replay lives in its process. When
-that process dies, Ray restarts the actor (cluster/driver/wiring.py: LEARNER_MAX_RESTARTS), which
+that process dies, Ray restarts the actor (cluster/ray_runtime/wiring.py: LEARNER_MAX_RESTARTS), which
 builds an empty replay; the driver loads the newest checkpoint into it (weights, optimizer, scaler,
 counters and, when the set has it, every shard's replay) and carries on. The collectors never
 stopped, so env steps continue; the epochs trained since that checkpoint are lost, and so is the
@@ -74,9 +74,9 @@ class LearnerRevival:
         start_epoch = resume.epochs if resume else 0
         # A call made while Ray is still restarting it fails at once ("the actor is restarting"):
         # this one is retried until the new process takes it (or Ray gives the learner up for dead).
-        warmup = learner.warmup.options(max_task_retries=-1)
-        info = self.rt.get(warmup.remote(resume.learner_state if resume else None, version))
-        learner.count_lost_writes.remote()
+        info = self.rt.get(self.rt.call(learner, "warmup", resume.learner_state if resume else None, version,
+                                        retried=True))
+        self.rt.call(learner, "count_lost_writes")
         if resume is not None and resume.replay_files and self.checkpoint_replay and not self.pixels:
             what = restore_replay(self.rt, learner, self.num_shards, resume).line
         else:
@@ -103,7 +103,7 @@ def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> Re
         why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
         return RestoredReplay(f"replay not restored: {why}; it refills", [])
     try:
-        loaded = runtime.get([learner.load_replay.remote(i, location, part)
+        loaded = runtime.get([runtime.call(learner, "load_replay", i, location, part)
                               for i, (location, part) in enumerate(zip(resume.replay_files, resume.replay_parts))])
     except (*runtime.errors.raised, ValueError) as err:
         return RestoredReplay(f"replay not restored ({error_line(err)}); it refills", [])

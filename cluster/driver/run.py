@@ -167,7 +167,8 @@ class TrainingRun:
     def _start(self) -> None:
         self.actors = self.rt.start(self.config, self.spec, self.progress, self.metrics.startup,
                                     self.metrics.env_steps_offset)
-        self.learner_warming = self.actors.learner.warmup.remote(self.resume.learner_state if self.resume else None)
+        self.learner_warming = self.rt.call(self.actors.learner, "warmup",
+                                            self.resume.learner_state if self.resume else None)
         run_dir = self.outputs.run_dir  # said once the run is sure to use it
         if self.outputs.remote is not None:
             self.progress.message(f"run directory: {self.outputs.remote.uri}, the learner writing replay there and "
@@ -178,7 +179,7 @@ class TrainingRun:
         self.supervisor = self.rt.supervisor(self.actors, self.progress)
         self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_env_steps,
                                                self.config.eval.every_s, eval_give_up(self.config),
-                                               lambda: self.actors.learner.published_weights.remote(),
+                                               lambda: self.rt.call(self.actors.learner, "published_weights"),
                                                self.config.eval.video_every)
         if self.resume and self.resume.replay_files:
             restored = restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume)
@@ -207,7 +208,7 @@ class TrainingRun:
         next_epoch, stopping, next_poll = self.epochs_done + 1, False, time.perf_counter()
         while True:
             while not stopping and len(queued) < EPOCHS_QUEUED:
-                queued.append(QueuedEpoch(next_epoch, learner.train_epoch.remote()))
+                queued.append(QueuedEpoch(next_epoch, self.rt.call(learner, "train_epoch")))
                 next_epoch += 1
             if not queued:
                 return
@@ -282,7 +283,7 @@ class TrainingRun:
         self.outputs.placement(self.placement)
 
     def _stop_learning(self) -> bool:  # cut the learner's current and queued epochs short
-        self.actors.learner.request_stop.remote()
+        self.rt.call(self.actors.learner, "request_stop")
         return True
 
     def _on_epoch(self, epoch: int, m: EpochStats) -> None:
@@ -334,7 +335,8 @@ class TrainingRun:
         self.supervisor.check()
         answering = self.supervisor.answering()
         collectors = self.actors.collectors
-        refs = [collectors[i].stats.remote() for i in answering] + [self.actors.learner.replay_stats.remote()]
+        refs = [self.rt.call(collectors[i], "stats") for i in answering]
+        refs.append(self.rt.call(self.actors.learner, "replay_stats"))
         ready = self.rt.wait(refs, num_returns=len(refs), timeout=STATS_WAIT_S)
         if not final:
             self.supervisor.check_answers(answering, [ref in ready for ref in refs[:-1]], STATS_WAIT_S,

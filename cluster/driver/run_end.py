@@ -45,9 +45,9 @@ class RunEnd:
         learner, errors = run.actors.learner, run.rt.errors
         # Once the learner is told to stop, its epochs no longer wait for data, so the collectors
         # can stop now: env steps end close to stop.env_steps, not after the final evaluation.
-        learner.request_stop.remote()
+        run.rt.call(learner, "request_stop")
         if run.final_files:  # policy.pt2 comes last: torch.export's imports run during the steps before it
-            learner.warm_exporter.remote()
+            run.rt.call(learner, "warm_exporter")
         if run.supervisor is not None:  # None: a signal came before the collectors were started
             run.supervisor.stop()
             run.collect_end = time.time()
@@ -56,7 +56,7 @@ class RunEnd:
             run.drain_epochs(timeout_s=EPOCH_END_S)
         if run.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read
             with contextlib.suppress(*errors.any):
-                unsent = run.rt.get(learner.flush_priorities.remote(), timeout=PRIORITY_FLUSH_S)
+                unsent = run.rt.get(run.rt.call(learner, "flush_priorities"), timeout=PRIORITY_FLUSH_S)
                 run.metrics.priority_updates["priority_updates_unsent"] = unsent
         # A signal during the warm-up: the learner answers for its replay and state once warm (a
         # learner still being made has not taken the collectors' first chunks in yet).
@@ -111,7 +111,7 @@ class RunEnd:
         or the shards' alone when no collector was started (a restored replay's)."""
         run = self.run
         if run.supervisor is None:  # a signal came before the collectors were started
-            run.metrics.poll([], run.rt.get(run.actors.learner.replay_stats.remote(), timeout=EPOCH_END_S))
+            run.metrics.poll([], run.rt.get(run.rt.call(run.actors.learner, "replay_stats"), timeout=EPOCH_END_S))
         else:
             run.poll(final=True)
 
@@ -136,7 +136,7 @@ class RunEnd:
         run = self.run
         outcome, learner = run.outcome, run.actors.learner
         if outcome.solved is None and new_work:  # the run ended on env steps: evaluate the final weights
-            final = learner.published_weights.remote()
+            final = run.rt.call(learner, "published_weights")
             result = run.evaluations.evaluate_now(final)
             if result is not None:
                 run.metrics.eval_cpu_s += result["cpu_s"]
@@ -150,7 +150,7 @@ class RunEnd:
             return
         if choice is None:  # nothing evaluated: the newest weights, unevaluated
             outcome.policy = PolicyFile(None, None)
-            run.outputs.policy(learner, learner.published_weights.remote())
+            run.outputs.policy(learner, run.rt.call(learner, "published_weights"))
             return
         if not new_work or choice.mean != outcome.final_eval:
             run.progress.message(f"exporting weights version {choice.version}, the best evaluated ({choice.mean:.1f})")

@@ -2,14 +2,16 @@
 
 The run loop (cluster/driver/run.py: start the parts, train epochs, publish weights, evaluate,
 checkpoint, revive, stop) is written once against this interface. Two runtimes implement it:
-- the Ray runtime (cluster/driver/ray_runtime.py), the default: every part an actor on a local Ray
+- the Ray runtime (cluster/ray_runtime/runtime.py), the default: every part an actor on a local Ray
   cluster started for the run or on a joined one, weights in the object store;
 - the local runtime (cluster/local/runtime.py, `raypex train --local`): the same collector,
-  replay, learner and evaluator objects in the driver's own process, in lockstep, no Ray imported.
+  replay, learner and evaluator objects in the driver's own process, no Ray imported.
 
-A part's handle has Ray's call form, `handle.method.remote(*args)`, which returns a pending
-result; the runtime waits for pending results and gets them. `errors` names the exceptions that
-mean a part died, was being restarted or raised (in one process, only the last).
+The loop asks a part for something with `call(part, "method", *args)`, which gives a pending
+result; `wait` says which pending results are ready, `get` gives them. With Ray a call runs in
+the part's process while the loop goes on; locally it has run by the time `call` returns, so
+every pending result is ready. `errors` names the exceptions that mean a part died, was being
+restarted or raised (in one process, only the last).
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ class Runtime(Protocol):
     def start(self, config, spec, progress, startup, env_steps_done: int = 0) -> RunParts:
         """Make the parts of the run (connecting to a cluster first where there is one);
         `env_steps_done`: the run's env steps before this command (a resumed run's)."""
+
+    def call(self, part, method: str, *args, retried: bool = False):
+        """Ask `part` (a handle of RunParts) to run `method(*args)`; its pending result. A pending
+        result among `args` is given to the method as its value. `retried`: a call that finds the
+        part being restarted is made again once it is back, rather than failing at once."""
+
+    def when_up(self, part):
+        """A pending result that is ready once `part` takes calls again (after a restart)."""
 
     def wait(self, pending: list, num_returns: int = 1, timeout: float | None = None) -> list:
         """Those of `pending` that are ready (at least `num_returns`, unless `timeout` passed first)."""

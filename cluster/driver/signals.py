@@ -106,7 +106,7 @@ def _was_terminated(interrupt: KeyboardInterrupt) -> bool:
 def install_stop_signals() -> None:
     """Make SIGINT raise KeyboardInterrupt and SIGTERM raise Terminated in this (main) thread.
 
-    Called at start-up and again by `connect` (cluster/driver/wiring.py), after `ray.init` has
+    Called at start-up and again by `connect` (cluster/ray_runtime/wiring.py), after `ray.init` has
     installed its own SIGTERM handler (a bare exit that would skip the final checkpoint, and print
     Ray's stack dump). SIGINT is set explicitly because a non-interactive shell starts background
     jobs (`raypex train ... &`) with it ignored.

@@ -1,2 +1,2 @@
-"""The run's parts in one process, without Ray: the lockstep replica (`python -m
-cluster.local.lockstep`)."""
+"""The local runtime (`raypex train --local`): the run's parts as plain objects in the command's
+own process, without Ray."""

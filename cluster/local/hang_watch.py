@@ -7,10 +7,12 @@ evaluator has been running and,
 past `env.step_timeout_s`, interrupts the main thread with a signal whose handler raises
 EnvWentBad there, so the run ends as for any env fault: one line, its summary, exit 1.
 
-A signal reaches a step waiting in Python or in a system call (a sleep, a socket, a lock); a step
-inside a C call that keeps Python's lock runs on until it returns, as any Python code would. Only
-the main thread takes signals, so a run started from another thread (`raypex.train(...,
-block=False)`) is not watched.
+Only a signal breaks into a step waiting in a system call (a sleep, a socket, a lock), so a signal
+it is; but not one a user or a tool sends (SIGUSR1 and SIGUSR2 are theirs: faulthandler, Tune's
+own stop, a job's "dump your state"). The watcher takes a real-time signal that nothing in the
+process handles, and gives it back when the run ends. A step inside a C call that keeps Python's
+lock runs on until it returns, as any Python code would. Only the main thread takes signals, so a
+run started from another thread (`raypex.train(..., block=False)`) is not watched.
 """
 
 from __future__ import annotations
@@ -32,13 +34,18 @@ class HangWatch:
         self.parts, self.timeout_s, self.env_id = parts, timeout_s, env_id
         self.fault: str | None = None
         self.stopped = threading.Event()
-        self.previous = None
+        self.signum: int | None = None  # the real-time signal taken while watching
+        self.previous = None  # its handler before
 
     def start(self) -> None:
-        """Watch, when this is the main thread (the only one a signal can interrupt)."""
+        """Watch, when this is the main thread (the only one a signal can interrupt) and a
+        real-time signal is free."""
         if threading.current_thread() is not threading.main_thread():
             return
-        self.previous = signal.signal(signal.SIGUSR1, self._raise)
+        self.signum = free_realtime_signal()
+        if self.signum is None:
+            return
+        self.previous = signal.signal(self.signum, self._raise)
         self.main = threading.main_thread().ident
         threading.Thread(target=self._watch, name="raypex-hang-watch", daemon=True).start()
 
@@ -46,7 +53,7 @@ class HangWatch:
         """Stop watching and give the signal its handler back."""
         self.stopped.set()
         if self.previous is not None:
-            signal.signal(signal.SIGUSR1, self.previous)
+            signal.signal(self.signum, self.previous)
             self.previous = None
 
     def _watch(self) -> None:
@@ -57,9 +64,18 @@ class HangWatch:
                     self.fault = (f"{name}: a step of env.id {self.env_id} has not returned for "
                                   f"{time.perf_counter() - started:.0f}s (env.step_timeout_s: {self.timeout_s:g}); "
                                   "the env hangs")
-                    signal.pthread_kill(self.main, signal.SIGUSR1)
+                    signal.pthread_kill(self.main, self.signum)
                     return
 
     def _raise(self, signum, frame) -> None:
         if self.fault is not None and not self.stopped.is_set():
             raise EnvWentBad(self.fault)
+
+
+def free_realtime_signal() -> int | None:
+    """The first real-time signal with its default disposition (no handler of anyone's), or None
+    where there is none (a platform without them)."""
+    if not hasattr(signal, "SIGRTMIN"):
+        return None
+    return next((n for n in range(signal.SIGRTMIN, signal.SIGRTMAX + 1) if signal.getsignal(n) == signal.SIG_DFL),
+                None)

@@ -4,10 +4,10 @@
 The parts are the local wiring's (cluster/local/wiring.py): the same Collector, ShardedReplay,
 LearnerHost and WeightsEvaluator classes the Ray actors host. A call on a part's handle is made
 at once, so the loop's epochs, evaluations and checkpoints run one after another; the collectors
-collect whenever the replay ratio holds the learner back (lockstep). Nothing here is restarted: a
-part that raises (a user's env, say) ends the run as a failed one, the run loop getting its error
-wrapped as Ray's would be (PartRaised, `cause`), so that it is named in one line and summary.json
-is written.
+collect whenever the replay ratio holds the learner back (lockstep), so on a CPU a seed gives the
+same run bit for bit. Nothing here is restarted: a part that raises (a user's env, say) ends the
+run as a failed one, its error wrapped (PartRaised, `cause`) for the run loop, which names it in
+one line and writes summary.json.
 """
 
 from __future__ import annotations
@@ -23,22 +23,18 @@ from raypex.cluster.plan.topology import plan_run
 
 
 class PartRaised(Exception):
-    """A part of a local run raised; `cause` is its exception (as Ray's error keeps a remote one)."""
+    """A part of a local run raised; `cause` is its exception."""
 
     def __init__(self, cause: Exception):
         super().__init__(str(cause))
         self.cause = cause
 
 
-class LocalCall:
-    """A call on a part, made at once (a pending call among its arguments gives its result)."""
+class Done:
+    """A call made already: its result, or the exception it raised."""
 
-    def __init__(self, function, args: tuple, kwargs: dict):
-        self.result, self.error = None, None
-        try:
-            self.result = function(*[resolve(a) for a in args], **{k: resolve(v) for k, v in kwargs.items()})
-        except Exception as err:  # noqa: BLE001 - raised again to whoever gets the result
-            self.error = err
+    def __init__(self, result=None, error: Exception | None = None):
+        self.result, self.error = result, error
 
     def value(self):
         """The call's result (PartRaised for its exception)."""
@@ -47,32 +43,9 @@ class LocalCall:
         return self.result
 
 
-def resolve(value):
-    """A pending call's result in place of the call (what Ray does with a ref passed to a call)."""
-    return value.value() if isinstance(value, LocalCall) else value
-
-
-class _Method:
-    def __init__(self, function):
-        self.function = function
-
-    def remote(self, *args, **kwargs) -> LocalCall:
-        return LocalCall(self.function, args, kwargs)
-
-    def options(self, **_ray_options) -> _Method:  # retries and threads mean nothing in one process
-        return self
-
-
-class LocalHandle:
-    """A part in this process, called as an actor is: `handle.method.remote(*args)`."""
-
-    def __init__(self, part):
-        self.part = part
-
-    def __getattr__(self, name: str) -> _Method:
-        if name == "__ray_ready__":  # an actor's readiness: a part here is always up
-            return _Method(lambda: True)
-        return _Method(getattr(self.part, name))
+def value_of(argument):
+    """A call's result in place of the call, as an argument of another."""
+    return argument.value() if isinstance(argument, Done) else argument
 
 
 class LocalParts:
@@ -80,9 +53,9 @@ class LocalParts:
 
     def __init__(self, run: LocalRun):
         self.run = run
-        self.collectors = [LocalHandle(c) for c in run.collectors]  # the loop asks them for stats() only
-        self.learner = LocalHandle(run.host)
-        self.evaluator = LocalHandle(run.evaluator)
+        self.collectors = run.collectors  # the loop asks them for stats() only
+        self.learner = run.host
+        self.evaluator = run.evaluator
 
     def kill_all(self) -> None:
         """Close every env."""
@@ -159,13 +132,24 @@ class LocalRuntime:
         startup.mark("actors_asked", time.time())
         return self.parts
 
+    def call(self, part, method: str, *args, retried: bool = False) -> Done:
+        """Run `part.method(*args)` now (nothing here is restarted, so nothing is retried)."""
+        try:
+            return Done(getattr(part, method)(*map(value_of, args)))
+        except Exception as err:  # noqa: BLE001 - raised again, wrapped, to whoever gets the result
+            return Done(error=err)
+
+    def when_up(self, part) -> Done:
+        """Ready: a part here never goes down apart from the run."""
+        return Done(True)
+
     def wait(self, pending: list, num_returns: int = 1, timeout: float | None = None) -> list:
-        """Every pending call: each was made already."""
+        """Every pending result: each call was made already."""
         return list(pending)
 
     def get(self, pending, timeout: float | None = None):
         """The result, or each result of a list."""
-        return [resolve(p) for p in pending] if isinstance(pending, list) else resolve(pending)
+        return [p.value() for p in pending] if isinstance(pending, list) else pending.value()
 
     def supervisor(self, parts: LocalParts, progress) -> LockstepCollectors:
         """Nothing to supervise."""

@@ -1,9 +1,8 @@
 """The local wiring: the run's parts as plain objects in one process, connected as
 cluster/plan/topology.py plans, through the in-process seams (cluster/local/seams.py).
 
-What the Ray wiring (cluster/driver/wiring.py) builds as actors across a cluster, this builds
-without Ray: for the local runtime (`raypex train --local`), the lockstep replica, tests and
-debugging a config. With no other thread to insert, a learner the replay ratio holds back lets
+What the Ray wiring (cluster/ray_runtime/wiring.py) builds as actors across a cluster, this builds
+without Ray: for the local runtime (`raypex train --local`) and tests. With no other thread to insert, a learner the replay ratio holds back lets
 every collector collect a chunk: the parts run in lockstep. Given an env-step budget (what is left
 of stop.env_steps), the collectors stop at it, and a learner then held back for data ends its
 epoch: how far a run goes depends on its config alone, never on when the driver looks.

@@ -1,6 +1,6 @@
 """The settings each component is built from, derived from the run config (no Ray here).
 
-A real run (cluster/driver/wiring.py) and the lockstep replica (cluster/local/lockstep.py) build their
+Both runtimes' wirings (cluster/ray_runtime/wiring.py, cluster/local/wiring.py) build their
 collectors, replay and learner from these same functions, so the two cannot drift apart.
 """
 

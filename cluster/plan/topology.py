@@ -2,8 +2,8 @@
 
 `plan_run` turns a config into the list of what to build (each collector, the replay, the learner
 and the evaluator, with the settings it is built from) and names the connections. Two wirings
-build from it: cluster/driver/wiring.py as Ray actors across a cluster, cluster/local/wiring.py as
-plain objects in one process (the lockstep replica, tests, debugging). The connections, each made
+build from it: cluster/ray_runtime/wiring.py as Ray actors across a cluster, cluster/local/wiring.py as
+plain objects in one process (`raypex train --local`, tests). The connections, each made
 by both wirings with the seam of replay/contracts.py it travels through:
 
 - collector i -> its shard of the replay, which lives in its learner's process: chunks

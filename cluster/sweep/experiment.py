@@ -32,9 +32,9 @@ from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 from raypex.actors.env_ids import code_to_ship
 from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import ConfigOrigin, validate
-from raypex.cluster.driver.devices import choose_act_device, choose_device, with_act_device
+from raypex.cluster.ray_runtime.devices import choose_act_device, choose_device, with_act_device
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.wiring import cluster_gpus, connect, disconnect, node_resources, shutdown
+from raypex.cluster.ray_runtime.wiring import cluster_gpus, connect, disconnect, node_resources, shutdown
 from raypex.cluster.plan.env_fit import fit_run
 from raypex.cluster.storage import (
     copy_file,

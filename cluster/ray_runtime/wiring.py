@@ -23,9 +23,9 @@ import ray
 
 from raypex.actors.envs import EnvSpec
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.address import ConnectError, check_gcs_auth, check_gcs_port, join_failed
-from raypex.cluster.driver.devices import gpu_requests
-from raypex.cluster.driver.placement import (
+from raypex.cluster.ray_runtime.address import ConnectError, check_gcs_auth, check_gcs_port, join_failed
+from raypex.cluster.ray_runtime.devices import gpu_requests
+from raypex.cluster.ray_runtime.placement import (
     Reservation,
     ResourceRequest,
     alive_nodes,
@@ -33,7 +33,7 @@ from raypex.cluster.driver.placement import (
     node_addresses,
     reserve,
 )
-from raypex.cluster.driver.reaper import (
+from raypex.cluster.ray_runtime.reaper import (
     TOKEN_VARIABLE,
     cluster_processes,
     cluster_variable,
@@ -232,7 +232,7 @@ def node_resources() -> list[dict[str, float]]:
 
 def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
     """What the config asks Ray for, with the learner on `learner_device` and the collectors acting
-    where config.collectors.act_device says (resolved by cluster/driver/devices.py)."""
+    where config.collectors.act_device says (resolved by cluster/ray_runtime/devices.py)."""
     learner_gpus, collector_gpus = gpu_requests(config, learner_device, config.collectors.act_device)
     return ResourceRequest(
         num_collectors=config.collectors.num,

@@ -19,7 +19,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raypex.cluster.driver.placement import node_addresses
+from raypex.cluster.ray_runtime.placement import node_addresses
 from raypex.cluster.driver.run_errors import error_line
 
 PROBE_TIMEOUT_S = 60.0

@@ -1,5 +1,5 @@
 """The Ray runtime: a run's parts as Ray actors, on a local cluster started for the run or on a
-joined one (cluster/driver/runtime.py names the interface; cluster/driver/wiring.py makes the
+joined one (cluster/driver/runtime.py names the interface; cluster/ray_runtime/wiring.py makes the
 connections).
 
 Its start is the slow part of a command's first seconds (a local cluster takes 3-6 s on a laptop):
@@ -17,14 +17,14 @@ import ray
 
 from raypex.actors.env_ids import code_to_ship
 from raypex.cluster.config.schema import RunConfig
-from raypex.cluster.driver.address import ConnectError, connect_error_line
-from raypex.cluster.driver.devices import choose_act_device, choose_device, with_act_device
-from raypex.cluster.driver.placement import Reservation
+from raypex.cluster.ray_runtime.address import ConnectError, connect_error_line
+from raypex.cluster.ray_runtime.devices import choose_act_device, choose_device, with_act_device
+from raypex.cluster.ray_runtime.placement import Reservation
 from raypex.cluster.driver.run_errors import PlacementError, StartRefused
 from raypex.cluster.driver.runtime import RuntimeErrors
-from raypex.cluster.driver.supervisor import CollectorSupervisor
-from raypex.cluster.driver.versions import VersionMismatch, ask_node_versions, check_node_versions
-from raypex.cluster.driver.wiring import (
+from raypex.cluster.ray_runtime.supervisor import CollectorSupervisor
+from raypex.cluster.ray_runtime.versions import VersionMismatch, ask_node_versions, check_node_versions
+from raypex.cluster.ray_runtime.wiring import (
     COLLECTOR_MAX_RESTARTS,
     RunActors,
     check_local_cluster_holds,
@@ -103,6 +103,17 @@ class RayRuntime:
         except (PlacementError, VersionMismatch) as err:
             raise StartRefused(str(err)) from None
         return self.actors
+
+    def call(self, part, method: str, *args, retried: bool = False):
+        """`part.method.remote(*args)`; retried: Ray makes a call that finds the actor restarting
+        again until the new process takes it (or Ray gives the actor up for dead)."""
+        bound = getattr(part, method)
+        return (bound.options(max_task_retries=-1) if retried else bound).remote(*args)
+
+    def when_up(self, part):
+        """Ray's readiness call, retried until a restarted actor answers it (a call that fails at
+        once, the actor gone for good, ends the wait too)."""
+        return part.__ray_ready__.options(max_task_retries=-1).remote()
 
     def wait(self, pending: list, num_returns: int = 1, timeout: float | None = None) -> list:
         """ray.wait's ready list."""

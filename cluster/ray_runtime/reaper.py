@@ -9,7 +9,7 @@ the cluster inherits a token in its environment; the watchdog notes those proces
 descendants while the driver lives and, after a short grace for a normal shutdown, kills those
 still running.
 
-Run as `python -m raypex.cluster.driver.reaper TOKEN` with the pipe as stdin (start_reaper does that);
+Run as `python -m raypex.cluster.ray_runtime.reaper TOKEN` with the pipe as stdin (start_reaper does that);
 it writes READY to its stdout once it runs (confirm_reaper reads it).
 """
 
