@@ -21,6 +21,7 @@ import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from raypex.cluster.driver import signals
 from raypex.cluster.driver.evaluation import EvaluationScheduler
 from raypex.cluster.ray_runtime.runtime import RayRuntime
 from raypex.cluster.ray_runtime.reaper import cluster_processes, still_running
@@ -457,6 +458,32 @@ def test_an_error_raised_in_an_actor_is_named_by_its_own_first_line(kept_up_ray)
     raise_line = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
                       if line.startswith('    raise RuntimeError("CUDA error: operation failed'))
     assert describe_failure(raised.value, role_of=lambda actor_id: "?") == f"{expected} (test_faults.py:{raise_line})"
+
+
+@ray.remote
+def terminate(pid: int) -> None:
+    """SIGTERM to `pid` (the driver, waiting in ray.get on this very call), then no answer."""
+    os.kill(pid, signal.SIGTERM)
+    time.sleep(600)
+
+
+def test_a_sigterm_that_ray_turns_into_a_plain_keyboard_interrupt_still_exits_143(kept_up_ray):
+    """Inside ray.get and ray.wait Ray runs the signal handler and raises a plain KeyboardInterrupt in
+    place of what it raised (Terminated: cluster/driver/signals.py), so the type alone cannot say
+    which signal stopped a run; the signal noted on its way in does."""
+    ray.init(address=kept_up_ray, namespace=f"signals-{uuid.uuid4().hex[:8]}")
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signals.install_stop_signals()
+    try:
+        ref = terminate.remote(os.getpid())
+        with pytest.raises(KeyboardInterrupt) as caught:
+            ray.get(ref, timeout=120)
+        ray.cancel(ref, force=True)
+    finally:
+        signal.signal(signal.SIGINT, handlers[0])
+        signal.signal(signal.SIGTERM, handlers[1])
+        ray.shutdown()
+    assert signals.exit_code(caught.value) == 143 and signals.signal_name(caught.value) == "SIGTERM", caught
 
 
 GOING_BAD_ENV = '''import os

@@ -34,9 +34,10 @@ class StopAsked(KeyboardInterrupt):
         self.ended = ended
 
 
-# The signals received, first first. Ray turns any KeyboardInterrupt raised while the driver waits
-# inside ray.get or ray.wait into a plain KeyboardInterrupt, so the exception's type alone cannot
-# say which signal stopped the run.
+# The signals received, first first. Ray runs the handler of a signal that comes while the driver
+# waits inside ray.get or ray.wait and raises a plain KeyboardInterrupt in place of what it raised,
+# so the exception's type alone cannot say which signal stopped the run
+# (tests/test_faults.py::test_a_sigterm_that_ray_turns_into_a_plain_keyboard_interrupt_still_exits_143).
 _received: list[int] = []
 _second_aborts = False  # inside second_aborts()
 _deferring = False  # between hold() and release()
@@ -76,19 +77,6 @@ def stop_holding() -> int | None:
 
 
 @contextlib.contextmanager
-def deferred():
-    """While inside, a signal is noted and raised only once the block has ended (Ray's start, which
-    a KeyboardInterrupt would leave half made)."""
-    hold()
-    try:
-        yield
-    except BaseException:
-        stop_holding()
-        raise
-    release()
-
-
-@contextlib.contextmanager
 def second_aborts():
     """While inside, a signal after the first raises too (the run's end: it stops waiting)."""
     global _second_aborts
@@ -104,19 +92,14 @@ def _was_terminated(interrupt: KeyboardInterrupt) -> bool:
 
 
 def install_stop_signals() -> None:
-    """Make SIGINT raise KeyboardInterrupt and SIGTERM raise Terminated in this (main) thread.
+    """Make SIGINT raise KeyboardInterrupt and SIGTERM raise Terminated in this (main) thread,
+    forgetting the signals of an earlier run in this process.
 
-    Called at start-up and again by `connect` (cluster/ray_runtime/wiring.py), after `ray.init` has
-    installed its own SIGTERM handler (a bare exit that would skip the final checkpoint, and print
-    Ray's stack dump). SIGINT is set explicitly because a non-interactive shell starts background
-    jobs (`raypex train ... &`) with it ignored.
+    Called at start-up and again by `connect` (cluster/ray_runtime/wiring.py), which keeps Ray's
+    start from putting its own SIGTERM handler in place of this one. SIGINT is set explicitly
+    because a non-interactive shell starts background jobs (`raypex train ... &`) with it ignored.
     """
     _received.clear()
-    reinstall_stop_signals()
-
-
-def reinstall_stop_signals() -> None:
-    """Put raypex's handlers back (after Ray's start set its own), keeping what was received."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise_on_signal)
         signal.signal(signal.SIGTERM, _raise_on_signal)

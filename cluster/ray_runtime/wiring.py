@@ -41,7 +41,7 @@ from raypex.cluster.ray_runtime.reaper import (
     reap,
     start_reaper,
 )
-from raypex.cluster.driver.signals import deferred, install_stop_signals, reinstall_stop_signals
+from raypex.cluster.driver.signals import install_stop_signals
 from raypex.cluster.hosts.collector_actor import CollectorActor
 from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
 from raypex.cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
@@ -86,7 +86,9 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
     `address="local"` always starts a new cluster, so a local Ray instance that is already
     running on this machine (or RAY_ADDRESS in the environment) cannot hijack a local run.
     """
-    # A local cluster always gets a token; saying so on every run is noise in the progress display.
+    # Ray warns on every start that the local cluster got a token (each one does), and that a shipped
+    # working directory's .venv is left out (SHIPPED_EXCLUDES leaves it out, and raypex's own line says
+    # what goes): noise in the progress display (tests/test_soak_probe.py reads Ray's log for both).
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     for packaging in map(logging.getLogger, ("ray._private.worker", "ray._private.runtime_env.working_dir")):
         if not any(isinstance(f, ExcludesAlreadySaid) for f in packaging.filters):  # ray.init packages through
@@ -94,16 +96,17 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
     kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True,
               "configure_logging": True, "namespace": NAMESPACE, **code_runtime_env(code_dir)}
     if address is None:
-        start_reaper()  # nothing of this cluster outlives the driver, even after kill -9
+        # Nothing of this cluster outlives the driver, even after kill -9: Ray's agents stay up
+        # orphaned otherwise (tests/test_faults.py::test_killing_the_driver_leaves_no_process_of_the_run).
+        start_reaper()
         # Ray's worker threads each get a glibc malloc arena; in a long run the learner's grew by
-        # ~9 MB a minute with the default number of arenas and ~3 MB with two (BENCHMARKS.md (git history),
-        # "Memory over a long run"). Every process of a local cluster inherits this.
+        # ~9 MB a minute with the default number of arenas and ~3 MB with two (`raypex bench --soak`).
+        # Every process of a local cluster inherits this (tests/test_soak_probe.py reads it back).
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
         install_stop_signals()
         try:
-            with sigterm_blocked_in_children(), ray_keeps_our_handlers(), deferred():
+            with sigterm_blocked_in_children(), ray_keeps_our_handlers():
                 ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
-                reinstall_stop_signals()  # Ray's core worker set its own C handler (a stack dump, then abort)
         except Exception as err:  # Ray raises a bare Exception when its start times out
             if RAY_START_TIMED_OUT not in str(err):
                 raise
@@ -118,9 +121,8 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
     check_gcs_auth(address)
     install_stop_signals()
     try:
-        with ray_keeps_our_handlers(), deferred():
+        with ray_keeps_our_handlers():
             ray.init(address=address, **kwargs)
-            reinstall_stop_signals()
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
     return False
@@ -130,11 +132,13 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
 def ray_keeps_our_handlers():
     """ray.init sets its own SIGTERM handler first thing (`sys.exit(15)`: a SIGTERM during Ray's
     start, taken by any thread of the driver that has it unblocked, ended the command with exit
-    15 and no summary). While it runs, Ray's setter does nothing, so raypex's handler stays (it
-    notes the signal; `deferred` raises it once Ray is up)."""
+    15 and no summary). While it runs, Ray's setter does nothing, so raypex's handler stays and
+    the run ends as from any SIGTERM. Without it,
+    tests/test_integration.py::test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_stop
+    sees exit 15. A Ray without this setter is left as it is; that test says whether it needs more."""
     utils = getattr(getattr(ray, "_private", None), "utils", None)
     setter = getattr(utils, "set_sigterm_handler", None)
-    if setter is None:  # another Ray: its handler goes when ours is reinstalled after ray.init
+    if setter is None:
         yield
         return
     utils.set_sigterm_handler = lambda handler: None
@@ -145,7 +149,8 @@ def ray_keeps_our_handlers():
 
 
 # Ray's words when a local node's raylet has not registered with its GCS within Ray's fixed 30 s
-# (seen on a 2-core machine busy with two other training runs, about one start in two).
+# (seen on a 2-core machine busy with two other training runs, about one start in two): Ray raises a
+# bare Exception, which would be a traceback (tests/test_address.py, the one line it becomes).
 RAY_START_TIMED_OUT = "timed out during startup"
 
 
@@ -178,7 +183,8 @@ def sigterm_blocked_in_children():
     dead. The signal mask is inherited across fork and exec, so Ray's GCS, raylet and agents, and
     the workers the raylet forks, keep SIGTERM pending instead; the driver alone handles it and
     shuts them down itself (ray.shutdown, with SIGKILL after a grace period). The driver's own
-    mask is restored on the way out.
+    mask is restored on the way out. Without it the raylet dies with the group's SIGTERM
+    (tests/test_integration.py::test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_stop).
     """
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
@@ -202,7 +208,8 @@ def shutdown() -> None:
     killed at once, which is what the graceful path ends in anyway (0.3 s against 5.3 s here).
     The raylet's agents, which the graceful path let the raylet stop, are killed with the rest
     of the cluster's processes (found by the watchdog's token). If this Ray keeps its node
-    elsewhere, the plain (slower) shutdown runs.
+    elsewhere, the plain (slower) shutdown runs. What it saves is time, so a benchmark shows it,
+    not a test: `python -m benchmarks.shutdown`.
     """
     token = os.environ.get(TOKEN_VARIABLE)
     processes = cluster_processes(cluster_variable(token)) if token else {}
