@@ -59,7 +59,10 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session):
     if not session.config.getoption("--store-durations") or hasattr(session.config, "workerinput"):
         return  # (pytest-xdist's workers report to the controller, which writes)
-    durations = {**measured(), **{nodeid: round(seconds, 2) for nodeid, seconds in _SECONDS.items()}}
+    ran = {nodeid.split("::")[0] for nodeid in _SECONDS}  # a file that ran replaces its entries: gone tests go
+    kept = {nodeid: seconds for nodeid, seconds in measured().items()
+            if nodeid.split("::")[0] not in ran and (Path(session.config.rootpath) / nodeid.split("::")[0]).is_file()}
+    durations = {**kept, **{nodeid: round(seconds, 2) for nodeid, seconds in _SECONDS.items()}}
     DURATIONS.write_text(json.dumps(dict(sorted(durations.items())), indent=0) + "\n")
 
 

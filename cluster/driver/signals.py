@@ -100,6 +100,13 @@ def install_stop_signals() -> None:
     because a non-interactive shell starts background jobs (`raypex train ... &`) with it ignored.
     """
     _received.clear()
+    reinstall_stop_signals()
+
+
+def reinstall_stop_signals() -> None:
+    """Put raypex's handlers back, keeping what was received: `ray.init` replaces the process's
+    SIGTERM handler below Python's with its core worker's own (a stack dump, then abort: exit -6),
+    while Python's `signal.getsignal` still names raypex's."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise_on_signal)
         signal.signal(signal.SIGTERM, _raise_on_signal)

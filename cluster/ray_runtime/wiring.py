@@ -41,7 +41,7 @@ from raypex.cluster.ray_runtime.reaper import (
     reap,
     start_reaper,
 )
-from raypex.cluster.driver.signals import install_stop_signals
+from raypex.cluster.driver.signals import install_stop_signals, reinstall_stop_signals
 from raypex.cluster.hosts.collector_actor import CollectorActor
 from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
 from raypex.cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
@@ -107,6 +107,9 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
         try:
             with sigterm_blocked_in_children(), ray_keeps_our_handlers():
                 ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
+                # Ray's core worker set its own C handler for SIGTERM (a stack dump, then abort)
+                # (tests/test_soak_probe.py reads the handler the process has)
+                reinstall_stop_signals()
         except Exception as err:  # Ray raises a bare Exception when its start times out
             if RAY_START_TIMED_OUT not in str(err):
                 raise
@@ -123,6 +126,7 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
     try:
         with ray_keeps_our_handlers():
             ray.init(address=address, **kwargs)
+            reinstall_stop_signals()
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
     return False
