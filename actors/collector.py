@@ -1,8 +1,6 @@
-"""The Collector: steps a vector env with an epsilon-greedy CPU copy of the Q-network: an MLP in
-numpy (actors/numpy_acting.py, no torch in the process), a CNN in torch (in bf16 where this CPU
-acts faster so, actors/acting.py); or, for td3/sac, with the published actor and its exploration
-(actors/continuous_acting.py); or, for a recurrent head (r2d2), with a numpy LSTM that carries
-each env's state from step to step (actors/recurrent_acting.py).
+"""The Collector: steps a vector env with the policy its algorithm's plug-in builds (actors/policy.py:
+one batched `act` for every env, exploration and any recurrent state included; the built-ins'
+are actors/q_policy.py, recurrent_acting.py and continuous_acting.py), and adds every step.
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
@@ -20,51 +18,17 @@ import time
 
 import numpy as np
 
+from raypex.actors.action_scaling import ActionScale
 from raypex.actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
-from raypex.actors.continuous_acting import ContinuousActingPolicy
 from raypex.actors.envs import make_vector_env
-from raypex.actors.exploration import BoxExploration, EpsilonGreedy, apex_epsilon
 from raypex.actors.nstep import NStepFolder
-from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
-from raypex.actors.recurrent_acting import RecurrentActingPolicy
 from raypex.actors.sequence_adder import SequenceAdder
 from raypex.actors.settings import CollectorSettings
 from raypex.actors.step_check import StepCheck
+from raypex.learner.algorithms.registry import algorithm
 from raypex.replay.contracts import CollectorStats, PollWeights, PushChunk
 
 PHASES = ("act", "env", "fold", "push")
-
-
-def acting_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int):
-    """The collector's acting network: numpy for an MLP acting on the CPU (no torch imported), else
-    torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own
-    random initial weights."""
-    if s.head == "recurrent_q":
-        return RecurrentActingPolicy(s.num_actions, s.num_envs, s.recurrent_size, np.random.default_rng(seed + 1),
-                                     tuple(s.obs_shape), s.obs_dtype)
-    if s.action_dim:
-        return ContinuousActingPolicy(s.head, s.action_dim, s.action_noise, np.random.default_rng(seed + 1),
-                                      tuple(s.obs_shape), s.obs_dtype, s.hidden)
-    if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
-        return NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1))
-    import torch
-
-    from raypex.actors.acting import ActingPolicy
-    from raypex.learner.networks import build_q_network
-
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
-    return ActingPolicy(network, s.act_precision, example_obs, s.act_fusion, s.act_device)
-
-
-def exploration_for(s: CollectorSettings, rng: np.random.Generator) -> EpsilonGreedy | BoxExploration:
-    """How this collector explores (actors/exploration.py): Ape-X's epsilon for its index, or the
-    Box actions of TD3 and SAC."""
-    if s.action_dim:
-        return BoxExploration(s.action_noise, s.action_low, s.action_high)
-    final = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
-    return EpsilonGreedy(s.num_actions, final, s.epsilon_anneal_steps, rng)
 
 
 class Collector:
@@ -81,10 +45,12 @@ class Collector:
         self.env_ready_at = time.time()  # wall clock: the env made and reset (start-up's moments)
         self.check = StepCheck(s.env_id, self.obs.shape[1:], self.obs.dtype, f"collector {s.index}")
         self.step_started: float | None = None  # perf_counter() when the env step running now began
-        self.policy = acting_policy(s, self.obs, seed)
+        self.policy = algorithm(s.algo).policy(s, self.obs, seed, self.rng)
+        self.state = self.policy.initial_state(s.num_envs)  # each env's, before its next step
         self.adder = make_adder(s, self.obs, info)
-        self.exploration = exploration_for(s, self.rng)
-        self._values_ahead: np.ndarray | None = None  # Q of self.obs, run at a chunk's end for the next act
+        self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_dim else None
+        self._ahead: tuple | None = None  # the next step's act, run at a chunk's end for its bootstrap values
+        self._bootstraps = False  # whether the policy gives the adder bootstrap values (set by its first act)
         self.version = -1  # no published weights yet: acting with this collector's own random init
         self.version_loaded_at: float | None = None
         self.max_weight_load_s = 0.0  # the longest the env loop paused to take new weights
@@ -102,22 +68,20 @@ class Collector:
     @property
     def epsilon(self) -> float:
         """The epsilon this collector acts with now (TD3: its action noise; SAC: 0, it samples)."""
-        return self.exploration.rate(self.env_steps)
+        return self.policy.exploration_rate(self.env_steps)
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Epsilon-greedy actions for every env from one batched forward pass, and, for initial
-        priorities, Q(obs, action) of the actions taken: the same forward gives the adder the
-        previous step's bootstrap values (obs is that step's next_obs), so priorities cost no pass
-        of their own."""
-        if not self.s.td_priorities:
-            return self.exploration.act(self.policy, obs, self.env_steps), None
-        # values run ahead at a chunk's end are used even if newer weights arrived since: one step
+    def act(self) -> tuple[np.ndarray, dict]:
+        """The policy's actions for every env from one batched call, and what the adder takes
+        beside them; the env's states move on. Bootstrap values (initial priorities) are the value
+        of `obs`, the previous step's next observation: the adder gets them from the same call."""
+        # an act run ahead at a chunk's end is used even if newer weights arrived since: one step
         # on the previous version, where a second forward would cost a step's acting again
-        q = self.policy.q_values(obs) if self._values_ahead is None else self._values_ahead
-        self._values_ahead = None
-        self.adder.set_next_value(q.max(axis=1))
-        actions = self.exploration.choose(q.argmax(axis=1), self.env_steps)  # td priorities: dqn only
-        return actions, q[np.arange(len(actions)), actions]
+        acted, self._ahead = self._ahead or self.policy.act(self.obs, self.state, self.env_steps), None
+        actions, extras, self.state = acted
+        self._bootstraps = "bootstrap" in extras
+        if self._bootstraps:
+            self.adder.set_next_value(extras["bootstrap"])
+        return actions, extras
 
     def load_newer_weights(self) -> None:
         """Load the newest weights that have arrived, if any are newer than those acting now.
@@ -128,7 +92,7 @@ class Collector:
         t0 = time.perf_counter()
         weights = self.poll_weights()
         if weights is not None and weights.version > self.version:
-            if not weights.untrained or self.exploration.acts_with_untrained_weights:
+            if not weights.untrained or self.policy.acts_with_untrained_weights:
                 self.policy.load(weights.arrays)
             self.version = weights.version
             self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
@@ -141,13 +105,10 @@ class Collector:
         for _ in range(self.s.chunk_steps):
             t0 = clock()
             self.load_newer_weights()
-            state = None
-            if self.s.sequence_period:  # each env acts from its state, the initial one at an episode's start
-                self.policy.start_episodes(self.adder.first)
-                state = self.policy.state
-            actions, q_taken = self.act(self.obs)
+            state = self.state  # what this step starts from (the adder stores it at a sequence's start)
+            actions, extras = self.act()
             t1 = clock()
-            env_actions = self.exploration.to_env(actions)
+            env_actions = actions if self.action_scale is None else self.action_scale.to_env(actions)
             self.step_started = t1
             try:
                 next_obs, reward, terminated, truncated, info = self.env.step(env_actions)
@@ -159,18 +120,20 @@ class Collector:
             if self.first_step_at is None:
                 self.first_step_at = time.time()
             real = self.adder.add(EnvStep(self.obs, actions, reward, terminated, truncated, next_obs,
-                                          info.get("lives") if self.s.terminal_on_life_loss else None, q_taken,
-                                          state))
+                                          info.get("lives") if self.s.terminal_on_life_loss else None,
+                                          extras.get("q_taken"), state))
             self._count_episodes(reward, terminated | truncated, real)
             self.obs = next_obs
+            if self.state is not None:  # an env whose next step starts an episode starts from the initial state
+                self.state = self.policy.start_episodes(self.state, self.adder.first)
             t3 = clock()
             phase["act"] += t1 - t0
             phase["env"] += t2 - t1
             phase["fold"] += t3 - t2
         t3 = clock()
-        if self.s.td_priorities:  # the next step's forward, run now: the last step's bootstrap values
-            self._values_ahead = self.policy.q_values(self.obs)
-            self.adder.set_next_value(self._values_ahead.max(axis=1))
+        if self._bootstraps:  # the next step's act, run now: the last step's bootstrap values
+            self._ahead = self.policy.act(self.obs, self.state, self.env_steps)
+            self.adder.set_next_value(self._ahead[1]["bootstrap"])
             phase["act"] += clock() - t3
             t3 = clock()
         chunk = self.adder.pop()
@@ -207,7 +170,7 @@ class Collector:
             index=self.s.index, env_steps=self.env_steps, first_step_at=self.first_step_at,
             chunks_pushed=self.chunks_pushed, transitions_pushed=self.transitions_pushed,
             episode_returns=returns, episode_lengths=lengths, epsilon=self.epsilon,
-            exploration=self.exploration.kind, version=self.version, version_loaded_at=self.version_loaded_at,
+            exploration=self.policy.exploration, version=self.version, version_loaded_at=self.version_loaded_at,
             max_weight_load_s=self.max_weight_load_s, phase_s=dict(self.phase_s),
             act_precision=self.policy.precision, act_form=self.policy.form,
             env_step_running_s=0.0 if started is None else time.perf_counter() - started)

@@ -1,16 +1,18 @@
-"""RecurrentActingPolicy: a collector's acting with r2d2's recurrent Q-network, in numpy (torch on
-its CPU for images).
+"""RecurrentPolicy: acting with r2d2's recurrent Q-network, in numpy (torch on its CPU for images),
+epsilon-greedy in a collector and greedy in the evaluator.
 
 Each env carries its recurrent state from step to step; the collector starts it again (zeros) at
-each env's episode start (`start_episodes`) and reads it before a step (`state`): the adder stores
-it at every sequence's first step, so the learner unrolls from where the collector was. Until the
-learner's first weights arrive it acts uniformly at random, its state staying at zeros.
+each env's episode start (`start_episodes`) and gives it to each step: the adder stores the state
+a sequence's first step started from, so the learner unrolls from where the collector was. Until
+the learner's first weights arrive it acts uniformly at random, its state staying at zeros.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from raypex.actors.exploration import EpsilonGreedy, apex_epsilon
+from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.learner.numpy_recurrent import NumpyRecurrentQ
 
 
@@ -29,36 +31,60 @@ def recurrent_stepper(obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict, 
     return TorchRecurrentStep(tuple(obs_shape), obs_dtype, arrays)
 
 
-class RecurrentActingPolicy:
-    """Greedy actions of the published recurrent weights, one state per env (ActingPolicy's interface)."""
+class RecurrentPolicy:
+    """Epsilon-greedy (or greedy) actions of the published recurrent weights, a state per env
+    (actors/policy.py)."""
 
+    exploration = "epsilon"
+    acts_with_untrained_weights = True
     precision = "fp32"
 
-    def __init__(self, num_actions: int, num_envs: int, recurrent_size: int, rng: np.random.Generator,
-                 obs_shape: tuple[int, ...] = (), obs_dtype: str = "float32"):
-        self.num_actions, self.rng = num_actions, rng
+    def __init__(self, num_actions: int, recurrent_size: int, rng: np.random.Generator,
+                 obs_shape: tuple[int, ...] = (), obs_dtype: str = "float32", epsilon: EpsilonGreedy | None = None):
+        """`rng`: the random actions before the first weights; `epsilon`: a collector's exploration
+        (None: greedy only)."""
+        self.num_actions, self.recurrent_size, self.rng, self.epsilon = num_actions, recurrent_size, rng, epsilon
         self.obs_shape, self.obs_dtype = tuple(obs_shape), obs_dtype
         self.form = "numpy" if len(self.obs_shape) <= 1 else "torch"
         self.network = None  # a stepper (recurrent_stepper), once the first weights came
-        self.state = np.zeros((num_envs, 2 * recurrent_size), np.float32)  # h and c of each env, before its next step
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
         """Act with these weights from the next step on (each env's state carries over)."""
         self.network = recurrent_stepper(self.obs_shape, self.obs_dtype, arrays, self.network)
 
-    def start_episodes(self, starting: np.ndarray) -> None:
-        """Envs whose next observation is an episode's first start from the initial state."""
-        self.state[starting] = 0.0
+    def initial_state(self, num_envs: int) -> np.ndarray:
+        """h and c of each env at an episode's start: zeros."""
+        return np.zeros((num_envs, 2 * self.recurrent_size), np.float32)
 
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """[E, num_actions] Q-values of this step, advancing every env's state; zeros before the first weights."""
-        if self.network is None:
-            return np.zeros((len(obs), self.num_actions), np.float32)
-        q, self.state = self.network.step(obs, self.state)
-        return q
+    def start_episodes(self, state: np.ndarray, starting: np.ndarray) -> np.ndarray:
+        """Envs whose next observation is an episode's first start from the initial state (a new
+        array: the adder may hold the one it was given)."""
+        return np.where(starting[:, None], np.float32(0.0), state)
 
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        """The greedy action per env (advancing its state); uniformly random before the first weights."""
+    def exploration_rate(self, env_steps: int) -> float:
+        return self.epsilon.rate(env_steps) if self.epsilon is not None else 0.0
+
+    def act(self, obs: np.ndarray, state: np.ndarray, env_steps: int, explore: bool = True):
+        """The (epsilon-)greedy action per env and every env's next state; uniformly random, the
+        state staying at zeros, before the first weights."""
         if self.network is None:
-            return self.rng.integers(0, self.num_actions, len(obs))
-        return self.q_values(obs).argmax(axis=1)
+            return self.rng.integers(0, self.num_actions, len(obs)), {}, state
+        q, state = self.network.step(obs, state)
+        greedy = q.argmax(axis=1)
+        if explore and self.epsilon is not None:
+            return self.epsilon.choose(greedy, env_steps), {}, state
+        return greedy, {}, state
+
+
+def collector_recurrent_policy(s: CollectorSettings, seed: int, rng: np.random.Generator) -> RecurrentPolicy:
+    """A collector's: Ape-X's epsilon for its index (actors/exploration.py), random until weights come."""
+    epsilon = EpsilonGreedy(s.num_actions, apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha),
+                            s.epsilon_anneal_steps, rng)
+    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(seed + 1), tuple(s.obs_shape),
+                           s.obs_dtype, epsilon)
+
+
+def greedy_recurrent_policy(s: EvaluatorSettings) -> RecurrentPolicy:
+    """The evaluator's: greedy, each episode's state carried from its first step."""
+    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(s.seed), tuple(s.obs_shape),
+                           s.obs_dtype)

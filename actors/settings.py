@@ -37,9 +37,7 @@ class CollectorSettings:
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
     act_device: str = "cpu"  # cpu | cuda: where the acting network runs (cuda: the GPU share Ray gave this actor)
-    head: str = "q"  # what it acts with (the algorithm's plug-in says): q (epsilon-greedy over num_actions) |
-    # recurrent_q (the same, with a state per env) | deterministic | gaussian (an actor over Box actions,
-    # actors/continuous_acting.py)
+    algo: str = "dqn"  # the algorithm's plug-in, which builds the policy it acts with (learner/algorithms/)
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()
     action_noise: float = 0.0  # td3: this collector's Gaussian noise, a fraction of each action's half-range
@@ -72,4 +70,5 @@ class EvaluatorSettings:
     action_low: tuple[float, ...] = ()  # Box actions' bounds: the weights are a td3/sac actor
     action_high: tuple[float, ...] = ()
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
-    head: str = "q"  # what the published weights are (the algorithm's plug-in says): q | recurrent_q | deterministic | gaussian
+    algo: str = "dqn"  # the algorithm's plug-in, which builds the greedy policy of its published weights
+    recurrent_size: int = 0  # a recurrent policy's state: units of h and c each

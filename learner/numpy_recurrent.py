@@ -45,17 +45,3 @@ class NumpyRecurrentQ:
         q = advantage if self.value is None else (
             h @ self.value[0] + self.value[1] + advantage - advantage.mean(axis=1, keepdims=True))
         return q.astype(np.float32), np.concatenate([h, c], axis=1).astype(np.float32)
-
-
-class RecurrentGreedy:
-    """A greedy recurrent policy over a batch of envs that each run one episode from its start (an
-    evaluation): it keeps each env's state between calls. `network` steps (obs, state) in numpy:
-    a NumpyRecurrentQ, or the torch step for images."""
-
-    def __init__(self, network, batch: int):
-        self.network = network
-        self.state = np.zeros((batch, 2 * self.network.recurrent_size), np.float32)
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        q, self.state = self.network.step(obs, self.state)
-        return q.argmax(axis=1)

@@ -9,16 +9,18 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from raypex.actors.policy import Stateless
 from raypex.cluster.commands.cli import main
 from raypex.learner.algorithms import registry
 from raypex.learner.algorithms.registry import Algorithm, algorithm, names, register
 
 
-def test_the_registry_holds_dqn_td3_and_sac_with_their_heads():
+def test_the_registry_holds_dqn_td3_and_sac_with_what_differs_between_them():
     assert names()[:3] == ("dqn", "td3", "sac")
-    assert [algorithm(name).head for name in ("dqn", "td3", "sac")] == ["q", "deterministic", "gaussian"]
+    assert [algorithm(name).acts_on_gpu for name in ("dqn", "td3", "sac", "r2d2")] == [True, False, False, False]
     assert [algorithm(name).box_actions for name in ("dqn", "td3", "sac")] == [False, True, True]
     assert algorithm("td3").collector_noise and not algorithm("sac").collector_noise
     assert (algorithm("td3").default_policy_delay, algorithm("sac").default_policy_delay) == (2, 1)
@@ -34,12 +36,12 @@ def test_an_unknown_name_is_one_line_naming_the_registered_ones(capsys):
 
 @pytest.fixture
 def plugged_in():
-    """A plug-in registered for the test: DQN's step under another name, acting with a Q-network."""
+    """A plug-in registered for the test: DQN's step and acting under another name."""
+    from raypex.learner.algorithms.dqn import DQN
 
     @register
-    class PlainQ(Algorithm):
+    class PlainQ(DQN):
         name = "plain-q"
-        head = "q"
         built = 0
 
         def build_step(self, settings, device, gather=None, precision=None):
@@ -52,6 +54,75 @@ def plugged_in():
     del registry._registry["plain-q"]
 
 
+class BoltzmannPolicy(Stateless):
+    """Acting of the test's own: actions sampled from softmax(Q / temperature), through a torch
+    Q-network of DQN's (no numpy twin, no head of raypex's); greedy without a temperature."""
+
+    precision, form, exploration, acts_with_untrained_weights = "fp32", "torch, boltzmann", "temperature", True
+    calls = 0  # acts, over every instance: the run must have acted through this class
+
+    def __init__(self, network, temperature: float | None, rng: np.random.Generator):
+        self.network, self.temperature, self.rng = network.eval(), temperature, rng
+
+    def load(self, arrays):
+        from raypex.learner.weights import load_arrays
+
+        load_arrays(self.network, arrays)
+
+    def exploration_rate(self, env_steps):
+        return self.temperature or 0.0
+
+    def act(self, obs, state, env_steps, explore=True):
+        import torch
+
+        type(self).calls += 1
+        with torch.inference_mode():
+            q = self.network(torch.as_tensor(obs)).numpy()
+        if not explore or self.temperature is None:
+            return q.argmax(axis=1), {}, None
+        logits = (q - q.max(axis=1, keepdims=True)) / self.temperature
+        cumulative = np.cumsum(np.exp(logits), axis=1)
+        draws = self.rng.random(len(q))[:, None] * cumulative[:, -1:]
+        return (draws > cumulative).sum(axis=1), {}, None
+
+
+@pytest.fixture
+def boltzmann():
+    """A plug-in whose collectors act by Boltzmann sampling over a Q-network: DQN's learning, its
+    own acting, nothing else of raypex's changed."""
+    from raypex.learner.algorithms.dqn import DQN
+
+    @register
+    class Boltzmann(DQN):
+        name = "boltzmann-test"
+
+        def policy(self, settings, example_obs, seed, rng):
+            return BoltzmannPolicy(self.acting_network(settings), 1.0, rng)
+
+        def greedy_policy(self, settings):
+            return BoltzmannPolicy(self.acting_network(settings), None, np.random.default_rng(settings.seed))
+
+    yield Boltzmann
+    del registry._registry["boltzmann-test"]
+
+
+def test_a_plug_in_with_acting_of_its_own_solves_cartpole_and_exports_its_policy(boltzmann, tmp_path, capsys):
+    """Collectors explore and the evaluator acts through the plug-in's policy; policy.pt2 holds its
+    network; CartPole is solved."""
+    import json
+
+    from raypex.learner.policy_file import load_policy
+
+    run = tmp_path / "run"
+    code = main(["train", "--local", "--run-dir", str(run), "algo.name=boltzmann-test", "stop.env_steps=60000",
+                 "eval.video_every=0"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ended"] == "solved" and BoltzmannPolicy.calls > 1000, (summary, BoltzmannPolicy.calls)
+    policy = load_policy(run / "policy.pt2")
+    assert policy.act(np.zeros((3, 4), np.float32)).shape == (3,)
+
+
 def test_a_new_plug_in_trains_end_to_end_with_nothing_else_changed(plugged_in, tmp_path, capsys):
     run = tmp_path / "run"
     code = main(["train", "--local", "--run-dir", str(run), "algo.name=plain-q", "stop.env_steps=3000",
@@ -62,15 +133,6 @@ def test_a_new_plug_in_trains_end_to_end_with_nothing_else_changed(plugged_in, t
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         "raypex: error: algo.name plain-q needs Discrete actions; env.id 'Pendulum-v1' has a Box action space of shape "
         "(1,): use algo.name td3 or sac")
-
-
-def test_a_plug_in_with_an_unknown_head_is_refused():
-    with pytest.raises(ValueError, match="head 'tabular' is not one of q, recurrent_q, deterministic, gaussian"):
-        @register
-        class Tabular(Algorithm):
-            name = "tabular"
-            head = "tabular"
-    assert "tabular" not in names()
 
 
 def test_an_update_that_cannot_be_captured_runs_eagerly_on_a_gpu():
@@ -105,7 +167,6 @@ def test_an_algorithm_registered_before_the_first_lookup_hides_no_built_in():
         @register
         class Early(Algorithm):
             name = "early"
-            head = "q"
 
         print(",".join(names()), algorithm("dqn").name)
     """)
@@ -126,11 +187,10 @@ def installed_package(site: Path, entry: str, module: str) -> Path:
 
 
 USER_Q = """
-    from raypex.learner.algorithms.registry import Algorithm
+    from raypex.learner.algorithms.dqn import DQN
 
-    class UserQ(Algorithm):
+    class UserQ(DQN):
         name = "user-q"
-        head = "q"
 
         def build_step(self, settings, device, gather=None, precision=None):
             from raypex.learner.dqn_step import DQNStep
@@ -144,10 +204,10 @@ def test_an_installed_packages_entry_point_adds_its_algorithm_beside_the_built_i
     done = in_fresh_python("""
         from raypex.learner.algorithms.registry import algorithm, names
 
-        print(",".join(names()), algorithm("user-q").head)
+        print(",".join(names()), type(algorithm("user-q")).__name__)
     """, site)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["dqn,td3,sac,r2d2,user-q", "q"]
+    assert done.stdout.split() == ["dqn,td3,sac,r2d2,user-q", "UserQ"]
 
 
 def test_an_entry_point_that_does_not_load_is_one_line_naming_it(tmp_path):

@@ -1,7 +1,8 @@
 """The layout as checks: no import cycle, no product module past 500 lines, and DESIGN.md's
 dependency rule (cluster -> actors, replay, learner; actors may use learner's model definitions;
-the learner draws from the replay in its own process, so learner -> replay; replay imports no other
-package of ours; every package may import replay.contracts; no Ray outside cluster/). Imports are read from the source (ast), function-level ones included."""
+the learner draws from the replay in its own process, so learner -> replay; an algorithm's plug-in
+builds the policy its collectors act with, so learner.algorithms -> actors' policies; replay imports
+no other package of ours; every package may import replay.contracts; no Ray outside cluster/). Imports are read from the source (ast), function-level ones included."""
 
 import ast
 import re
@@ -17,6 +18,8 @@ MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learn
                      "learner.numpy_recurrent", "learner.recurrent_networks")  # what collectors act with
 REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
 PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
+POLICIES = ("actors.policy", "actors.settings", "actors.q_policy", "actors.recurrent_acting",
+            "actors.continuous_acting")  # what a plug-in builds its collectors' and evaluator's policies from
 
 
 def product_modules() -> dict[str, Path]:
@@ -113,6 +116,8 @@ def allowed(importer: str, imported: str) -> bool:
     if source == "actors":
         return imported in MODEL_DEFINITIONS or imported == REGISTRY
     if source == "learner":
+        if importer.startswith(PLUGINS + ".") and imported in POLICIES:
+            return True  # a plug-in owns how its algorithm acts
         return target == "replay"  # the replay lives in the learner's process
     return False  # replay imports only itself
 
@@ -198,6 +203,16 @@ def test_no_code_but_the_algorithm_registry_and_its_plug_ins_compares_an_algorit
     assert not found, "\n".join(found)
     assert names_an_algorithm('if config.algo.name != "dqn":') and names_an_algorithm('noise if s.algo == x else 0')
     assert names_an_algorithm('gaussian = head in ("sac",)') and not names_an_algorithm('head == "gaussian"')
+
+
+def test_no_code_but_the_plug_ins_asks_what_kind_of_network_acts():
+    """Acting is the plug-in's policy (actors/policy.py): nothing else compares a head or kind of
+    network, so a new way to act is a plug-in alone."""
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for module, path in MODULES.items() if not module.startswith(PLUGINS)
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\bhead *(==|!=| in )", line)]
+    assert not found, "\n".join(found)
 
 
 def test_the_contracts_module_imports_nothing_of_ours():

@@ -612,15 +612,15 @@ def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_k
 
 
 def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():
-    from raypex.actors.collector import acting_policy
     from raypex.actors.settings import CollectorSettings
+    from raypex.learner.algorithms.registry import algorithm
 
     settings = CollectorSettings(
         index=0, num_collectors=1, env_id="MinAtar/Breakout-v1", env_kwargs={}, num_envs=2, obs_shape=(4, 10, 10),
         obs_dtype="uint8", num_actions=3, hidden=[8], dueling=True, n_step=1, gamma=0.99, chunk_steps=1,
         epsilon_base=0.4, epsilon_alpha=7.0, epsilon_anneal_steps=0, seed=0, act_device="cuda")
     with pytest.raises(RuntimeError, match="^collectors.act_device cuda: this collector's process sees no GPU"):
-        acting_policy(settings, np.zeros((2, 4, 10, 10), np.uint8), 0)
+        algorithm("dqn").policy(settings, np.zeros((2, 4, 10, 10), np.uint8), 0, np.random.default_rng(0))
 
 
 def test_a_collectors_host_makes_auto_fp32_where_the_cpu_has_no_bf16_units(monkeypatch):

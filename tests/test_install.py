@@ -80,7 +80,7 @@ def test_pip_install_gives_one_package_and_a_run_beside_files_named_like_our_fol
 
 
 def user_algorithm_package(where: Path) -> Path:
-    """A user's package that registers `user-q` (DQN's step under its own name and class) by the
+    """A user's package that registers `user-q` (DQN's step and acting under its own name and class) by the
     raypex.algorithms entry point, as its pyproject.toml declares it."""
     (where / "userq").mkdir(parents=True)
     (where / "pyproject.toml").write_text(
@@ -89,10 +89,9 @@ def user_algorithm_package(where: Path) -> Path:
         '[project.entry-points."raypex.algorithms"]\nuser-q = "userq.algorithm:UserQ"\n')
     (where / "userq" / "__init__.py").write_text("")
     (where / "userq" / "algorithm.py").write_text(
-        "from raypex.learner.algorithms.registry import Algorithm\n\n\n"
-        "class UserQ(Algorithm):\n"
-        "    name = 'user-q'\n"
-        "    head = 'q'\n\n"
+        "from raypex.learner.algorithms.dqn import DQN\n\n\n"
+        "class UserQ(DQN):\n"
+        "    name = 'user-q'\n\n"
         "    def build_step(self, settings, device, gather=None, precision=None):\n"
         "        from raypex.learner.dqn_step import DQNStep\n\n"
         "        return DQNStep(settings, device, gather, precision)\n")

@@ -72,10 +72,10 @@ def test_a_collector_held_by_the_limiter_takes_new_weights_without_stepping():
             collector.collect_chunk()
     run.learner.train_epoch()
     held = run.collectors[0]
-    steps, q_before = held.env_steps, held.policy.q_values(held.obs)
+    steps, q_before = held.env_steps, held.policy.forward.q_values(held.obs)
     held.load_newer_weights()  # what its sink calls while it waits for room
     assert held.version == 1 and held.env_steps == steps
-    assert not np.allclose(held.policy.q_values(held.obs), q_before)
+    assert not np.allclose(held.policy.forward.q_values(held.obs), q_before)
 
 
 def test_a_starved_learner_lets_the_collectors_run():
@@ -105,7 +105,7 @@ def test_prioritized_replay_flows_collector_to_shard_to_learner_and_back():
     run.learner.publish_weights()  # the collector acts with the learner's network from its first step
     for _ in range(3):
         collector.collect_chunk()
-    network = collector.policy.network  # CartPole's MLP, in numpy
+    network = collector.policy.forward.network  # CartPole's MLP, in numpy
     assert collector.version >= 0 and network is not None
     for chunk in pushed:  # the collector's |n-step TD error|, one transition at a time
         for i in range(len(chunk["action"])):

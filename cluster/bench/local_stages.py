@@ -76,20 +76,10 @@ def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -
 
 def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
     """Freshly initialized weights of the network a collector with these settings acts with."""
+    from raypex.learner.algorithms.registry import algorithm
     from raypex.learner.weights import export_arrays
 
-    if s.head == "recurrent_q":
-        from raypex.learner.recurrent_networks import RecurrentQNetwork
-
-        return export_arrays(RecurrentQNetwork(tuple(s.obs_shape), s.num_actions, s.hidden, s.recurrent_size, s.dueling,
-                                               obs_dtype=s.obs_dtype))
-    if s.action_dim:
-        from raypex.learner.actor_critic_networks import ActorNetwork
-
-        return export_arrays(ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, s.head == "gaussian", s.obs_dtype))
-    from raypex.learner.networks import build_q_network
-
-    return export_arrays(build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm))
+    return export_arrays(algorithm(s.algo).acting_network(s))
 
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:

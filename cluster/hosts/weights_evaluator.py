@@ -3,16 +3,13 @@
 The learner never pauses training to evaluate: in a run the evaluator actor
 (cluster/hosts/evaluator_actor.py, this class hosted by Ray) is handed a published weights version
 (a Weights message the learner returned) and the driver reads the returns when they are done; the
-local runtime (cluster/local/) calls this class in its own process. MLP
-Q-networks, recurrent ones and td3/sac actors on flat observations are evaluated in numpy
-(learner/numpy_mlp.py, learner/numpy_recurrent.py),
-so for flat observations it never imports torch; the actor starts while the learner warms up,
-on the same cores. Networks on images are evaluated with torch.
+local runtime (cluster/local/) calls this class in its own process. It acts with the greedy policy
+of the algorithm's plug-in (actors/policy.py), which for flat observations acts in numpy, so the
+actor never imports torch and starts while the learner warms up, on the same cores.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 
 import numpy as np
@@ -21,61 +18,28 @@ from raypex.actors.settings import EvaluatorSettings
 
 
 class WeightsEvaluator:
-    """Holds the evaluation vector env and the network it evaluates weights with."""
+    """Holds the evaluation vector env and the greedy policy it evaluates weights with."""
 
     def __init__(self, s: EvaluatorSettings):
         from raypex.actors.action_scaling import ActionScale
         from raypex.actors.evaluator import Evaluator
+        from raypex.learner.algorithms.registry import algorithm
 
-        # Box actions: the published weights are a td3/sac actor, acted with deterministically
-        self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None
-        obs_shape, obs_dtype = tuple(s.obs_shape), s.obs_dtype
-        self.obs_shape, self.obs_dtype, self.hidden, self.head = obs_shape, obs_dtype, s.hidden, s.head
-        self.torch_network = None  # a CNN Q-network, or an image actor (TorchActorForward)
-        self.recurrent = None  # a recurrent network's step (actors/recurrent_acting.py), once weights came
-        if len(obs_shape) != 1:
-            import torch
-
-            torch.set_num_threads(1)
-            if self.action_scale is None and s.head != "recurrent_q":
-                from raypex.learner.networks import build_q_network
-
-                self.torch_network = build_q_network(obs_shape, s.num_actions, s.hidden, s.dueling, obs_dtype, s.layer_norm).eval()
+        self.policy = algorithm(s.algo).greedy_policy(s)
+        self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None  # Box actions
         self.evaluator = Evaluator(s.env_id, s.env_kwargs, s.episodes, s.seed, s.frame_stack, s.epsilon, s.stacked)
 
     def _policy(self, arrays: dict[str, np.ndarray]):
-        if self.action_scale is not None:
-            actor, scale = self._actor(arrays), self.action_scale
-            return lambda obs: scale.to_env(actor.actions(obs))
-        if self.head == "recurrent_q":  # each episode's state carried from step to step
-            from raypex.actors.recurrent_acting import recurrent_stepper
-            from raypex.learner.numpy_recurrent import RecurrentGreedy
+        """Greedy actions of these weights, in the env's units, each episode's state (if the
+        policy keeps one) carried from its first step."""
+        self.policy.load(arrays)
+        state = [self.policy.initial_state(self.evaluator.episodes)]
 
-            self.recurrent = recurrent_stepper(self.obs_shape, self.obs_dtype, arrays, self.recurrent)
-            return RecurrentGreedy(self.recurrent, self.evaluator.episodes)
-        if self.torch_network is None:
-            from raypex.learner.numpy_mlp import NumpyMLPQ
+        def act(obs: np.ndarray) -> np.ndarray:
+            actions, _, state[0] = self.policy.act(obs, state[0], 0, explore=False)
+            return actions if self.action_scale is None else self.action_scale.to_env(actions)
 
-            return NumpyMLPQ(arrays).greedy_actions
-        from raypex.learner.networks import greedy_actions
-        from raypex.learner.weights import load_arrays
-
-        load_arrays(self.torch_network, arrays)
-        return functools.partial(greedy_actions, self.torch_network)
-
-    def _actor(self, arrays: dict[str, np.ndarray]):
-        """The deterministic actor of an actor head's weights: numpy for flat observations, torch for
-        images (built once, on the first weights)."""
-        if len(self.obs_shape) == 1:
-            from raypex.learner.numpy_mlp import NumpyMLPActor
-
-            return NumpyMLPActor(arrays)
-        if self.torch_network is None:
-            from raypex.learner.actor_critic_networks import TorchActorForward
-
-            self.torch_network = TorchActorForward(self.obs_shape, self.obs_dtype, len(self.action_scale.low),
-                                                   self.hidden, gaussian=self.head == "gaussian")
-        return self.torch_network.load(arrays)
+        return act
 
     def evaluate(self, weights, give_up: tuple[float, float] | None = None, record: bool = False) -> dict | None:
         """Mean and min greedy return of a published Weights message (Ray resolves its ref).

@@ -30,7 +30,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         act_precision=c.act_precision, act_fusion=c.act_fusion,
         act_device="cuda" if c.act_device == "cuda" else "cpu",  # auto is resolved to one of them once Ray is up
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
-        head=plugin.head, action_low=spec.action_low, action_high=spec.action_high,
+        algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
         action_noise=collector_noise(config, index) if plugin.collector_noise else 0.0,
         layer_norm=config.network.critic_norm == "layer_norm",
         recurrent_size=config.network.recurrent_size if plugin.sequences else 0,
@@ -123,7 +123,8 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
                              spec.obs_dtype, spec.num_actions, config.network.hidden, config.network.dueling,
                              config.env.frame_stack, spec.frame_stack > 0, config.eval.epsilon,
                              spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm",
-                             algorithm(config.algo.name).head)
+                             config.algo.name,
+                             config.network.recurrent_size if algorithm(config.algo.name).sequences else 0)
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

@@ -1,5 +1,5 @@
 """DQN (Ape-X's: double, dueling, n-step, prioritized, distributed collection): a Q-network over
-Discrete actions, epsilon-greedy in collectors (learner/dqn_step.py)."""
+Discrete actions (learner/dqn_step.py), epsilon-greedy in collectors (actors/q_policy.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,25 @@ from raypex.learner.algorithms.registry import Algorithm, register
 @register
 class DQN(Algorithm):
     name = "dqn"
-    head = "q"
+    acts_on_gpu = True  # a CNN's forward over a collector's envs is worth a GPU launch
 
     def build_step(self, settings, device, gather=None, precision=None):
         from raypex.learner.dqn_step import DQNStep
 
         return DQNStep(settings, device, gather, precision)
+
+    def acting_network(self, settings):
+        from raypex.learner.networks import build_q_network
+
+        s = settings
+        return build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
+
+    def policy(self, settings, example_obs, seed, rng):
+        from raypex.actors.q_policy import collector_q_policy
+
+        return collector_q_policy(settings, example_obs, seed, rng)
+
+    def greedy_policy(self, settings):
+        from raypex.actors.q_policy import greedy_q_policy
+
+        return greedy_q_policy(settings)

@@ -1,6 +1,7 @@
 """R2D2 (Kapturowski et al., ICLR 2019): a recurrent Q-network over Discrete actions, trained on
 replayed sequences from the state each was collected with, after a burn-in (learner/r2d2_step.py);
-collectors act epsilon-greedily with a state per env and store sequences (replay/sequences.py)."""
+collectors act epsilon-greedily with a state per env (actors/recurrent_acting.py) and store
+sequences (replay/sequences.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from raypex.learner.algorithms.registry import Algorithm, register
 @register
 class R2D2(Algorithm):
     name = "r2d2"
-    head = "recurrent_q"
     sequences = True
     capturable = False  # the unroll's Python loop over a sequence is not captured yet: eager on a GPU
 
@@ -28,3 +28,20 @@ class R2D2(Algorithm):
         from raypex.learner.r2d2_step import R2D2Step
 
         return R2D2Step(settings, device, gather, precision)
+
+    def acting_network(self, settings):
+        from raypex.learner.recurrent_networks import RecurrentQNetwork
+
+        s = settings
+        return RecurrentQNetwork(tuple(s.obs_shape), s.num_actions, s.hidden, s.recurrent_size, s.dueling,
+                                 obs_dtype=s.obs_dtype)
+
+    def policy(self, settings, example_obs, seed, rng):
+        from raypex.actors.recurrent_acting import collector_recurrent_policy
+
+        return collector_recurrent_policy(settings, seed, rng)
+
+    def greedy_policy(self, settings):
+        from raypex.actors.recurrent_acting import greedy_recurrent_policy
+
+        return greedy_recurrent_policy(settings)

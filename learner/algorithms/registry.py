@@ -3,11 +3,14 @@
 A plug-in (one module here per algorithm) says everything that differs between algorithms, so
 that the learner, the run loop, the collectors and the evaluator ask it and never name an
 algorithm:
-- `head`: the network collectors and the evaluator act with, and what the published weights and
-  policy.pt2 hold: "q" (a Q-network over Discrete actions, acted on greedily, epsilon-greedy in
-  collectors), "recurrent_q" (the same with a recurrent state per env, which collectors store
-  with each replayed sequence), "deterministic" (an actor over Box actions, explored with Gaussian
-  noise) or "gaussian" (an actor sampling a squashed Gaussian, which explores by itself);
+- `acting_network`, `policy`, `greedy_policy`: how it acts. The network its published weights
+  are the state dict of, freshly initialized; the batched policy a collector explores with, and
+  the one the evaluator acts greedily with (actors/policy.py: one `act` for every env at once,
+  exploration and any recurrent state included). The built-ins' policies live in actors/
+  (q_policy.py, recurrent_acting.py, continuous_acting.py); a plug-in may give its own;
+- `box_actions`: whether it acts on a Box action space rather than Discrete actions;
+- `acts_on_gpu`: whether its collectors' acting gains from a GPU for image observations
+  (collectors.act_device auto);
 - `collector_noise`: whether collectors add Gaussian action noise (spread over the collectors);
 - `default_policy_delay`: critic updates per actor update when `algo.policy_delay` is auto;
 - `sequences`: whether it trains on replayed sequences (replay/sequences.py) rather than n-step
@@ -37,13 +40,15 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
+    from raypex.actors.policy import Policy
+    from raypex.actors.settings import CollectorSettings, EvaluatorSettings
     from raypex.learner.algorithm import AlgorithmStep, Gather
     from raypex.learner.precision import PrecisionPolicy
     from raypex.learner.settings import LearnerSettings
 
-HEADS = ("q", "recurrent_q", "deterministic", "gaussian")
 PLUGINS = ("dqn", "td3", "sac", "r2d2")  # modules of this package, each registering one algorithm
 ENTRY_POINT_GROUP = "raypex.algorithms"
 
@@ -56,20 +61,16 @@ class PluginError(ValueError):
 
 
 class Algorithm:
-    """One algorithm's plug-in (see the module docstring); subclasses set the class attributes and
-    `build_step`."""
+    """One algorithm's plug-in (see the module docstring); subclasses set the class attributes,
+    `build_step` and how it acts."""
 
     name: str
-    head: str
+    box_actions: bool = False
+    acts_on_gpu: bool = False
     collector_noise: bool = False
     default_policy_delay: int = 1
     sequences: bool = False
     capturable: bool = True  # its update can be captured as CUDA graphs (learner.cuda_graphs auto turns it on)
-
-    @property
-    def box_actions(self) -> bool:
-        """Whether it learns on a Box action space (an actor head) rather than Discrete actions."""
-        return self.head not in ("q", "recurrent_q")
 
     def batch_spec(self, settings: LearnerSettings) -> dict[str, tuple[tuple[int, ...], str]]:
         """Each field a batch holds for its step: (shape per sample, dtype), [G, B] in front.
@@ -87,11 +88,24 @@ class Algorithm:
         build_step's)."""
         raise NotImplementedError
 
+    def acting_network(self, settings: CollectorSettings) -> torch.nn.Module:
+        """The network a collector with these settings acts with, freshly initialized: what the
+        learner publishes is its state dict."""
+        raise NotImplementedError
+
+    def policy(self, settings: CollectorSettings, example_obs: np.ndarray, seed: int,
+               rng: np.random.Generator) -> Policy:
+        """The policy a collector explores with (`example_obs`: a first batch of observations, to
+        choose the fastest form; `seed`: its own initial weights; `rng`: its exploration)."""
+        raise NotImplementedError
+
+    def greedy_policy(self, settings: EvaluatorSettings) -> Policy:
+        """The policy the evaluator acts with: the published weights' greedy actions."""
+        raise NotImplementedError
+
 
 def register(plugin: type[Algorithm]) -> type[Algorithm]:
     """Class decorator: put one instance of the plug-in in the registry under its name."""
-    if plugin.head not in HEADS:
-        raise ValueError(f"algorithm {plugin.name}: head {plugin.head!r} is not one of {', '.join(HEADS)}")
     _registry[plugin.name] = plugin()
     return plugin
 

@@ -10,7 +10,7 @@ from raypex.learner.algorithms.registry import Algorithm, register
 @register
 class TD3(Algorithm):
     name = "td3"
-    head = "deterministic"
+    box_actions = True
     collector_noise = True
     default_policy_delay = 2  # the paper's
 
@@ -19,3 +19,19 @@ class TD3(Algorithm):
         from raypex.learner.actor_objectives import TD3Objective
 
         return ActorCriticStep(settings, device, gather, precision, objective=TD3Objective(settings))
+
+    def acting_network(self, settings):
+        from raypex.learner.actor_critic_networks import ActorNetwork
+
+        s = settings
+        return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, False, s.obs_dtype)
+
+    def policy(self, settings, example_obs, seed, rng):
+        from raypex.actors.continuous_acting import collector_actor_policy
+
+        return collector_actor_policy(settings, seed, gaussian=False)
+
+    def greedy_policy(self, settings):
+        from raypex.actors.continuous_acting import greedy_actor_policy
+
+        return greedy_actor_policy(settings, gaussian=False)

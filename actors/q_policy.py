@@ -1,0 +1,92 @@
+"""QPolicy: acting on a Q-network over Discrete actions (DQN's), epsilon-greedy in a collector and
+greedy in the evaluator (actors/policy.py says what a policy gives).
+
+The Q-values come from the network's fastest form on this process: numpy for an MLP on the CPU
+(actors/numpy_acting.py: no torch imported), else torch (actors/acting.py: bf16 or a fused trace
+where this CPU runs them faster, or the GPU Ray gave the collector). With initial priorities from
+TD errors, the one forward that chooses the actions also gives the adder what it needs: the value
+of each action taken and the value of `obs`, the previous step's bootstrap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raypex.actors.exploration import EpsilonGreedy, apex_epsilon
+from raypex.actors.policy import Extras, Stateless
+from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+
+
+class QPolicy(Stateless):
+    """Epsilon-greedy (or greedy) actions from a Q forward (NumpyActingPolicy or ActingPolicy)."""
+
+    exploration = "epsilon"
+    # Epsilon-greedy acts with any network, a fresh learner's untrained one too (Ape-X style).
+    acts_with_untrained_weights = True
+
+    def __init__(self, forward, epsilon: EpsilonGreedy | None, with_values: bool = False):
+        """`epsilon`: a collector's exploration (None: greedy only); `with_values`: give the adder
+        each step's Q-values (initial priorities from TD errors)."""
+        self.forward, self.epsilon, self.with_values = forward, epsilon, with_values
+
+    @property
+    def precision(self) -> str:
+        return self.forward.precision
+
+    @property
+    def form(self) -> str:
+        return self.forward.form
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        self.forward.load(arrays)
+
+    def exploration_rate(self, env_steps: int) -> float:
+        return self.epsilon.rate(env_steps) if self.epsilon is not None else 0.0
+
+    def act(self, obs: np.ndarray, state: None, env_steps: int, explore: bool = True) -> tuple[np.ndarray, Extras, None]:
+        explore = explore and self.epsilon is not None
+        if not (self.with_values and explore):
+            greedy = self.forward.greedy(obs)
+            return (self.epsilon.choose(greedy, env_steps) if explore else greedy), {}, None
+        q = self.forward.q_values(obs)
+        actions = self.epsilon.choose(q.argmax(axis=1), env_steps)
+        return actions, {"bootstrap": q.max(axis=1), "q_taken": q[np.arange(len(actions)), actions]}, None
+
+
+def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int, rng: np.random.Generator) -> QPolicy:
+    """A collector's Q policy: numpy for an MLP acting on the CPU (no torch imported), else torch's
+    ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own random
+    initial weights; Ape-X's epsilon for its index (actors/exploration.py)."""
+    from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
+
+    epsilon = EpsilonGreedy(s.num_actions, apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha),
+                            s.epsilon_anneal_steps, rng)
+    if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
+        return QPolicy(NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1)), epsilon, s.td_priorities)
+    import torch
+
+    from raypex.actors.acting import ActingPolicy
+    from raypex.learner.networks import build_q_network
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
+    forward = ActingPolicy(network, s.act_precision, example_obs, s.act_fusion, s.act_device)
+    return QPolicy(forward, epsilon, s.td_priorities)
+
+
+def greedy_q_policy(s: EvaluatorSettings) -> QPolicy:
+    """The evaluator's: greedy, numpy for flat observations, torch float32 on its CPU for images."""
+    from raypex.actors.numpy_acting import NumpyActingPolicy
+
+    if len(s.obs_shape) == 1:
+        return QPolicy(NumpyActingPolicy(s.num_actions, np.random.default_rng(s.seed)), None)
+    import torch
+
+    from raypex.actors.acting import ActingPolicy
+    from raypex.learner.networks import build_q_network
+
+    torch.set_num_threads(1)
+    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
+    example = np.zeros((1, *s.obs_shape), s.obs_dtype)
+    return QPolicy(ActingPolicy(network, "fp32", example, "off", "cpu"), None)
