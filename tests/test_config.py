@@ -329,7 +329,8 @@ def test_every_option_of_every_subcommand_says_what_it_does_and_its_default():
             text = action.help or ""
             shows_default = isinstance(parser.formatter_class, type) and issubclass(
                 parser.formatter_class, argparse.ArgumentDefaultsHelpFormatter)
-            assert text and ("default" in text or shows_default), f"raypex {name} {action.option_strings[0]}: {text!r}"
+            has_default = "default" in text or shows_default or action.required  # a required option has none
+            assert text and has_default, f"raypex {name} {action.option_strings[0]}: {text!r}"
 
 
 def test_bench_acting_on_a_gpu_this_machine_lacks_is_one_line_before_measuring(capsys):

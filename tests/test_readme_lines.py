@@ -174,6 +174,19 @@ policy = load_policy("runs/cp-s1/policy.pt2")
 print(policy.act([0.01, -0.02, 0.03, 0.0]), policy.act(torch.zeros(8, 4)))  # one observation, then a batch"""
 
 
+def onnx_acts_as_policy_pt2(ran: Ran) -> None:
+    import numpy as np
+    import onnxruntime
+
+    from raypex.learner.policy_file import load_policy
+
+    assert ran.out.startswith("wrote runs/cp-s1/policy.onnx: obs -> q_values"), ran.out
+    session = onnxruntime.InferenceSession(str(ran.workdir / "runs/cp-s1/policy.onnx"), providers=["CPUExecutionProvider"])
+    obs = np.random.default_rng(0).uniform(-1.0, 1.0, (100, 4)).astype(np.float32)
+    q = session.run(["q_values"], {"obs": obs})[0]
+    assert np.array_equal(q.argmax(axis=1), load_policy(ran.workdir / "runs/cp-s1/policy.pt2").act(obs))
+
+
 def one_action_then_eight(ran: Ran) -> None:
     assert re.fullmatch(r"[01] \[[01]( [01]){7}\]", ran.out.strip()), ran.out
 
@@ -550,6 +563,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         check=trained_past_the_solve),
     "raypex eval runs/cp-s1 --episodes 100": Run(check=evaluated),
     POLICY_BLOCK: Run(check=one_action_then_eight),
+    "raypex export runs/cp-s1 --onnx runs/cp-s1/policy.onnx": Run(check=onnx_acts_as_policy_pt2),
     "tensorboard --logdir runs/": Run("--port 0", "any free port; stopped once it lists the runs", serves=True,
                                       check=tensorboard_serves_the_runs),
     block_holding("# my_env.py"): Run(saves="my_env.py"),

@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs (default: 12345)")
     ev.add_argument("--video", type=Path, default=None, metavar="FILE.png",
                     help="write the first episode as an animated PNG (default: none)")
+    export = sub.add_parser("export", help="a run's saved policy.pt2 in another format: ONNX, for serving without torch")
+    export.add_argument("run", type=Path, metavar="RUN",
+                        help="a run directory holding policy.pt2, or a policy.pt2")
+    export.add_argument("--onnx", type=Path, required=True, metavar="PATH",
+                        help="the ONNX model to write (inputs obs, and state for a recurrent policy)")
     return parser
 
 
@@ -162,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             except RunFailed as err:  # a training run the bench started (e2e, soak) failed
                 print(f"raypex: bench failed: a training run it started failed: {err}", file=sys.stderr)
                 return 1
+        if args.command == "export":
+            from raypex.cluster.commands.export import run_export
+
+            return run_export(args)
         from raypex.cluster.commands.evaluate import run_eval
 
         return run_eval(args)

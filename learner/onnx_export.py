@@ -1,0 +1,64 @@
+"""policy.pt2 as an ONNX model, for serving a policy without torch (`raypex export RUN --onnx PATH`).
+
+The model is the batch program of policy.pt2 (learner/policy_file.py), traced by torch's ONNX
+exporter, with the same inputs and outputs under these names, the batch dimension free:
+
+- a Q-network (dqn): `obs` [batch, *obs_shape] float32 -> `q_values` [batch, actions];
+- an actor (td3, sac): `obs` -> `actions` [batch, action_dim], in the env's units;
+- a recurrent Q-network (r2d2): `obs`, `state` [batch, state_size] -> `q_values`, `state_out`
+  (the state to pass with the next observation; zeros at an episode's start).
+
+The greedy action of a Q-network is the argmax of its Q-values, as policy.pt2's `act`.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import torch
+from torch import nn
+
+from raypex.learner.policy_file import RECURRENT, ExportedPolicy
+
+OPSET = 17  # what ONNX Runtime has run every operator of these networks with for years
+
+
+class _Program(nn.Module):
+    """An exported program's module seen as a plain one by the exporter, which switches a model to
+    eval mode (an exported program refuses `train`) and would make its weights constants of the
+    trace (they are already fixed)."""
+
+    def __init__(self, program: nn.Module):
+        super().__init__()
+        for parameter in program.parameters():
+            parameter.requires_grad_(False)
+        object.__setattr__(self, "program", program)  # not a submodule: `train` must not reach it
+
+    def train(self, mode: bool = True) -> _Program:
+        return self
+
+    def forward(self, *inputs: torch.Tensor):
+        return self.program(*inputs)
+
+
+def io_names(policy: ExportedPolicy) -> tuple[list[str], list[str]]:
+    """The model's input and output names for this policy."""
+    if policy.outputs == RECURRENT:
+        return ["obs", "state"], ["q_values", "state_out"]
+    return ["obs"], ["actions" if policy.outputs == "actions" else "q_values"]
+
+
+def onnx_bytes(policy: ExportedPolicy) -> bytes:
+    """The ONNX model of a loaded policy.pt2 (see the module's docstring)."""
+    inputs, outputs = io_names(policy)
+    example = [torch.zeros((2, *policy.obs_shape))]
+    if policy.recurrent:
+        example.append(torch.zeros((2, policy.state_size)))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():  # the TorchScript-based exporter warns of its own deprecation on every call
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Program(policy._batched), tuple(example), buffer, input_names=inputs, output_names=outputs,
+                          dynamic_axes={name: {0: "batch"} for name in inputs + outputs}, opset_version=OPSET,
+                          dynamo=False)
+    return buffer.getvalue()
