@@ -1,6 +1,8 @@
-"""The Collector: steps a vector env with the policy its algorithm's plug-in builds (actors/policy.py:
-one batched `act` for every env, exploration and any recurrent state included; the built-ins'
-are actors/q_policy.py, recurrent_acting.py and continuous_acting.py), and adds every step.
+"""The Collector: three parts in a loop. Its EnvStepper steps the vector env (actors/env_stepper.py),
+the policy its algorithm's plug-in builds acts (actors/policy.py: one batched `act` for every env,
+exploration and any recurrent state included; the built-ins' are actors/q_policy.py,
+recurrent_acting.py and continuous_acting.py), and its adder folds every step into what replay
+stores.
 
 A plain class (no Ray import). cluster/ hosts it in a Ray actor and injects `push` (sends one
 Chunk to this collector's shard; it may block for backpressure or the replay-ratio limit) and
@@ -13,18 +15,16 @@ policies: every step and the state at each sequence's start, actors/sequence_add
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 
 from raypex.actors.action_scaling import ActionScale
 from raypex.actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
-from raypex.actors.envs import make_vector_env
+from raypex.actors.env_stepper import EnvStepper
 from raypex.actors.nstep import NStepFolder
 from raypex.actors.sequence_adder import SequenceAdder
 from raypex.actors.settings import CollectorSettings
-from raypex.actors.step_check import StepCheck
 from raypex.learner.algorithms.registry import algorithm
 from raypex.replay.contracts import CollectorStats, PollWeights, PushChunk
 
@@ -40,14 +40,10 @@ class Collector:
         self.poll_weights = poll_weights
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
-        self.env = make_vector_env(s.env_id, s.num_envs, s.env_kwargs, max(s.frame_stack, 1))
-        self.obs, info = self.env.reset(seed=seed)
-        self.env_ready_at = time.time()  # wall clock: the env made and reset (start-up's moments)
-        self.check = StepCheck(s.env_id, self.obs.shape[1:], self.obs.dtype, f"collector {s.index}")
-        self.step_started: float | None = None  # perf_counter() when the env step running now began
-        self.policy = algorithm(s.algo).policy(s, self.obs, seed, self.rng)
+        self.stepper = EnvStepper(s.env_id, s.num_envs, s.env_kwargs, s.frame_stack, seed, f"collector {s.index}")
+        self.policy = algorithm(s.algo).policy(s, self.stepper.obs, seed, self.rng)
         self.state = self.policy.initial_state(s.num_envs)  # each env's, before its next step
-        self.adder = make_adder(s, self.obs, info)
+        self.adder = make_adder(s, self.stepper.obs, self.stepper.reset_info)
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_dim else None
         self._ahead: tuple | None = None  # the next step's act, run at a chunk's end for its bootstrap values
         self._bootstraps = False  # whether the policy gives the adder bootstrap values (set by its first act)
@@ -55,14 +51,8 @@ class Collector:
         self.version_loaded_at: float | None = None
         self.max_weight_load_s = 0.0  # the longest the env loop paused to take new weights
         self.env_steps = 0
-        self.first_step_at: float | None = None  # wall clock of the first env step (start-up's end)
         self.chunks_pushed = 0
         self.transitions_pushed = 0
-        self.episode_return = np.zeros(s.num_envs, np.float64)
-        self.episode_length = np.zeros(s.num_envs, np.int64)
-        self._episodes_lock = threading.Lock()  # stats() may be called from another thread
-        self.finished_returns: list[float] = []
-        self.finished_lengths: list[int] = []
         self.phase_s = dict.fromkeys(PHASES, 0.0)
 
     @property
@@ -76,7 +66,7 @@ class Collector:
         of `obs`, the previous step's next observation: the adder gets them from the same call."""
         # an act run ahead at a chunk's end is used even if newer weights arrived since: one step
         # on the previous version, where a second forward would cost a step's acting again
-        acted, self._ahead = self._ahead or self.policy.act(self.obs, self.state, self.env_steps), None
+        acted, self._ahead = self._ahead or self.policy.act(self.stepper.obs, self.state, self.env_steps), None
         actions, extras, self.state = acted
         self._bootstraps = "bootstrap" in extras
         if self._bootstraps:
@@ -109,21 +99,13 @@ class Collector:
             actions, extras = self.act()
             t1 = clock()
             env_actions = actions if self.action_scale is None else self.action_scale.to_env(actions)
-            self.step_started = t1
-            try:
-                next_obs, reward, terminated, truncated, info = self.env.step(env_actions)
-            except ValueError as err:  # a vector env that could not stack an observation of another shape
-                raise self.check.explain(self.env, err, self.episode_length) or err
-            self.step_started = None
-            self.check(next_obs, reward, self.episode_length)
+            obs = self.stepper.obs
+            next_obs, reward, terminated, truncated, info = self.stepper.step(env_actions)
             t2 = clock()
-            if self.first_step_at is None:
-                self.first_step_at = time.time()
-            real = self.adder.add(EnvStep(self.obs, actions, reward, terminated, truncated, next_obs,
+            real = self.adder.add(EnvStep(obs, actions, reward, terminated, truncated, next_obs,
                                           info.get("lives") if self.s.terminal_on_life_loss else None,
                                           extras.get("q_taken"), state))
-            self._count_episodes(reward, terminated | truncated, real)
-            self.obs = next_obs
+            self.stepper.count_episodes(reward, terminated | truncated, real)
             if self.state is not None:  # an env whose next step starts an episode starts from the initial state
                 self.state = self.policy.start_episodes(self.state, self.adder.first)
             t3 = clock()
@@ -132,7 +114,7 @@ class Collector:
             phase["fold"] += t3 - t2
         t3 = clock()
         if self._bootstraps:  # the next step's act, run now: the last step's bootstrap values
-            self._ahead = self.policy.act(self.obs, self.state, self.env_steps)
+            self._ahead = self.policy.act(self.stepper.obs, self.state, self.env_steps)
             self.adder.set_next_value(self._ahead[1]["bootstrap"])
             phase["act"] += clock() - t3
             t3 = clock()
@@ -148,32 +130,17 @@ class Collector:
             self.transitions_pushed += steps
         phase["push"] += clock() - t3
 
-    def _count_episodes(self, reward: np.ndarray, done: np.ndarray, real: np.ndarray) -> None:
-        # `real`: the envs whose step was part of an episode (not an autoreset step)
-        self.episode_return += np.where(real, reward, 0.0)
-        self.episode_length += real
-        done = done & real
-        if done.any():
-            with self._episodes_lock:
-                self.finished_returns.extend(self.episode_return[done].tolist())
-                self.finished_lengths.extend(self.episode_length[done].tolist())
-            self.episode_return[done] = 0.0
-            self.episode_length[done] = 0
-
     def stats(self) -> CollectorStats:
         """Counters, plus the episodes finished since the last call (drained)."""
-        started = self.step_started  # read once: the env loop clears it on another thread
-        with self._episodes_lock:
-            returns, lengths = self.finished_returns, self.finished_lengths
-            self.finished_returns, self.finished_lengths = [], []
+        returns, lengths = self.stepper.finished_episodes()
         return CollectorStats(
-            index=self.s.index, env_steps=self.env_steps, first_step_at=self.first_step_at,
+            index=self.s.index, env_steps=self.env_steps, first_step_at=self.stepper.first_step_at,
             chunks_pushed=self.chunks_pushed, transitions_pushed=self.transitions_pushed,
             episode_returns=returns, episode_lengths=lengths, epsilon=self.epsilon,
             exploration=self.policy.exploration, version=self.version, version_loaded_at=self.version_loaded_at,
             max_weight_load_s=self.max_weight_load_s, phase_s=dict(self.phase_s),
             act_precision=self.policy.precision, act_form=self.policy.form,
-            env_step_running_s=0.0 if started is None else time.perf_counter() - started)
+            env_step_running_s=self.stepper.running_s())
 
 
 def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder | SequenceAdder:

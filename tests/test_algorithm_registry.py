@@ -15,7 +15,7 @@ import pytest
 from raypex.actors.policy import Stateless
 from raypex.cluster.commands.cli import main
 from raypex.learner.algorithms import registry
-from raypex.learner.algorithms.registry import Algorithm, algorithm, names, register
+from raypex.learner.algorithms.registry import algorithm, names, register
 
 
 def test_the_registry_holds_dqn_td3_and_sac_with_what_differs_between_them():

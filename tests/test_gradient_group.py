@@ -14,7 +14,6 @@ stop."""
 import copy
 
 import numpy as np
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

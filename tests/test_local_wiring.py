@@ -72,10 +72,10 @@ def test_a_collector_held_by_the_limiter_takes_new_weights_without_stepping():
             collector.collect_chunk()
     run.learner.train_epoch()
     held = run.collectors[0]
-    steps, q_before = held.env_steps, held.policy.forward.q_values(held.obs)
+    steps, q_before = held.env_steps, held.policy.forward.q_values(held.stepper.obs)
     held.load_newer_weights()  # what its sink calls while it waits for room
     assert held.version == 1 and held.env_steps == steps
-    assert not np.allclose(held.policy.forward.q_values(held.obs), q_before)
+    assert not np.allclose(held.policy.forward.q_values(held.stepper.obs), q_before)
 
 
 def test_a_starved_learner_lets_the_collectors_run():

@@ -88,7 +88,7 @@ def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
     from raypex.actors.images import ImageVectorEnv
 
     collector, rate, phases = _collector_rate(settings, seconds)
-    wrapped = collector.env
+    wrapped = collector.stepper.env
     raw_env = wrapped.env if isinstance(wrapped, FrameStackVectorEnv | ImageVectorEnv) else wrapped
     try:
         raw = env_raw_steps_per_s(raw_env, seconds, settings.seed)

@@ -36,7 +36,7 @@ class CollectorActor:
         self.sink = sink  # collector -> its shard, made by the wiring
         self.sink.should_stop = self._stop.is_set
         self.collector = Collector(act_precision_for_this_cpu(settings), self._push, self.inbox.poll)
-        self.startup["env_ready"] = self.collector.env_ready_at
+        self.startup["env_ready"] = self.collector.stepper.ready_at
         self.sink.while_waiting = self.collector.load_newer_weights  # same thread: the env loop's
         # A process Ray restarted counts env steps on from what its predecessors stored; the shard
         # also counts the attachments, which is how the driver counts restarts. The answer is

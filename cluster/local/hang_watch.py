@@ -27,7 +27,7 @@ CHECK_EVERY_S = 0.5
 
 
 class HangWatch:
-    """Watches the `step_started` of each part that steps an env (actors/collector.py,
+    """Watches the `step_started` of each part that steps an env (actors/env_stepper.py,
     actors/evaluator.py) from a thread of its own; `parts`: (name for the line, part)."""
 
     def __init__(self, parts: list[tuple[str, object]], timeout_s: float, env_id: str):

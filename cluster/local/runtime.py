@@ -60,7 +60,7 @@ class LocalParts:
     def kill_all(self) -> None:
         """Close every env."""
         for collector in self.run.collectors:
-            collector.env.close()
+            collector.stepper.close()
         self.run.evaluator.evaluator.close()
 
     def role_of(self, actor_id: str | None) -> str:
@@ -126,7 +126,7 @@ class LocalRuntime:
         budget = config.stop.env_steps - env_steps_done
         self.parts = LocalParts(build_local(plan_run(config, spec), env_step_budget=budget))
         run = self.parts.run
-        parts = [(f"collector {i}", c) for i, c in enumerate(run.collectors)] + [("the evaluator", run.evaluator.evaluator)]
+        parts = [(f"collector {i}", c.stepper) for i, c in enumerate(run.collectors)] + [("the evaluator", run.evaluator.evaluator)]
         self.hang_watch = HangWatch(parts, config.env.step_timeout_s, config.env.id)
         self.hang_watch.start()
         startup.mark("actors_asked", time.time())
