@@ -4,32 +4,17 @@ with the SAC objective of learner/actor_objectives.py)."""
 
 from __future__ import annotations
 
-from raypex.learner.algorithms.registry import Algorithm, register
+from raypex.learner.algorithms.actor_acting import ActorActing
+from raypex.learner.algorithms.registry import register
 
 
 @register
-class SAC(Algorithm):
+class SAC(ActorActing):
     name = "sac"
-    box_actions = True
+    gaussian = True
 
     def build_step(self, settings, device, gather=None, precision=None):
         from raypex.learner.actor_critic_step import ActorCriticStep
         from raypex.learner.actor_objectives import SACObjective
 
         return ActorCriticStep(settings, device, gather, precision, objective=SACObjective(settings, device))
-
-    def acting_network(self, settings):
-        from raypex.learner.actor_critic_networks import ActorNetwork
-
-        s = settings
-        return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, True, s.obs_dtype)
-
-    def policy(self, settings, example_obs, seed, rng):
-        from raypex.actors.continuous_acting import collector_actor_policy
-
-        return collector_actor_policy(settings, seed, gaussian=True)
-
-    def greedy_policy(self, settings):
-        from raypex.actors.continuous_acting import greedy_actor_policy
-
-        return greedy_actor_policy(settings, gaussian=True)

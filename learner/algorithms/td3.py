@@ -4,13 +4,14 @@ objective of learner/actor_objectives.py)."""
 
 from __future__ import annotations
 
-from raypex.learner.algorithms.registry import Algorithm, register
+from raypex.learner.algorithms.actor_acting import ActorActing
+from raypex.learner.algorithms.registry import register
 
 
 @register
-class TD3(Algorithm):
+class TD3(ActorActing):
     name = "td3"
-    box_actions = True
+    gaussian = False
     collector_noise = True
     default_policy_delay = 2  # the paper's
 
@@ -19,19 +20,3 @@ class TD3(Algorithm):
         from raypex.learner.actor_objectives import TD3Objective
 
         return ActorCriticStep(settings, device, gather, precision, objective=TD3Objective(settings))
-
-    def acting_network(self, settings):
-        from raypex.learner.actor_critic_networks import ActorNetwork
-
-        s = settings
-        return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, False, s.obs_dtype)
-
-    def policy(self, settings, example_obs, seed, rng):
-        from raypex.actors.continuous_acting import collector_actor_policy
-
-        return collector_actor_policy(settings, seed, gaussian=False)
-
-    def greedy_policy(self, settings):
-        from raypex.actors.continuous_acting import greedy_actor_policy
-
-        return greedy_actor_policy(settings, gaussian=False)

@@ -1,0 +1,30 @@
+"""What TD3's and SAC's plug-ins share: an actor over Box actions, which collectors and the evaluator
+act with through actors/continuous_acting.py. Registers no algorithm itself."""
+
+from __future__ import annotations
+
+from raypex.learner.algorithms.registry import Algorithm
+
+
+class ActorActing(Algorithm):
+    """A plug-in acting with an actor; `gaussian`: the actor samples a squashed Gaussian (SAC's),
+    else collectors add Gaussian noise to its actions (TD3's)."""
+
+    box_actions = True
+    gaussian: bool
+
+    def acting_network(self, settings):
+        from raypex.learner.actor_critic_networks import ActorNetwork
+
+        s = settings
+        return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, self.gaussian, s.obs_dtype)
+
+    def policy(self, settings, example_obs, seed, rng):
+        from raypex.actors.continuous_acting import collector_actor_policy
+
+        return collector_actor_policy(settings, seed, gaussian=self.gaussian)
+
+    def greedy_policy(self, settings):
+        from raypex.actors.continuous_acting import greedy_actor_policy
+
+        return greedy_actor_policy(settings, gaussian=self.gaussian)
