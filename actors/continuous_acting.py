@@ -5,7 +5,7 @@ convolutions).
 Actions are in [-1, 1] here and in replay (the collector maps them to the env's bounds with
 actors/action_scaling.py). Until the learner's first trained weights arrive the policy acts
 uniformly at random: the replay warm-up (the collector does not load a fresh learner's starting
-weights, `Weights.untrained`). Then a deterministic head's action gets Gaussian noise of this
+weights, `Weights.untrained`). Then a deterministic actor's action gets Gaussian noise of this
 collector's own scale (spread over the collectors, as Ape-X spreads epsilon: cluster/plan/settings.py
 collector_noise), and a sampling actor (SAC's) samples its squashed Gaussian. Greedy (the
 evaluator) is the actor's deterministic action.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from raypex.actors.settings import CollectorSettings
 
 
 def apex_epsilon(index: int, num_collectors: int, base: float, alpha: float) -> float:
@@ -45,3 +46,9 @@ class EpsilonGreedy:
         """`greedy` with each action replaced by a random one at the current epsilon."""
         explore = self.rng.random(len(greedy)) < self.rate(env_steps)
         return np.where(explore, self.rng.integers(0, self.num_actions, len(greedy)), greedy)
+
+
+def collector_epsilon(s: CollectorSettings, rng: np.random.Generator) -> EpsilonGreedy:
+    """Collector `s.index`'s epsilon-greedy: Ape-X's epsilon for its index, annealed from 1.0 as configured."""
+    final = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
+    return EpsilonGreedy(s.num_actions, final, s.epsilon_anneal_steps, rng)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raypex.actors.exploration import EpsilonGreedy, apex_epsilon
+from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.policy import Extras, Stateless
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 
@@ -59,19 +59,16 @@ def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int,
     initial weights; Ape-X's epsilon for its index (actors/exploration.py)."""
     from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
 
-    epsilon = EpsilonGreedy(s.num_actions, apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha),
-                            s.epsilon_anneal_steps, rng)
+    epsilon = collector_epsilon(s, rng)
     if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
         return QPolicy(NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1)), epsilon, s.td_priorities)
     import torch
 
     from raypex.actors.acting import ActingPolicy
-    from raypex.learner.networks import build_q_network
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
-    forward = ActingPolicy(network, s.act_precision, example_obs, s.act_fusion, s.act_device)
+    forward = ActingPolicy(q_network(s), s.act_precision, example_obs, s.act_fusion, s.act_device)
     return QPolicy(forward, epsilon, s.td_priorities)
 
 
@@ -84,9 +81,14 @@ def greedy_q_policy(s: EvaluatorSettings) -> QPolicy:
     import torch
 
     from raypex.actors.acting import ActingPolicy
-    from raypex.learner.networks import build_q_network
 
     torch.set_num_threads(1)
-    network = build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
     example = np.zeros((1, *s.obs_shape), s.obs_dtype)
-    return QPolicy(ActingPolicy(network, "fp32", example, "off", "cpu"), None)
+    return QPolicy(ActingPolicy(q_network(s), "fp32", example, "off", "cpu"), None)
+
+
+def q_network(s: CollectorSettings | EvaluatorSettings):
+    """The Q-network (torch, freshly initialized) published weights of these settings load into."""
+    from raypex.learner.networks import build_q_network
+
+    return build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raypex.actors.exploration import EpsilonGreedy, apex_epsilon
+from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.learner.numpy_recurrent import NumpyRecurrentQ
 
@@ -78,10 +78,8 @@ class RecurrentPolicy:
 
 def collector_recurrent_policy(s: CollectorSettings, seed: int, rng: np.random.Generator) -> RecurrentPolicy:
     """A collector's: Ape-X's epsilon for its index (actors/exploration.py), random until weights come."""
-    epsilon = EpsilonGreedy(s.num_actions, apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha),
-                            s.epsilon_anneal_steps, rng)
     return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(seed + 1), tuple(s.obs_shape),
-                           s.obs_dtype, epsilon)
+                           s.obs_dtype, collector_epsilon(s, rng))
 
 
 def greedy_recurrent_policy(s: EvaluatorSettings) -> RecurrentPolicy:

@@ -33,10 +33,11 @@ class WeightsEvaluator:
         """Greedy actions of these weights, in the env's units, each episode's state (if the
         policy keeps one) carried from its first step."""
         self.policy.load(arrays)
-        state = [self.policy.initial_state(self.evaluator.episodes)]
+        state = self.policy.initial_state(self.evaluator.episodes)
 
         def act(obs: np.ndarray) -> np.ndarray:
-            actions, _, state[0] = self.policy.act(obs, state[0], 0, explore=False)
+            nonlocal state
+            actions, _, state = self.policy.act(obs, state, 0, explore=False)
             return actions if self.action_scale is None else self.action_scale.to_env(actions)
 
         return act

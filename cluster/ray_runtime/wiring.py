@@ -107,9 +107,6 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
         try:
             with sigterm_blocked_in_children(), ray_keeps_our_handlers():
                 ray.init(address="local", num_cpus=local_cluster_cpus(), **kwargs)
-                # Ray's core worker set its own C handler for SIGTERM (a stack dump, then abort)
-                # (tests/test_soak_probe.py reads the handler the process has)
-                reinstall_stop_signals()
         except Exception as err:  # Ray raises a bare Exception when its start times out
             if RAY_START_TIMED_OUT not in str(err):
                 raise
@@ -126,7 +123,6 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
     try:
         with ray_keeps_our_handlers():
             ray.init(address=address, **kwargs)
-            reinstall_stop_signals()
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise join_failed(address, err, os.environ.get("RAY_AUTH_MODE", "").lower() == "token") from None
     return False
@@ -134,22 +130,26 @@ def connect(address: str | None, code_dir: Path | None = None, say: Callable[[st
 
 @contextlib.contextmanager
 def ray_keeps_our_handlers():
-    """ray.init sets its own SIGTERM handler first thing (`sys.exit(15)`: a SIGTERM during Ray's
-    start, taken by any thread of the driver that has it unblocked, ended the command with exit
-    15 and no summary). While it runs, Ray's setter does nothing, so raypex's handler stays and
-    the run ends as from any SIGTERM. Without it,
-    tests/test_integration.py::test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_stop
-    sees exit 15. A Ray without this setter is left as it is; that test says whether it needs more."""
+    """Around ray.init, which replaces raypex's stop handlers twice:
+    - first thing, it sets its own SIGTERM handler (`sys.exit(15)`: a SIGTERM during Ray's start,
+      taken by any thread of the driver that has it unblocked, ended the command with exit 15 and
+      no summary). While it runs, Ray's setter does nothing, so raypex's handler stays and the run
+      ends as from any SIGTERM. Without it,
+      tests/test_integration.py::test_sigterm_to_the_group_during_rays_start_and_during_training_ends_as_a_stop
+      sees exit 15. A Ray without this setter is left as it is; that test says whether it needs more.
+    - its core worker puts its own C handler for SIGTERM under Python's (a stack dump, then abort:
+      exit -6), which `signal.getsignal` does not see: once Ray is up, raypex's are set again
+      (tests/test_soak_probe.py reads the handler the process runs)."""
     utils = getattr(getattr(ray, "_private", None), "utils", None)
     setter = getattr(utils, "set_sigterm_handler", None)
-    if setter is None:
-        yield
-        return
-    utils.set_sigterm_handler = lambda handler: None
+    if setter is not None:
+        utils.set_sigterm_handler = lambda handler: None
     try:
         yield
     finally:
-        utils.set_sigterm_handler = setter
+        if setter is not None:
+            utils.set_sigterm_handler = setter
+    reinstall_stop_signals()
 
 
 # Ray's words when a local node's raylet has not registered with its GCS within Ray's fixed 30 s

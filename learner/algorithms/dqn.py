@@ -17,10 +17,9 @@ class DQN(Algorithm):
         return DQNStep(settings, device, gather, precision)
 
     def acting_network(self, settings):
-        from raypex.learner.networks import build_q_network
+        from raypex.actors.q_policy import q_network
 
-        s = settings
-        return build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
+        return q_network(settings)
 
     def policy(self, settings, example_obs, seed, rng):
         from raypex.actors.q_policy import collector_q_policy
