@@ -145,7 +145,9 @@ def test_short_run_writes_tags_checkpoints_and_resumes(tmp_path, capsys, joining
     assert f"stop:\n  env_steps: {next_stop}" in (run / "config.yaml").read_text()
     # the done line tells this command's time from the run's whole
     took = re.search(r"^done: \d+ env steps in this command ([\d.]+)s, the run ([\d.]+)s,", err, re.MULTILINE)
-    assert took and float(took.group(1)) < float(took.group(2)) == pytest.approx(second["wall_s"], abs=0.05), err
+    # the run's time is summary.json's, printed to a tenth
+    assert took and float(took.group(1)) < float(took.group(2)), err
+    assert took.group(2) == f"{second['wall_s']:.1f}", err
     # The resumed run exports its best evaluation only when it beats the policy.pt2 it found.
     best = max(e.value for e in scalars(run)["eval/return_mean"])
     assert second["policy_eval_return"] == pytest.approx(max(best, first["policy_eval_return"]))
