@@ -31,6 +31,7 @@ from torch import nn
 from raypex.actors.device_errors import NoGpuHere
 from raypex.learner.networks import acting_copy, greedy_actions, refresh_acting_copy
 from raypex.learner.weights import load_arrays
+from raypex.replay.contracts import Weights
 
 ACT_PRECISIONS = ("auto", "fp32", "bf16")
 ACT_FUSIONS = ("auto", "on", "off")
@@ -106,10 +107,10 @@ class ActingPolicy:
     def _acting(self):
         return self.fused or self.fast or self.network
 
-    def load(self, arrays: dict[str, np.ndarray]) -> None:
+    def load(self, weights: Weights) -> None:
         """Take published weights (float32 arrays) and refresh the acting copy from them (the fused
         trace reads the same parameter tensors)."""
-        load_arrays(self.network, arrays)
+        load_arrays(self.network, weights.arrays)
         if self.fast is not None:
             refresh_acting_copy(self.fast, self.network)
 

@@ -83,7 +83,7 @@ class Collector:
         weights = self.poll_weights()
         if weights is not None and weights.version > self.version:
             if not weights.untrained or self.policy.acts_with_untrained_weights:
-                self.policy.load(weights.arrays)
+                self.policy.load(weights)
             self.version = weights.version
             self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
             self.max_weight_load_s = max(self.max_weight_load_s, time.perf_counter() - t0)

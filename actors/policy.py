@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from raypex.replay.contracts import Weights
+
 Extras = dict[str, np.ndarray]
 
 
@@ -31,12 +33,13 @@ class Policy(Protocol):
     """A batched acting policy (see the module's docstring)."""
 
     precision: str  # the dtype it acts in ("fp32", "bf16")
-    form: str  # what acts, in words, for the start-up line and the bench ("numpy", "bf16, fused", ...)
+    form: str  # what acts, in words, for the start-up line and the bench ("onnx", "bf16, fused", ...)
     exploration: str | None  # what `exploration_rate` is in TensorBoard's collector/ tags (None: none)
     acts_with_untrained_weights: bool  # whether a fresh learner's initial weights are loaded and acted with
 
-    def load(self, arrays: dict[str, np.ndarray]) -> None:
-        """Act with these published weights from the next call on."""
+    def load(self, weights: Weights) -> None:
+        """Act with these published weights (their arrays, fed to their acting graph or loaded
+        into a torch module) from the next call on."""
 
     def initial_state(self, num_envs: int) -> Any:
         """Every env's state at an episode's start (None: the policy keeps none)."""

@@ -1,9 +1,9 @@
 """QPolicy: acting on a Q-network over Discrete actions (DQN's), epsilon-greedy in a collector and
 greedy in the evaluator (actors/policy.py says what a policy gives).
 
-The Q-values come from the network's fastest form on this process: numpy for an MLP on the CPU
-(actors/numpy_acting.py: no torch imported), else torch (actors/acting.py: bf16 or a fused trace
-where this CPU runs them faster, or the GPU Ray gave the collector). With initial priorities from
+The Q-values come from the network's fastest form on this process: the acting graph for an MLP on
+the CPU (actors/onnx_acting.py: no torch imported), else torch (actors/acting.py: bf16 or a fused
+trace where this CPU runs them faster, or the GPU Ray gave the collector). With initial priorities from
 TD errors, the one forward that chooses the actions also gives the adder what it needs: the value
 of each action taken and the value of `obs`, the previous step's bootstrap.
 """
@@ -15,10 +15,11 @@ import numpy as np
 from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.policy import Extras, Stateless
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+from raypex.replay.contracts import Weights
 
 
 class QPolicy(Stateless):
-    """Epsilon-greedy (or greedy) actions from a Q forward (NumpyActingPolicy or ActingPolicy)."""
+    """Epsilon-greedy (or greedy) actions from a Q forward (GraphQ or ActingPolicy)."""
 
     exploration = "epsilon"
     # Epsilon-greedy acts with any network, a fresh learner's untrained one too (Ape-X style).
@@ -37,8 +38,8 @@ class QPolicy(Stateless):
     def form(self) -> str:
         return self.forward.form
 
-    def load(self, arrays: dict[str, np.ndarray]) -> None:
-        self.forward.load(arrays)
+    def load(self, weights: Weights) -> None:
+        self.forward.load(weights)
 
     def exploration_rate(self, env_steps: int) -> float:
         return self.epsilon.rate(env_steps) if self.epsilon is not None else 0.0
@@ -54,14 +55,14 @@ class QPolicy(Stateless):
 
 
 def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int, rng: np.random.Generator) -> QPolicy:
-    """A collector's Q policy: numpy for an MLP acting on the CPU (no torch imported), else torch's
-    ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its own random
-    initial weights; Ape-X's epsilon for its index (actors/exploration.py)."""
-    from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
+    """A collector's Q policy: the acting graph for an MLP acting on the CPU (no torch imported),
+    else torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its
+    own random initial weights; Ape-X's epsilon for its index (actors/exploration.py)."""
+    from raypex.actors.onnx_acting import GraphQ, q_acts_with_graph
 
     epsilon = collector_epsilon(s, rng)
-    if s.act_device == "cpu" and acts_in_numpy(tuple(s.obs_shape), s.act_precision, s.act_fusion):
-        return QPolicy(NumpyActingPolicy(s.num_actions, np.random.default_rng(seed + 1)), epsilon, s.td_priorities)
+    if s.act_device == "cpu" and q_acts_with_graph(tuple(s.obs_shape), s.act_precision, s.act_fusion):
+        return QPolicy(GraphQ(s.num_actions, np.random.default_rng(seed + 1)), epsilon, s.td_priorities)
     import torch
 
     from raypex.actors.acting import ActingPolicy
@@ -73,18 +74,10 @@ def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int,
 
 
 def greedy_q_policy(s: EvaluatorSettings) -> QPolicy:
-    """The evaluator's: greedy, numpy for flat observations, torch float32 on its CPU for images."""
-    from raypex.actors.numpy_acting import NumpyActingPolicy
+    """The evaluator's: greedy, the acting graph on its CPU."""
+    from raypex.actors.onnx_acting import GraphQ
 
-    if len(s.obs_shape) == 1:
-        return QPolicy(NumpyActingPolicy(s.num_actions, np.random.default_rng(s.seed)), None)
-    import torch
-
-    from raypex.actors.acting import ActingPolicy
-
-    torch.set_num_threads(1)
-    example = np.zeros((1, *s.obs_shape), s.obs_dtype)
-    return QPolicy(ActingPolicy(q_network(s), "fp32", example, "off", "cpu"), None)
+    return QPolicy(GraphQ(s.num_actions, np.random.default_rng(s.seed)), None)
 
 
 def q_network(s: CollectorSettings | EvaluatorSettings):

@@ -1,5 +1,6 @@
-"""RecurrentPolicy: acting with r2d2's recurrent Q-network, in numpy (torch on its CPU for images),
-epsilon-greedy in a collector and greedy in the evaluator.
+"""RecurrentPolicy: acting with r2d2's recurrent Q-network through its acting graph (a step:
+observations and state in, Q-values and the next state out; actors/onnx_acting.py), epsilon-greedy
+in a collector and greedy in the evaluator.
 
 Each env carries its recurrent state from step to step; the collector starts it again (zeros) at
 each env's episode start (`start_episodes`) and gives it to each step: the adder stores the state
@@ -12,23 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
+from raypex.actors.onnx_acting import GraphForward
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
-from raypex.learner.numpy_recurrent import NumpyRecurrentQ
-
-
-def recurrent_stepper(obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict, previous=None):
-    """What steps the recurrent network of published `arrays`: numpy for flat observations, torch
-    on this process's CPU for images (`previous`, a torch stepper, takes the new weights in place)."""
-    if len(obs_shape) == 1:
-        return NumpyRecurrentQ(arrays)
-    if previous is not None:
-        return previous.load(arrays)
-    import torch
-
-    from raypex.learner.recurrent_networks import TorchRecurrentStep
-
-    torch.set_num_threads(1)
-    return TorchRecurrentStep(tuple(obs_shape), obs_dtype, arrays)
+from raypex.replay.contracts import Weights
 
 
 class RecurrentPolicy:
@@ -38,19 +25,18 @@ class RecurrentPolicy:
     exploration = "epsilon"
     acts_with_untrained_weights = True
     precision = "fp32"
+    form = "onnx"
 
     def __init__(self, num_actions: int, recurrent_size: int, rng: np.random.Generator,
-                 obs_shape: tuple[int, ...] = (), obs_dtype: str = "float32", epsilon: EpsilonGreedy | None = None):
+                 epsilon: EpsilonGreedy | None = None):
         """`rng`: the random actions before the first weights; `epsilon`: a collector's exploration
         (None: greedy only)."""
         self.num_actions, self.recurrent_size, self.rng, self.epsilon = num_actions, recurrent_size, rng, epsilon
-        self.obs_shape, self.obs_dtype = tuple(obs_shape), obs_dtype
-        self.form = "numpy" if len(self.obs_shape) <= 1 else "torch"
-        self.network = None  # a stepper (recurrent_stepper), once the first weights came
+        self.graph = GraphForward()
 
-    def load(self, arrays: dict[str, np.ndarray]) -> None:
+    def load(self, weights: Weights) -> None:
         """Act with these weights from the next step on (each env's state carries over)."""
-        self.network = recurrent_stepper(self.obs_shape, self.obs_dtype, arrays, self.network)
+        self.graph.load(weights)
 
     def initial_state(self, num_envs: int) -> np.ndarray:
         """h and c of each env at an episode's start: zeros."""
@@ -67,9 +53,9 @@ class RecurrentPolicy:
     def act(self, obs: np.ndarray, state: np.ndarray, env_steps: int, explore: bool = True):
         """The (epsilon-)greedy action per env and every env's next state; uniformly random, the
         state staying at zeros, before the first weights."""
-        if self.network is None:
+        if not self.graph.loaded:
             return self.rng.integers(0, self.num_actions, len(obs)), {}, state
-        q, state = self.network.step(obs, state)
+        q, state = self.graph.run(obs=obs, state=state)
         greedy = q.argmax(axis=1)
         if explore and self.epsilon is not None:
             return self.epsilon.choose(greedy, env_steps), {}, state
@@ -78,11 +64,9 @@ class RecurrentPolicy:
 
 def collector_recurrent_policy(s: CollectorSettings, seed: int, rng: np.random.Generator) -> RecurrentPolicy:
     """A collector's: Ape-X's epsilon for its index (actors/exploration.py), random until weights come."""
-    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(seed + 1), tuple(s.obs_shape),
-                           s.obs_dtype, collector_epsilon(s, rng))
+    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(seed + 1), collector_epsilon(s, rng))
 
 
 def greedy_recurrent_policy(s: EvaluatorSettings) -> RecurrentPolicy:
     """The evaluator's: greedy, each episode's state carried from its first step."""
-    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(s.seed), tuple(s.obs_shape),
-                           s.obs_dtype)
+    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(s.seed))

@@ -7,28 +7,31 @@ DQN CNNs' convolutions, learner/networks.py, chosen by image size, then a normal
 IMAGE_FEATURES): the actor has its own, trained
 by the actor's loss, and the twin critics share one, trained by the critics' loss (the actor's loss
 does not move it). Flat observations can be normalized first (`network.obs_norm`: a
-RunningObsNorm in the encoder's place, learner/obs_norm.py). For flat observations the actor's
-parameter and buffer names are what the collectors' and evaluator's numpy forward reads
-(learner/numpy_mlp.py NumpyMLPActor; a test keeps the two equal); image actors act in torch
-(`TorchActorForward`).
+RunningObsNorm in the encoder's place, learner/obs_norm.py). Collectors and the evaluator act
+with `ActorOutputs`, exported as the acting graph (learner/acting_graph.py).
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.networks import conv_output_width, image_convs, scaled_input
-from raypex.learner.numpy_mlp import squashed_log_std
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import fp32_head
 from raypex.learner.sale import SaleActorInput
-from raypex.learner.weights import load_arrays
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SAC's log standard deviation, squashed into this range
+
+
+def squashed_log_std(raw: torch.Tensor) -> torch.Tensor:
+    """The log std head's raw output mapped smoothly into [LOG_STD_MIN, LOG_STD_MAX]."""
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (raw.tanh() + 1.0)
 
 
 def _torso(width: int, hidden: list[int], renorm: bool = False) -> tuple[nn.Sequential, int]:
@@ -155,30 +158,18 @@ class ActionsInEnvUnits(nn.Module):
         return self.center + self.half_range * self.actor(obs)
 
 
-class TorchActorForward:
-    """An ActorNetwork on the CPU acting on numpy batches: deterministic actions and SAC's samples,
-    as NumpyMLPActor gives them for flat observations. Collectors and the evaluator act with it
-    when observations are images (numpy has no convolutions)."""
+class ActorOutputs(nn.Module):
+    """What collectors and the evaluator run of an actor: its deterministic action tanh(mean) and,
+    for SAC's Gaussian actor, the mean and squashed log std its exploring sample is drawn around
+    (tanh(mean + exp(log_std) * noise), as `ActorNetwork.sample`)."""
 
-    def __init__(self, obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int, hidden: list[int],
-                 gaussian: bool):
-        self.network = ActorNetwork(obs_shape, action_dim, hidden, gaussian, obs_dtype).eval()
-        self.action_dim = action_dim
+    def __init__(self, actor: ActorNetwork):
+        super().__init__()
+        self.actor = actor
 
-    def load(self, arrays: dict[str, np.ndarray]) -> TorchActorForward:
-        """Act with these published actor weights from now on."""
-        load_arrays(self.network, arrays)
-        return self
-
-    def actions(self, obs: np.ndarray) -> np.ndarray:
-        """[B, *obs_shape] -> [B, action_dim] deterministic actions in [-1, 1]."""
-        with torch.inference_mode():
-            return self.network(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
-
-    def sample(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """SAC's squashed Gaussian sample in [-1, 1], its noise drawn from `rng`."""
-        if self.network.log_std is None:
-            raise ValueError("these actor weights have no log_std head (a TD3 actor): nothing to sample")
-        noise = torch.from_numpy(rng.standard_normal((len(obs), self.action_dim)).astype(np.float32))
-        with torch.inference_mode():
-            return self.network.sample(torch.from_numpy(np.ascontiguousarray(obs)), noise)[0].numpy()
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        features = self.actor._features(obs)
+        mean = fp32_head(self.actor.mean, features)
+        if self.actor.log_std is None:
+            return (torch.tanh(mean),)
+        return torch.tanh(mean), mean, squashed_log_std(fp32_head(self.actor.log_std, features))

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
+from raypex.learner.acting_graph import export_acting_graph
 from raypex.learner.algorithm import AlgorithmStep
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.gradient_group import GradientGroup
@@ -86,6 +87,7 @@ class Learner:
         self.first_update_at: float | None = None  # wall clock of the first update (start-up's end)
         self.epochs = 0
         self.version = 0
+        self.acting_graph: bytes | None = None  # exported at the first publish, sent with every version
         self._stop_requested = False  # see request_stop
         self.broadcast_ms = 0.0
         # Host seconds per phase of the update loop; `raypex bench --profile` turns them into fractions.
@@ -198,7 +200,11 @@ class Learner:
         """Publish the policy network as a new version (one put, one reference to all)."""
         self.version += 1
         start = time.perf_counter()
-        self.publish(Weights(self.version, export_arrays(self.step.policy), untrained=self.updates == 0))
+        if self.acting_graph is None:
+            self.acting_graph = export_acting_graph(algorithm(self.s.algo), self.step.policy, tuple(self.s.obs_shape),
+                                                    self.s.obs_dtype)
+        self.publish(Weights(self.version, export_arrays(self.step.policy), untrained=self.updates == 0,
+                             acting_graph=self.acting_graph))
         self.broadcast_ms = (time.perf_counter() - start) * 1e3
 
     def warmup(self) -> None:

@@ -3,7 +3,7 @@
 
 The statistics are buffers of the actor (and of the critics and targets, which get copies), so
 they travel with everything the actor's weights already travel with: published weights (the
-collectors' and evaluator's numpy forward applies them, learner/numpy_mlp.py), checkpoints and
+acting graph collectors and the evaluator run holds the normalization, learner/acting_graph.py), checkpoints and
 policy.pt2, which therefore takes observations in the env's own units. The learner updates them
 from every batch it trains on, with tensor ops only (no value read back), so the update stays one
 capturable CUDA graph.
@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from raypex.learner.gradient_group import GradientGroup
-from raypex.learner.numpy_mlp import NORM_CLIP, NORM_EPS
 
+NORM_EPS = 1e-8  # normalized observations are (obs - mean) / sqrt(var + NORM_EPS),
+NORM_CLIP = 10.0  # clipped to +-NORM_CLIP
 PRIOR_COUNT = 1e-4  # the prior's weight: the first batch sets the statistics almost alone
 
 

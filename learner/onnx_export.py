@@ -19,9 +19,8 @@ import warnings
 import torch
 from torch import nn
 
+from raypex.learner.acting_graph import OPSET
 from raypex.learner.policy_file import RECURRENT, ExportedPolicy
-
-OPSET = 17  # what ONNX Runtime has run every operator of these networks with for years
 
 
 class _Program(nn.Module):

@@ -67,38 +67,3 @@ class StatefulQ(nn.Module):
         h, c = state.split(self.network.recurrent_size, dim=-1)
         q, (h, c) = self.network(obs, (h, c))
         return q, torch.cat([h, c], dim=-1)
-
-
-def network_for_arrays(obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict) -> RecurrentQNetwork:
-    """The RecurrentQNetwork published `arrays` are the state of (its sizes read from them), holding them."""
-    from raypex.learner.weights import load_arrays
-
-    layers = sorted({name.split(".")[1] for name in arrays if name.startswith("torso.")}, key=int)
-    hidden = [int(arrays[f"torso.{layer}.weight"].shape[0]) for layer in layers]
-    num_actions, recurrent_size = (int(size) for size in arrays["advantage.weight"].shape)
-    core = "mlp" if "core.weight" in arrays else "lstm"
-    network = RecurrentQNetwork(obs_shape, num_actions, hidden, recurrent_size, "value.weight" in arrays, core, obs_dtype)
-    load_arrays(network, arrays)
-    return network.eval()
-
-
-class TorchRecurrentStep:
-    """The recurrent Q-network's step on numpy arrays, in torch on the CPU: how collectors and the
-    evaluator act on images (NumpyRecurrentQ's interface, learner/numpy_recurrent.py)."""
-
-    def __init__(self, obs_shape: tuple[int, ...], obs_dtype: str, arrays: dict):
-        self.network = StatefulQ(network_for_arrays(obs_shape, obs_dtype, arrays))
-        self.recurrent_size = self.network.network.recurrent_size
-
-    def load(self, arrays: dict) -> TorchRecurrentStep:
-        """Act with these weights from now on (same sizes)."""
-        from raypex.learner.weights import load_arrays
-
-        load_arrays(self.network.network, arrays)
-        return self
-
-    def step(self, obs, state):
-        """(obs [B, ...], state [B, 2R]) numpy -> (Q-values [B, A], the next state [B, 2R]) numpy."""
-        with torch.inference_mode():
-            q, state = self.network(torch.from_numpy(obs), torch.from_numpy(state))
-        return q.float().numpy(), state.float().numpy()

@@ -11,7 +11,7 @@ What the actor and critics read is a frozen copy of the trained encoder ("fixed"
 refreshed with the hard target copies every target period, and the targets read the copy of the
 period before, so a critic's inputs move in steps rather than with every update
 (SaleTraining.after_target_copy). The frozen copies live inside the actor and critic modules, so
-the published actor weights carry their embedding (learner/numpy_mlp.py acts with it) and so does
+the published actor weights carry their embedding (the acting graph runs it, learner/acting_graph.py) and so does
 policy.pt2.
 """
 
@@ -23,9 +23,9 @@ from torch import nn
 
 from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
-from raypex.learner.numpy_mlp import AVG_L1_EPS
 from raypex.learner.precision import fp32_head
 
+AVG_L1_EPS = 1e-8  # AvgL1Norm divides by at least this
 EMBEDDING_WIDTH = 256  # zs and zsa, as TD7
 ENCODER_HIDDEN = 256
 

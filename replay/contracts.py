@@ -73,15 +73,18 @@ BATCH_FIELDS = ("obs", "action", "return", "discount", "next_obs")
 
 @dataclass(frozen=True)
 class Weights:
-    """One published version of the Q-network's parameters, as float32 numpy arrays: Ray's object
-    store hands collectors a zero-copy view and nobody unpickles tensors. Versions only go up; a
-    collector loads one only when it is newer than the one it acts with."""
+    """One published version of the acting network's parameters, as float32 numpy arrays: Ray's
+    object store hands collectors a zero-copy view and nobody unpickles tensors. Versions only go
+    up; a collector loads one only when it is newer than the one it acts with."""
 
     version: int
     arrays: dict[str, np.ndarray]
     # A fresh learner's starting weights, published before any update: TD3 and SAC collectors keep
     # acting uniformly at random until trained weights come (the replay warm-up)
     untrained: bool = False
+    # The acting graph (learner/acting_graph.py): ONNX bytes the arrays are fed to, the same for
+    # every version of a run; sent with each, so a collector Ray restarts has it with its first weights
+    acting_graph: bytes = b""
 
 
 @dataclass

@@ -9,6 +9,7 @@ import torch
 from raypex.actors.acting import AUTO_MIN_GAIN, ActingPolicy, fused_trace
 from raypex.learner.networks import acting_copy, build_q_network
 from raypex.learner.weights import export_arrays
+from raypex.replay.contracts import Weights
 
 SHAPES = [((4, 84, 84), "uint8"), ((6, 10, 10), "uint8"), ((8,), "float32")]
 
@@ -45,7 +46,7 @@ def test_published_weights_reach_the_acting_copy():
     trained = build_q_network(shape, 6, [64], True, "uint8")  # other random weights
     obs = _obs(shape, "uint8", seed=1)
     q_before = _q(policy.fast, obs)
-    policy.load(export_arrays(trained))
+    policy.load(Weights(1, export_arrays(trained)))
     q_trained, q_after = _q(trained, obs), _q(policy.fast, obs)
     tolerance = 0.03 * np.abs(q_trained).max() + 1e-3
     assert policy.precision == "bf16"
@@ -81,7 +82,7 @@ def test_the_fused_trace_gives_the_eager_q_values_and_follows_published_weights(
     tolerance = 0.03 * np.abs(q_eager).max() + 1e-3
     assert np.abs(q_fused - q_eager).max() <= tolerance
     trained = build_q_network(shape, 6, [64], True, "uint8")
-    policy.load(export_arrays(trained))  # lands in the parameters the trace reads: no retrace
+    policy.load(Weights(1, export_arrays(trained)))  # lands in the parameters the trace reads: no retrace
     q_trained = _q(trained, obs)
     assert np.abs(q_fused - q_trained).max() > 10 * tolerance
     assert np.abs(policy.q_values(obs) - q_trained).max() <= tolerance
@@ -110,21 +111,3 @@ def test_a_fused_trace_of_the_small_cnn_matches_it():
     obs = _obs((6, 10, 10), "uint8", 32)
     traced = fused_trace(network, torch.from_numpy(obs))
     assert np.allclose(_q(traced, obs), _q(network, obs), atol=1e-5)
-
-
-def test_an_mlp_collector_acts_in_numpy_at_random_until_weights_then_as_the_torch_network():
-    from raypex.actors.numpy_acting import NumpyActingPolicy, acts_in_numpy
-
-    assert acts_in_numpy((4,), "auto", "auto") and acts_in_numpy((4,), "fp32", "off")
-    assert not acts_in_numpy((4,), "bf16", "auto") and not acts_in_numpy((4,), "auto", "on")
-    assert not acts_in_numpy((4, 84, 84), "auto", "auto")  # a CNN acts in torch
-    policy = NumpyActingPolicy(3, np.random.default_rng(0))
-    obs = np.random.default_rng(1).normal(size=(600, 4)).astype(np.float32)
-    actions = policy.greedy(obs)  # the replay warm-up: no network yet
-    assert set(actions.tolist()) == {0, 1, 2} and not policy.q_values(obs).any()
-    network = build_q_network((4,), 3, [32, 32], dueling=True, obs_dtype="float32")
-    policy.load(export_arrays(network))
-    with torch.no_grad():
-        expected = network(torch.from_numpy(obs)).numpy()
-    np.testing.assert_allclose(policy.q_values(obs), expected, rtol=1e-5, atol=1e-6)
-    assert np.array_equal(policy.greedy(obs), expected.argmax(axis=1))

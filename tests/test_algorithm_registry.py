@@ -55,29 +55,30 @@ def plugged_in():
 
 
 class BoltzmannPolicy(Stateless):
-    """Acting of the test's own: actions sampled from softmax(Q / temperature), through a torch
-    Q-network of DQN's (no numpy twin, no head of raypex's); greedy without a temperature."""
+    """Acting of the test's own: actions sampled from softmax(Q / temperature) over the Q-values of
+    the published acting graph (DQN's network; no head of raypex's), uniformly at random before the
+    first weights; greedy without a temperature."""
 
-    precision, form, exploration, acts_with_untrained_weights = "fp32", "torch, boltzmann", "temperature", True
+    precision, form, exploration, acts_with_untrained_weights = "fp32", "onnx, boltzmann", "temperature", True
     calls = 0  # acts, over every instance: the run must have acted through this class
 
-    def __init__(self, network, temperature: float | None, rng: np.random.Generator):
-        self.network, self.temperature, self.rng = network.eval(), temperature, rng
+    def __init__(self, num_actions: int, temperature: float | None, rng: np.random.Generator):
+        from raypex.actors.onnx_acting import GraphForward
 
-    def load(self, arrays):
-        from raypex.learner.weights import load_arrays
+        self.num_actions, self.temperature, self.rng = num_actions, temperature, rng
+        self.graph = GraphForward()
 
-        load_arrays(self.network, arrays)
+    def load(self, weights):
+        self.graph.load(weights)
 
     def exploration_rate(self, env_steps):
         return self.temperature or 0.0
 
     def act(self, obs, state, env_steps, explore=True):
-        import torch
-
         type(self).calls += 1
-        with torch.inference_mode():
-            q = self.network(torch.as_tensor(obs)).numpy()
+        if not self.graph.loaded:
+            return self.rng.integers(0, self.num_actions, len(obs)), {}, None
+        (q,) = self.graph.run(obs=obs)
         if not explore or self.temperature is None:
             return q.argmax(axis=1), {}, None
         logits = (q - q.max(axis=1, keepdims=True)) / self.temperature
@@ -97,10 +98,10 @@ def boltzmann():
         name = "boltzmann-test"
 
         def policy(self, settings, example_obs, seed, rng):
-            return BoltzmannPolicy(self.acting_network(settings), 1.0, rng)
+            return BoltzmannPolicy(settings.num_actions, 1.0, rng)
 
         def greedy_policy(self, settings):
-            return BoltzmannPolicy(self.acting_network(settings), None, np.random.default_rng(settings.seed))
+            return BoltzmannPolicy(settings.num_actions, None, np.random.default_rng(settings.seed))
 
     yield Boltzmann
     del registry._registry["boltzmann-test"]

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("actors", "learner", "replay", "cluster")
 MAX_LINES = 500
 CONTRACTS = "replay.contracts"
-MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights", "learner.numpy_mlp",
-                     "learner.numpy_recurrent", "learner.recurrent_networks")  # what collectors act with
+MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights",
+                     "learner.recurrent_networks")  # what collectors acting in torch act with
 REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
 PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
 POLICIES = ("actors.policy", "actors.settings", "actors.q_policy", "actors.recurrent_acting",
@@ -250,7 +250,8 @@ def test_pyproject_installs_one_package_holding_every_folder_and_the_configs():
 
 def test_the_driver_and_an_mlp_runs_collectors_and_evaluator_never_import_torch():
     """Only the learner's process pays torch's import (about 1.5 s of CPU here): the driver and,
-    for MLP envs, the collectors and the evaluator act and evaluate in numpy. A top-level import
+    for MLP envs, the collectors and the evaluator act with the acting graph in ONNX Runtime
+    (tests/test_acting_graph.py acts with it in such a process). A top-level import
     of learner.weights in the learner's host once put torch on every run's path to Ray's start."""
     import subprocess
     import sys

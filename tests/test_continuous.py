@@ -12,10 +12,14 @@ from torch import nn
 
 from raypex.actors.action_scaling import ActionScale
 from raypex.actors.action_spaces import action_fields
+from raypex.actors.continuous_acting import ActorPolicy
 from raypex.actors.envs import EnvSpec, UnsupportedEnv, check_algo_fits, inspect_env
 from raypex.cluster.config.loading import ConfigError, load_config
 from raypex.learner.actor_critic_networks import ActorNetwork
-from raypex.learner.numpy_mlp import NumpyMLPActor
+from raypex.learner.acting_graph import export_acting_graph
+from raypex.learner.algorithms.registry import algorithm
+from raypex.learner.weights import export_arrays
+from raypex.replay.contracts import Weights
 from raypex.learner.sac_loss import sac_actor_and_temperature_loss, sac_critic_loss
 from raypex.learner.td3_loss import td3_actor_loss, td3_critic_loss
 from tests.test_video import decode_apng
@@ -155,22 +159,8 @@ def test_actions_scale_to_the_env_bounds_and_back():
         ActionScale((1.0,), (1.0,))
 
 
-def test_the_numpy_actor_acts_as_the_torch_actor():
-    torch.manual_seed(1)
-    actor = ActorNetwork((3,), 2, [16, 16], gaussian=True)
-    arrays = {name: value.detach().numpy() for name, value in actor.state_dict().items()}
-    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
-    numpy_actor = NumpyMLPActor(arrays)
-    assert np.allclose(numpy_actor.actions(obs), actor(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
-    rng = np.random.default_rng(3)
-    noise = np.random.default_rng(3).standard_normal((5, 2)).astype(np.float32)
-    sampled, _ = actor.sample(torch.from_numpy(obs), torch.from_numpy(noise))
-    assert np.allclose(numpy_actor.sample(obs, rng), sampled.detach().numpy(), atol=1e-5)
-
-
-def test_running_observation_statistics_merge_batches_exactly_and_the_numpy_actor_applies_them():
+def test_running_observation_statistics_merge_batches_exactly_and_the_acting_graph_applies_them():
     from raypex.learner.obs_norm import RunningObsNorm
-    from raypex.learner.weights import export_arrays
 
     rng = np.random.default_rng(0)
     batches = [rng.normal([5.0, -3.0, 0.0], [10.0, 0.1, 1.0], size=(size, 3)).astype(np.float32) for size in (7, 64, 1)]
@@ -187,8 +177,10 @@ def test_running_observation_statistics_merge_batches_exactly_and_the_numpy_acto
     actor = ActorNetwork((3,), 2, [16], gaussian=False, obs_norm=True)
     actor.encoder.load_state_dict(norm.state_dict())
     obs = batches[1][:5]
+    acting = ActorPolicy(False, 2, 0.0, np.random.default_rng(0))
+    acting.load(Weights(1, export_arrays(actor), acting_graph=export_acting_graph(algorithm("td3"), actor, (3,), "float32")))
     with torch.no_grad():
-        assert np.allclose(NumpyMLPActor(export_arrays(actor)).actions(obs), actor(torch.from_numpy(obs)).numpy(), atol=1e-5)
+        assert np.allclose(acting.act(obs, None, 0, explore=False)[0], actor(torch.from_numpy(obs)).numpy(), atol=1e-5)
     for option in ("network.obs_norm", "network.sale"):
         with pytest.raises(UnsupportedEnv, match=f"{option} is for flat observations; env.id 'Img-v0' has images"):
             check_algo_fits("td3", EnvSpec((3, 10, 10), "uint8", 0, action_low=(-1.0,), action_high=(1.0,)), "Img-v0",
@@ -290,7 +282,7 @@ def test_the_benchs_in_process_stages_step_box_action_envs(algo):
     config = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2"])
     spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
     rates = local_rates(collector_settings(config, spec, 0), 0.05)
-    assert rates.policy > 0 and rates.raw > 0 and rates.form == "numpy" and rates.phases["act"] > 0
+    assert rates.policy > 0 and rates.raw > 0 and rates.form == "onnx" and rates.phases["act"] > 0
     from raypex.cluster.bench.priority_costs import replay_costs
 
     small = load_config(None, ["env.id=Pendulum-v1", f"algo.name={algo}", "env.num_envs=2", "replay.capacity=512",
@@ -482,8 +474,6 @@ def test_collectors_act_at_random_until_trained_weights_come():
     pictures stuck in one run of three on a slower box."""
     from raypex.actors.collector import Collector
     from raypex.cluster.plan.settings import collector_settings
-    from raypex.learner.weights import export_arrays
-    from raypex.replay.contracts import Weights
 
     config = load_config(None, ["env.id=Pendulum-v1", "algo.name=td3", "env.num_envs=16", "collectors.chunk_steps=4",
                                 "algo.n_step=1", "network.hidden=[8]"])
@@ -496,7 +486,9 @@ def test_collectors_act_at_random_until_trained_weights_come():
     collector = Collector(collector_settings(config, spec, 0), push=chunks.append,
                           poll_weights=lambda: published[-1] if published else None)
     spread = []
-    for weights in (Weights(1, export_arrays(actor), untrained=True), Weights(2, export_arrays(actor))):
+    graph = export_acting_graph(algorithm("td3"), actor, spec.obs_shape, spec.obs_dtype)
+    for weights in (Weights(1, export_arrays(actor), untrained=True, acting_graph=graph),
+                    Weights(2, export_arrays(actor), acting_graph=graph)):
         published.append(weights)
         collector.collect_chunk()
         assert collector.version == weights.version

@@ -12,7 +12,7 @@ import torch
 import tests.pixel_env  # registers PixelReach-v0
 from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import load_config
-from raypex.learner.actor_critic_networks import ActorNetwork, TorchActorForward, TwinCritic
+from raypex.learner.actor_critic_networks import ActorNetwork, TwinCritic
 from raypex.learner.weights import export_arrays
 
 IMAGE = (2, 12, 12)
@@ -32,15 +32,6 @@ def test_image_networks_encode_uint8_pictures_and_the_cpu_actor_acts_as_the_lear
     features = encoder.norm(encoder.projection(encoder.convs(torch.from_numpy(obs) / 255.0))).tanh()
     assert torch.allclose(actor(torch.from_numpy(obs)), actor.torso(features).matmul(actor.mean.weight.T)
                           .add(actor.mean.bias).tanh(), atol=1e-6)
-    acting = TorchActorForward(IMAGE, "uint8", 2, [32], gaussian=True).load(export_arrays(actor))
-    with torch.no_grad():
-        assert np.allclose(acting.actions(obs), actor(torch.from_numpy(obs)).numpy(), atol=1e-6)
-        noise = np.random.default_rng(7).standard_normal((5, 2)).astype(np.float32)
-        expected, _ = actor.sample(torch.from_numpy(obs), torch.from_numpy(noise))
-    assert np.allclose(acting.sample(obs, np.random.default_rng(7)), expected.numpy(), atol=1e-6)
-    deterministic = TorchActorForward(IMAGE, "uint8", 2, [32], gaussian=False)
-    with pytest.raises(ValueError, match="no log_std head"):
-        deterministic.sample(obs, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize(("algo", "env_id"), [("td3", "PixelReach-v0"), ("sac", "PixelReach-v0"),
@@ -70,7 +61,7 @@ def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_
     assert stored.dtype == np.uint8 and stored.shape[1:] == (shape[1:] if frames else shape)
     action = shard.storage.columns["action"]
     assert action.dtype == np.float32 and action.shape[1:] == (1,)
-    assert run.collectors[0].policy.form == "fp32, torch"
+    assert run.collectors[0].policy.form == "onnx"
     metrics = run.learner.train_epoch()
     pictures = run.replay.gather(run.replay.draw(1, 3))["obs"][0]  # stacks rebuilt from the frames
     assert pictures.shape == (3, *shape) and set(np.unique(pictures)) == ({0, 128, 255} if frames else {0, 255})
@@ -79,7 +70,7 @@ def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_
         collector.collect_chunk()
         assert collector.version == 1  # acting with the published image actor now
     arrays = export_arrays(run.learner.policy)
-    result = run.evaluator.evaluate(Weights(1, arrays))
+    result = run.evaluator.evaluate(Weights(1, arrays, acting_graph=run.learner.acting_graph))
     assert result["complete"] and -16.0 <= result["min"] <= result["mean"] <= 0.0
     path = tmp_path / "policy.pt2"
     path.write_bytes(run.learner.export_policy(arrays))
@@ -89,7 +80,7 @@ def test_pictures_flow_collector_to_replay_to_learner_and_back_to_an_evaluation_
     assert np.allclose(policy.act(pictures), expected, atol=1e-5) and np.abs(expected).max() <= 2.0
     assert policy.act(pictures[0]).shape == (1,)
     if frames:  # the evaluation's first episode as a video of the newest frame of each stack
-        assert run.evaluator.evaluate(Weights(2, arrays), record=True)["video"].channels == 1
+        assert run.evaluator.evaluate(Weights(2, arrays, acting_graph=run.learner.acting_graph), record=True)["video"].channels == 1
 
 
 def test_the_image_actors_hidden_units_survive_a_gradient_that_pushes_every_picture_one_way():

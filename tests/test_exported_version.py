@@ -9,13 +9,20 @@ import numpy as np
 import pytest
 
 from raypex.actors.envs import inspect_env
+from raypex.actors.onnx_acting import GraphQ
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.run import TrainingRun
 from raypex.cluster.local.runtime import LocalRuntime
-from raypex.learner.numpy_mlp import NumpyMLPQ
 from raypex.learner.policy_file import load_policy
+
+
+def _q_values(weights, obs):
+    """What collectors and the evaluator act on for these published weights: their acting graph's."""
+    forward = GraphQ(2, np.random.default_rng(0))
+    forward.load(weights)
+    return forward.q_values(obs)
 
 
 class NewestWeights(RunObserver):
@@ -50,6 +57,6 @@ def test_policy_pt2_holds_the_solving_else_the_best_evaluated_version(stop, tmp_
 
     obs = np.random.default_rng(0).normal(size=(256, *spec.obs_shape)).astype(np.float32)
     exported = load_policy(tmp_path / "policy.pt2").q_values(obs).numpy()
-    np.testing.assert_allclose(exported, NumpyMLPQ(weights.arrays).q_values(obs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(exported, _q_values(weights, obs), rtol=1e-5, atol=1e-5)
     if newest.weights.version != chosen.version:  # the newest weights would have given other values
-        assert not np.allclose(exported, NumpyMLPQ(newest.weights.arrays).q_values(obs), atol=1e-3)
+        assert not np.allclose(exported, _q_values(newest.weights, obs), atol=1e-3)

@@ -299,29 +299,6 @@ def test_exported_policy_takes_one_observation_or_a_batch(tmp_path):
         assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("hidden", [[64, 64], [32], []])
-@pytest.mark.parametrize("dueling", [True, False])
-@pytest.mark.parametrize("layer_norm", [False, True])
-def test_numpy_evaluation_twin_matches_the_torch_mlp(hidden, dueling, layer_norm):
-    """The evaluator runs MLPs in numpy; it must give the torch network's Q-values and actions,
-    layer-normalized hidden layers (network.critic_norm layer_norm) included."""
-    from raypex.learner.networks import build_q_network
-    from raypex.learner.numpy_mlp import NumpyMLPQ
-    from raypex.learner.weights import export_arrays
-
-    torch.manual_seed(3)
-    network = build_q_network((4,), 3, hidden, dueling, "float32", layer_norm)
-    with torch.no_grad():  # trained-looking weights, not the init's small ones (LayerNorm's start at 1 and 0)
-        for parameter in network.parameters():
-            parameter.mul_(3.0).add_(torch.randn_like(parameter) * 0.5)
-    twin = NumpyMLPQ(export_arrays(network))
-    obs = np.random.default_rng(4).normal(size=(256, 4)).astype(np.float32)
-    with torch.inference_mode():
-        expected = network(torch.from_numpy(obs)).numpy()
-    np.testing.assert_allclose(twin.q_values(obs), expected, rtol=1e-5, atol=1e-5)
-    assert (twin.greedy_actions(obs) == expected.argmax(axis=1)).all()
-
-
 PIXELS = (4, 36, 36)  # the smallest frames the Nature CNN takes (as the test pixel env has)
 
 

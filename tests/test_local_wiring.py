@@ -105,8 +105,8 @@ def test_prioritized_replay_flows_collector_to_shard_to_learner_and_back():
     run.learner.publish_weights()  # the collector acts with the learner's network from its first step
     for _ in range(3):
         collector.collect_chunk()
-    network = collector.policy.forward.network  # CartPole's MLP, in numpy
-    assert collector.version >= 0 and network is not None
+    network = collector.policy.forward  # CartPole's MLP, its acting graph
+    assert collector.version >= 0 and network.graph.loaded
     for chunk in pushed:  # the collector's |n-step TD error|, one transition at a time
         for i in range(len(chunk["action"])):
             q = network.q_values(chunk["obs"][i : i + 1])[0, chunk["action"][i]]

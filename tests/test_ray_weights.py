@@ -12,7 +12,9 @@ from raypex.cluster.config.loading import load_config
 from raypex.cluster.hosts.collector_actor import CollectorActor
 from raypex.cluster.hosts.ray_seams import ChunkSink, WeightPublisher
 from raypex.cluster.plan.settings import collector_settings
+from raypex.learner.acting_graph import export_acting_graph
 from raypex.learner.actor_critic_networks import ActorNetwork
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.weights import export_arrays
 from raypex.replay.contracts import Weights
 from tests.polling import until
@@ -63,6 +65,7 @@ def test_ray_collectors_keep_the_warm_up_random_under_a_fresh_learners_weights(k
     for p in actor.parameters():
         nn.init.zeros_(p)  # action 0 for every observation: far from uniform's mean |a| of 0.5
     arrays = export_arrays(actor)
+    graph = export_acting_graph(algorithm("td3"), actor, spec.obs_shape, spec.obs_dtype)
     learner_name, collector_name = f"stand-in-{uuid.uuid4().hex[:8]}", f"collector-{uuid.uuid4().hex[:8]}"
     # Detached: owned by the GCS (tests/test_faults.py says why a test's own actors must be)
     shard = ray.remote(ShardStandIn).options(name=learner_name, lifetime="detached").remote()
@@ -71,9 +74,9 @@ def test_ray_collectors_keep_the_warm_up_random_under_a_fresh_learners_weights(k
     try:
         running = collector.run.remote()
         publisher = WeightPublisher([collector_name])
-        publisher.publish(Weights(1, arrays, untrained=True))
+        publisher.publish(Weights(1, arrays, untrained=True, acting_graph=graph))
         untrained = _mean_abs_action_after(collector, shard, 1)
-        publisher.publish(Weights(2, arrays))
+        publisher.publish(Weights(2, arrays, acting_graph=graph))
         trained = _mean_abs_action_after(collector, shard, 2)
         ray.get(collector.stop.remote())
         assert ray.get(running) > 0

@@ -12,7 +12,8 @@ from raypex.actors.collector import Collector
 from raypex.actors.envs import inspect_env
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.plan.settings import collector_settings, storage_spec
-from raypex.learner.numpy_recurrent import NumpyRecurrentQ
+from raypex.learner.acting_graph import export_acting_graph
+from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.recurrent_networks import RecurrentQNetwork, StatefulQ
 from raypex.learner.weights import export_arrays
 from raypex.replay.contracts import Weights
@@ -26,22 +27,6 @@ def network(seed: int = 0, core: str = "lstm") -> RecurrentQNetwork:
     return RecurrentQNetwork((4,), 2, [16], SIZE, core=core)
 
 
-@pytest.mark.parametrize("core", ["lstm", "mlp"])
-def test_the_numpy_step_is_the_learners_torch_step(core):
-    net = network(core=core)
-    stateful = StatefulQ(net)
-    numpy_net = NumpyRecurrentQ(export_arrays(net))
-    rng = np.random.default_rng(0)
-    obs, state = rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(5, 2 * SIZE)).astype(np.float32)
-    for _ in range(3):
-        q, next_state = numpy_net.step(obs, state)
-        with torch.no_grad():
-            q_torch, state_torch = stateful(torch.from_numpy(obs), torch.from_numpy(state))
-        np.testing.assert_allclose(q, q_torch.numpy(), rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(next_state, state_torch.numpy(), rtol=1e-5, atol=1e-5)
-        state = next_state
-
-
 def test_each_stored_sequence_starts_from_the_state_its_collector_acted_from():
     config = load_config(None, ["algo.name=r2d2", "env.num_envs=3", "collectors.num=1", "collectors.chunk_steps=7",
                                 f"network.recurrent_size={SIZE}", "network.hidden=[16]", "replay.sequence_length=6",
@@ -51,8 +36,8 @@ def test_each_stored_sequence_starts_from_the_state_its_collector_acted_from():
     settings = dataclasses.replace(collector_settings(config, spec, 0), seed=3)
     storage = build_storage(storage_spec(config, spec))
     collector = Collector(settings, storage.add, lambda: weights)
-    arrays = export_arrays(network())
-    weights = Weights(1, arrays)
+    net = network()
+    weights = Weights(1, export_arrays(net), acting_graph=export_acting_graph(algorithm("r2d2"), net, (4,), "float32"))
     for _ in range(40):  # 280 steps of 3 envs: CartPole episodes end and start again inside sequences
         collector.collect_chunk()
     assert collector.env_steps == storage.total_added > 0
@@ -60,14 +45,15 @@ def test_each_stored_sequence_starts_from_the_state_its_collector_acted_from():
         3, storage.steps_per_env, *storage.columns[name].shape[1:]) for name in ("obs", "reward", "discount", "first")}
     written = storage.written
     assert written <= storage.steps_per_env  # nothing overwritten: every step is in the ring in order
-    # The state before each step, recomputed from the stored steps with the acting network
-    numpy_net = NumpyRecurrentQ(arrays)
+    # The state before each step, recomputed from the stored steps with the learner's network
+    stateful = StatefulQ(net)
     state = np.zeros((3, 2 * SIZE), np.float32)
     before = np.zeros((written, 3, 2 * SIZE), np.float32)
     for t in range(written):
         state[steps["first"][:, t]] = 0.0
         before[t] = state
-        _, state = numpy_net.step(steps["obs"][:, t], state)
+        with torch.no_grad():
+            state = stateful(torch.from_numpy(steps["obs"][:, t]), torch.from_numpy(state))[1].numpy()
     rows = storage.sampleable_rows()
     assert len(rows) > 10
     stored = storage.gather(rows)
@@ -92,14 +78,20 @@ def test_a_recurrent_policy_file_takes_and_gives_its_state(tmp_path):
     (tmp_path / "policy.pt2").write_bytes(export_policy_archive(StatefulQ(net), (4,), RECURRENT, 2 * SIZE))
     policy = load_policy(tmp_path / "policy.pt2")
     assert policy.recurrent and tuple(policy.initial_state(3).shape) == (3, 2 * SIZE)
-    numpy_net = NumpyRecurrentQ(export_arrays(net))
+    stateful = StatefulQ(net)
+
+    def step(obs, state):
+        with torch.no_grad():
+            q, state = stateful(torch.from_numpy(obs), torch.from_numpy(state))
+        return q.numpy(), state.numpy()
+
     rng = np.random.default_rng(1)
     state, expected_state = policy.initial_state(3), np.zeros((3, 2 * SIZE), np.float32)
     one_state = policy.initial_state()
     for _ in range(4):
         obs = rng.normal(size=(3, 4)).astype(np.float32)
         actions, state = policy.act(obs, state)
-        q, expected_state = numpy_net.step(obs, expected_state)
+        q, expected_state = step(obs, expected_state)
         np.testing.assert_array_equal(actions, q.argmax(axis=1))
         np.testing.assert_allclose(state.numpy(), expected_state, rtol=1e-5, atol=1e-5)
         one_action, one_state = policy.act(obs[0], one_state)  # one observation, its own state
@@ -108,14 +100,14 @@ def test_a_recurrent_policy_file_takes_and_gives_its_state(tmp_path):
         policy.act(obs)
     episodes = policy.episodes_actor(3)  # an evaluation's: the state carried between calls
     first, second = episodes(obs), episodes(obs)
-    q1, s1 = numpy_net.step(obs, np.zeros((3, 2 * SIZE), np.float32))
+    q1, s1 = step(obs, np.zeros((3, 2 * SIZE), np.float32))
     np.testing.assert_array_equal(first, q1.argmax(axis=1))
-    np.testing.assert_array_equal(second, numpy_net.step(obs, s1)[0].argmax(axis=1))
+    np.testing.assert_array_equal(second, step(obs, s1)[0].argmax(axis=1))
 
 
 def test_r2d2_on_pixels_stores_each_frame_once_and_its_policy_acts_on_them(tmp_path, monkeypatch, capsys):
     """A pixel game with one frame per step (the LSTM is the memory a frame stack would be): the
-    CNN and LSTM train on sequences of frames, collectors and the evaluator act in torch, and
+    CNN and LSTM train on sequences of frames, collectors and the evaluator act with its acting graph, and
     policy.pt2 takes a frame and the state. A frame stack is refused in one line: each frame
     would be stored once per stack it is in."""
     import json

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from raypex.actors.continuous_acting import ActorPolicy
+from raypex.learner.acting_graph import export_acting_graph
 from raypex.learner.actor_critic_step import ActorCriticStep
 from raypex.learner.algorithms.registry import algorithm
-from raypex.learner.numpy_mlp import NumpyMLPActor
 from raypex.learner.policy_file import ExportedPolicy, export_policy_archive, load_policy
 from raypex.learner.td3_loss import twin_critic_loss
 from raypex.learner.weights import export_arrays
+from raypex.replay.contracts import Weights
 from tests.test_learner import settings
 
 OBS, ACTIONS, PERIOD = 5, 2, 3
@@ -92,7 +94,7 @@ def test_the_next_q_value_is_clipped_to_the_targets_seen_up_to_the_last_period()
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_collectors_numpy_actor_and_policy_pt2_act_as_the_learners_actor(algo, tmp_path):
+def test_collectors_acting_graph_and_policy_pt2_act_as_the_learners_actor(algo, tmp_path):
     step, rng = sale_step(algo), np.random.default_rng(2)
     for update in range(1, 2 * PERIOD + 1):
         step(batch(rng))
@@ -101,7 +103,10 @@ def test_collectors_numpy_actor_and_policy_pt2_act_as_the_learners_actor(algo, t
     actor = step.actor.eval()
     with torch.no_grad():
         ours = actor(torch.from_numpy(obs)).numpy()
-    assert np.allclose(NumpyMLPActor(export_arrays(actor)).actions(obs), ours, atol=1e-5)
+    acting = ActorPolicy(algo == "sac", ACTIONS, 0.0, np.random.default_rng(0))
+    graph = export_acting_graph(algorithm(algo), actor, (OBS,), "float32")
+    acting.load(Weights(1, export_arrays(actor), acting_graph=graph))
+    assert np.allclose(acting.act(obs, None, 0, explore=False)[0], ours, atol=1e-5)
     module, outputs = step.exportable(actor)
     path = tmp_path / "policy.pt2"
     path.write_bytes(export_policy_archive(module, (OBS,), outputs))

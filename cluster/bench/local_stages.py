@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raypex.actors.settings import CollectorSettings
+from raypex.replay.contracts import Weights
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,17 @@ def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -
     return [rng.uniform(space.low, space.high, shape).astype(space.dtype) for _ in range(count)]
 
 
-def _first_weights(s: CollectorSettings) -> dict[str, np.ndarray]:
-    """Freshly initialized weights of the network a collector with these settings acts with."""
+def first_weights(s: CollectorSettings) -> Weights:
+    """Freshly initialized weights of the network a collector with these settings acts with, and
+    their acting graph, as a learner publishes them."""
+    from raypex.learner.acting_graph import export_acting_graph
     from raypex.learner.algorithms.registry import algorithm
     from raypex.learner.weights import export_arrays
 
-    return export_arrays(algorithm(s.algo).acting_network(s))
+    plugin = algorithm(s.algo)
+    network = plugin.acting_network(s)
+    return Weights(0, export_arrays(network), acting_graph=export_acting_graph(plugin, network, tuple(s.obs_shape),
+                                                                               s.obs_dtype))
 
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
@@ -99,14 +105,13 @@ def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
 
 def _collector_rate(settings: CollectorSettings, seconds: float):
     """One Collector whose chunks are dropped, its env steps per second and phase fractions. It
-    acts with a network's weights from its first step (a numpy collector would act at random
-    until weights come)."""
+    acts with a network's weights from its first step (a collector running the acting graph would
+    act at random until weights come)."""
     from raypex.actors.collector import PHASES, Collector
     from raypex.cluster.hosts.acting_precision import act_precision_for_this_cpu
-    from raypex.replay.contracts import Weights
 
     settings = act_precision_for_this_cpu(settings)  # as a collector's host decides it on this machine
-    pending = [Weights(0, _first_weights(settings))]
+    pending = [first_weights(settings)]
     collector = Collector(settings, push=lambda chunk: None, poll_weights=lambda: pending.pop() if pending else None)
     collector.collect_chunk()  # first chunk: allocations, lazy imports
     first_steps = collector.env_steps

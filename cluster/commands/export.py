@@ -27,10 +27,6 @@ def policy_file(run: Path) -> Path:
 def run_export(args: argparse.Namespace) -> int:
     """Write RUN's policy as ONNX to `--onnx PATH` and say what it takes and gives."""
     source = policy_file(args.run)
-    try:
-        import onnx  # noqa: F401 - torch's exporter needs it; said here in one line rather than deep in torch
-    except ImportError:
-        raise UsageError("raypex export --onnx needs the onnx package: pip install 'raypex[onnx]'") from None
     from raypex.learner.onnx_export import io_names, onnx_bytes
     from raypex.learner.policy_file import PolicyFileError, load_policy
 

@@ -30,8 +30,8 @@ class CollectorsConfig(Section):
     act_precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Dtype of the acting network: auto = bf16 where this CPU runs it at least 1.1x "
         "faster than fp32 (timed when each collector starts; a CPU without AVX512-BF16 or AMX gets fp32 "
-        "untimed), else fp32. An MLP (flat observations) acts in numpy with auto or fp32, so collectors never "
-        "import torch."
+        "untimed), else fp32. An MLP (flat observations) runs the acting graph in ONNX Runtime with auto or "
+        "fp32, so collectors never import torch."
     )
     act_fusion: Literal["auto", "on", "off"] = Field(
         "auto", description="Run the acting forward as a TorchScript trace with oneDNN Graph fusion: auto = for "
@@ -41,7 +41,7 @@ class CollectorsConfig(Section):
         "auto", description="Where collectors run their acting network: auto = the GPU for image networks when the "
         "learner trains on a GPU and every node of the cluster has one (each collector then asks Ray for num_gpus of "
         "it), else the CPU. cuda: one host-to-device copy of each vector step's observations, one forward, actions "
-        "back (dqn only: td3 and sac act on the CPU, in numpy for flat observations)."
+        "back (dqn only: td3, sac and r2d2 run the acting graph on the CPU, in ONNX Runtime)."
     )
     num_gpus: float | Literal["auto"] = Field(
         "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "

@@ -59,10 +59,10 @@ class CollectorActor:
         return self.collector.env_steps
 
     @QUIET
-    def set_weights(self, ref_in_list: list, version: int, untrained: bool = False) -> None:
-        """Fetch an announced weights version (on this side thread); the env loop loads it between
-        steps (TD3/SAC collectors skip a fresh learner's untrained ones: actors/exploration.py)."""
-        self.inbox.receive(ref_in_list[0], version, untrained)
+    def set_weights(self, ref_in_list: list, version: int) -> None:
+        """Fetch an announced Weights version (on this side thread); the env loop loads it between
+        steps (TD3/SAC collectors skip a fresh learner's untrained ones: actors/continuous_acting.py)."""
+        self.inbox.receive(ref_in_list[0], version)
 
     @QUIET
     def stats(self) -> CollectorStats:

@@ -143,16 +143,15 @@ class WeightInbox:
         self._newest_version = -1
         self._ready: Weights | None = None
 
-    def receive(self, ref: ray.ObjectRef, version: int, untrained: bool = False) -> None:
-        """Fetch an announced version (older than one already received: ignored); `untrained`:
-        a fresh learner's starting weights, which TD3/SAC collectors do not act with."""
+    def receive(self, ref: ray.ObjectRef, version: int) -> None:
+        """Fetch an announced Weights version (older than one already received: ignored)."""
         if version <= self._newest_version:
             return
-        arrays = ray.get(ref)
+        weights = ray.get(ref)
         with self._lock:
             if version > self._newest_version:
                 self._newest_version = version
-                self._ready = Weights(version, arrays, untrained=untrained)
+                self._ready = weights
 
     def poll(self) -> Weights | None:
         """The newest received weights not handed out yet, else None (never blocks)."""
@@ -172,7 +171,7 @@ class WeightPublisher:
     def __init__(self, collector_names: list[str]):
         self.collector_names = collector_names
         self._collectors: list | None = None
-        self.latest: tuple[ray.ObjectRef, int, bool] | None = None  # ref, version, untrained
+        self.latest: tuple[ray.ObjectRef, int] | None = None  # ref, version
         self.latest_weights: Weights | None = None  # the same version by value, for the driver
 
     @property
@@ -188,13 +187,13 @@ class WeightPublisher:
         self.latest_weights = weights
         if not self.collector_names:
             return
-        ref = ray.put(weights.arrays)
-        self.latest = (ref, weights.version, weights.untrained)
+        ref = ray.put(weights)
+        self.latest = (ref, weights.version)
         for collector in self.collectors:
-            collector.set_weights.remote([ref], weights.version, weights.untrained)
+            collector.set_weights.remote([ref], weights.version)
 
     def resend(self, index: int) -> None:
         """Announce the latest version to collector `index` (after Ray restarted it)."""
         if self.latest is not None:
-            ref, version, untrained = self.latest
-            self.collectors[index].set_weights.remote([ref], version, untrained)
+            ref, version = self.latest
+            self.collectors[index].set_weights.remote([ref], version)

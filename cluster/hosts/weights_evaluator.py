@@ -4,8 +4,9 @@ The learner never pauses training to evaluate: in a run the evaluator actor
 (cluster/hosts/evaluator_actor.py, this class hosted by Ray) is handed a published weights version
 (a Weights message the learner returned) and the driver reads the returns when they are done; the
 local runtime (cluster/local/) calls this class in its own process. It acts with the greedy policy
-of the algorithm's plug-in (actors/policy.py), which for flat observations acts in numpy, so the
-actor never imports torch and starts while the learner warms up, on the same cores.
+of the algorithm's plug-in (actors/policy.py), which runs the published acting graph in ONNX Runtime
+(actors/onnx_acting.py), so the actor never imports torch and starts while the learner warms up, on
+the same cores.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 import numpy as np
 
 from raypex.actors.settings import EvaluatorSettings
+from raypex.replay.contracts import Weights
 
 
 class WeightsEvaluator:
@@ -29,10 +31,10 @@ class WeightsEvaluator:
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None  # Box actions
         self.evaluator = Evaluator(s.env_id, s.env_kwargs, s.episodes, s.seed, s.frame_stack, s.epsilon, s.stacked)
 
-    def _policy(self, arrays: dict[str, np.ndarray]):
+    def _policy(self, weights: Weights):
         """Greedy actions of these weights, in the env's units, each episode's state (if the
         policy keeps one) carried from its first step."""
-        self.policy.load(arrays)
+        self.policy.load(weights)
         state = self.policy.initial_state(self.evaluator.episodes)
 
         def act(obs: np.ndarray) -> np.ndarray:
@@ -55,7 +57,7 @@ class WeightsEvaluator:
         if weights is None:
             return None
         started = time.thread_time()
-        returns = self.evaluator.evaluate(self._policy(weights.arrays), give_up, record)
+        returns = self.evaluator.evaluate(self._policy(weights), give_up, record)
         version, cpu_s = weights.version, time.thread_time() - started  # what the evaluation cost its core
         if returns is None:
             return {"version": version, "complete": False, "mean": None, "min": None, "cpu_s": cpu_s}

@@ -335,7 +335,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     teams = [list(p.collectors) for p in plan.learners]
     # Asked for first: Ray starts a local cluster with one idle worker process per CPU, and the
     # first actors asked for take them. The learner's start (torch, then its first update) is
-    # the longer path to training; the collectors act in numpy and start quickly in a fresh process.
+    # the longer path to training; the collectors act in ONNX Runtime and start quickly in a fresh process.
     # The learner hosts the replay (every shard) and publishes to every collector by name. Its
     # threads: the default one trains; "replay" takes chunks and counter reads; "control" takes
     # request_stop, which must not queue behind either.

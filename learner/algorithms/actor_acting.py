@@ -13,11 +13,21 @@ class ActorActing(Algorithm):
     box_actions = True
     gaussian: bool
 
+    @property
+    def acting_outputs(self) -> tuple[str, ...]:
+        """The deterministic action; a Gaussian actor's mean and log std besides, to sample around."""
+        return ("actions", "mean", "log_std") if self.gaussian else ("actions",)
+
     def acting_network(self, settings):
         from raypex.learner.actor_critic_networks import ActorNetwork
 
         s = settings
         return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, self.gaussian, s.obs_dtype)
+
+    def acting_module(self, network):
+        from raypex.learner.actor_critic_networks import ActorOutputs
+
+        return ActorOutputs(network)
 
     def policy(self, settings, example_obs, seed, rng):
         from raypex.actors.continuous_acting import collector_actor_policy

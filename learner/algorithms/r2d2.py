@@ -13,6 +13,8 @@ class R2D2(Algorithm):
     name = "r2d2"
     sequences = True
     capturable = False  # the unroll's Python loop over a sequence is not captured yet: eager on a GPU
+    acting_inputs = ("obs", "state")
+    acting_outputs = ("q_values", "state_out")
 
     def batch_spec(self, settings):
         """Sequences of `sequence_length` steps, [G, B, T, ...], and each one's stored state."""
@@ -35,6 +37,12 @@ class R2D2(Algorithm):
         s = settings
         return RecurrentQNetwork(tuple(s.obs_shape), s.num_actions, s.hidden, s.recurrent_size, s.dueling,
                                  obs_dtype=s.obs_dtype)
+
+    def acting_module(self, network):
+        """A step: (obs, h and c side by side) -> (Q-values, the next state)."""
+        from raypex.learner.recurrent_networks import StatefulQ
+
+        return StatefulQ(network)
 
     def policy(self, settings, example_obs, seed, rng):
         from raypex.actors.recurrent_acting import collector_recurrent_policy

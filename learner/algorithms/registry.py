@@ -3,8 +3,10 @@
 A plug-in (one module here per algorithm) says everything that differs between algorithms, so
 that the learner, the run loop, the collectors and the evaluator ask it and never name an
 algorithm:
-- `acting_network`, `policy`, `greedy_policy`: how it acts. The network its published weights
-  are the state dict of, freshly initialized; the batched policy a collector explores with, and
+- `acting_network`, `acting_module`, `policy`, `greedy_policy`: how it acts. The network its
+  published weights are the state dict of, freshly initialized; what of it collectors run (a
+  module of that network from `acting_inputs` to `acting_outputs`, which the learner exports once
+  as the acting graph, learner/acting_graph.py); the batched policy a collector explores with, and
   the one the evaluator acts greedily with (actors/policy.py: one `act` for every env at once,
   exploration and any recurrent state included). The built-ins' policies live in actors/
   (q_policy.py, recurrent_acting.py, continuous_acting.py); a plug-in may give its own;
@@ -71,6 +73,8 @@ class Algorithm:
     default_policy_delay: int = 1
     sequences: bool = False
     capturable: bool = True  # its update can be captured as CUDA graphs (learner.cuda_graphs auto turns it on)
+    acting_inputs: tuple[str, ...] = ("obs",)  # and "state", [batch, state_size], for a recurrent acting module
+    acting_outputs: tuple[str, ...] = ("q_values",)
 
     def batch_spec(self, settings: LearnerSettings) -> dict[str, tuple[tuple[int, ...], str]]:
         """Each field a batch holds for its step: (shape per sample, dtype), [G, B] in front.
@@ -92,6 +96,12 @@ class Algorithm:
         """The network a collector with these settings acts with, freshly initialized: what the
         learner publishes is its state dict."""
         raise NotImplementedError
+
+    def acting_module(self, network: torch.nn.Module) -> torch.nn.Module:
+        """What collectors run of the published `network`: a module holding only its parameters,
+        from `acting_inputs` to `acting_outputs` (a module taking `state` says its `state_size`).
+        By default the network itself: observations in, Q-values out."""
+        return network
 
     def policy(self, settings: CollectorSettings, example_obs: np.ndarray, seed: int,
                rng: np.random.Generator) -> Policy:
