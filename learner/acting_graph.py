@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import io
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -44,6 +46,27 @@ def parameter_names(module: nn.Module, network: nn.Module) -> list[str]:
     return names
 
 
+@contextmanager
+def without_onnxscript_functions() -> Iterator[None]:
+    """torch's TorchScript-based exporter ends every export by importing the onnx package, only to
+    add the onnxscript functions a graph calls. An acting graph calls none, and that import (onnx
+    imports ml_dtypes) held the learner's first update back by 0.6 s of a CartPole run's start.
+    The step is skipped where torch has it under this name; elsewhere the export is only slower."""
+    try:
+        from torch.onnx._internal.torchscript_exporter import onnx_proto_utils
+    except ImportError:
+        onnx_proto_utils = None
+    original = getattr(onnx_proto_utils, "_add_onnxscript_fn", None)
+    if original is None:
+        yield
+        return
+    onnx_proto_utils._add_onnxscript_fn = lambda model_bytes, custom_opsets: model_bytes
+    try:
+        yield
+    finally:
+        onnx_proto_utils._add_onnxscript_fn = original
+
+
 def export_acting_graph(plugin, policy: nn.Module, obs_shape: tuple[int, ...], obs_dtype: str) -> bytes:
     """The ONNX bytes of `plugin`'s acting module (an Algorithm's `acting_module`) over a CPU float32
     copy of `policy`, the network the learner publishes."""
@@ -54,8 +77,8 @@ def export_acting_graph(plugin, policy: nn.Module, obs_shape: tuple[int, ...], o
     if "state" in inputs:
         example.append(torch.zeros((EXAMPLE_BATCH, module.state_size)))
     buffer = io.BytesIO()
-    with warnings.catch_warnings():  # the TorchScript-based exporter warns of its own deprecation on every call
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(), without_onnxscript_functions():
+        warnings.simplefilter("ignore")  # the TorchScript-based exporter warns of its own deprecation on every call
         # Parameters as named inputs, not folded into constants: one graph serves every version.
         torch.onnx.export(module, tuple(example), buffer, input_names=inputs + parameter_names(module, network),
                           output_names=outputs, dynamic_axes={name: {0: "batch"} for name in inputs + outputs},

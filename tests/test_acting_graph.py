@@ -198,3 +198,29 @@ def test_collectors_acting_with_the_graph_never_import_torch(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_the_learner_exports_without_importing_onnx_and_the_graph_is_the_exporters_own(tmp_path):
+    """The exporter's last step, which imports onnx (0.6 s of a learner's start) to add onnxscript
+    functions, is skipped: in a fresh process the export leaves onnx unimported, and its bytes are
+    what the whole exporter writes."""
+    code = """
+import sys
+from raypex.learner.acting_graph import export_acting_graph, without_onnxscript_functions
+from raypex.learner.algorithms.registry import algorithm
+from raypex.learner.networks import build_q_network
+network = build_q_network((4,), 2, [16], True, "float32")
+fast = export_acting_graph(algorithm("dqn"), network, (4,), "float32")
+print("onnx" in sys.modules)
+from torch.onnx._internal.torchscript_exporter import onnx_proto_utils
+onnx_proto_utils._add_onnxscript_fn.__code__  # the step is there under the name skipped
+with without_onnxscript_functions():
+    assert onnx_proto_utils._add_onnxscript_fn.__name__ == "<lambda>"
+assert onnx_proto_utils._add_onnxscript_fn.__name__ == "_add_onnxscript_fn"
+import raypex.learner.acting_graph as acting_graph
+acting_graph.without_onnxscript_functions = __import__("contextlib").nullcontext
+print(export_acting_graph(algorithm("dqn"), network, (4,), "float32") == fast)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
