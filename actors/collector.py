@@ -24,6 +24,7 @@ from raypex.actors.adders import Adder, EnvStep, FrameAdder, TransitionAdder
 from raypex.actors.env_stepper import EnvStepper
 from raypex.actors.nstep import NStepFolder
 from raypex.actors.sequence_adder import SequenceAdder
+from raypex.actors.served_acting import ServedForward
 from raypex.actors.settings import CollectorSettings
 from raypex.learner.algorithms.registry import algorithm
 from raypex.replay.contracts import CollectorStats, PollWeights, PushChunk
@@ -34,14 +35,19 @@ PHASES = ("act", "env", "fold", "push")
 class Collector:
     """Acts, folds n-step transitions and pushes whole chunks; counts what it did."""
 
-    def __init__(self, s: CollectorSettings, push: PushChunk, poll_weights: PollWeights):
+    def __init__(self, s: CollectorSettings, push: PushChunk, poll_weights: PollWeights,
+                 served: ServedForward | None = None):
+        """`served`: the line to the node's acting server (collectors.acting served), which then
+        runs the policy's forward."""
         self.s = s
         self.push = push
         self.poll_weights = poll_weights
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
         self.stepper = EnvStepper(s.env_id, s.num_envs, s.env_kwargs, s.frame_stack, seed, f"collector {s.index}")
-        self.policy = algorithm(s.algo).policy(s, self.stepper.obs, seed, self.rng)
+        plugin = algorithm(s.algo)
+        self.policy = (plugin.policy(s, self.stepper.obs, seed, self.rng) if served is None
+                       else plugin.policy(s, self.stepper.obs, seed, self.rng, served=served))
         self.state = self.policy.initial_state(s.num_envs)  # each env's, before its next step
         self.adder = make_adder(s, self.stepper.obs, self.stepper.reset_info)
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_dim else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from raypex.actors.onnx_acting import GraphForward
+from raypex.actors.served_acting import ServedForward
 from raypex.actors.policy import Stateless
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.replay.contracts import Weights
@@ -25,16 +26,22 @@ class ActorPolicy(Stateless):
     """Exploring (or deterministic) actions of the published actor weights, in [-1, 1]."""
 
     precision = "fp32"
-    form = "onnx"
     # A fresh learner's untrained actor would fill the warm-up with one near-constant action per
     # observation, so collectors keep acting uniformly at random until trained weights come.
     acts_with_untrained_weights = False
 
-    def __init__(self, gaussian: bool, action_dim: int, noise: float, rng: np.random.Generator):
-        """`gaussian`: the actor samples a squashed Gaussian (else its actions get `noise`)."""
+    def __init__(self, gaussian: bool, action_dim: int, noise: float, rng: np.random.Generator,
+                 graph: ServedForward | None = None):
+        """`gaussian`: the actor samples a squashed Gaussian (else its actions get `noise`); `graph`:
+        the node's acting server (default: the graph in this process)."""
         self.gaussian, self.action_dim, self.noise, self.rng = gaussian, action_dim, noise, rng
         self.exploration = "noise" if noise else None  # a sampling actor has no exploration rate
-        self.graph = GraphForward()
+        self.graph = graph or GraphForward()
+
+    @property
+    def form(self) -> str:
+        """What acts, in words: the acting graph, in this process or on the node's acting server."""
+        return self.graph.form
 
     def load(self, weights: Weights) -> None:
         """Act with these actor weights from now on."""
@@ -61,9 +68,10 @@ class ActorPolicy(Stateless):
         return np.clip(actions, -1.0, 1.0).astype(np.float32), {}, None
 
 
-def collector_actor_policy(s: CollectorSettings, seed: int, gaussian: bool) -> ActorPolicy:
+def collector_actor_policy(s: CollectorSettings, seed: int, gaussian: bool,
+                           served: ServedForward | None = None) -> ActorPolicy:
     """A collector's: its own action noise (or the actor's samples), random until trained weights come."""
-    return ActorPolicy(gaussian, s.action_dim, s.action_noise, np.random.default_rng(seed + 1))
+    return ActorPolicy(gaussian, s.action_dim, s.action_noise, np.random.default_rng(seed + 1), served)
 
 
 def greedy_actor_policy(s: EvaluatorSettings, gaussian: bool) -> ActorPolicy:

@@ -22,6 +22,19 @@ _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(
                 "tensor(int64)": np.int64, "tensor(double)": np.float64}
 
 
+_sessions: dict[bytes, object] = {}  # each acting graph's session, built once in this process
+
+
+def session_for(graph: bytes):
+    """The ONNX Runtime session of `graph`, built on first use in this process. A collector's host
+    asks for it on the thread that receives weights, so that neither ONNX Runtime's import (60 ms
+    of a collector's CPU) nor the session's build pauses the env loop."""
+    session = _sessions.get(graph)
+    if session is None:
+        session = _sessions[graph] = _session(graph)
+    return session
+
+
 def _session(graph: bytes):
     import onnxruntime
 
@@ -35,6 +48,8 @@ def _session(graph: bytes):
 
 class GraphForward:
     """The acting graph fed the newest published arrays, run on numpy batches."""
+
+    form = "onnx"  # what acts, in words (a policy's form)
 
     def __init__(self):
         self.session = None  # none until the first weights arrive
@@ -52,7 +67,7 @@ class GraphForward:
         if not weights.acting_graph:
             raise ValueError(f"weights version {weights.version} carry no acting graph (learner/acting_graph.py)")
         if weights.acting_graph != self._graph:
-            self.session = _session(weights.acting_graph)
+            self.session = session_for(weights.acting_graph)
             self._graph = weights.acting_graph
             inputs = self.session.get_inputs()
             self._parameter_names = [i.name for i in inputs if i.name not in DATA_INPUTS]
@@ -74,11 +89,16 @@ class GraphQ:
     before the first weights, zeros and uniformly random actions."""
 
     precision = "fp32"
-    form = "onnx"
 
-    def __init__(self, num_actions: int, rng: np.random.Generator):
+    def __init__(self, num_actions: int, rng: np.random.Generator, graph=None):
+        """`graph`: what runs the acting graph (a ServedForward: the node's acting server); by
+        default a GraphForward in this process."""
         self.num_actions, self.rng = num_actions, rng
-        self.graph = GraphForward()
+        self.graph = graph or GraphForward()
+
+    @property
+    def form(self) -> str:
+        return self.graph.form
 
     def load(self, weights: Weights) -> None:
         self.graph.load(weights)

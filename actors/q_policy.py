@@ -15,6 +15,7 @@ import numpy as np
 from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.policy import Extras, Stateless
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+from raypex.actors.served_acting import ServedForward
 from raypex.replay.contracts import Weights
 
 
@@ -54,15 +55,18 @@ class QPolicy(Stateless):
         return actions, {"bootstrap": q.max(axis=1), "q_taken": q[np.arange(len(actions)), actions]}, None
 
 
-def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int, rng: np.random.Generator) -> QPolicy:
-    """A collector's Q policy: the acting graph for an MLP acting on the CPU (no torch imported),
-    else torch's ActingPolicy on the GPU Ray gave it or in the form this CPU runs fastest, from its
-    own random initial weights; Ape-X's epsilon for its index (actors/exploration.py)."""
+def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int, rng: np.random.Generator,
+                       served: ServedForward | None = None) -> QPolicy:
+    """A collector's Q policy: the acting graph on its node's acting server when `served`, in its
+    own process for an MLP acting on the CPU (no torch imported), else torch's ActingPolicy on the
+    GPU Ray gave it or in the form this CPU runs fastest, from its own random initial weights;
+    Ape-X's epsilon for its index (actors/exploration.py)."""
     from raypex.actors.onnx_acting import GraphQ, q_acts_with_graph
 
     epsilon = collector_epsilon(s, rng)
-    if s.act_device == "cpu" and q_acts_with_graph(tuple(s.obs_shape), s.act_precision, s.act_fusion):
-        return QPolicy(GraphQ(s.num_actions, np.random.default_rng(seed + 1)), epsilon, s.td_priorities)
+    if served is not None or (s.act_device == "cpu" and q_acts_with_graph(tuple(s.obs_shape), s.act_precision,
+                                                                          s.act_fusion)):
+        return QPolicy(GraphQ(s.num_actions, np.random.default_rng(seed + 1), served), epsilon, s.td_priorities)
     import torch
 
     from raypex.actors.acting import ActingPolicy

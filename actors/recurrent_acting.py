@@ -14,6 +14,7 @@ import numpy as np
 
 from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.onnx_acting import GraphForward
+from raypex.actors.served_acting import ServedForward
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.replay.contracts import Weights
 
@@ -25,14 +26,18 @@ class RecurrentPolicy:
     exploration = "epsilon"
     acts_with_untrained_weights = True
     precision = "fp32"
-    form = "onnx"
 
     def __init__(self, num_actions: int, recurrent_size: int, rng: np.random.Generator,
-                 epsilon: EpsilonGreedy | None = None):
+                 epsilon: EpsilonGreedy | None = None, graph: ServedForward | None = None):
         """`rng`: the random actions before the first weights; `epsilon`: a collector's exploration
-        (None: greedy only)."""
+        (None: greedy only); `graph`: the node's acting server (default: the graph in this process)."""
         self.num_actions, self.recurrent_size, self.rng, self.epsilon = num_actions, recurrent_size, rng, epsilon
-        self.graph = GraphForward()
+        self.graph = graph or GraphForward()
+
+    @property
+    def form(self) -> str:
+        """What acts, in words: the acting graph, in this process or on the node's acting server."""
+        return self.graph.form
 
     def load(self, weights: Weights) -> None:
         """Act with these weights from the next step on (each env's state carries over)."""
@@ -62,9 +67,11 @@ class RecurrentPolicy:
         return greedy, {}, state
 
 
-def collector_recurrent_policy(s: CollectorSettings, seed: int, rng: np.random.Generator) -> RecurrentPolicy:
+def collector_recurrent_policy(s: CollectorSettings, seed: int, rng: np.random.Generator,
+                               served: ServedForward | None = None) -> RecurrentPolicy:
     """A collector's: Ape-X's epsilon for its index (actors/exploration.py), random until weights come."""
-    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(seed + 1), collector_epsilon(s, rng))
+    return RecurrentPolicy(s.num_actions, s.recurrent_size, np.random.default_rng(seed + 1), collector_epsilon(s, rng),
+                           served)
 
 
 def greedy_recurrent_policy(s: EvaluatorSettings) -> RecurrentPolicy:

@@ -37,6 +37,7 @@ class CollectorSettings:
     act_precision: str = "auto"  # auto | fp32 | bf16: the acting network's dtype (actors/acting.py)
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
     act_device: str = "cpu"  # cpu | cuda: where the acting network runs (cuda: the GPU share Ray gave this actor)
+    acting: str = "local"  # local | served: the collector runs its forward, or its node's acting server does
     algo: str = "dqn"  # the algorithm's plug-in, which builds the policy it acts with (learner/algorithms/)
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()

@@ -223,3 +223,12 @@ def test_an_entry_point_that_does_not_load_is_one_line_naming_it(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "raypex: error: config error: algo.name: the raypex.algorithms entry point user-q = userq:Missing does not "
         "load (AttributeError: module 'userq' has no attribute 'Missing') (got 'user-q')"]
+
+
+def test_served_acting_of_a_plug_in_whose_policy_cannot_be_served_is_refused_naming_it(boltzmann):
+    from raypex.cluster.config.loading import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="collectors.acting served: algo.name boltzmann-test's plug-in builds its "
+                                          r"policy without `served` \(Algorithm.policy\)"):
+        load_config(None, ["algo.name=boltzmann-test", "collectors.acting=served"])
+    assert load_config(None, ["algo.name=dqn", "collectors.acting=served"]).collectors.acting == "served"

@@ -19,7 +19,8 @@ MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learn
 REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
 PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
 POLICIES = ("actors.policy", "actors.settings", "actors.q_policy", "actors.recurrent_acting",
-            "actors.continuous_acting")  # what a plug-in builds its collectors' and evaluator's policies from
+            "actors.continuous_acting", "actors.onnx_acting", "actors.served_acting")  # what a plug-in builds
+# its collectors' and evaluator's policies from
 
 
 def product_modules() -> dict[str, Path]:
@@ -155,8 +156,8 @@ def test_cluster_parts_import_only_those_drawn_below_them(module):
 
 # The modules that may import Ray: the Ray runtime, the actors it hosts parts in, the bench's Ray
 # stages and the sweeps (Ray Tune). The run loop, the local runtime and every pure package do not.
-RAY_USERS = ("cluster.ray_runtime.", "cluster.hosts.collector_actor", "cluster.hosts.learner_actor",
-             "cluster.hosts.learner_group", "cluster.hosts.ray_seams", "cluster.bench.learner_probes",
+RAY_USERS = ("cluster.ray_runtime.", "cluster.hosts.acting_server_actor", "cluster.hosts.collector_actor",
+             "cluster.hosts.learner_actor", "cluster.hosts.learner_group", "cluster.hosts.ray_seams", "cluster.bench.learner_probes",
              "cluster.bench.ray_stages", "cluster.bench.recorder", "cluster.bench.soak", "cluster.sweep.experiment",
              "cluster.sweep.trial")
 

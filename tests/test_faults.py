@@ -372,6 +372,23 @@ def test_an_env_that_raises_the_same_error_after_a_restart_ends_the_run_at_once_
     assert run.summary()["ended"].startswith("failed: collector") and "Traceback" not in run.output
 
 
+def test_served_acting_solves_cartpole_through_a_restart_of_its_acting_server(running):
+    """collectors.acting served: the collectors' forwards run on the node's acting server. Killed
+    mid-run, Ray restarts it; the collectors wait for it, hand the new process their weights with
+    their next request and go on. The run solves CartPole, exits 0, and its env steps are what the
+    shards stored (a collector waiting on its server loses nothing)."""
+    run = running("collectors.acting=served", "stop.eval_return=490", "stop.env_steps=300000")
+    run.read_until("[")  # first progress line: training has started
+    at_kill = run.kill_actor("acting-0")
+    run.wait_for_inserts(0, beyond=at_kill[0].inserted)  # acting again through the new process
+    run.wait_for_inserts(1, beyond=at_kill[1].inserted)
+    assert run.finish() == 0, run.output
+    result = run.summary()
+    assert result["time_to_solve_s"] is not None and result["collector_restarts"] == 0, result
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
+    assert "Traceback" not in run.output and "restarting it on its shard" not in run.output, run.output
+
+
 def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
     """An r2d2 run (sequence replay, whose collectors' streams go on past what the restored replay
     holds): the new learner takes the replay back and the counts add up."""

@@ -164,3 +164,18 @@ def test_a_local_runs_hang_watch_leaves_the_users_signals_alone():
     finally:
         watch.stop()
     assert signal.getsignal(watch.signum) == signal.SIG_DFL
+
+
+def test_served_acting_in_a_local_run_is_one_server_for_every_collector():
+    """`--local` with collectors.acting served: the collectors share one acting server in the
+    process, which acts with the learner's published weights (each collector's request one forward)."""
+    config = load_config(None, [*OVERRIDES, "collectors.acting=served"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    run = build_local(plan_run(config, spec))
+    run.learner.publish_weights()
+    for _ in range(2):
+        for collector in run.collectors:
+            collector.collect_chunk()
+    server = run.acting_server
+    assert all(c.policy.form == "onnx, served" for c in run.collectors)
+    assert server.version == run.learner.version and server.requests == server.forwards >= 3 * 2 * 4

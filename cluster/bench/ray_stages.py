@@ -150,6 +150,7 @@ class ClusterBench:
         self.leave_cluster = leave_cluster
         self.act_precisions: list[str] = []  # each collector's acting dtype in the collect stage
         self.act_forms: list[str] = []  # ... and its dtype with whether its forward was fused
+        self.requests_per_forward: float | None = None  # collectors.acting served: the batching the servers had
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, config: RunConfig):
@@ -223,12 +224,22 @@ class ClusterBench:
             c.run.remote()
         first = self._poll_until(lambda: self._env_steps(actors), lambda steps: steps > 0,
                                  "the collectors' first chunk")
+        served_before = self._served_counts(actors)
         start = time.perf_counter()
         time.sleep(seconds)  # the measurement window itself, not synchronization
         stats = self._collector_stats(actors)
         self.act_precisions = [s.act_precision for s in stats]
         self.act_forms = [s.act_form for s in stats]
-        return (sum(s.env_steps for s in stats) - first) / (time.perf_counter() - start)
+        rate = (sum(s.env_steps for s in stats) - first) / (time.perf_counter() - start)
+        if actors.servers:  # how many collectors' requests each forward of the acting servers answered
+            served = {key: value - served_before[key] for key, value in self._served_counts(actors).items()}
+            self.requests_per_forward = served["requests"] / max(served["forwards"], 1)
+        return rate
+
+    @staticmethod
+    def _served_counts(actors: RunActors) -> dict:
+        counts = ray.get([server.counts.remote() for server in actors.servers])
+        return {key: sum(c[key] for c in counts) for key in ("forwards", "requests")}
 
     def _broadcast(self, actors: RunActors, repeats: int) -> tuple[float, float, float]:
         latencies = []

@@ -11,6 +11,8 @@ cluster, so ratios hold even when the machine's absolute speed drifts:
   collect_vs_env_raw  pixels: collect                   vs env_raw_all (ALE alone on the collectors' cores)
   learner_feed   learner fed by the replay beside it    vs the same loop fed from memory (samples/s)
   broadcast      ray.put -> last collector acting       vs one ray.put + ray.get
+  acting_requests_per_forward  collectors.acting served: collectors' requests each forward of the
+                 acting servers answered in the collect window (report)
   e2e_*          a training run of the config           (report; replay ratio held vs asked)
   warmup         the first 10% of its env steps vs the last 10% (env steps/s)
   linearity      the run at 5T env steps vs at T
@@ -220,6 +222,8 @@ def run_bench(args: argparse.Namespace) -> int:
         rows.append(BenchRow.against("collect", collect, "env steps/s", policy * concurrent, ">= 0.8"))
         rows.append(BenchRow.against("broadcast", latency_ms, "ms", put_get_ms, "<= 1.5"))
         rows.append(BenchRow("broadcast_env_loop_pause", pause_ms, "ms"))
+        if bench.requests_per_forward is not None:
+            rows.append(BenchRow("acting_requests_per_forward", bench.requests_per_forward, "requests"))
         if spec.frame_stack:  # pixels: what the collectors keep of the env's own speed (ALE alone)
             raw_all = bench.raw_envs_at_once(plan.collect_s)
             rows.append(BenchRow.against("env_raw_all", raw_all, "env steps/s", raw * concurrent, None))

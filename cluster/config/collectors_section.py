@@ -43,6 +43,12 @@ class CollectorsConfig(Section):
         "it), else the CPU. cuda: one host-to-device copy of each vector step's observations, one forward, actions "
         "back (dqn only: td3, sac and r2d2 run the acting graph on the CPU, in ONNX Runtime)."
     )
+    acting: Literal["local", "served"] = Field(
+        "local", description="Who runs the acting network: local = each collector, in its own process; served = one "
+        "acting server per node, which runs one forward for the requests of every collector on that node (each "
+        "collector keeps its own exploration, random stream and recurrent state, so it chooses the actions it "
+        "would locally). Served acting runs the acting graph on the node's CPU."
+    )
     num_gpus: float | Literal["auto"] = Field(
         "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "
         "the collectors (the learner takes the other half of its GPU)."
@@ -60,4 +66,6 @@ class CollectorsConfig(Section):
     def _fusion_is_for_cpus(self) -> CollectorsConfig:
         if self.act_device == "cuda" and self.act_fusion == "on":
             raise ValueError("act_fusion on is oneDNN's, for CPUs; with act_device cuda use auto or off")
+        if self.acting == "served" and self.act_device == "cuda":
+            raise ValueError("acting served runs the acting graph on each node's CPU; with it use act_device auto or cpu")
         return self

@@ -8,6 +8,7 @@ fields it needs.
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -303,7 +304,12 @@ class RunConfig(Section):
             raise ValueError("learner.precision fp16 needs CUDA; use bf16 or fp32 with device cpu")
         if self.learner.cuda_graphs == "on" and self.learner.device == "cpu":
             raise ValueError("learner.cuda_graphs on needs CUDA; use auto or off with device cpu")
-        continuous = algorithm(self.algo.name).box_actions
+        plugin = algorithm(self.algo.name)
+        continuous = plugin.box_actions
+        if self.collectors.acting == "served" and "served" not in inspect.signature(plugin.policy).parameters:
+            raise ValueError(f"collectors.acting served: algo.name {self.algo.name}'s plug-in builds its policy "
+                             "without `served` (Algorithm.policy), so its forward cannot run on an acting server; "
+                             "use collectors.acting local")
         self._check_sale(continuous)
         self._check_sequences()
         if continuous and self.collectors.act_device == "cuda":

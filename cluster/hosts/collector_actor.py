@@ -26,7 +26,10 @@ from raypex.replay.contracts import CollectorStats
 class CollectorActor:
     """Hosts one Collector; `run` loops until `stop` is called."""
 
-    def __init__(self, settings: CollectorSettings, sink: ChunkSink):
+    def __init__(self, settings: CollectorSettings, sink: ChunkSink, server: str | None = None,
+                 come_back_s: float = 60.0):
+        """`server`: the name of its node's acting server (collectors.acting served), waited for
+        up to `come_back_s` while Ray restarts it."""
         self.startup = {"process_started": process_start_time()}  # wall clock (summary.json's startup_s)
         from raypex.actors.collector import Collector
 
@@ -35,7 +38,15 @@ class CollectorActor:
         self.inbox = WeightInbox()
         self.sink = sink  # collector -> its shard, made by the wiring
         self.sink.should_stop = self._stop.is_set
-        self.collector = Collector(act_precision_for_this_cpu(settings), self._push, self.inbox.poll)
+        served = None
+        if server is not None:  # requests over the node's socket, weights through Ray (once per version)
+            from raypex.actors.acting_line import LineClient, socket_address
+            from raypex.actors.served_acting import ServedForward
+            from raypex.cluster.hosts.acting_server_actor import WeightsToServer
+
+            served = ServedForward(LineClient(socket_address(server), come_back_s).serve,
+                                   WeightsToServer(server, come_back_s, lambda: self.inbox.newest_ref))
+        self.collector = Collector(act_precision_for_this_cpu(settings), self._push, self.inbox.poll, served)
         self.startup["env_ready"] = self.collector.stepper.ready_at
         self.sink.while_waiting = self.collector.load_newer_weights  # same thread: the env loop's
         # A process Ray restarted counts env steps on from what its predecessors stored; the shard

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import ray
 
+from raypex.actors.onnx_acting import session_for
 from raypex.replay.contracts import Chunk, Weights
 
 # Ray records an event in its GCS for every call unless told not to; at thousands of calls a
@@ -142,16 +143,19 @@ class WeightInbox:
         self._lock = threading.Lock()
         self._newest_version = -1
         self._ready: Weights | None = None
+        self.newest_ref: ray.ObjectRef | None = None  # of the newest version received (served acting sends it on)
 
     def receive(self, ref: ray.ObjectRef, version: int) -> None:
         """Fetch an announced Weights version (older than one already received: ignored)."""
         if version <= self._newest_version:
             return
         weights = ray.get(ref)
+        if weights.acting_graph:  # built here, not in the env loop that loads it
+            session_for(weights.acting_graph)
         with self._lock:
             if version > self._newest_version:
                 self._newest_version = version
-                self._ready = weights
+                self._ready, self.newest_ref = weights, ref
 
     def poll(self) -> Weights | None:
         """The newest received weights not handed out yet, else None (never blocks)."""

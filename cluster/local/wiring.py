@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raypex.actors.collector import Collector
+from raypex.actors.served_acting import ActingServer, served_in_process
 from raypex.cluster.hosts.learner_host import LearnerHost
 from raypex.cluster.hosts.weights_evaluator import WeightsEvaluator  # the evaluator actor without Ray
 from raypex.cluster.local.seams import ShardWriter, WeightBoard
@@ -28,6 +29,7 @@ class LocalRun:
     collectors: list[Collector]
     evaluator: WeightsEvaluator
     weights: WeightBoard
+    acting_server: ActingServer | None = None  # collectors.acting served: every collector's
 
     @property
     def learner(self):
@@ -57,10 +59,13 @@ def build_local(plan: Topology, device: str = "cpu", env_step_budget: int | None
     # one torch thread: the collectors share the process
     host = LearnerHost(lp.settings, device, 1, lp.replay, weights, starved=every_collector_collects)
     # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
+    # collectors.acting served: one acting server, in this process, for every collector
+    server = ActingServer() if any(c.settings.acting == "served" for c in plan.collectors) else None
     for c in plan.collectors:
         writer = ShardWriter(host, c.index)
-        writer.collector = Collector(c.settings, writer.push, weights.reader())
+        served = served_in_process(server) if server is not None else None
+        writer.collector = Collector(c.settings, writer.push, weights.reader(), served)
         collectors.append(writer.collector)
     # the driver -> the evaluator: the caller hands it weights to evaluate
     evaluator = WeightsEvaluator(plan.evaluator)
-    return LocalRun(host, collectors, evaluator, weights)
+    return LocalRun(host, collectors, evaluator, weights, server)

@@ -55,14 +55,14 @@ def choose_act_device(config: RunConfig, nodes: list[dict[str, float]], learner_
     """'cuda' or 'cpu' for the collectors' acting network (collectors.act_device); with auto,
     says which and why when the answer depends on the cluster."""
     wanted = config.collectors.act_device
-    if wanted == "cpu":
+    if wanted == "cpu" or config.collectors.acting == "served":
         return "cpu"
     if wanted == "cuda":
         if not any(n.get("GPU", 0.0) > 0 for n in nodes):
             raise PlacementError("collectors.act_device is cuda but the Ray cluster has no GPU; use auto or cpu")
         return "cuda"
     if not algorithm(config.algo.name).acts_on_gpu or not image_obs or learner_device != "cuda":
-        return "cpu"  # numpy MLPs act faster on their core than through a GPU launch
+        return "cpu"  # MLPs act faster on their core than through a GPU launch
     without = [i for i, n in enumerate(nodes) if n.get("CPU", 0.0) > 0 and not n.get("GPU", 0.0)]
     if without:
         progress.message(f"collectors.act_device auto: cpu ({len(without)} of the cluster's {len(nodes)} nodes have "

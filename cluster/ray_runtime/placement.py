@@ -199,6 +199,10 @@ class Reservation:
         """Where collector `index` runs."""
         return in_bundle(*self.collectors[index])
 
+    def collector_nodes(self) -> list[str]:
+        """The node id of each collector's bundle (the reservation's groups are placed)."""
+        return [placement_group_table(group)["bundles_to_node_id"][index] for group, index in self.collectors]
+
     def placement_groups(self) -> list:
         """Every placement group of the reservation, once each."""
         groups = []

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ray
 
+from raypex.actors.acting_line import socket_address
 from raypex.actors.envs import EnvSpec
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.ray_runtime.address import ConnectError, check_gcs_auth, check_gcs_port, join_failed
@@ -42,6 +43,7 @@ from raypex.cluster.ray_runtime.reaper import (
     start_reaper,
 )
 from raypex.cluster.driver.signals import install_stop_signals, reinstall_stop_signals
+from raypex.cluster.hosts.acting_server_actor import ActingServerActor
 from raypex.cluster.hosts.collector_actor import CollectorActor
 from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
 from raypex.cluster.hosts.learner_actor import CONCURRENCY_GROUPS, LearnerActor
@@ -271,10 +273,11 @@ class RunActors:
     pair_strategy: str | None = None  # how collector-learner pairs were placed (placement.json)
     members: list = field(default_factory=list)  # the other learners of a group, by rank from 1
     teams: list = field(default_factory=list)  # the collectors whose shards each learner holds, by rank
+    servers: list = field(default_factory=list)  # collectors.acting served: one acting server per node
 
     def all(self) -> list:
         """Every actor handle."""
-        return [*self.collectors, self.learner, *self.members, self.evaluator]
+        return [*self.collectors, self.learner, *self.members, self.evaluator, *self.servers]
 
     def kill_all(self) -> None:
         """End every actor of the run for good (Ray restarts none of them)."""
@@ -286,6 +289,7 @@ class RunActors:
         roles = {self.learner._actor_id.hex(): "the learner", self.evaluator._actor_id.hex(): "the evaluator"}
         roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors)})
         roles.update({m._actor_id.hex(): f"learner {rank}" for rank, m in enumerate(self.members, start=1)})
+        roles.update({s._actor_id.hex(): f"acting server {k}" for k, s in enumerate(self.servers)})
         return roles.get(actor_id or "", "an actor of the run")
 
     def placement(self) -> dict:
@@ -316,6 +320,27 @@ class RunActors:
 def learner_name(run_id: str, rank: int = 0) -> str:
     """Learner `rank`'s actor name in the raypex namespace (collectors find their replay by it)."""
     return f"raypex-{run_id}-learner" + (f"-{rank}" if rank else "")
+
+
+def acting_server_name(run_id: str, index: int) -> str:
+    """Acting server `index`'s actor name (its node's collectors call it by name)."""
+    return f"raypex-{run_id}-acting-{index}"
+
+
+def start_acting_servers(group: Reservation, run_id: str) -> tuple[list, list[str]]:
+    """One acting server per node that holds collectors, in the bundle of the node's first
+    collector and taking none of its CPU (it runs the forwards the collectors would have run);
+    Ray restarts one that dies, and its collectors wait for it. Returns the servers and the name of
+    each collector's."""
+    servers, name_of_node = [], {}
+    nodes = group.collector_nodes()
+    for index, node in enumerate(nodes):
+        if node not in name_of_node:
+            name_of_node[node] = acting_server_name(run_id, len(servers))
+            servers.append(ray.remote(ActingServerActor).options(
+                num_cpus=0, scheduling_strategy=group.collector_place(index), max_restarts=-1,
+                name=name_of_node[node]).remote(socket_address(name_of_node[node])))
+    return servers, [name_of_node[node] for node in nodes]
 
 
 def collector_name(run_id: str, index: int) -> str:
@@ -354,6 +379,8 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     members = [ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(LearnerActor).options(
         scheduling_strategy=group.learner_place(p.rank), name=learner_name(run_id, p.rank), **learner_options,
     ).remote(p.settings, device, p.num_threads, p.replay, []) for p in member_plans]
+    served = config.collectors.acting == "served"
+    servers, server_names = start_acting_servers(group, run_id) if served else ([], [None] * len(names))
     collector_cls = ray.remote(CollectorActor)
     collectors = []
     for collector_plan, name in zip(plan.collectors, names):
@@ -367,7 +394,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
             num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
             scheduling_strategy=group.collector_place(i), max_concurrency=4,
             max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
-        ).remote(collector_plan.settings, sink))
+        ).remote(collector_plan.settings, sink, server_names[i], config.collectors.come_back_s))
     # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
@@ -377,4 +404,4 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         name=f"raypex-{run_id}-evaluator",
     ).remote(plan.evaluator)
     return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy, members=members,
-                     teams=teams)
+                     teams=teams, servers=servers)

@@ -29,10 +29,10 @@ class ActorActing(Algorithm):
 
         return ActorOutputs(network)
 
-    def policy(self, settings, example_obs, seed, rng):
+    def policy(self, settings, example_obs, seed, rng, served=None):
         from raypex.actors.continuous_acting import collector_actor_policy
 
-        return collector_actor_policy(settings, seed, gaussian=self.gaussian)
+        return collector_actor_policy(settings, seed, self.gaussian, served)
 
     def greedy_policy(self, settings):
         from raypex.actors.continuous_acting import greedy_actor_policy

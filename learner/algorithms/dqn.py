@@ -21,10 +21,10 @@ class DQN(Algorithm):
 
         return q_network(settings)
 
-    def policy(self, settings, example_obs, seed, rng):
+    def policy(self, settings, example_obs, seed, rng, served=None):
         from raypex.actors.q_policy import collector_q_policy
 
-        return collector_q_policy(settings, example_obs, seed, rng)
+        return collector_q_policy(settings, example_obs, seed, rng, served)
 
     def greedy_policy(self, settings):
         from raypex.actors.q_policy import greedy_q_policy

@@ -44,10 +44,10 @@ class R2D2(Algorithm):
 
         return StatefulQ(network)
 
-    def policy(self, settings, example_obs, seed, rng):
+    def policy(self, settings, example_obs, seed, rng, served=None):
         from raypex.actors.recurrent_acting import collector_recurrent_policy
 
-        return collector_recurrent_policy(settings, seed, rng)
+        return collector_recurrent_policy(settings, seed, rng, served)
 
     def greedy_policy(self, settings):
         from raypex.actors.recurrent_acting import greedy_recurrent_policy

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     import torch
 
     from raypex.actors.policy import Policy
+    from raypex.actors.served_acting import ServedForward
     from raypex.actors.settings import CollectorSettings, EvaluatorSettings
     from raypex.learner.algorithm import AlgorithmStep, Gather
     from raypex.learner.precision import PrecisionPolicy
@@ -104,9 +105,11 @@ class Algorithm:
         return network
 
     def policy(self, settings: CollectorSettings, example_obs: np.ndarray, seed: int,
-               rng: np.random.Generator) -> Policy:
+               rng: np.random.Generator, served: ServedForward | None = None) -> Policy:
         """The policy a collector explores with (`example_obs`: a first batch of observations, to
-        choose the fastest form; `seed`: its own initial weights; `rng`: its exploration)."""
+        choose the fastest form; `seed`: its own initial weights; `rng`: its exploration). With
+        `served` (collectors.acting served) its forward runs on the node's acting server: `served`
+        takes the place of the acting graph in its process (actors/served_acting.py)."""
         raise NotImplementedError
 
     def greedy_policy(self, settings: EvaluatorSettings) -> Policy:
