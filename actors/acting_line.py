@@ -7,8 +7,8 @@ takes 20-130 us, so served CartPole collected 9k env steps/s against 90k acting 
 socket's round trip with CartPole's observations is 24 us (49 us with MinAtar's 25 kB). The
 socket lives on the node (collectors and their server are on one node by construction).
 
-A message is a length, then int64 words: a tag (a weights version in a request; OK or
-NEEDS_WEIGHTS_TAG in an answer), the number of arrays, and per array its name's code, dtype code,
+A message is a length, then int64 words: a tag (a weights version in a request; OK,
+NEEDS_WEIGHTS_TAG or FAILED_TAG in an answer), the number of arrays, and per array its name's code, dtype code,
 rank and shape; then each array's bytes. `LineServer.serve_forever` answers every request that
 is waiting with one forward.
 """

@@ -7,11 +7,11 @@ its noise, its random stream, each env's recurrent state), so a served policy ch
 a local one would for the same weights, observations and random stream: the policy holds a
 ServedForward where it would hold a GraphForward (actors/onnx_acting.py), with the same interface.
 
-The server gets each new weights version from the requests themselves (`ActingServer.act`): a
-collector that took a version the server has not seen sends it along, so a restarted server, which
-starts with none, asks for them with its first answer and nothing else needs to resend. No Ray
-here: the hosts carry requests between processes (cluster/hosts/acting_server_actor.py), and the
-local runtime calls the server in process.
+The server learns of each weights version from the requests: each carries the version its
+collector acts with, a server without weights as new answers NEEDS_WEIGHTS, and the collector then
+hands them over (ServedForward.run). So a restarted server, which starts with none, needs nothing
+resent. No Ray here: requests cross processes over the node's socket (actors/acting_line.py), and
+the local runtime calls the server in process.
 """
 
 from __future__ import annotations
