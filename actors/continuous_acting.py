@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from raypex.actors.onnx_acting import GraphForward
+from raypex.actors.onnx_acting import ActsThroughGraph
 from raypex.actors.served_acting import ServedForward
 from raypex.actors.policy import Stateless
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
-from raypex.replay.contracts import Weights
 
 
-class ActorPolicy(Stateless):
+class ActorPolicy(ActsThroughGraph, Stateless):
     """Exploring (or deterministic) actions of the published actor weights, in [-1, 1]."""
 
-    precision = "fp32"
     # A fresh learner's untrained actor would fill the warm-up with one near-constant action per
     # observation, so collectors keep acting uniformly at random until trained weights come.
     acts_with_untrained_weights = False
@@ -36,16 +34,7 @@ class ActorPolicy(Stateless):
         the node's acting server (default: the graph in this process)."""
         self.gaussian, self.action_dim, self.noise, self.rng = gaussian, action_dim, noise, rng
         self.exploration = "noise" if noise else None  # a sampling actor has no exploration rate
-        self.graph = graph or GraphForward()
-
-    @property
-    def form(self) -> str:
-        """What acts, in words: the acting graph, in this process or on the node's acting server."""
-        return self.graph.form
-
-    def load(self, weights: Weights) -> None:
-        """Act with these actor weights from now on."""
-        self.graph.load(weights)
+        self.use(graph)
 
     def exploration_rate(self, env_steps: int) -> float:
         """The collector's action noise (0 for an actor that samples)."""

@@ -84,24 +84,36 @@ class GraphForward:
         return self.session.run(None, self._feed)
 
 
-class GraphQ:
-    """Q-values and greedy actions of a Q-network's acting graph (ActingPolicy's interface):
-    before the first weights, zeros and uniformly random actions."""
+class ActsThroughGraph:
+    """What acting through the acting graph shares: `graph` runs it (a GraphForward in this
+    process, or a ServedForward, actors/served_acting.py: the node's acting server), takes each
+    weights version and says the form."""
 
     precision = "fp32"
+    graph: GraphForward
 
-    def __init__(self, num_actions: int, rng: np.random.Generator, graph=None):
-        """`graph`: what runs the acting graph (a ServedForward: the node's acting server); by
-        default a GraphForward in this process."""
-        self.num_actions, self.rng = num_actions, rng
+    def use(self, graph=None) -> None:
+        """Run the acting graph through `graph`; by default in this process."""
         self.graph = graph or GraphForward()
 
     @property
     def form(self) -> str:
+        """What acts, in words: the acting graph, in this process or on the node's acting server."""
         return self.graph.form
 
     def load(self, weights: Weights) -> None:
+        """Act with these weights from the next call on."""
         self.graph.load(weights)
+
+
+class GraphQ(ActsThroughGraph):
+    """Q-values and greedy actions of a Q-network's acting graph (ActingPolicy's interface):
+    before the first weights, zeros and uniformly random actions."""
+
+    def __init__(self, num_actions: int, rng: np.random.Generator, graph=None):
+        """`graph`: what runs the acting graph (ActsThroughGraph.use)."""
+        self.num_actions, self.rng = num_actions, rng
+        self.use(graph)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """[B, num_actions] float32 Q-values; zeros before the first weights, so initial priorities

@@ -13,35 +13,24 @@ from __future__ import annotations
 import numpy as np
 
 from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
-from raypex.actors.onnx_acting import GraphForward
+from raypex.actors.onnx_acting import ActsThroughGraph
 from raypex.actors.served_acting import ServedForward
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
-from raypex.replay.contracts import Weights
 
 
-class RecurrentPolicy:
+class RecurrentPolicy(ActsThroughGraph):
     """Epsilon-greedy (or greedy) actions of the published recurrent weights, a state per env
     (actors/policy.py)."""
 
     exploration = "epsilon"
     acts_with_untrained_weights = True
-    precision = "fp32"
 
     def __init__(self, num_actions: int, recurrent_size: int, rng: np.random.Generator,
                  epsilon: EpsilonGreedy | None = None, graph: ServedForward | None = None):
         """`rng`: the random actions before the first weights; `epsilon`: a collector's exploration
         (None: greedy only); `graph`: the node's acting server (default: the graph in this process)."""
         self.num_actions, self.recurrent_size, self.rng, self.epsilon = num_actions, recurrent_size, rng, epsilon
-        self.graph = graph or GraphForward()
-
-    @property
-    def form(self) -> str:
-        """What acts, in words: the acting graph, in this process or on the node's acting server."""
-        return self.graph.form
-
-    def load(self, weights: Weights) -> None:
-        """Act with these weights from the next step on (each env's state carries over)."""
-        self.graph.load(weights)
+        self.use(graph)
 
     def initial_state(self, num_envs: int) -> np.ndarray:
         """h and c of each env at an episode's start: zeros."""
