@@ -9,7 +9,8 @@ socket lives on the node (collectors and their server are on one node by constru
 
 A message is a length, then int64 words: a tag (a weights version in a request; OK,
 NEEDS_WEIGHTS_TAG or FAILED_TAG in an answer), the number of arrays, and per array its name's code, dtype code,
-rank and shape; then each array's bytes. `LineServer.serve_forever` answers every request that
+rank and shape (a request's arrays are named by their place in DATA_INPUTS, an answer's by their
+place among the graph's outputs); then each array's bytes. `LineServer.serve_forever` answers every request that
 is waiting with one forward.
 """
 
@@ -24,9 +25,9 @@ import time
 
 import numpy as np
 
+from raypex.actors.onnx_acting import DATA_INPUTS
 from raypex.actors.served_acting import NEEDS_WEIGHTS, ActingServer
 
-NAMES = ("obs", "state", "out0", "out1", "out2", "out3")  # a request's arrays by name; an answer's by position
 DTYPES = (np.float32, np.float64, np.uint8, np.int64, np.int32, np.bool_)
 OK, NEEDS_WEIGHTS_TAG, FAILED_TAG = 0, -1, -2  # FAILED: the forward raised; the answer holds its error line
 _LENGTH = 8
@@ -37,8 +38,8 @@ class ActingServerError(RuntimeError):
     """The server's forward raised on a request (its error, said to the collector that sent it)."""
 
 
-def encode(tag: int, named: list[tuple[int, np.ndarray]]) -> list:
-    """The buffers of one message: its length and header words, then each array's bytes."""
+def encode(tag: int, named: list[tuple[int, np.ndarray]]) -> bytes:
+    """One message: its length and header words, then each array's bytes."""
     words = [tag, len(named)]
     arrays = []
     for code, array in named:
@@ -47,7 +48,7 @@ def encode(tag: int, named: list[tuple[int, np.ndarray]]) -> list:
         arrays.append(array)
     header = np.array(words, np.int64).tobytes()
     length = len(header) + sum(a.nbytes for a in arrays)
-    return [length.to_bytes(_LENGTH, "little"), header, *(memoryview(a).cast("B") for a in arrays)]
+    return b"".join([length.to_bytes(_LENGTH, "little"), header, *(memoryview(a).cast("B") for a in arrays)])
 
 
 def decode(payload: memoryview) -> tuple[int, list[tuple[int, np.ndarray]]]:
@@ -67,10 +68,6 @@ def decode(payload: memoryview) -> tuple[int, list[tuple[int, np.ndarray]]]:
         named.append((code, np.frombuffer(payload[offset:offset + size], dtype).reshape(shape).copy()))
         offset += size
     return tag, named
-
-
-def send(sock: socket.socket, buffers: list) -> None:
-    sock.sendall(b"".join(buffers))
 
 
 def receive(sock: socket.socket, buffer: bytearray) -> memoryview | None:
@@ -165,7 +162,7 @@ class LineServer:
             sock.close()
             return None
         version, named = decode(payload)
-        return version, {NAMES[code]: array for code, array in named}
+        return version, {DATA_INPUTS[code]: array for code, array in named}
 
     def _answer(self, waiting: list) -> None:
         have = self.server.version  # read once: a collector may hand the server newer weights meanwhile
@@ -180,15 +177,15 @@ class LineServer:
         except Exception as err:  # noqa: BLE001 - each collector gets the error to raise, the server serves on
             line = np.frombuffer(f"{type(err).__name__}: {err}".encode()[:2000], np.uint8)
             for sock, _ in current:
-                self._send(sock, encode(FAILED_TAG, [(2, line)]))
+                self._send(sock, encode(FAILED_TAG, [(0, line)]))
             return
         for (sock, _), rows in zip(current, outputs):
-            self._send(sock, encode(OK, [(2 + i, output) for i, output in enumerate(rows)]))
+            self._send(sock, encode(OK, list(enumerate(rows))))
 
     @staticmethod
-    def _send(sock: socket.socket, buffers: list) -> None:
+    def _send(sock: socket.socket, message: bytes) -> None:
         try:
-            send(sock, buffers)
+            sock.sendall(message)
         except OSError:
             pass  # the collector went away; its end is closed when the selector next reads it
 
@@ -218,14 +215,14 @@ class LineClient:
         self.buffer = bytearray(1 << 16)
 
     def serve(self, data: dict[str, np.ndarray], version: int):
-        message = encode(version, [(NAMES.index(name), array) for name, array in data.items()])
+        message = encode(version, [(DATA_INPUTS.index(name), array) for name, array in data.items()])
         deadline = time.monotonic() + self.come_back_s
         while True:
             try:
                 if self.sock is None:
                     self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     self.sock.connect(self.path)
-                send(self.sock, message)
+                self.sock.sendall(message)
                 payload = receive(self.sock, self.buffer)
                 if payload is not None:
                     tag, named = decode(payload)

@@ -26,9 +26,8 @@ _sessions: dict[bytes, object] = {}  # each acting graph's session, built once i
 
 
 def session_for(graph: bytes):
-    """The ONNX Runtime session of `graph`, built on first use in this process. A collector's host
-    asks for it on the thread that receives weights, so that neither ONNX Runtime's import (60 ms
-    of a collector's CPU) nor the session's build pauses the env loop."""
+    """The ONNX Runtime session of `graph`, built on first use in this process (a collector's host
+    asks for it on the thread that receives weights: cluster/hosts/collector_actor.py)."""
     session = _sessions.get(graph)
     if session is None:
         session = _sessions[graph] = _session(graph)

@@ -109,12 +109,16 @@ class ActorNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(fp32_head(self.mean, self._features(obs)))
 
+    def mean_and_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The pre-tanh mean and, for a Gaussian actor, the squashed log std (None otherwise)."""
+        features = self._features(obs)
+        mean = fp32_head(self.mean, features)
+        return mean, None if self.log_std is None else squashed_log_std(fp32_head(self.log_std, features))
+
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(tanh(mean + std * noise), its log-probability [B]) for standard normal `noise`; the
         log-probability includes the tanh's change of variables."""
-        features = self._features(obs)
-        mean = fp32_head(self.mean, features)
-        log_std = squashed_log_std(fp32_head(self.log_std, features))
+        mean, log_std = self.mean_and_log_std(obs)
         pre_tanh = mean + log_std.exp() * noise
         gaussian_log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(dim=1)
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable where tanh saturates
@@ -168,8 +172,5 @@ class ActorOutputs(nn.Module):
         self.actor = actor
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        features = self.actor._features(obs)
-        mean = fp32_head(self.actor.mean, features)
-        if self.actor.log_std is None:
-            return (torch.tanh(mean),)
-        return torch.tanh(mean), mean, squashed_log_std(fp32_head(self.actor.log_std, features))
+        mean, log_std = self.actor.mean_and_log_std(obs)
+        return (torch.tanh(mean),) if log_std is None else (torch.tanh(mean), mean, log_std)

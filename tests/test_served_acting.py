@@ -11,8 +11,9 @@ import uuid
 import numpy as np
 import pytest
 
-from raypex.actors.acting_line import (NAMES, NEEDS_WEIGHTS_TAG, OK, LineClient, LineServer, decode, encode, receive,
-                                       send, socket_address)
+from raypex.actors.acting_line import (NEEDS_WEIGHTS_TAG, OK, LineClient, LineServer, decode, encode, receive,
+                                       socket_address)
+from raypex.actors.onnx_acting import DATA_INPUTS
 from raypex.actors.served_acting import ActingServer, ServedForward, served_in_process, static_rows
 from raypex.actors.settings import CollectorSettings
 from raypex.learner.acting_graph import export_acting_graph
@@ -98,7 +99,7 @@ def test_one_forward_answers_every_request_waiting_each_its_own_rows():
         for version, request in zip((1, 1, 1, 2), requests):
             collector = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             collector.connect(line.path)
-            send(collector, encode(version, [(NAMES.index("obs"), request["obs"])]))
+            collector.sendall(encode(version, [(DATA_INPUTS.index("obs"), request["obs"])]))
             collectors.append(collector)
         line.serve_once(timeout=5)  # the four connect
         line.serve_once(timeout=5)  # their requests, all waiting
@@ -192,7 +193,7 @@ def test_a_request_is_answered_when_the_server_takes_newer_weights_while_answeri
     try:
         collector.connect(line.path)
         collector.settimeout(10)
-        send(collector, encode(2, [(NAMES.index("obs"), _obs((4,), "float32", 2))]))
+        collector.sendall(encode(2, [(DATA_INPUTS.index("obs"), _obs((4,), "float32", 2))]))
         line.serve_once(timeout=5)  # it connects
         line.serve_once(timeout=5)  # its request
         assert decode(receive(collector, bytearray(16))) == (NEEDS_WEIGHTS_TAG, [])

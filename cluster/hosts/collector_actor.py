@@ -35,7 +35,7 @@ class CollectorActor:
 
         self.startup["imported"] = time.time()
         self._stop = threading.Event()
-        self.inbox = WeightInbox()
+        self.inbox = WeightInbox(prepare=self._build_session)
         self.sink = sink  # collector -> its shard, made by the wiring
         self.sink.should_stop = self._stop.is_set
         served = None
@@ -55,6 +55,15 @@ class CollectorActor:
         self.sink.attach()
         self.counted_on = False
         self.startup["constructed"] = time.time()
+
+    def _build_session(self, weights) -> None:
+        """The acting graph's session, for a collector that runs it in its own process: built on the
+        thread that receives weights, so that neither ONNX Runtime's import (60 ms) nor the build
+        pauses the env loop; not for one that acts in torch or on its node's server."""
+        from raypex.actors.onnx_acting import GraphForward, session_for
+
+        if weights.acting_graph and self.collector.policy.form == GraphForward.form:
+            session_for(weights.acting_graph)
 
     def _push(self, chunk) -> None:
         if not self.counted_on:

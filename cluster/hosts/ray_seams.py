@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 import ray
 
-from raypex.actors.onnx_acting import session_for
 from raypex.replay.contracts import Chunk, Weights
 
 # Ray records an event in its GCS for every call unless told not to; at thousands of calls a
@@ -139,7 +138,9 @@ class WeightInbox:
     of finding a just-announced version not yet fetched.
     """
 
-    def __init__(self):
+    def __init__(self, prepare: Callable[[Weights], None] = lambda weights: None):
+        """`prepare`: work a version needs before the env loop loads it, done here (on the side thread)."""
+        self.prepare = prepare
         self._lock = threading.Lock()
         self._newest_version = -1
         self._ready: Weights | None = None
@@ -150,8 +151,7 @@ class WeightInbox:
         if version <= self._newest_version:
             return
         weights = ray.get(ref)
-        if weights.acting_graph:  # built here, not in the env loop that loads it
-            session_for(weights.acting_graph)
+        self.prepare(weights)
         with self._lock:
             if version > self._newest_version:
                 self._newest_version = version

@@ -201,7 +201,11 @@ class Reservation:
 
     def collector_nodes(self) -> list[str]:
         """The node id of each collector's bundle (the reservation's groups are placed)."""
-        return [placement_group_table(group)["bundles_to_node_id"][index] for group, index in self.collectors]
+        tables = {}  # one read of each group's table from the GCS, not one per collector
+        for group, _ in self.collectors:
+            if group.id not in tables:
+                tables[group.id] = placement_group_table(group)["bundles_to_node_id"]
+        return [tables[group.id][index] for group, index in self.collectors]
 
     def placement_groups(self) -> list:
         """Every placement group of the reservation, once each."""
