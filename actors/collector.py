@@ -11,21 +11,11 @@ Every step goes to the collector's adder (actors/adders.py), which also owns the
 bookkeeping; every `chunk_steps` vector steps what the adder has completed goes out as one chunk
 (pixel envs: a FrameChunk, each new frame once, so replay stores every frame once; recurrent
 policies: every step and the state at each sequence's start, actors/sequence_adder.py).
-
-Double-buffered (collectors.double_buffer): the envs step in two parts, each a vector env of half
-of them, and the policy acts on a thread of its own: while one part steps, the other part's
-actions for the same step are computed, so the envs wait on the forward only where it takes longer
-than a part's step. It pays where the forward runs outside the env loop's share of the CPU: on the
-node's acting server (served acting), or in a forward that lets go of Python's lock (ONNX Runtime,
-torch) on a core of its own. The adder still takes every env's step at once, and the acting
-thread runs each part's acts, and each new version's load, in the order they were asked for, so
-a run acts as deterministically as an undivided one.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -54,8 +44,7 @@ class Collector:
         self.poll_weights = poll_weights
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
-        self.stepper = EnvStepper(s.env_id, s.num_envs, s.env_kwargs, s.frame_stack, seed, f"collector {s.index}",
-                                  parts=2 if s.double_buffer else 1)
+        self.stepper = EnvStepper(s.env_id, s.num_envs, s.env_kwargs, s.frame_stack, seed, f"collector {s.index}")
         plugin = algorithm(s.algo)
         self.policy = (plugin.policy(s, self.stepper.obs, seed, self.rng) if served is None
                        else plugin.policy(s, self.stepper.obs, seed, self.rng, served=served))
@@ -64,11 +53,6 @@ class Collector:
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_dim else None
         self._ahead: tuple | None = None  # the next step's act, run at a chunk's end for its bootstrap values
         self._bootstraps = False  # whether the policy gives the adder bootstrap values (set by its first act)
-        # double-buffered: the thread that acts, each part's act for its next step, and the envs
-        # whose step now is an autoreset's (the next starts an episode: its state starts again)
-        self._acting = ThreadPoolExecutor(1, "raypex-acting") if s.double_buffer else None
-        self._next_acts: list[Future] = []
-        self._resetting = np.zeros(s.num_envs, bool)
         self.version = -1  # no published weights yet: acting with this collector's own random init
         self.version_loaded_at: float | None = None
         self.max_weight_load_s = 0.0  # the longest the env loop paused to take new weights
@@ -105,19 +89,13 @@ class Collector:
         weights = self.poll_weights()
         if weights is not None and weights.version > self.version:
             if not weights.untrained or self.policy.acts_with_untrained_weights:
-                if self._acting is None:
-                    self.policy.load(weights)
-                else:  # between the acts asked for before and those asked for after
-                    self._acting.submit(self.policy.load, weights)
+                self.policy.load(weights)
             self.version = weights.version
             self.version_loaded_at = time.time()  # wall clock: bench compares it across processes
             self.max_weight_load_s = max(self.max_weight_load_s, time.perf_counter() - t0)
 
     def collect_chunk(self) -> None:
         """Step `chunk_steps` times, then push the completed n-step transitions as one chunk."""
-        if self._acting is not None:
-            self._collect_chunk_in_parts()
-            return
         clock = time.perf_counter
         phase = self.phase_s
         for _ in range(self.s.chunk_steps):
@@ -145,64 +123,7 @@ class Collector:
             self._ahead = self.policy.act(self.stepper.obs, self.state, self.env_steps)
             self.adder.set_next_value(self._ahead[1]["bootstrap"])
             phase["act"] += clock() - t3
-        self._push_chunk()
-
-    def _collect_chunk_in_parts(self) -> None:
-        """collect_chunk, double-buffered (see the module docstring): each part's act for its next
-        step is asked for as soon as the part has stepped, and runs while the other part steps."""
-        clock = time.perf_counter
-        phase = self.phase_s
-        parts = self.stepper.parts
-        if not self._next_acts:
-            self.load_newer_weights()
-            self._next_acts = [self._ask_to_act(p) for p in range(len(parts))]
-        for _ in range(self.s.chunk_steps):
-            self.load_newer_weights()
-            obs, state = self.stepper.obs, self.state  # every env's, at this step's start
-            acted, stepped = [], []
-            for p, part in enumerate(parts):
-                t0 = clock()
-                actions, extras, next_state = self._next_acts[p].result()
-                t1 = clock()
-                env_actions = actions if self.action_scale is None else self.action_scale.to_env(actions)
-                stepped.append(self.stepper.step_part(p, env_actions))
-                if next_state is not None:
-                    next_state = self.policy.start_episodes(next_state, self._resetting[part])
-                    self.state = self.state.copy()  # the adder holds this step's
-                    self.state[part] = next_state
-                self._next_acts[p] = self._ask_to_act(p)
-                acted.append((actions, extras))
-                phase["act"] += t1 - t0
-                phase["env"] += clock() - t1
-            t2 = clock()
-            actions = np.concatenate([a for a, _ in acted])
-            extras = {name: np.concatenate([e[name] for _, e in acted]) for name in acted[0][1]}
-            self._bootstraps = "bootstrap" in extras
-            if self._bootstraps:
-                self.adder.set_next_value(extras["bootstrap"])
-            reward, terminated, truncated = (np.concatenate(field) for field in list(zip(*stepped))[1:4])
-            lives = (np.concatenate([np.asarray(info["lives"]) for *_, info in stepped])
-                     if self.s.terminal_on_life_loss else None)
-            real = self.adder.add(EnvStep(obs, actions, reward, terminated, truncated, self.stepper.obs, lives,
-                                          extras.get("q_taken"), state))
-            self.stepper.count_episodes(reward, terminated | truncated, real)
-            self._resetting = real & (terminated | truncated)
-            phase["fold"] += clock() - t2
-        if self._bootstraps:  # the next step's acts, asked for already: the last step's bootstrap values
             t3 = clock()
-            self.adder.set_next_value(np.concatenate([act.result()[1]["bootstrap"] for act in self._next_acts]))
-            phase["act"] += clock() - t3
-        self._push_chunk()
-
-    def _ask_to_act(self, p: int) -> Future:
-        """Part `p`'s act on its envs' observations and states now, on the acting thread."""
-        part = self.stepper.parts[p]
-        state = None if self.state is None else self.state[part]
-        return self._acting.submit(self.policy.act, self.stepper.obs[part], state, self.env_steps)
-
-    def _push_chunk(self) -> None:
-        """Push what the adder completed as one chunk, if anything."""
-        t3 = time.perf_counter()
         chunk = self.adder.pop()
         if chunk is not None:
             # Env steps count the transitions that reach replay: an autoreset step (the reset
@@ -213,13 +134,7 @@ class Collector:
             self.push(chunk)
             self.chunks_pushed += 1
             self.transitions_pushed += steps
-        self.phase_s["push"] += time.perf_counter() - t3
-
-    def close(self) -> None:
-        """Let go of the envs and the acting thread."""
-        if self._acting is not None:
-            self._acting.shutdown(wait=False, cancel_futures=True)
-        self.stepper.close()
+        phase["push"] += clock() - t3
 
     def stats(self) -> CollectorStats:
         """Counters, plus the episodes finished since the last call (drained)."""

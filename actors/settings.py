@@ -38,7 +38,6 @@ class CollectorSettings:
     act_fusion: str = "auto"  # auto | on | off: the acting forward as a oneDNN-fused trace (actors/acting.py)
     act_device: str = "cpu"  # cpu | cuda: where the acting network runs (cuda: the GPU share Ray gave this actor)
     acting: str = "local"  # local | served: the collector runs its forward, or its node's acting server does
-    double_buffer: bool = False  # step half the envs while the other half's actions are computed (actors/collector.py)
     algo: str = "dqn"  # the algorithm's plug-in, which builds the policy it acts with (learner/algorithms/)
     action_low: tuple[float, ...] = ()  # Box actions' bounds
     action_high: tuple[float, ...] = ()

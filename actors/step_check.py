@@ -30,27 +30,26 @@ class StepCheck:
         self.float_obs = np.issubdtype(obs_dtype, np.floating)
         self.who = who  # "collector 0", "the evaluator"
 
-    def __call__(self, obs: np.ndarray, reward: np.ndarray, steps: np.ndarray, first: int = 0) -> None:
+    def __call__(self, obs: np.ndarray, reward: np.ndarray, steps: np.ndarray) -> None:
         """EnvWentBad when a reward or a float observation of this vector step is not finite, or the
-        observations are not of the space's shape; `steps`: each env's step within its episode;
-        `first`: the number of the vector env's first env among its collector's (a part's)."""
+        observations are not of the space's shape; `steps`: each env's step within its episode."""
         if obs.shape[1:] != self.obs_shape:
-            self._fail(0, steps, first, f"observations of shape {list(obs.shape[1:])}, where its space has "
+            self._fail(0, steps, f"observations of shape {list(obs.shape[1:])}, where its space has "
                                  f"{list(self.obs_shape)}")
         if np.isfinite(reward.sum()) and (not self.float_obs or np.isfinite(obs.sum(dtype=np.float64))):
             return
         bad_reward = ~np.isfinite(reward)
         if bad_reward.any():
             env = int(np.flatnonzero(bad_reward)[0])
-            self._fail(env, steps, first, f"a reward of {reward[env]}")
+            self._fail(env, steps, f"a reward of {reward[env]}")
         if self.float_obs:
             bad_obs = ~np.isfinite(obs.reshape(len(obs), -1))
             if bad_obs.any():
                 env, index = (int(i) for i in np.argwhere(bad_obs)[0])
                 value = obs.reshape(len(obs), -1)[env, index]
-                self._fail(env, steps, first, f"an observation holding {value} (at flat index {index})")
+                self._fail(env, steps, f"an observation holding {value} (at flat index {index})")
 
-    def explain(self, vector_env, err: ValueError, steps: np.ndarray, first: int = 0) -> EnvWentBad | None:
+    def explain(self, vector_env, err: ValueError, steps: np.ndarray) -> EnvWentBad | None:
         """The line for a vector env's step that failed to stack its envs' observations (one of
         another shape), or None when `err` is not that."""
         observations = getattr(getattr(vector_env, "unwrapped", vector_env), "_env_obs", None)
@@ -59,7 +58,7 @@ class StepCheck:
         for env, obs in enumerate(observations):
             shape = tuple(np.shape(obs))
             if shape != self._single_shape(vector_env):
-                return self._fault(env, steps, first, f"an observation of shape {list(shape)}, where its space has "
+                return self._fault(env, steps, f"an observation of shape {list(shape)}, where its space has "
                                                f"{list(self._single_shape(vector_env))}")
         return None
 
@@ -67,9 +66,9 @@ class StepCheck:
     def _single_shape(vector_env) -> tuple[int, ...]:
         return tuple(getattr(vector_env, "unwrapped", vector_env).single_observation_space.shape)
 
-    def _fault(self, env: int, steps: np.ndarray, first: int, what: str) -> EnvWentBad:
-        return EnvWentBad(f"env.id {self.env_id}: env {first + env} of {self.who} returned {what} at step "
+    def _fault(self, env: int, steps: np.ndarray, what: str) -> EnvWentBad:
+        return EnvWentBad(f"env.id {self.env_id}: env {env} of {self.who} returned {what} at step "
                           f"{int(steps[env]) + 1} of its episode")
 
-    def _fail(self, env: int, steps: np.ndarray, first: int, what: str) -> None:
-        raise self._fault(env, steps, first, what)
+    def _fail(self, env: int, steps: np.ndarray, what: str) -> None:
+        raise self._fault(env, steps, what)

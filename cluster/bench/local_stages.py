@@ -90,16 +90,11 @@ def first_weights(s: CollectorSettings) -> Weights:
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
     """env_policy, then env_raw on the same envs, `seconds` each."""
-    from raypex.actors.envs import FrameStackVectorEnv, make_vector_env
+    from raypex.actors.envs import FrameStackVectorEnv
     from raypex.actors.images import ImageVectorEnv
 
     collector, rate, phases = _collector_rate(settings, seconds)
-    if len(collector.stepper.envs) > 1:  # double-buffered: the env alone is one vector env of every env
-        collector.close()
-        wrapped = make_vector_env(settings.env_id, settings.num_envs, settings.env_kwargs, max(settings.frame_stack, 1))
-        wrapped.reset(seed=settings.seed)
-    else:
-        wrapped = collector.stepper.env
+    wrapped = collector.stepper.env
     raw_env = wrapped.env if isinstance(wrapped, FrameStackVectorEnv | ImageVectorEnv) else wrapped
     try:
         raw = env_raw_steps_per_s(raw_env, seconds, settings.seed)

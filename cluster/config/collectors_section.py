@@ -49,11 +49,6 @@ class CollectorsConfig(Section):
         "collector keeps its own exploration, random stream and recurrent state, so it chooses the actions it "
         "would locally). Served acting runs the acting graph on the node's CPU."
     )
-    double_buffer: bool = Field(
-        False, description="Step each collector's envs in two halves, one half while the other's actions are "
-        "computed on a thread of the collector's own, so the envs wait on the forward only where it takes longer "
-        "than a half's step. It pays where the forward runs outside the env loop: on the node's acting server "
-        "(acting served) or on a core the collector has to spare. Needs an even env.num_envs.")
     num_gpus: float | Literal["auto"] = Field(
         "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "
         "the collectors (the learner takes the other half of its GPU)."

@@ -310,9 +310,6 @@ class RunConfig(Section):
             raise ValueError(f"collectors.acting served: algo.name {self.algo.name}'s plug-in builds its policy "
                              "without `served` (Algorithm.policy), so its forward cannot run on an acting server; "
                              "use collectors.acting local")
-        if self.collectors.double_buffer and self.env.num_envs % 2:
-            raise ValueError(f"collectors.double_buffer steps each collector's envs in two halves; env.num_envs "
-                             f"{self.env.num_envs} is odd: use an even number")
         self._check_sale(continuous)
         self._check_sequences()
         if continuous and self.collectors.act_device == "cuda":

@@ -60,7 +60,7 @@ class LocalParts:
     def kill_all(self) -> None:
         """Close every env."""
         for collector in self.run.collectors:
-            collector.close()
+            collector.stepper.close()
         self.run.evaluator.evaluator.close()
 
     def role_of(self, actor_id: str | None) -> str:

@@ -29,7 +29,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         clip_rewards=config.env.clip_rewards, terminal_on_life_loss=config.env.terminal_on_life_loss,
         act_precision=c.act_precision, act_fusion=c.act_fusion,
         act_device="cuda" if c.act_device == "cuda" else "cpu",  # auto is resolved to one of them once Ray is up
-        acting=c.acting, double_buffer=c.double_buffer,
+        acting=c.acting,
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
         algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
         action_noise=collector_noise(config, index) if plugin.collector_noise else 0.0,
