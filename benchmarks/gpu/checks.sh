@@ -2,7 +2,7 @@
 # The GPU checks, in one run: what a session lent a GPU (device `status`: can_start_another true)
 # runs first, before anything else takes device time. Built for the device tool's limits: one
 # command of at most 600 s, files back from $OUT. From the project root, with .gpu/ built by
-# ../shared/gpu/make-bundle.sh and carried:
+# ../shared/gpu/make-bundle.sh, then benchmarks/gpu/bundle-extras.sh (ONNX Runtime and onnx), and carried:
 #
 #   run(command="source .gpu/setup.sh && bash benchmarks/gpu/checks.sh", carry=[".gpu"], timeout_s=560)
 #
@@ -11,13 +11,17 @@
 # date and the machine (`nvidia-smi -L`, in summary.txt).
 #   1. correctness: the captured DQN/TD3/SAC updates against eager (tests/test_cuda_learner.py)
 #   2. captured update rates, learner alone: DQN (Pong's CNN), TD3 and SAC (Pendulum's MLPs)
-#   3. acting: Pong's collectors acting on the GPU against on their CPU (collect stage)
+#   3. acting: Pong's 12 collectors acting each on the GPU, each on its CPU, and served by the node's
+#      acting server (collect stage)
 #   4. Pong seed 2: the config's run for what is left of the budget, its curve in TensorBoard
 set -uo pipefail
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 SUMMARY="$OUT/summary.txt"
+if [ ! -d /tmp/gpu-site/onnxruntime ]; then  # the acting graph's runtime, beside the bundle's packages
+  tar -xJf .gpu/extras.tar.xz -C /tmp/gpu-site || { echo "no .gpu/extras.tar.xz: run benchmarks/gpu/bundle-extras.sh"; exit 1; }
+fi
 { date -u '+%Y-%m-%d %H:%M:%S UTC'; nvidia-smi -L 2>&1; git rev-parse --short HEAD 2>/dev/null; } > "$SUMMARY"
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, one summary line
@@ -38,6 +42,8 @@ step rates_sac 50 python -m benchmarks.learner_matrix configs/pendulum.yaml algo
 step acting_gpu 60 raypex bench configs/pong.yaml --stage collect --quick collectors.num=12 learner.num_cpus=4
 step acting_cpu 60 raypex bench configs/pong.yaml --stage collect --quick collectors.num=12 learner.num_cpus=4 \
   collectors.act_device=cpu
+step acting_served 60 raypex bench configs/pong.yaml --stage collect --quick collectors.num=12 learner.num_cpus=4 \
+  collectors.acting=served
 LEFT=$((540 - SECONDS))
 if [ "$LEFT" -gt 60 ]; then
   # SIGINT ends the run as a stop does: summary.json and the TensorBoard curve so far
