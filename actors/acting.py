@@ -151,17 +151,22 @@ def fused_trace(network: nn.Module, example_obs: torch.Tensor) -> torch.jit.Scri
 
 
 def _median_forward_ms(network: nn.Module, obs: torch.Tensor) -> float:
-    """The median time of one forward of `network` on `obs`, after two warm-up calls, each call
-    made with the CPU caches evicted as an env step between two forwards leaves them: timed hot,
-    the fused fp32 Nature CNN looked 1.15x faster and ran slower in a collector (1.07x evicted)."""
+    """The median time of one forward of `network` on `obs` (median_call_ms)."""
+    with torch.inference_mode():
+        return median_call_ms(lambda: network(obs))
+
+
+def median_call_ms(call) -> float:
+    """The median time of `call()`, after two warm-up calls, each call made with the CPU caches
+    evicted as an env step between two forwards leaves them: timed hot, the fused fp32 Nature CNN
+    looked 1.15x faster and ran slower in a collector (1.07x evicted)."""
     times = []
     eviction = np.zeros(_EVICTION_BYTES, np.uint8)  # freed on return: collectors do not keep it
-    with torch.inference_mode():
-        for i in range(TIMING_REPEATS + 2):
-            eviction[::64] += 1  # one byte per cache line, beyond the caches' size
-            start = time.perf_counter()
-            network(obs)
-            if i >= 2:
-                times.append((time.perf_counter() - start) * 1e3)
+    for i in range(TIMING_REPEATS + 2):
+        eviction[::64] += 1  # one byte per cache line, beyond the caches' size
+        start = time.perf_counter()
+        call()
+        if i >= 2:
+            times.append((time.perf_counter() - start) * 1e3)
     return float(np.median(times))
 

@@ -129,8 +129,7 @@ class GraphQ(ActsThroughGraph):
 
 
 def q_acts_with_graph(obs_shape: tuple[int, ...], act_precision: str, act_fusion: str) -> bool:
-    """Whether a Q collector acting on its CPU runs the acting graph: on flat observations, unless a
-    bf16 or fused torch form is asked for explicitly (collectors.act_precision, act_fusion). A CNN
-    acts in torch, in the form its timing chose (actors/acting.py): the graph comes only with the
-    first weights, after that choice."""
+    """Whether a Q collector acting on its CPU runs the acting graph without timing it: on flat
+    observations, unless a bf16 or fused torch form is asked for explicitly (collectors.act_precision,
+    act_fusion). A CNN's collector times the graph against torch's forms (actors/q_policy.py)."""
     return len(obs_shape) == 1 and act_precision in ("auto", "fp32") and act_fusion != "on"

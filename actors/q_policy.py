@@ -2,8 +2,9 @@
 greedy in the evaluator (actors/policy.py says what a policy gives).
 
 The Q-values come from the network's fastest form on this process: the acting graph for an MLP on
-the CPU (actors/onnx_acting.py: no torch imported), else torch (actors/acting.py: bf16 or a fused
-trace where this CPU runs them faster, or the GPU Ray gave the collector). With initial priorities from
+the CPU (actors/onnx_acting.py: no torch imported); for a CNN, whichever of torch's forms
+(actors/acting.py: bf16 or a fused trace where this CPU runs them faster) and the acting graph wins
+the timing at the collector's start; torch on the GPU Ray gave the collector. With initial priorities from
 TD errors, the one forward that chooses the actions also gives the adder what it needs: the value
 of each action taken and the value of `obs`, the previous step's bootstrap.
 """
@@ -58,9 +59,10 @@ class QPolicy(Stateless):
 def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int, rng: np.random.Generator,
                        served: ServedForward | None = None) -> QPolicy:
     """A collector's Q policy: the acting graph on its node's acting server when `served`, in its
-    own process for an MLP acting on the CPU (no torch imported), else torch's ActingPolicy on the
-    GPU Ray gave it or in the form this CPU runs fastest, from its own random initial weights;
-    Ape-X's epsilon for its index (actors/exploration.py)."""
+    own process for an MLP acting on the CPU (no torch imported), else the form of its own random
+    initial network this CPU runs fastest (torch's ActingPolicy, or the acting graph where ONNX
+    Runtime wins the timing), or torch on the GPU Ray gave it; Ape-X's epsilon for its index
+    (actors/exploration.py)."""
     from raypex.actors.onnx_acting import GraphQ, q_acts_with_graph
 
     epsilon = collector_epsilon(s, rng)
@@ -74,7 +76,31 @@ def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int,
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     forward = ActingPolicy(q_network(s), s.act_precision, example_obs, s.act_fusion, s.act_device)
+    if s.act_device == "cpu" and s.act_precision != "bf16" and s.act_fusion != "on":
+        forward = _graph_if_faster(forward, s, example_obs, seed) or forward
     return QPolicy(forward, epsilon, s.td_priorities)
+
+
+def _graph_if_faster(forward, s: CollectorSettings, example_obs: np.ndarray, seed: int):
+    """The acting graph of the collector's own initial network (a GraphQ acting with it until the
+    learner's weights come), when ONNX Runtime runs it at least AUTO_MIN_GAIN faster than the
+    torch form `forward`'s timing chose, timed the same way; else None. Neither wins everywhere
+    (`python -m benchmarks.acting_forms`: MinAtar's CNN 124-194 us in ONNX Runtime against 251-300
+    us fused, Pong's Nature CNN 7.2-7.6 ms against 5.3-5.6 ms, on this project's 2-core box)."""
+    from raypex.actors.acting import AUTO_MIN_GAIN, median_call_ms
+    from raypex.actors.onnx_acting import GraphQ
+    from raypex.learner.algorithms.registry import algorithm
+    from raypex.learner.weights import export_arrays
+
+    try:
+        graph = algorithm(s.algo).acting_graph(forward.network, s.obs_shape, s.obs_dtype)
+    except Exception:  # noqa: BLE001 - a torch that cannot export this network acts in torch
+        return None
+    candidate = GraphQ(s.num_actions, np.random.default_rng(seed + 1))
+    candidate.load(Weights(-1, export_arrays(forward.network), acting_graph=graph))
+    forward.timings_ms["onnx"] = median_call_ms(lambda: candidate.q_values(example_obs))
+    chosen_ms = median_call_ms(lambda: forward.q_values(example_obs))
+    return candidate if chosen_ms >= AUTO_MIN_GAIN * forward.timings_ms["onnx"] else None
 
 
 def greedy_q_policy(s: EvaluatorSettings) -> QPolicy:

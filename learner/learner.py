@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from raypex.learner.acting_graph import export_acting_graph
 from raypex.learner.algorithm import AlgorithmStep
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.gradient_group import GradientGroup
@@ -201,8 +200,7 @@ class Learner:
         self.version += 1
         start = time.perf_counter()
         if self.acting_graph is None:
-            self.acting_graph = export_acting_graph(algorithm(self.s.algo), self.step.policy, tuple(self.s.obs_shape),
-                                                    self.s.obs_dtype)
+            self.acting_graph = algorithm(self.s.algo).acting_graph(self.step.policy, self.s.obs_shape, self.s.obs_dtype)
         self.publish(Weights(self.version, export_arrays(self.step.policy), untrained=self.updates == 0,
                              acting_graph=self.acting_graph))
         self.broadcast_ms = (time.perf_counter() - start) * 1e3

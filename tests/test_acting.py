@@ -111,3 +111,41 @@ def test_a_fused_trace_of_the_small_cnn_matches_it():
     obs = _obs((6, 10, 10), "uint8", 32)
     traced = fused_trace(network, torch.from_numpy(obs))
     assert np.allclose(_q(traced, obs), _q(network, obs), atol=1e-5)
+
+
+def _cnn_settings(**extra):
+    from raypex.actors.settings import CollectorSettings
+
+    return CollectorSettings(index=0, num_collectors=1, env_id="x", env_kwargs={}, num_envs=8, obs_shape=(6, 10, 10),
+                             obs_dtype="uint8", num_actions=5, hidden=[64], dueling=True, n_step=1, gamma=0.99,
+                             chunk_steps=8, epsilon_base=0.4, epsilon_alpha=7.0, epsilon_anneal_steps=0, seed=0,
+                             algo="dqn", **extra)
+
+
+@pytest.mark.parametrize(("onnx_ms", "torch_ms", "form"), [(1.0, 1.2, "onnx"), (1.0, 1.05, "fp32"), (1.2, 1.0, "fp32")])
+def test_a_cnn_collector_acts_through_the_acting_graph_where_it_wins_the_timing(monkeypatch, onnx_ms, torch_ms, form):
+    """Timed against the torch form ActingPolicy chose (fp32 eager here, nothing else timed), the
+    acting graph must be AUTO_MIN_GAIN faster to act; chosen, it acts with the collector's own
+    initial network, as the torch form would have."""
+    from raypex.actors import acting
+    from raypex.actors.q_policy import collector_q_policy
+
+    timings = iter([onnx_ms, torch_ms])  # the graph is timed first, then the chosen torch form
+    monkeypatch.setattr(acting, "median_call_ms", lambda call: (call(), next(timings))[1])
+    obs = _obs((6, 10, 10), "uint8", 8)
+    torch.manual_seed(3)
+    policy = collector_q_policy(_cnn_settings(act_precision="fp32", act_fusion="off"), obs, 3, np.random.default_rng(0))
+    assert policy.form == form
+    torch.manual_seed(3)
+    initial = build_q_network((6, 10, 10), 5, [64], True, "uint8")
+    np.testing.assert_allclose(policy.forward.q_values(obs), _q(initial, obs), rtol=1e-4, atol=1e-5)
+
+
+def test_a_cnn_collector_asked_for_bf16_or_a_fused_trace_does_not_time_the_graph():
+    from raypex.actors.q_policy import collector_q_policy
+
+    obs = _obs((6, 10, 10), "uint8", 8)
+    for precision, fusion in (("bf16", "off"), ("fp32", "on")):
+        policy = collector_q_policy(_cnn_settings(act_precision=precision, act_fusion=fusion), obs, 3,
+                                    np.random.default_rng(0))
+        assert "onnx" not in policy.forward.timings_ms and policy.form != "onnx"

@@ -78,14 +78,12 @@ def random_actions(space, num_envs: int, count: int, rng: np.random.Generator) -
 def first_weights(s: CollectorSettings) -> Weights:
     """Freshly initialized weights of the network a collector with these settings acts with, and
     their acting graph, as a learner publishes them."""
-    from raypex.learner.acting_graph import export_acting_graph
     from raypex.learner.algorithms.registry import algorithm
     from raypex.learner.weights import export_arrays
 
     plugin = algorithm(s.algo)
     network = plugin.acting_network(s)
-    return Weights(0, export_arrays(network), acting_graph=export_acting_graph(plugin, network, tuple(s.obs_shape),
-                                                                               s.obs_dtype))
+    return Weights(0, export_arrays(network), acting_graph=plugin.acting_graph(network, s.obs_shape, s.obs_dtype))
 
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:

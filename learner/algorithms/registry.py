@@ -104,6 +104,13 @@ class Algorithm:
         By default the network itself: observations in, Q-values out."""
         return network
 
+    def acting_graph(self, network: torch.nn.Module, obs_shape: tuple[int, ...], obs_dtype: str) -> bytes:
+        """The acting graph of `network`'s acting module (learner/acting_graph.py): what the learner
+        publishes with its weights, and what a collector times against torch's forms."""
+        from raypex.learner.acting_graph import export_acting_graph
+
+        return export_acting_graph(self, network, tuple(obs_shape), obs_dtype)
+
     def policy(self, settings: CollectorSettings, example_obs: np.ndarray, seed: int,
                rng: np.random.Generator, served: ServedForward | None = None) -> Policy:
         """The policy a collector explores with (`example_obs`: a first batch of observations, to
