@@ -7,7 +7,9 @@ so each new version is a new feed of the same graph (actors/onnx_acting.py runs 
 Runtime). The graph of a small MLP is about 1.5 kB and a process that acts with it never imports
 torch: ONNX Runtime imports in 0.1 s where torch takes over a second, and on a collector's batch
 its call costs what a hand-written numpy forward did (50 us for CartPole's MLP over 16 envs) and
-less than eager torch's (70 us); a MinAtar CNN runs in 130 us where eager torch takes 230 us.
+less than eager torch's (70 us). On CNNs neither wins everywhere (MinAtar's: 120-200 us against
+torch's fused 250-300 us; Pong's Nature CNN: 7.2-7.6 ms against 5.3-5.6 ms), so a CNN's collector
+times both (actors/q_policy.py).
 
 Its inputs are `obs` [batch, *obs_shape] of the observations' dtype and, for a plug-in whose acting
 module keeps a recurrent state, `state` [batch, state_size]; its outputs are the plug-in's
