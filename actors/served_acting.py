@@ -36,8 +36,10 @@ def static_rows(rows: int) -> int:
 class ActingServer:
     """The acting graph of the newest weights it was given, run over several requests at once."""
 
-    def __init__(self):
-        self.graph = GraphForward()
+    def __init__(self, forward=None):
+        """`forward`: what runs the network (by default the acting graph in ONNX Runtime on this
+        process's CPU; on a GPU, actors/torch_serving.py's TorchForward)."""
+        self.forward = forward or GraphForward()
         self.version = -1
         self.forwards = 0  # forward passes run
         self.requests = 0  # requests answered (requests / forwards: how many each forward served)
@@ -47,7 +49,7 @@ class ActingServer:
         """Act with `weights` from now on, when newer than those it has."""
         with self._lock:
             if weights.version > self.version:
-                self.graph.load(weights)
+                self.forward.load(weights)
                 self.version = weights.version
 
     def run(self, requests: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
@@ -63,7 +65,7 @@ class ActingServer:
                 parts.append(np.zeros((padded - rows, *parts[0].shape[1:]), parts[0].dtype))
             data[name] = np.concatenate(parts) if len(parts) > 1 else parts[0]
         with self._lock:
-            outputs = self.graph.run(**data)
+            outputs = self.forward.run(**data)
         self.forwards += 1
         self.requests += len(requests)
         cuts = np.cumsum(sizes)[:-1]

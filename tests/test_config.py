@@ -116,6 +116,7 @@ BAD_TRAIN_ARGS = [
     (["collectors.act_device=cuda", "collectors.act_fusion=on"], "act_fusion on is oneDNN's, for CPUs"),
     (["collectors.act_device=cuda", "learner.device=cpu"], "collectors.act_device cuda shares the learner's GPU"),
     (["configs/pendulum.yaml", "collectors.act_device=cuda"], "collectors.act_device cuda is for dqn; algo.name sac"),
+    (["configs/popgym.yaml", "collectors.act_device=cuda"], "collectors.act_device cuda is for dqn; algo.name r2d2"),
 ]
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -609,6 +610,32 @@ def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_k
     with pytest.raises(PlacementError, match="^collectors.act_device is cuda but the Ray cluster has no GPU; use auto"):
         choose_act_device(load_config(None, ["collectors.act_device=cuda"]), [{"CPU": 2.0}], "cpu", True,
                           ProgressLine(io.StringIO()))
+
+
+def test_served_acting_on_a_gpu_asks_for_one_share_per_node_and_none_per_collector():
+    """With collectors.acting served the node's acting server runs the forward: on a GPU box it
+    takes the acting half of the GPU, its collectors ask for none; a collector on a node without a
+    GPU would have no server there, so cuda asked for is refused naming it."""
+    from raypex.cluster.ray_runtime.devices import choose_act_device, gpu_requests, server_gpus, with_act_device
+
+    config = load_config(None, ["collectors.num=11", "collectors.acting=served"])
+    stream = io.StringIO()
+    assert choose_act_device(config, GPU_BOX, "cuda", True, ProgressLine(stream)) == "cuda"
+    assert "auto: cuda (an image network and a GPU on every node; each node's acting server reserves 0.5 GPU)" \
+        in stream.getvalue()
+    resolved = with_act_device(config, "cuda")
+    assert gpu_requests(resolved, "cuda", "cuda") == (0.5, 0.0) and server_gpus(resolved) == 0.5
+    assert server_gpus(with_act_device(config, "cpu")) == 0.0
+    sac = load_config(Path(__file__).parents[1] / "configs/pendulum.yaml", ["collectors.acting=served", "collectors.act_device=cuda"])
+    assert sac.collectors.act_device == "cuda"  # any plug-in's module runs on a GPU server
+    check_fits(ResourceRequest(11, 1.0, 4.0, 0.5, 0.0, server_gpus=0.5), GPU_BOX)
+    with pytest.raises(PlacementError, match=r"^the learner's 0.5 GPU and the acting server of its node's collectors "
+                                             r"\(0.8 GPU\) do not fit on one node's 1 GPU"):
+        check_fits(ResourceRequest(11, 1.0, 4.0, 0.5, 0.0, server_gpus=0.8), GPU_BOX)
+    with pytest.raises(PlacementError, match="^collectors.acting served with act_device cuda puts an acting server on "
+                                             "the GPU of each collector's node, and 1 of the cluster's 2 nodes"):
+        choose_act_device(load_config(None, ["collectors.acting=served", "collectors.act_device=cuda"]), MIXED,
+                          "cuda", True, ProgressLine(io.StringIO()))
 
 
 def test_a_collector_told_to_act_on_a_gpu_it_cannot_see_says_so():

@@ -10,12 +10,14 @@ import uuid
 
 import numpy as np
 import pytest
+import torch
 
 from raypex.actors.acting_line import (NEEDS_WEIGHTS_TAG, OK, LineClient, LineServer, decode, encode, receive,
                                        socket_address)
 from raypex.actors.onnx_acting import DATA_INPUTS
 from raypex.actors.served_acting import ActingServer, ServedForward, served_in_process, static_rows
 from raypex.actors.settings import CollectorSettings
+from raypex.actors.torch_serving import TorchForward
 from raypex.learner.acting_graph import export_acting_graph
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.weights import export_arrays
@@ -49,13 +51,18 @@ def test_a_batch_runs_at_a_power_of_two_rows():
     assert [static_rows(rows) for rows in (1, 2, 3, 5, 16, 17, 32, 33)] == [1, 2, 4, 8, 16, 32, 32, 64]
 
 
+@pytest.mark.parametrize("server_forward", ["onnx", "torch"])
 @pytest.mark.parametrize(("algo", "shape", "dtype", "extra"), POLICIES, ids=lambda v: str(v))
-def test_a_served_policy_acts_as_the_local_one(algo, shape, dtype, extra):
+def test_a_served_policy_acts_as_the_local_one(algo, shape, dtype, extra, server_forward):
     """Two collectors on one server, each beside its local twin: same weights (a second version
-    midway), observations and random streams give the same actions, extras and states. (Before
-    the first weights a policy acting in torch explores with its own initial network, where the
-    acting graph, which comes with the weights, acts at random: so the weights come first.)"""
-    plugin, server = algorithm(algo), ActingServer()
+    midway), observations and random streams give the same actions, extras and states, whether the
+    server runs the acting graph or the plug-in's module in torch (a GPU server's, here on the
+    CPU). (Before the first weights a policy acting in torch explores with its own initial
+    network, where the acting graph, which comes with the weights, acts at random: so the weights
+    come first.)"""
+    plugin = algorithm(algo)
+    server = ActingServer(TorchForward(settings(algo, shape, dtype, **dict(extra)), "cpu")
+                          if server_forward == "torch" else None)
     pairs = []
     for index in range(2):
         s = settings(algo, shape, dtype, index, **dict(extra))
@@ -81,6 +88,26 @@ def test_a_served_policy_acts_as_the_local_one(algo, shape, dtype, extra):
             if states[0] is not None:
                 np.testing.assert_allclose(states[1], states[0], rtol=1e-5, atol=1e-5)
     assert server.version == 4 and server.forwards == server.requests == 2 * 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a GPU server's captured forward needs CUDA")
+@pytest.mark.parametrize(("algo", "shape", "dtype", "extra"), POLICIES, ids=lambda v: str(v))
+def test_a_gpu_server_captures_each_batch_shape_and_follows_new_weights(algo, shape, dtype, extra):
+    """On a GPU each padded batch shape runs as a CUDA graph: its outputs are the module's on the
+    CPU, for two shapes, and again after a new version lands in the parameters the graphs read."""
+    s = settings(algo, shape, dtype, **dict(extra))
+    gpu, cpu = TorchForward(s, "cuda"), TorchForward(s, "cpu")
+    for version in (1, 2):
+        weights = published(s, version)
+        gpu.load(weights)
+        cpu.load(weights)
+        for rows in (4, 16):
+            data = {"obs": _obs(shape, dtype, rows, seed=rows + version)}
+            if "state" in algorithm(algo).acting_inputs:
+                data["state"] = np.random.default_rng(rows).normal(size=(rows, 2 * s.recurrent_size)).astype(np.float32)
+            for on_gpu, on_cpu in zip(gpu.run(**data), cpu.run(**data), strict=True):
+                np.testing.assert_allclose(on_gpu, on_cpu, rtol=1e-3, atol=1e-3)
+    assert len(gpu._captured) == 2
 
 
 def test_one_forward_answers_every_request_waiting_each_its_own_rows():

@@ -40,18 +40,21 @@ class CollectorsConfig(Section):
     act_device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where collectors run their acting network: auto = the GPU for image networks when the "
         "learner trains on a GPU and every node of the cluster has one (each collector then asks Ray for num_gpus of "
-        "it), else the CPU. cuda: one host-to-device copy of each vector step's observations, one forward, actions "
-        "back (dqn only: td3, sac and r2d2 run the acting graph on the CPU, in ONNX Runtime)."
+        "it; with acting served, each node's acting server does), else the CPU. cuda: one host-to-device copy of "
+        "each vector step's observations, one forward, actions back (acting local: dqn only, since td3, sac and "
+        "r2d2 run the acting graph on the CPU, in ONNX Runtime)."
     )
     acting: Literal["local", "served"] = Field(
         "local", description="Who runs the acting network: local = each collector, in its own process; served = one "
         "acting server per node, which runs one forward for the requests of every collector on that node (each "
         "collector keeps its own exploration, random stream and recurrent state, so it chooses the actions it "
-        "would locally). Served acting runs the acting graph on the node's CPU."
+        "would locally). The server runs the acting graph on the node's CPU, or with act_device cuda the plug-in's "
+        "module on the node's GPU, each padded batch shape captured as a CUDA graph."
     )
     num_gpus: float | Literal["auto"] = Field(
-        "auto", description="GPU share Ray reserves per collector acting on a GPU; auto = half a GPU split over "
-        "the collectors (the learner takes the other half of its GPU)."
+        "auto", description="GPU share Ray reserves per collector acting on a GPU (acting served: per node's acting "
+        "server); auto = half a GPU split over the collectors, or half a GPU for each server (the learner takes "
+        "the other half of its GPU)."
     )
     _act_fusion_on_off = field_validator("act_fusion", mode="before")(on_off_from_yaml_bools)
 
@@ -66,6 +69,4 @@ class CollectorsConfig(Section):
     def _fusion_is_for_cpus(self) -> CollectorsConfig:
         if self.act_device == "cuda" and self.act_fusion == "on":
             raise ValueError("act_fusion on is oneDNN's, for CPUs; with act_device cuda use auto or off")
-        if self.acting == "served" and self.act_device == "cuda":
-            raise ValueError("acting served runs the acting graph on each node's CPU; with it use act_device auto or cpu")
         return self

@@ -312,9 +312,10 @@ class RunConfig(Section):
                              "use collectors.acting local")
         self._check_sale(continuous)
         self._check_sequences()
-        if continuous and self.collectors.act_device == "cuda":
+        if continuous and self.collectors.act_device == "cuda" and self.collectors.acting == "local":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act on their CPU "
-                             "(the acting graph, in ONNX Runtime); use auto or cpu")
+                             "(the acting graph, in ONNX Runtime); use auto or cpu, or collectors.acting served (its "
+                             "server acts on the node's GPU)")
         if self.collectors.act_device == "cuda" and self.learner.device == "cpu":
             raise ValueError("collectors.act_device cuda shares the learner's GPU, and learner.device is cpu; "
                              "use collectors.act_device auto or cpu, or learner.device auto or cuda")
@@ -364,9 +365,10 @@ class RunConfig(Section):
         if self.learner.cuda_graphs == "on":
             raise ValueError(f"learner.cuda_graphs on: algo.name {name}'s update is not captured as CUDA graphs yet "
                              "(it runs eagerly on a GPU); use auto or off")
-        if self.collectors.act_device == "cuda":
+        if self.collectors.act_device == "cuda" and self.collectors.acting == "local":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {name}'s collectors run the acting graph "
-                             "on their CPU; use auto or cpu")
+                             "on their CPU; use auto or cpu, or collectors.acting served (its server acts on the node's "
+                             "GPU)")
         if self.network.critic_norm != "none":
             raise ValueError(f"network.critic_norm {self.network.critic_norm} is not for algo.name {name}; use none")
         if replay.prioritized and replay.initial_priority == "td":

@@ -19,6 +19,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from raypex.actors.acting_line import LineServer
 from raypex.actors.served_acting import ActingServer
+from raypex.actors.settings import CollectorSettings
 
 _RETRY_S = 0.05  # between tries at a server Ray is restarting
 
@@ -26,8 +27,15 @@ _RETRY_S = 0.05  # between tries at a server Ray is restarting
 class ActingServerActor:
     """One node's acting server: its socket at `path`, one forward per batch of waiting requests."""
 
-    def __init__(self, path: str):
-        self.server = ActingServer()
+    def __init__(self, path: str, settings: CollectorSettings, device: str = "cpu"):
+        """`device`: cpu (the acting graph in ONNX Runtime) or cuda (the plug-in's module on the
+        GPU Ray gave this actor, built from a collector's `settings`: actors/torch_serving.py)."""
+        forward = None
+        if device == "cuda":
+            from raypex.actors.torch_serving import TorchForward
+
+            forward = TorchForward(settings, device)
+        self.server = ActingServer(forward)
         self.line = LineServer(self.server, path)
         threading.Thread(target=self.line.serve_forever, name="acting-line", daemon=True).start()
 

@@ -60,7 +60,12 @@ def build_local(plan: Topology, device: str = "cpu", env_step_budget: int | None
     host = LearnerHost(lp.settings, device, 1, lp.replay, weights, starved=every_collector_collects)
     # collector i -> shard i of the replay (chunks), the learner -> every collector (weights, through the board)
     # collectors.acting served: one acting server, in this process, for every collector
-    server = ActingServer() if any(c.settings.acting == "served" for c in plan.collectors) else None
+    server = None
+    first = plan.collectors[0].settings
+    if first.acting == "served":  # on this process's GPU with act_device cuda (actors/torch_serving.py)
+        from raypex.actors.torch_serving import TorchForward
+
+        server = ActingServer(TorchForward(first, "cuda") if first.act_device == "cuda" else None)
     for c in plan.collectors:
         writer = ShardWriter(host, c.index)
         served = served_in_process(server) if server is not None else None

@@ -55,40 +55,56 @@ def choose_act_device(config: RunConfig, nodes: list[dict[str, float]], learner_
     """'cuda' or 'cpu' for the collectors' acting network (collectors.act_device); with auto,
     says which and why when the answer depends on the cluster."""
     wanted = config.collectors.act_device
-    if wanted == "cpu" or config.collectors.acting == "served":
+    served = config.collectors.acting == "served"
+    if wanted == "cpu":
         return "cpu"
+    without = [i for i, n in enumerate(nodes) if n.get("CPU", 0.0) > 0 and not n.get("GPU", 0.0)]
     if wanted == "cuda":
         if not any(n.get("GPU", 0.0) > 0 for n in nodes):
             raise PlacementError("collectors.act_device is cuda but the Ray cluster has no GPU; use auto or cpu")
+        if served and without:  # a collector there would have no server: it must sit beside a GPU
+            raise PlacementError(f"collectors.acting served with act_device cuda puts an acting server on the GPU of "
+                                 f"each collector's node, and {len(without)} of the cluster's {len(nodes)} nodes have "
+                                 "none; use act_device auto or cpu")
         return "cuda"
     if not algorithm(config.algo.name).acts_on_gpu or not image_obs or learner_device != "cuda":
         return "cpu"  # MLPs act faster on their core than through a GPU launch
-    without = [i for i, n in enumerate(nodes) if n.get("CPU", 0.0) > 0 and not n.get("GPU", 0.0)]
     if without:
         progress.message(f"collectors.act_device auto: cpu ({len(without)} of the cluster's {len(nodes)} nodes have "
                          "no GPU; collectors.act_device=cuda keeps every collector on GPU nodes)")
         return "cpu"
-    share = collector_gpu_share(config)
-    progress.message(f"collectors.act_device auto: cuda (an image network and a GPU on every node; each collector "
-                     f"reserves {share:g} GPU)")
+    who = "each node's acting server" if served else "each collector"
+    progress.message(f"collectors.act_device auto: cuda (an image network and a GPU on every node; {who} "
+                     f"reserves {collector_gpu_share(config):g} GPU)")
     return "cuda"
 
 
 def collector_gpu_share(config: RunConfig) -> float:
-    """The GPU share each collector acting on a GPU reserves: collectors.num_gpus, or with auto half
-    a GPU split over the collectors, rounded down to Ray's finest fraction."""
+    """The GPU share each collector acting on a GPU reserves, or with served acting each node's
+    acting server: collectors.num_gpus, or with auto half a GPU, split over the collectors (the
+    server acts for all of its node's), rounded down to Ray's finest fraction."""
     share = config.collectors.num_gpus
     if share == "auto":
-        share = round(math.floor(COLLECTORS_GPU_SHARE / config.collectors.num / MIN_GPU_SHARE) * MIN_GPU_SHARE, 4)
+        split = 1 if config.collectors.acting == "served" else config.collectors.num
+        share = round(math.floor(COLLECTORS_GPU_SHARE / split / MIN_GPU_SHARE) * MIN_GPU_SHARE, 4)
     return max(float(share), MIN_GPU_SHARE)
 
 
 def gpu_requests(config: RunConfig, learner_device: str, act_device: str) -> tuple[float, float]:
-    """(the learner's GPUs, each collector's GPUs) to ask Ray for."""
-    collector = collector_gpu_share(config) if act_device == "cuda" else 0.0
+    """(the learner's GPUs, each collector's GPUs) to ask Ray for; a served collector asks for none
+    (its node's acting server does: `server_gpus`)."""
+    acting_share = collector_gpu_share(config) if act_device == "cuda" else 0.0
+    collector = 0.0 if config.collectors.acting == "served" else acting_share
     if learner_device != "cuda":
         return 0.0, collector
-    return (LEARNER_GPU_BESIDE_ACTING if collector else 1.0), collector
+    return (LEARNER_GPU_BESIDE_ACTING if acting_share else 1.0), collector
+
+
+def server_gpus(config: RunConfig) -> float:
+    """What each node's acting server asks Ray for (collectors.acting served; act_device resolved)."""
+    if config.collectors.acting != "served" or config.collectors.act_device != "cuda":
+        return 0.0
+    return collector_gpu_share(config)
 
 
 def with_act_device(config: RunConfig, act_device: str) -> RunConfig:

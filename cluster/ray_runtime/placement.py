@@ -38,6 +38,7 @@ class ResourceRequest:
     learner_gpus: float
     collector_gpus: float = 0.0  # > 0 when collectors act on a GPU (collectors.act_device)
     num_learners: int = 1  # learner.num: each asks for learner_cpus and learner_gpus
+    server_gpus: float = 0.0  # > 0 when each node's acting server acts on its GPU (outside the bundles)
 
     def bundles(self) -> list[dict[str, float]]:
         """A learner's bundle, then one per collector (collector i's is i + 1)."""
@@ -117,6 +118,12 @@ def check_fits(request: ResourceRequest, nodes: list[dict[str, float]]) -> None:
         raise PlacementError(
             f"{who} for {learners * request.learner_gpus:g} GPU but the Ray cluster has {total_gpu:g}; "
             "set learner.device=cpu or add a GPU node"
+        )
+    largest_gpu = max((n.get("GPU", 0.0) for n in nodes), default=0.0)
+    if request.server_gpus and request.learner_gpus + request.server_gpus > largest_gpu + _EPS:
+        raise PlacementError(
+            f"the learner's {request.learner_gpus:g} GPU and the acting server of its node's collectors "
+            f"({request.server_gpus:g} GPU) do not fit on one node's {largest_gpu:g} GPU; lower collectors.num_gpus"
         )
     need_gpu = learners * request.learner_gpus + request.num_collectors * request.collector_gpus
     if request.collector_gpus and need_gpu > total_gpu + _EPS:

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raypex.actors.acting_line import socket_address
 from raypex.actors.envs import EnvSpec
+from raypex.actors.settings import CollectorSettings
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.ray_runtime.address import ConnectError, check_gcs_auth, check_gcs_port, join_failed
-from raypex.cluster.ray_runtime.devices import gpu_requests
+from raypex.cluster.ray_runtime.devices import gpu_requests, server_gpus
 from raypex.cluster.ray_runtime.placement import (
     Reservation,
     ResourceRequest,
@@ -254,6 +256,7 @@ def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
         learner_gpus=learner_gpus,
         collector_gpus=collector_gpus,
         num_learners=config.learner.num,
+        server_gpus=server_gpus(config),
     )
 
 
@@ -327,19 +330,25 @@ def acting_server_name(run_id: str, index: int) -> str:
     return f"raypex-{run_id}-acting-{index}"
 
 
-def start_acting_servers(group: Reservation, run_id: str) -> tuple[list, list[str]]:
-    """One acting server per node that holds collectors, in the bundle of the node's first
-    collector and taking none of its CPU (it runs the forwards the collectors would have run);
-    Ray restarts one that dies, and its collectors wait for it. Returns the servers and the name of
-    each collector's."""
+def start_acting_servers(group: Reservation, run_id: str, settings: list[CollectorSettings],
+                         gpus: float) -> tuple[list, list[str]]:
+    """One acting server per node that holds collectors, taking none of their CPU (it runs the
+    forwards the collectors would have run): in the bundle of the node's first collector, or with
+    `gpus` (act_device cuda) pinned to the node with that share of its GPU, which the collectors'
+    bundles do not hold. Ray restarts one that dies, and its collectors wait for it. Returns the
+    servers and the name of each collector's. `settings`: each collector's (a GPU server builds
+    the network from its node's first)."""
     servers, name_of_node = [], {}
     nodes = group.collector_nodes()
     for index, node in enumerate(nodes):
         if node not in name_of_node:
-            name_of_node[node] = acting_server_name(run_id, len(servers))
-            servers.append(ray.remote(ActingServerActor).options(
-                num_cpus=0, scheduling_strategy=group.collector_place(index), max_restarts=-1,
-                name=name_of_node[node]).remote(socket_address(name_of_node[node])))
+            name_of_node[node] = name = acting_server_name(run_id, len(servers))
+            if gpus:
+                options = {"num_gpus": gpus, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+            else:
+                options = {"scheduling_strategy": group.collector_place(index)}
+            servers.append(ray.remote(ActingServerActor).options(num_cpus=0, max_restarts=-1, name=name, **options)
+                           .remote(socket_address(name), settings[index], "cuda" if gpus else "cpu"))
     return servers, [name_of_node[node] for node in nodes]
 
 
@@ -380,7 +389,9 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         scheduling_strategy=group.learner_place(p.rank), name=learner_name(run_id, p.rank), **learner_options,
     ).remote(p.settings, device, p.num_threads, p.replay, []) for p in member_plans]
     served = config.collectors.acting == "served"
-    servers, server_names = start_acting_servers(group, run_id) if served else ([], [None] * len(names))
+    servers, server_names = (start_acting_servers(group, run_id, [c.settings for c in plan.collectors],
+                                                  server_gpus(config))
+                             if served else ([], [None] * len(names)))
     collector_cls = ray.remote(CollectorActor)
     collectors = []
     for collector_plan, name in zip(plan.collectors, names):
