@@ -60,7 +60,13 @@ class TorchForward:
             with torch.inference_mode():
                 return [output.numpy() for output in self._call({n: torch.from_numpy(a) for n, a in data.items()})]
         shapes = tuple((name, array.shape, array.dtype.str) for name, array in data.items())
-        captured = self._captured.get(shapes) or self._capture(shapes, data)
+        if shapes not in self._captured:
+            self._captured[shapes] = self._capture(data)
+        captured = self._captured[shapes]
+        if captured is None:  # a module torch could not capture runs eagerly on the GPU
+            with torch.inference_mode():
+                inputs = {name: torch.from_numpy(array).to(self.device) for name, array in data.items()}
+                return [output.cpu().numpy() for output in self._call(inputs)]
         for name, array in data.items():
             captured.inputs[name].copy_(torch.from_numpy(array))
         captured.graph.replay()
@@ -70,7 +76,9 @@ class TorchForward:
         outputs = self.module(*(data[name] for name in self.inputs))
         return tuple(outputs) if isinstance(outputs, tuple | list) else (outputs,)
 
-    def _capture(self, shapes: tuple, data: dict[str, np.ndarray]) -> _Captured:
+    def _capture(self, data: dict[str, np.ndarray]) -> _Captured | None:
+        """This batch shape's CUDA graph, or None where torch cannot capture the module (a plug-in's
+        own module may call what a graph cannot hold): it then runs eagerly."""
         inputs = {name: torch.from_numpy(array).to(self.device) for name, array in data.items()}
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -79,7 +87,10 @@ class TorchForward:
                 self._call(inputs)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.inference_mode():
-            outputs = self._call(inputs)
-        self._captured[shapes] = captured = _Captured(graph, inputs, outputs)
-        return captured
+        try:
+            with torch.cuda.graph(graph), torch.inference_mode():
+                outputs = self._call(inputs)
+        except RuntimeError:
+            torch.cuda.synchronize(self.device)
+            return None
+        return _Captured(graph, inputs, outputs)

@@ -107,7 +107,7 @@ def test_a_gpu_server_captures_each_batch_shape_and_follows_new_weights(algo, sh
                 data["state"] = np.random.default_rng(rows).normal(size=(rows, 2 * s.recurrent_size)).astype(np.float32)
             for on_gpu, on_cpu in zip(gpu.run(**data), cpu.run(**data), strict=True):
                 np.testing.assert_allclose(on_gpu, on_cpu, rtol=1e-3, atol=1e-3)
-    assert len(gpu._captured) == 2
+    assert len(gpu._captured) == 2 and all(captured is not None for captured in gpu._captured.values())
 
 
 def test_one_forward_answers_every_request_waiting_each_its_own_rows():
