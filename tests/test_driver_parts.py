@@ -600,13 +600,13 @@ def test_gpu_acting_collectors_share_half_the_learners_gpu_and_the_user_config_k
     from raypex.cluster.ray_runtime.devices import choose_act_device, gpu_requests, with_act_device
 
     config = load_config(None, ["collectors.num=11"])
-    assert gpu_requests(config, "cuda", "cpu") == (1.0, 0.0)
-    assert gpu_requests(config, "cuda", "cuda") == (0.5, 0.0454)  # 11 x 0.0454 = 0.4994 of the other half
-    assert gpu_requests(load_config(None, ["collectors.num_gpus=0.1"]), "cuda", "cuda") == (0.5, 0.1)
+    assert gpu_requests(config, "cuda", "cpu") == (1.0, 0.0, 0.0)
+    assert gpu_requests(config, "cuda", "cuda") == (0.5, 0.0454, 0.0)  # 11 x 0.0454 = 0.4994 of the other half
+    assert gpu_requests(load_config(None, ["collectors.num_gpus=0.1"]), "cuda", "cuda") == (0.5, 0.1, 0.0)
     resolved = with_act_device(config, "cuda")
     assert (resolved.collectors.act_device, resolved.collectors.num_gpus) == ("cuda", 0.0454)
     assert (config.collectors.act_device, config.collectors.num_gpus) == ("auto", "auto")
-    check_fits(ResourceRequest(11, 1.0, 4.0, *gpu_requests(config, "cuda", "cuda")), GPU_BOX)
+    check_fits(ResourceRequest(11, 1.0, 4.0, *gpu_requests(config, "cuda", "cuda")[:2]), GPU_BOX)
     with pytest.raises(PlacementError, match="^collectors.act_device is cuda but the Ray cluster has no GPU; use auto"):
         choose_act_device(load_config(None, ["collectors.act_device=cuda"]), [{"CPU": 2.0}], "cpu", True,
                           ProgressLine(io.StringIO()))
@@ -616,7 +616,7 @@ def test_served_acting_on_a_gpu_asks_for_one_share_per_node_and_none_per_collect
     """With collectors.acting served the node's acting server runs the forward: on a GPU box it
     takes the acting half of the GPU, its collectors ask for none; a collector on a node without a
     GPU would have no server there, so cuda asked for is refused naming it."""
-    from raypex.cluster.ray_runtime.devices import choose_act_device, gpu_requests, server_gpus, with_act_device
+    from raypex.cluster.ray_runtime.devices import choose_act_device, gpu_requests, with_act_device
 
     config = load_config(None, ["collectors.num=11", "collectors.acting=served"])
     stream = io.StringIO()
@@ -624,8 +624,8 @@ def test_served_acting_on_a_gpu_asks_for_one_share_per_node_and_none_per_collect
     assert "auto: cuda (an image network and a GPU on every node; each node's acting server reserves 0.5 GPU)" \
         in stream.getvalue()
     resolved = with_act_device(config, "cuda")
-    assert gpu_requests(resolved, "cuda", "cuda") == (0.5, 0.0) and server_gpus(resolved) == 0.5
-    assert server_gpus(with_act_device(config, "cpu")) == 0.0
+    assert gpu_requests(resolved, "cuda", "cuda") == (0.5, 0.0, 0.5)
+    assert gpu_requests(with_act_device(config, "cpu"), "cuda", "cpu") == (1.0, 0.0, 0.0)
     sac = load_config(Path(__file__).parents[1] / "configs/pendulum.yaml", ["collectors.acting=served", "collectors.act_device=cuda"])
     assert sac.collectors.act_device == "cuda"  # any plug-in's module runs on a GPU server
     check_fits(ResourceRequest(11, 1.0, 4.0, 0.5, 0.0, server_gpus=0.5), GPU_BOX)

@@ -90,21 +90,16 @@ def collector_gpu_share(config: RunConfig) -> float:
     return max(float(share), MIN_GPU_SHARE)
 
 
-def gpu_requests(config: RunConfig, learner_device: str, act_device: str) -> tuple[float, float]:
-    """(the learner's GPUs, each collector's GPUs) to ask Ray for; a served collector asks for none
-    (its node's acting server does: `server_gpus`)."""
+def gpu_requests(config: RunConfig, learner_device: str, act_device: str) -> tuple[float, float, float]:
+    """(the learner's GPUs, each collector's, each node's acting server's) to ask Ray for: the
+    acting share goes to each collector acting on a GPU, or with served acting to each node's
+    acting server, whose collectors then ask for none."""
     acting_share = collector_gpu_share(config) if act_device == "cuda" else 0.0
-    collector = 0.0 if config.collectors.acting == "served" else acting_share
+    served = config.collectors.acting == "served"
+    collector, server = (0.0, acting_share) if served else (acting_share, 0.0)
     if learner_device != "cuda":
-        return 0.0, collector
-    return (LEARNER_GPU_BESIDE_ACTING if acting_share else 1.0), collector
-
-
-def server_gpus(config: RunConfig) -> float:
-    """What each node's acting server asks Ray for (collectors.acting served; act_device resolved)."""
-    if config.collectors.acting != "served" or config.collectors.act_device != "cuda":
-        return 0.0
-    return collector_gpu_share(config)
+        return 0.0, collector, server
+    return (LEARNER_GPU_BESIDE_ACTING if acting_share else 1.0), collector, server
 
 
 def with_act_device(config: RunConfig, act_device: str) -> RunConfig:

@@ -27,7 +27,7 @@ from raypex.actors.envs import EnvSpec
 from raypex.actors.settings import CollectorSettings
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.ray_runtime.address import ConnectError, check_gcs_auth, check_gcs_port, join_failed
-from raypex.cluster.ray_runtime.devices import gpu_requests, server_gpus
+from raypex.cluster.ray_runtime.devices import gpu_requests
 from raypex.cluster.ray_runtime.placement import (
     Reservation,
     ResourceRequest,
@@ -248,7 +248,7 @@ def node_resources() -> list[dict[str, float]]:
 def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
     """What the config asks Ray for, with the learner on `learner_device` and the collectors acting
     where config.collectors.act_device says (resolved by cluster/ray_runtime/devices.py)."""
-    learner_gpus, collector_gpus = gpu_requests(config, learner_device, config.collectors.act_device)
+    learner_gpus, collector_gpus, server_gpus = gpu_requests(config, learner_device, config.collectors.act_device)
     return ResourceRequest(
         num_collectors=config.collectors.num,
         collector_cpus=config.collectors.num_cpus,
@@ -256,7 +256,7 @@ def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
         learner_gpus=learner_gpus,
         collector_gpus=collector_gpus,
         num_learners=config.learner.num,
-        server_gpus=server_gpus(config),
+        server_gpus=server_gpus,
     )
 
 
@@ -390,7 +390,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     ).remote(p.settings, device, p.num_threads, p.replay, []) for p in member_plans]
     served = config.collectors.acting == "served"
     servers, server_names = (start_acting_servers(group, run_id, [c.settings for c in plan.collectors],
-                                                  server_gpus(config))
+                                                  request.server_gpus)
                              if served else ([], [None] * len(names)))
     collector_cls = ray.remote(CollectorActor)
     collectors = []
