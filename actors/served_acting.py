@@ -101,7 +101,11 @@ class ServedForward:
         """The graph's outputs for these rows, computed by the server with weights at least as new
         as this collector's."""
         outputs = self.serve(data, self.weights.version)
-        if isinstance(outputs, str):  # a server that has not seen this version (or restarted)
+        # A server that has not seen this version, or a new process: Ray may restart the server
+        # between it taking the weights and the next request, so hand them over until it answers.
+        # Each round is one weights call and one request, each waiting for a restarting server
+        # no longer than the collector's come-back time.
+        while isinstance(outputs, str):
             self.send_weights(self.weights)
             outputs = self.serve(data, self.weights.version)
         return outputs

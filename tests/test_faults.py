@@ -376,15 +376,19 @@ def test_served_acting_solves_cartpole_through_a_restart_of_its_acting_server(ru
     """collectors.acting served: the collectors' forwards run on the node's acting server. Killed
     mid-run, Ray restarts it; the collectors wait for it, hand the new process their weights with
     their next request and go on. The run solves CartPole, exits 0, and its env steps are what the
-    shards stored (a collector waiting on its server loses nothing)."""
+    shards stored (a collector waiting on its server loses nothing).
+
+    Each shard's count is compared at the end: the run may solve and end within the seconds a
+    live check would take to join its cluster."""
     run = running("collectors.acting=served", "stop.eval_return=490", "stop.env_steps=300000")
     run.read_until("[")  # first progress line: training has started
-    at_kill = run.kill_actor("acting-0")
-    run.wait_for_inserts(0, beyond=at_kill[0].inserted)  # acting again through the new process
-    run.wait_for_inserts(1, beyond=at_kill[1].inserted)
+    at_kill = run.kill_actor("acting-0")  # read once the new process answers
     assert run.finish() == 0, run.output
     result = run.summary()
     assert result["time_to_solve_s"] is not None and result["collector_restarts"] == 0, result
+    chunk = 16 * 16  # cartpole.yaml's chunk: one acted before the kill may land after it
+    for shard, stats in enumerate(at_kill):  # acting again through the new process
+        assert result["replay_inserted_per_shard"][shard] > stats.inserted + chunk, (shard, stats, result)
     assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
     assert "Traceback" not in run.output and "restarting it on its shard" not in run.output, run.output
 

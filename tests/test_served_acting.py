@@ -195,6 +195,29 @@ def test_a_server_without_the_collectors_weights_gets_them_with_its_first_answer
     assert sent == [3, 3]
 
 
+def test_a_collector_whose_weights_went_to_a_server_that_then_died_sends_them_again():
+    """Ray may restart the server between the collector handing it weights and asking again: the
+    new process answers NEEDS_WEIGHTS once more, and the collector hands them over again rather
+    than taking that answer for actions (which once stopped both collectors of a served run)."""
+    s = settings("dqn", (4,), "float32", num_actions=3)
+    processes = [ActingServer(), ActingServer()]  # the second starts when the first took the weights
+    sent = []
+
+    def serve(data, version):
+        return served_in_process(processes[0]).serve(data, version)
+
+    def send_weights(weights):
+        sent.append(weights.version)
+        processes[0].take(weights)
+        if len(processes) > 1:
+            processes.pop(0)  # killed right after taking them
+
+    forward = ServedForward(serve, send_weights)
+    forward.load(published(s, version=4))
+    (q,) = forward.run(obs=_obs((4,), "float32", 5))
+    assert sent == [4, 4] and q.shape == (5, 3) and processes[0].requests == 1
+
+
 class _TakingMeanwhile(ActingServer):
     """A server that takes a collector's newer weights (on Ray's thread) while its line answers:
     its version reads 1, then 2."""
