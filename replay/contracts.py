@@ -109,6 +109,11 @@ class CollectorStats:
     startup: dict[str, float] = field(default_factory=dict)  # its process's start moments (Ray actors only)
     env_step_running_s: float = 0.0  # how long the env step running now has taken (0: none running)
 
+    @classmethod
+    def idle(cls, index: int) -> CollectorStats:
+        """The counters of a slot no collector has taken yet (collectors.num auto)."""
+        return cls(index, 0, None, 0, 0, [], [], 0.0, None, -1, None, 0.0, {}, "fp32", "none")
+
 
 @dataclass(frozen=True)
 class PriorityStats:

@@ -133,6 +133,12 @@ class ReplayShard:
         if writer_env_steps is not None:
             self.writer_env_steps = max(self.writer_env_steps, writer_env_steps)
 
+    def writer_left(self, env_steps: int) -> None:
+        """Its collector left (its node gone) having counted `env_steps`: what this shard does not
+        hold of them went with the node, and the next collector to write here counts on from there."""
+        self.writer_env_steps = max(self.writer_env_steps, env_steps)
+        self.counts_lost_writes = True
+
     @property
     def lost_writes(self) -> int:
         """Transitions its collectors sent that this shard's counts do not hold: those a dead learner

@@ -122,6 +122,11 @@ class ShardedReplay:
             for shard in self.shards:
                 shard.counts_lost_writes = True
 
+    def writer_left(self, shard: int, env_steps: int) -> None:
+        """`shard`'s collector left with its node after counting `env_steps` (ReplayShard.writer_left)."""
+        with self.lock:
+            self.shards[shard].writer_left(env_steps)
+
     # -- inserts ------------------------------------------------------------------------------
     def attach_writer(self, shard: int) -> int:
         """A collector process starts writing to `shard`; the env steps to count on from."""

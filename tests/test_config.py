@@ -70,7 +70,7 @@ BAD_TRAIN_ARGS = [
     (["algo.batch_size=64"], "unknown config key 'algo.batch_size'; did you mean 'learner.micro_batch'?"),
     (["env.id=Pendulum-v1"], "algo.name dqn needs Discrete actions; env.id 'Pendulum-v1' has a Box action space"),
     (["env.id=CartPole-v1", "algo.name=td3"], "algo.name td3 needs a Box action space; env.id 'CartPole-v1' has 2"),
-    (["collectors.num=0"], "collectors.num: Input should be greater than or equal to 1"),
+    (["collectors.num=0"], "collectors.num: must be auto or a whole number from 1 to 1024"),
     (["learner.lr"], "'learner.lr' is neither a config file, a shipped config"),
     (["=3"], "override '=3' must look like section.key=value"),
     (["network.hidden=[64, 0]"], "hidden: every layer size must be >= 1"),

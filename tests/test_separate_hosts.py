@@ -95,29 +95,35 @@ class Hosts:
                 pass
 
 
-def ray_start(hosts: Hosts, i: int, stack: ExitStack, cpus: int = 2, env: dict | None = None) -> None:
+def ray_start(hosts: Hosts, i: int, stack: ExitStack, cpus: int = 2, env: dict | None = None,
+              own_tmp: bool = False) -> None:
     """`ray start` on host i (the head on host 0), `cpus` CPUs, stopped and killed at the end;
-    `env`: more of its environment."""
+    `env`: more of its environment. `own_tmp`: the host's /tmp/ray is its own (a tmpfs in its own
+    mount namespace), as a machine's is: Ray removes a host's copy of the run's shipped code there
+    when it leaves, which on a shared /tmp was every host's copy."""
     role = (["--head", f"--port={GCS_PORT}", "--include-dashboard=false"] if i == 0
             else [f"--address={hosts.addresses[0]}:{GCS_PORT}"])
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", *role, f"--node-ip-address={hosts.addresses[i]}",
             f"--num-cpus={cpus}", "--disable-usage-stats", "--block"]
     env = {**os.environ, "RAY_AUTH_MODE": "token", **(env or {})}
+    if own_tmp:
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && exec "$@"', "sh", *argv]
     node = subprocess.Popen(hosts.command(i, *argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     stack.callback(hosts.kill_everything_on, i)
     stack.callback(node.wait, timeout=30)
     stack.callback(node.send_signal, signal.SIGTERM)
 
 
-def hosts_with_ray(stack: ExitStack, cpus: list[int], env: dict | None = None) -> Hosts:
+def hosts_with_ray(stack: ExitStack, cpus: list[int], env: dict | None = None, spare: int = 0) -> Hosts:
     """A host per entry of `cpus`, each with Ray started on it (the head on host 0) with that many
-    CPUs, one after another (raylets that start at the same moment on one machine, one /tmp, one
+    CPUs, and `spare` hosts after them without Ray (yet), one after another (raylets that start at the same moment on one machine, one /tmp, one
     session directory, can pick the same socket names); the address file `ray start` leaves behind,
     which plain ray.init() would follow, is removed at the end unless it was there before."""
     address_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     if not address_file.exists():
         stack.callback(address_file.unlink, missing_ok=True)
-    hosts = Hosts(len(cpus), stack)
+    hosts = Hosts(len(cpus) + spare, stack)
     # as docs/guides/cluster.md has users start a cluster: a token first (kept if there is one), in
     # ~/.ray/auth_token, which every host here shares
     subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"], check=True,
@@ -250,3 +256,126 @@ def test_the_learners_host_taken_away_mid_run_the_run_revives_it_elsewhere_and_e
         assert (f"collector {i} has not come back 4s after its process died (its node is gone, and no node has "
                 "room for it): the run goes on with 1 collector") in err, err[-3000:]
 
+
+
+SLOW_CARTPOLE = """import time
+
+import gymnasium as gym
+
+
+class SlowStep(gym.Wrapper):
+    \"\"\"CartPole whose step costs a millisecond, as a heavier simulator's would.\"\"\"
+
+    def step(self, action):
+        time.sleep(0.001)
+        return self.env.step(action)
+
+
+def make(**kwargs):
+    return SlowStep(gym.make("CartPole-v1", **kwargs))
+"""
+
+# Run on the head's host: joins the cluster, finds the run's learner (placement.json) and waits
+# until each shard named took more than its count, printing every shard's counters; or drains the
+# node at an IP as a preemptible VM's notice does (Ray's drain with a deadline).
+ON_HEAD = """import json, sys, time
+import ray
+from ray.core.generated import autoscaler_pb2
+
+ray.init(address=sys.argv[1], logging_level="ERROR")
+if sys.argv[2] == "drain":
+    node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == sys.argv[3])
+    gcs = ray._raylet.GcsClient(address=sys.argv[1])
+    reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+    accepted, why = gcs.drain_node(node, reason, "preempted", int((time.time() + 60) * 1000))
+    assert accepted, why
+    sys.exit(0)
+placement = json.loads(open(sys.argv[3]).read())
+learner = ray.get_actor(f"raypex-{placement['run_id']}-learner", namespace=placement["namespace"])
+beyond = json.loads(sys.argv[4])  # {shard: count}
+deadline = time.monotonic() + 30
+while True:
+    stats = ray.get(learner.replay_stats.remote())
+    if all(stats[int(shard)].inserted > count for shard, count in beyond.items()):
+        break
+    assert time.monotonic() < deadline, f"the shards took nothing new within 30 s: {stats}"
+    time.sleep(0.2)  # a poll's pace: the loop ends on the counters
+print(json.dumps([{"inserted": s.inserted, "lost": s.lost_writes} for s in stats]))
+"""
+
+
+def on_head(hosts: Hosts, *args: str) -> str:
+    """ON_HEAD run on the head's host with `args`; its output (AssertionError with its stderr if it failed)."""
+    done = subprocess.run(hosts.command(0, sys.executable, "-c", ON_HEAD, f"{hosts.addresses[0]}:{GCS_PORT}", *args),
+                          check=False, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_AUTH_MODE": "token"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_collectors_follow_hosts_that_join_drain_and_die_and_the_run_solves(tmp_path):
+    """collectors.num auto across hosts: the learner's host (no room for collectors) and one
+    collector host at the start; a second host joins and its collectors write to their shards
+    within 30 s; it is drained with a deadline (a preemptible VM's notice) and its collectors leave
+    with every chunk stored (nothing lost); a third host takes their slots, writes, and is killed
+    with -9 (what it had in flight counts as lost). The run ends rc 0, CartPole solved, its env
+    steps what the shards stored plus what was lost; the replay never had more than
+    collectors.max shards.
+
+    The env's step costs a millisecond, and the first evaluation waits for 100,000 env steps: the
+    run cannot solve (and end) while the test is still moving hosts."""
+    if os.geteuid() != 0:
+        pytest.fail("making network namespaces needs root (CI runs as root); this test does not skip")
+    run, log, code = tmp_path / "elastic", tmp_path / "driver.log", tmp_path / "code"
+    code.mkdir()
+    (code / "slow_cartpole.py").write_text(SLOW_CARTPOLE)
+    quick_death = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
+    with ExitStack() as stack:
+        hosts = hosts_with_ray(stack, [1], env=quick_death, spare=3)
+        ray_start(hosts, 1, stack, cpus=1, env=quick_death, own_tmp=True)
+        wait_for_nodes(hosts, 2)
+        train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
+                              "--run-dir", str(run), "collectors.num=auto", "collectors.max=4", "collectors.per_node=2",
+                              "learner.num_cpus=1", "env.id=slow_cartpole:make", "eval.every_env_steps=100000",
+                              "eval.episodes=8", "stop.eval_return=475", "stop.env_steps=500000")
+        with open(log, "w") as out:
+            driver = subprocess.Popen(train, cwd=code, stdout=subprocess.DEVNULL, stderr=out,
+                                      env={**os.environ, "RAY_AUTH_MODE": "token"})
+        stack.callback(driver.kill)
+        deadline = time.monotonic() + 180
+        while "collectors 0, 1 joined on node" not in log.read_text() or not (run / "placement.json").is_file():
+            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)  # a poll's pace: the loop ends on the file
+        placement = str(run / "placement.json")
+        on_head(hosts, "inserts", placement, '{"0": 0, "1": 0}')
+        ray_start(hosts, 2, stack, cpus=1, env=quick_death, own_tmp=True)  # a second collector host joins
+        wait_for_nodes(hosts, 3)
+        joined = json.loads(on_head(hosts, "inserts", placement, '{"2": 0, "3": 0}'))  # within 30 s
+        on_head(hosts, "drain", hosts.addresses[2])
+        while log.read_text().count("left its draining node") < 2:
+            assert driver.poll() is None and time.monotonic() < deadline + 120, log.read_text()[-3000:]
+            time.sleep(0.2)
+        drained = json.loads(on_head(hosts, "inserts", placement, '{"0": 0}'))
+        assert [s["lost"] for s in drained] == [0, 0, 0, 0] and drained[2]["inserted"] >= joined[2]["inserted"], drained
+        hosts.kill_everything_on(2)  # the drained VM goes
+        ray_start(hosts, 3, stack, cpus=1, env=quick_death, own_tmp=True)  # a third host takes the free slots
+        took = {"2": drained[2]["inserted"], "3": drained[3]["inserted"]}
+        json.loads(on_head(hosts, "inserts", placement, json.dumps(took)))
+        hosts.kill_everything_on(3)  # without notice
+        try:
+            driver.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the run did not end:\n{log.read_text()[-3000:]}")
+    err = log.read_text()
+    assert driver.returncode == 0 and "Traceback" not in err, err[-3000:]
+    result = json.loads((run / "summary.json").read_text())
+    assert result["time_to_solve_s"] is not None, result
+    stored, lost = sum(result["replay_inserted_per_shard"]), result["replay_lost_transitions"]
+    assert result["env_steps"] == stored + lost and len(result["replay_inserted_per_shard"]) == 4, result
+    counts = [count for _, count in result["collectors_over_time"]]  # two hosts came and went
+    assert counts[0] == counts[-1] == 2 and sum(a < 4 == b for a, b in zip(counts, counts[1:])) == 2, result
+    history = json.loads((run / "placement.json").read_text())["collector_history"]
+    assert [(h["collector"], h["ip"], h["left"]) for h in history] == [
+        (0, hosts.addresses[1], "run ended"), (1, hosts.addresses[1], "run ended"),
+        (2, hosts.addresses[2], "drained"), (3, hosts.addresses[2], "drained"),
+        (2, hosts.addresses[3], "lost"), (3, hosts.addresses[3], "lost")], history

@@ -120,6 +120,8 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     if args.json is not None and not args.json.parent.is_dir():
         raise UsageError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    if config.collectors.elastic:
+        raise UsageError("collectors.num auto: the bench measures a fixed number of collectors; set collectors.num")
     from raypex.actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
 
     try:

@@ -15,7 +15,15 @@ MIN_GPU_SHARE = 1e-4  # the finest GPU fraction Ray allots
 class CollectorsConfig(Section):
     """The collector actors: how many, their exploration and how they push data."""
 
-    num: int = Field(2, ge=1, le=1024, description="Collector actors (each with its own shard).")
+    num: int | Literal["auto"] = Field(
+        2, description="Collector actors (each with its own shard); auto = follow the cluster: per_node collectors on "
+        "every node with room for them, up to max, started on a node that joins within seconds and stopped on one "
+        "that is drained (its last chunks stored first). The Ray runtime only.")
+    max: int | None = Field(
+        None, ge=1, le=1024, description="With num auto: the most collectors at once, and the replay's shards (each "
+        "replay.capacity transitions: a collector that joins takes a free one), so the replay never holds more than "
+        "replay.capacity x max; above the cluster's room, Ray's autoscaler is asked for their CPUs.")
+    per_node: int = Field(1, ge=1, le=1024, description="With num auto: collectors on each node that has room for them.")
     num_cpus: float = Field(0.4, gt=0.0, description="CPUs Ray reserves per collector.")
     chunk_steps: int = Field(16, ge=1, description="Vector steps folded into one pushed chunk.")
     max_pushes_in_flight: int = Field(2, ge=1, description="Chunk writes a collector may have pending.")
@@ -64,6 +72,31 @@ class CollectorsConfig(Section):
         if value != "auto" and not MIN_GPU_SHARE <= value <= 1.0:
             raise ValueError(f"must be auto or a share of one GPU from {MIN_GPU_SHARE:g} to 1")
         return value
+
+    @field_validator("num", mode="before")
+    @classmethod
+    def _a_count(cls, value: Any) -> Any:
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024):
+            raise ValueError("must be auto or a whole number from 1 to 1024")
+        return value
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the collectors follow the cluster (num auto)."""
+        return self.num == "auto"
+
+    @property
+    def shards(self) -> int:
+        """The replay's shards: one per collector, or with num auto one per collector it may have at once."""
+        return self.max if self.elastic else self.num
+
+    @model_validator(mode="after")
+    def _elastic_has_a_bound(self) -> CollectorsConfig:
+        if self.elastic and self.max is None:
+            raise ValueError("num auto needs max: the most collectors at once (each has a shard of its own)")
+        if not self.elastic and self.max is not None:
+            raise ValueError(f"max is for num auto; num {self.num} starts {self.num} collectors (drop max, or set num auto)")
+        return self
 
     @model_validator(mode="after")
     def _fusion_is_for_cpus(self) -> CollectorsConfig:

@@ -255,12 +255,14 @@ class RunConfig(Section):
                 f"learner.micro_batch ({self.learner.micro_batch}) must not exceed "
                 f"replay.capacity ({self.replay.capacity}), the transitions one shard holds"
             )
-        if self.replay.min_size > self.replay.capacity * self.collectors.num:
+        shards = self.collectors.shards
+        if self.replay.min_size > self.replay.capacity * shards:
             raise ValueError(
                 f"replay.min_size ({self.replay.min_size}) must not exceed the total replay "
-                f"capacity (replay.capacity x collectors.num = "
-                f"{self.replay.capacity * self.collectors.num})"
+                f"capacity (replay.capacity x {'collectors.max' if self.collectors.elastic else 'collectors.num'} = "
+                f"{self.replay.capacity * shards})"
             )
+        self._check_elastic()
         if self.learner.micro_batch > self.replay.min_size:
             raise ValueError(
                 f"learner.micro_batch ({self.learner.micro_batch}) must not exceed "
@@ -329,6 +331,23 @@ class RunConfig(Section):
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")
         return self
+
+    def _check_elastic(self) -> None:
+        """Collectors that follow the cluster (num auto) are Ray actors on its nodes, each acting on its own."""
+        if not self.collectors.elastic:
+            return
+        if self.runtime == "local":
+            raise ValueError("collectors.num auto follows a Ray cluster's nodes; --local runs every part in one process: "
+                             "set collectors.num to a number")
+        if self.learner.num > 1:
+            raise ValueError("collectors.num auto: each learner of a group hosts a fixed team of shards; set "
+                             "collectors.num to a number with learner.num above 1")
+        if self.collectors.acting == "served":
+            raise ValueError("collectors.num auto: acting servers are started with the run, one per node; use "
+                             "collectors.acting local, or collectors.num a number")
+        if self.collectors.act_device == "cuda":
+            raise ValueError("collectors.num auto: collectors act on their CPU (a GPU share per collector is reserved "
+                             "up front); use collectors.act_device auto or cpu")
 
     def _check_learners(self) -> None:
         learners = self.learner.num

@@ -49,7 +49,7 @@ class ProgressLine:
     def update(self, elapsed_s: float, env_steps: int, sps: float | None, episode_return: float | None,
                eval_return: float | None, loss: float | None, lag: float | None,
                goal_steps: int | None = None, filling: tuple[int, int] | None = None,
-               stopping: bool = False, may_solve: bool = False) -> None:
+               stopping: bool = False, may_solve: bool = False, collectors: int | None = None) -> None:
         """Draw the line (in place on a TTY; otherwise every `log_every_s`, and at once when the
         first loss is known, so that a log shows when learning began). With `goal_steps`
         (stop.env_steps) it shows the share done and the time left at the current speed, or
@@ -57,7 +57,8 @@ class ProgressLine:
         would be absurd); with `filling` (replay size, replay.min_size) it says replay is filling
         instead of the loss. `sps` None (not measured yet) shows "starting" for the speed and no time left.
         `may_solve` (stop.eval_return is set): an evaluation can end the run before stop.env_steps,
-        so the time left is said as an upper bound."""
+        so the time left is said as an upper bound. `collectors`: how many collect now, shown when
+        their number follows the cluster (collectors.num auto)."""
         done = ""
         if stopping:
             done = " (stopping)"
@@ -72,7 +73,7 @@ class ProgressLine:
         speed = f"{_fmt_count(sps):>6} steps/s" if sps is not None else "    starting"
         line = (f"[{elapsed_s:6.1f}s] env steps {_fmt_count(env_steps):>7}{done} | {speed} | "
                 f"return {_fmt(episode_return, '7.1f')} | eval {_fmt(eval_return, '6.1f')} | "
-                f"{learning} | lag {_fmt(lag, '.1f')}")
+                f"{learning} | lag {_fmt(lag, '.1f')}" + (f" | collectors {collectors}" if collectors is not None else ""))
         if self.live:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
@@ -99,11 +100,13 @@ class ProgressLine:
             self._width = 0
 
 
-def learner_ready_line(info: dict, collectors: int, envs: int, learners: int = 1) -> str:
+def learner_ready_line(info: dict, collectors, envs: int, learners: int = 1) -> str:
     """The line saying the learner (or every learner of a group) is ready: its device, precision,
     capture and compilation."""
     how = [info["precision"]] + ["update captured as a CUDA graph"] * info["cuda_graph"] + [
         "networks compiled"] * info["compiled"]
     over = "NCCL" if str(info["device"]).startswith("cuda") else "gloo"
     who = "learner ready" if learners == 1 else f"{learners} learners ready, their gradients summed over {over},"
-    return f"{who} on {info['device']} ({', '.join(how)}), {collectors} collectors x {envs} envs"
+    many = (f"up to {collectors.max} collectors (following the cluster, {collectors.per_node} per node)"
+            if collectors.elastic else f"{collectors.num} collectors")
+    return f"{who} on {info['device']} ({', '.join(how)}), {many} x {envs} envs"

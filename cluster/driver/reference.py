@@ -40,6 +40,8 @@ SUMMARY_FIELDS = {
     "eval_cpu_s": "the evaluator's CPU seconds over every evaluation",
     "evaluations_lost": "evaluations whose actor died or whose weights a restarted learner no longer held",
     "collector_restarts": "collectors (and the evaluator) restarted after dying",
+    "collectors_over_time": "[wall seconds, collectors collecting] at the start and at each change (collectors.num "
+                            "auto: as nodes join, drain and leave)",
     "learner_restarts": "learners restarted from their newest checkpoint",
     "checkpoint_s_max": "the longest a checkpoint set took, from asking the learner to its manifest written",
     "replay_checkpoint_pause_s_max": "the longest inserts waited while a shard was copied for a checkpoint",
@@ -84,6 +86,7 @@ TENSORBOARD_TAGS = (
     ("perf/policy_lag_mean", "weights versions the collectors' acting lagged the learner's, on average"),
     ("perf/policy_lag_max", "the same, at most"),
     ("perf/broadcast_ms", "milliseconds to put the weights into Ray's object store"),
+    ("perf/collectors", "collectors collecting (collectors.num auto: it follows the cluster's nodes)"),
     ("hparams/final_eval_return", "at the end: the newest evaluation, for the HPARAMS tab"),
     ("hparams/time_to_solve_s", "at the end: seconds to solve, for the HPARAMS tab"),
 )

@@ -100,7 +100,7 @@ class RestoredReplay(NamedTuple):
 def restore_replay(runtime, learner, num_shards: int, resume: ResumePoint) -> RestoredReplay:
     """Have the learner load every shard's replay from a checkpoint set's files, read where it runs."""
     if len(resume.replay_files) != num_shards:
-        why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num changed)"
+        why = f"the checkpoint has {len(resume.replay_files)} shards, the run {num_shards} (collectors.num or collectors.max changed)"
         return RestoredReplay(f"replay not restored: {why}; it refills", [])
     try:
         loaded = runtime.get([runtime.call(learner, "load_replay", i, location, part)

@@ -52,7 +52,7 @@ from raypex.cluster.hosts.learner_host import refused_by_a_restarted_learner
 from raypex.cluster.plan.env_fit import replay_line
 from raypex.cluster.plan.settings import eval_give_up
 from raypex.cluster.storage import OutputNotWritten
-from raypex.replay.contracts import EpochStats
+from raypex.replay.contracts import CollectorStats, EpochStats
 
 POLL_EVERY_S = 0.5
 STATS_WAIT_S = 5.0  # how long a poll waits for every actor's counters before reading them again at the next
@@ -93,7 +93,7 @@ class TrainingRun:
         self.epochs_done = resume.epochs if resume else 0
         self.outcome = RunOutcome(config.stop.eval_return, clock_start, kept_policy)
         self.revival = LearnerRevival(runtime, run_dir / "checkpoints", config.checkpoint.every_epochs,
-                                      config.collectors.num, config.checkpoint.replay, len(spec.obs_shape) != 1,
+                                      config.collectors.shards, config.checkpoint.replay, len(spec.obs_shape) != 1,
                                       progress.message, remote.replay_dir() if remote else None)
         self.collect_start: float | None = None  # when the learner was ready; collect_end: collectors told to stop
         self.collect_end: float | None = None
@@ -104,6 +104,7 @@ class TrainingRun:
         self.learner_warm, self.learner_warming = False, None
         self.placement: dict = {}  # placement.json: where each part runs
         self.last_collector_stats: dict[int, object] = {}  # each collector's newest counters (CollectorStats)
+        self.collectors_over_time: list[list[float]] = []  # [wall s, collectors collecting] at each change
         self.supervisor, self.evaluations = None, None  # the collectors' supervisor, EvaluationScheduler: made by _start
         self.queued_epochs: deque[QueuedEpoch] = deque()
         # what a resumed run's learner holds once restored (replay/digest.py): its weights, each shard
@@ -176,13 +177,13 @@ class TrainingRun:
                                   f"at the end  (tensorboard --logdir {run_dir / 'tensorboard'} while it runs)")
         else:
             self.progress.message(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tensorboard'})")
-        self.supervisor = self.rt.supervisor(self.actors, self.progress)
+        self.supervisor = self.rt.supervisor(self.actors, self.progress, self.reported_env_steps)
         self.evaluations = EvaluationScheduler(self.rt, self.actors.evaluator, self.config.eval.every_env_steps,
                                                self.config.eval.every_s, eval_give_up(self.config),
                                                lambda: self.rt.call(self.actors.learner, "published_weights"),
                                                self.config.eval.video_every)
         if self.resume and self.resume.replay_files:
-            restored = restore_replay(self.rt, self.actors.learner, self.config.collectors.num, self.resume)
+            restored = restore_replay(self.rt, self.actors.learner, self.config.collectors.shards, self.resume)
             self.restored_replay = restored.digests
             self.progress.message(restored.line)
         # The collectors start at once (an MLP's at random, a CNN's with its own initial network,
@@ -197,7 +198,7 @@ class TrainingRun:
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
-        self.progress.message(learner_ready_line(info, self.config.collectors.num, self.config.env.num_envs,
+        self.progress.message(learner_ready_line(info, self.config.collectors, self.config.env.num_envs,
                                                  self.config.learner.num))
         self.metrics.learner_version = info["version"]
         self.placement = self.actors.placement()
@@ -279,6 +280,9 @@ class TrainingRun:
         self.learner_warm = True
         self.epochs_done = revived.epochs
         self.metrics.learner_version = revived.version
+        if self.config.collectors.elastic:  # the new process announces to no collector until told who has joined
+            for i in self.supervisor.answering():
+                self.rt.call(self.actors.learner, "resend_weights", i)
         self.placement = {**self.placement, **self.actors.learner_placement()}  # Ray may have moved it
         self.outputs.placement(self.placement)
 
@@ -359,6 +363,9 @@ class TrainingRun:
         revived = final and self.revival.count > 0
         gone = frozenset(range(len(collectors))) if revived else frozenset(self.supervisor.gone)
         scalars = self.metrics.poll(collector_stats, shard_stats, gone=gone)
+        scalars["perf/collectors"] = collecting = len(answering)
+        if not final:
+            self._count_collectors(collecting)
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)
         m = self.metrics
@@ -366,7 +373,8 @@ class TrainingRun:
         self.progress.update(time.time() - self.clock_start, m.env_steps, m.sps, m.last_return, m.last_eval,
                              m.last_loss, scalars.get("perf/policy_lag_mean"), self.config.stop.env_steps,
                              (replay, min_size) if m.last_loss is None and replay < min_size else None,
-                             stopping=self.collect_end is not None, may_solve=self.outcome.target is not None)
+                             stopping=self.collect_end is not None, may_solve=self.outcome.target is not None,
+                             collectors=collecting if self.config.collectors.elastic else None)
         for observer in self.observers:
             observer.after_poll(self)
         return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
@@ -374,25 +382,49 @@ class TrainingRun:
     def _every_collector(self, answering: list[int], answers: list) -> list:
         """Every collector's counters, in order: the answers of those `answering`, and for one
         counted out (its node lost) its last answer, its episodes already read; [] when one of those
-        never answered (the shards alone count then)."""
-        if not answers:  # the run's end, with a collector dead for good: the shards alone count
+        never answered (the shards alone count then). A slot without a collector (collectors.num
+        auto) stands in with its last one's counters, or none, as acting with no weights."""
+        if not answers and not self.supervisor.absent:  # the run's end, with a collector dead for good: the shards alone count
             return []
         for i, answer in zip(answering, answers, strict=True):
             self.last_collector_stats[i] = answer
         if len(answering) == len(self.actors.collectors):
             return answers
-        if any(i not in self.last_collector_stats for i in range(len(self.actors.collectors))):
+        absent = self.supervisor.absent
+        if any(i not in self.last_collector_stats and i not in absent for i in range(len(self.actors.collectors))):
             return []
         by_index = dict(zip(answering, answers, strict=True))
-        return [by_index.get(i) or dataclasses.replace(self.last_collector_stats[i], episode_returns=[],
-                                                        episode_lengths=[], env_step_running_s=0.0)
-                for i in range(len(self.actors.collectors))]
+        every = []
+        for i in range(len(self.actors.collectors)):
+            if i in by_index:
+                every.append(by_index[i])
+            elif i in self.last_collector_stats:
+                every.append(dataclasses.replace(self.last_collector_stats[i], episode_returns=[], episode_lengths=[],
+                                                 env_step_running_s=0.0,
+                                                 version=-1 if i in absent else self.last_collector_stats[i].version))
+            else:
+                every.append(CollectorStats.idle(i))
+        return every
+
+    def reported_env_steps(self, i: int) -> int:
+        """The env steps collector i last reported (0: it never did)."""
+        stats = self.last_collector_stats.get(i)
+        return stats.env_steps if stats is not None else 0
+
+    def _count_collectors(self, collecting: int) -> None:
+        """Note a change in how many collectors collect (summary.json; placement.json's history)."""
+        if self.collectors_over_time and self.collectors_over_time[-1][1] == collecting:
+            return
+        self.collectors_over_time.append([round(self._wall_s(), 3), collecting])
+        if self.collectors_over_time[1:] and self.config.collectors.elastic:
+            self.placement = {**self.placement, **self.actors.placement()}
+            self.outputs.placement(self.placement)
 
     def request_checkpoint(self) -> None:
         """Ask the learner for a checkpoint of the epochs done so far (written once it comes)."""
         counters = {"epochs": self.epochs_done, "env_steps": self.metrics.env_steps, "wall_s": self._wall_s(),
                     "eval_return": self.metrics.last_eval}
-        shards = self.config.collectors.num if self.config.checkpoint.replay else 0
+        shards = self.config.collectors.shards if self.config.checkpoint.replay else 0
         self.outputs.request_checkpoint(self.actors.learner, self.epochs_done, counters, shards)
 
     def role_of(self, actor_id: str | None) -> str:
@@ -415,6 +447,7 @@ class TrainingRun:
             "epochs": self.epochs_done,
             "evaluations_lost": self.evaluations.lost if self.evaluations else 0,
             "collector_restarts": self.metrics.collector_restarts,
+            "collectors_over_time": self.collectors_over_time,
             "learner_restarts": self.revival.count,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
             "checkpoint_s_max": round(self.outputs.checkpoint_s_max, 3),

@@ -69,8 +69,9 @@ class Runtime(Protocol):
     def get(self, pending, timeout: float | None = None):
         """The result of one pending call, or a list's results."""
 
-    def supervisor(self, parts: RunParts, progress):
-        """The keeper of the collectors' loops (CollectorSupervisor's interface)."""
+    def supervisor(self, parts: RunParts, progress, reported_env_steps):
+        """The keeper of the collectors' loops (CollectorSupervisor's interface);
+        `reported_env_steps(i)`: the env steps collector i last reported."""
 
     def close(self) -> None:
         """End every part for good and leave (a local cluster started for the run is shut down)."""

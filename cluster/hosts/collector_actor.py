@@ -72,10 +72,11 @@ class CollectorActor:
         self.sink.push(chunk, self.collector.env_steps)
 
     def run(self) -> int:
-        """Collect chunks until stopped; returns the env steps done."""
+        """Collect chunks until stopped; returns the env steps done, every chunk of them stored."""
         self._stop.clear()
         while not self._stop.is_set():
             self.collector.collect_chunk()
+        self.sink.flush()
         return self.collector.env_steps
 
     @QUIET

@@ -29,7 +29,7 @@ _QUIET = {"enable_task_events": False}
 METHOD_OPTIONS = {
     "add_chunk": _QUIET_REPLAY, "insert_room": _QUIET_REPLAY, "replay_stats": _QUIET_REPLAY,
     "write_replay": {**_CHECKPOINT, "enable_task_events": False},  # every checkpoint
-    "attach_writer": _REPLAY, "load_replay": _CHECKPOINT, "count_lost_writes": _REPLAY,
+    "attach_writer": _REPLAY, "writer_left": _REPLAY, "load_replay": _CHECKPOINT, "count_lost_writes": _REPLAY,
     "request_stop": _CONTROL, "warm_exporter": _CONTROL,
     "train_epoch": _QUIET, "published_weights": _QUIET, "state_bytes": _QUIET,  # per epoch, evaluation, checkpoint
     "is_warmed_up": _CONTROL,  # asked of a learner of a group whose default thread may be stuck in a collective
@@ -50,8 +50,9 @@ class LearnerActor(LearnerHost):
     """LearnerHost publishing to the collector actors, with its methods on Ray's threads."""
 
     def __init__(self, settings: LearnerSettings, device: str, num_threads: int, replay: ReplayPlan,
-                 collector_names: list[str]):
-        super().__init__(settings, device, num_threads, replay, WeightPublisher(collector_names))
+                 collector_names: list[str], elastic: bool = False):
+        """`elastic`: collectors.num auto, whose collectors are announced to once they join."""
+        super().__init__(settings, device, num_threads, replay, WeightPublisher(collector_names, elastic))
 
     def node_id(self) -> str:
         """The Ray node the learner (and so the replay) runs on."""
@@ -62,8 +63,12 @@ class LearnerActor(LearnerHost):
         LearnerHost.join_group(self, store_host, port, rank, learners, own_host or ray.util.get_node_ip_address())
 
     def resend_weights(self, collector_index: int) -> None:
-        """Announce the latest weights to one collector (after Ray restarted it)."""
+        """Announce the latest weights to one collector (after Ray restarted it, or it joined)."""
         self.publisher.resend(collector_index)
+
+    def collector_left(self, collector_index: int) -> None:
+        """Stop announcing weights to a collector that left the run (its node drained or gone)."""
+        self.publisher.forget(collector_index)
 
 
 for _name, _options in METHOD_OPTIONS.items():

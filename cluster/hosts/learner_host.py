@@ -110,6 +110,11 @@ class LearnerHost:
         return {"digest": content_digest(self.replay.get_state(shard)["storage"]),
                 "inserted": int(state["storage"]["total_added"])}
 
+    def writer_left(self, shard: int, env_steps: int) -> None:
+        """`shard`'s collector left with its node after counting `env_steps`: the shard counts as lost
+        what it does not hold of them, and its next collector counts on from there."""
+        self.replay.writer_left(shard, env_steps)
+
     def count_lost_writes(self) -> None:
         """This process replaces a learner that died: report what collectors sent that died with it."""
         self.replay.count_lost_writes()

@@ -108,6 +108,12 @@ class ChunkSink:
         if self.room <= 0:
             self._wait_for_room()
 
+    def flush(self) -> None:
+        """Wait until every chunk sent is stored (or died with a learner): a collector whose node
+        is about to go loses nothing it sent."""
+        while self.in_flight:
+            self._observe(_reply_or_none(self.in_flight.popleft()))
+
     def _observe(self, room: float | None) -> None:
         # None: the learner died with the chunk (it is restarted, and the next add goes there)
         if room is not None:
@@ -170,19 +176,23 @@ class WeightPublisher:
     """Puts each weights version into the object store once and announces it to every collector.
 
     Collectors are named, not held: the learner's constructor arguments stay plain data, so Ray
-    can restart a learner that died (see ChunkSink); handles are looked up on first use."""
+    can restart a learner that died (see ChunkSink); handles are looked up on first use. With
+    `elastic` (collectors.num auto) a name is a slot that a collector takes when it joins: it is
+    announced to from its first `resend` until it is forgotten (it left)."""
 
-    def __init__(self, collector_names: list[str]):
+    def __init__(self, collector_names: list[str], elastic: bool = False):
         self.collector_names = collector_names
-        self._collectors: list | None = None
+        self.elastic = elastic
+        self._collectors: dict[int, object] | None = None  # by index: those announced to
         self.latest: tuple[ray.ObjectRef, int] | None = None  # ref, version
         self.latest_weights: Weights | None = None  # the same version by value, for the driver
 
     @property
-    def collectors(self) -> list:
-        """The collectors' actor handles (looked up by name once)."""
+    def collectors(self) -> dict[int, object]:
+        """The handles of the collectors announced to, by index (a fixed run's all, looked up once)."""
         if self._collectors is None:
-            self._collectors = [ray.get_actor(name) for name in self.collector_names]
+            self._collectors = {} if self.elastic else {i: ray.get_actor(name)
+                                                        for i, name in enumerate(self.collector_names)}
         return self._collectors
 
     def publish(self, weights: Weights) -> None:
@@ -193,11 +203,17 @@ class WeightPublisher:
             return
         ref = ray.put(weights)
         self.latest = (ref, weights.version)
-        for collector in self.collectors:
+        for collector in self.collectors.values():
             collector.set_weights.remote([ref], weights.version)
 
     def resend(self, index: int) -> None:
-        """Announce the latest version to collector `index` (after Ray restarted it)."""
+        """Announce the latest version to collector `index` (after Ray restarted it, or it joined)."""
+        if index not in self.collectors:  # a collector that joins: its actor is new under the slot's name
+            self.collectors[index] = ray.get_actor(self.collector_names[index])
         if self.latest is not None:
             ref, version = self.latest
             self.collectors[index].set_weights.remote([ref], version)
+
+    def forget(self, index: int) -> None:
+        """Collector `index` left the run: announce nothing more to it."""
+        self.collectors.pop(index, None)

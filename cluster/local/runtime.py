@@ -83,6 +83,7 @@ class LockstepCollectors:
     def __init__(self, count: int):
         self.count = count  # the collectors
         self.gone: set[int] = set()  # none is ever counted out here
+        self.absent: set[int] = set()  # nor is any slot without its collector
 
     def start(self) -> None:
         """Nothing to start."""
@@ -151,7 +152,7 @@ class LocalRuntime:
         """The result, or each result of a list."""
         return [p.value() for p in pending] if isinstance(pending, list) else pending.value()
 
-    def supervisor(self, parts: LocalParts, progress) -> LockstepCollectors:
+    def supervisor(self, parts: LocalParts, progress, reported_env_steps) -> LockstepCollectors:
         """Nothing to supervise."""
         return LockstepCollectors(len(parts.collectors))
 

@@ -55,7 +55,8 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     needed = replay_bytes(config, spec)
     if room is not None and needed > REPLAY_SHARE_OF_MEMORY * room[1]:
         raise UsageError(f"the replay would take {human_bytes(needed)}, more than {room[0]} memory "
-                         f"allows ({human_bytes(room[1])} in all): lower replay.capacity (per shard) or collectors.num")
+                         f"allows ({human_bytes(room[1])} in all): lower replay.capacity (per shard) or "
+                         f"{'collectors.max' if config.collectors.elastic else 'collectors.num'}")
     return config, spec, lines
 
 
@@ -155,14 +156,14 @@ def _flat(origin: ConfigOrigin, config: RunConfig) -> bool:
 
 def replay_bytes(config: RunConfig, spec: EnvSpec) -> int:
     """What the replay's storage takes, every shard together (preallocated at the learner's start)."""
-    return storage_spec(config, spec).column_bytes * config.collectors.num
+    return storage_spec(config, spec).column_bytes * config.collectors.shards
 
 
 def replay_line(config: RunConfig, spec: EnvSpec, storage: str) -> str:
     """One line: the replay's size and where it lives (`storage`: the learner's replay backend,
     "host" or "device", its GPU's memory)."""
     total = replay_bytes(config, spec)
-    shards, capacity = config.collectors.num, config.replay.capacity
+    shards, capacity = config.collectors.shards, config.replay.capacity
     learners = config.learner.num
     where = ("in the learner's process" if learners == 1 else f"each in its learner's process ({learners} learners)")
     where += ", in its GPU's memory" if storage == "device" else ""

@@ -20,7 +20,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
     """The fields collector `index` needs."""
     c, plugin = config.collectors, algorithm(config.algo.name)
     return CollectorSettings(
-        index=index, num_collectors=c.num, env_id=config.env.id, env_kwargs=config.env.kwargs,
+        index=index, num_collectors=c.shards, env_id=config.env.id, env_kwargs=config.env.kwargs,
         num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
         num_actions=spec.num_actions, hidden=config.network.hidden, dueling=config.network.dueling,
         n_step=config.algo.n_step, gamma=config.algo.gamma, chunk_steps=c.chunk_steps,
@@ -43,7 +43,7 @@ def collector_noise(config: RunConfig, index: int) -> float:
     """Collector `index`'s action noise (for an algorithm whose collectors add it, TD3's): exploration_noise spread geometrically from
     exploration_noise / noise_spread to exploration_noise * noise_spread over the collectors (Ape-X
     spreads epsilon the same way), so some collectors explore widely and some act nearly greedily."""
-    a, num = config.algo, config.collectors.num
+    a, num = config.algo, config.collectors.shards
     if num == 1:
         return a.exploration_noise
     return a.exploration_noise * a.noise_spread ** (2.0 * index / (num - 1) - 1.0)

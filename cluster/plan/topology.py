@@ -112,10 +112,10 @@ def team_collectors(num_collectors: int, num_learners: int) -> list[list[int]]:
 
 def plan_run(config: RunConfig, spec: EnvSpec) -> Topology:
     """The topology of `config` for the env `spec` describes."""
-    teams = team_collectors(config.collectors.num, config.learner.num)
+    teams = team_collectors(config.collectors.shards, config.learner.num)
     where = {i: (rank, j) for rank, team in enumerate(teams) for j, i in enumerate(team)}
     collectors = [CollectorPlan(i, collector_settings(config, spec, i), config.collectors.max_pushes_in_flight, *where[i])
-                  for i in range(config.collectors.num)]
+                  for i in range(config.collectors.shards)]
     # a group draws from replay on the host (learner/group_feed.py)
     storage = config.replay.storage if len(teams) == 1 else "host"
     settings = learner_settings(config, spec)

@@ -69,6 +69,8 @@ def choose_act_device(config: RunConfig, nodes: list[dict[str, float]], learner_
         return "cuda"
     if not algorithm(config.algo.name).acts_on_gpu or not image_obs or learner_device != "cuda":
         return "cpu"  # MLPs act faster on their core than through a GPU launch
+    if config.collectors.elastic:  # a GPU share per collector is reserved with the run, for a fixed number
+        return "cpu"
     if without:
         progress.message(f"collectors.act_device auto: cpu ({len(without)} of the cluster's {len(nodes)} nodes have "
                          "no GPU; collectors.act_device=cuda keeps every collector on GPU nodes)")
@@ -85,7 +87,7 @@ def collector_gpu_share(config: RunConfig) -> float:
     server acts for all of its node's), rounded down to Ray's finest fraction."""
     share = config.collectors.num_gpus
     if share == "auto":
-        split = 1 if config.collectors.acting == "served" else config.collectors.num
+        split = 1 if config.collectors.acting == "served" else config.collectors.shards
         share = round(math.floor(COLLECTORS_GPU_SHARE / split / MIN_GPU_SHARE) * MIN_GPU_SHARE, 4)
     return max(float(share), MIN_GPU_SHARE)
 

@@ -206,6 +206,11 @@ class Reservation:
         """Where collector `index` runs."""
         return in_bundle(*self.collectors[index])
 
+    def learner_node(self) -> str:
+        """The node id of the (first) learner's bundle."""
+        group, index = self.learners[0]
+        return placement_group_table(group)["bundles_to_node_id"][index]
+
     def collector_nodes(self) -> list[str]:
         """The node id of each collector's bundle (the reservation's groups are placed)."""
         tables = {}  # one read of each group's table from the GCS, not one per collector
@@ -246,6 +251,8 @@ def reserve(request: ResourceRequest, timeout_s: float) -> Reservation:
         remove_placement_group(learner)
         raise _not_placed(bundles, timeout_s)
     learner_node = placement_group_table(learner)["bundles_to_node_id"][0]
+    if request.num_collectors == 0:  # collectors.num auto: they are placed node by node as the run goes
+        return Reservation(((learner, 0),), (), "BY_NODE")
     index = next((i for i, (node_id, _) in enumerate(nodes) if node_id == learner_node), -1)
     strategy = pair_strategy(request, room_beside_learner(request, resources, index))
     attempts = [strategy, "PACK"] if strategy == "STRICT_SPREAD" else [strategy]

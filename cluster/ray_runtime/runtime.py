@@ -22,6 +22,7 @@ from raypex.cluster.ray_runtime.devices import choose_act_device, choose_device,
 from raypex.cluster.ray_runtime.placement import Reservation
 from raypex.cluster.driver.run_errors import PlacementError, StartRefused
 from raypex.cluster.driver.runtime import RuntimeErrors
+from raypex.cluster.ray_runtime.elastic import ElasticSupervisor
 from raypex.cluster.ray_runtime.supervisor import CollectorSupervisor
 from raypex.cluster.ray_runtime.versions import VersionMismatch, ask_node_versions, check_node_versions
 from raypex.cluster.ray_runtime.wiring import (
@@ -41,7 +42,9 @@ from raypex.cluster.hosts.learner_actor import LearnerActor
 RAY_ERRORS = RuntimeErrors(
     any=(ray.exceptions.RayError,),
     died=(ray.exceptions.RayActorError,),
-    restarting=(ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError),
+    # (unschedulable: a collector pinned to its node, collectors.num auto, whose node is gone)
+    restarting=(ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError,
+                ray.exceptions.ActorUnschedulableError),
     lost=(ray.exceptions.RayActorError, ray.exceptions.ObjectLostError),
     raised=(ray.exceptions.RayTaskError,),
 )
@@ -75,6 +78,7 @@ class RayRuntime:
         """Connect (unless connected), choose devices, reserve, ask for every actor (whose
         collectors the loop stops, `env_steps_done` aside)."""
         self.come_back_s = config.collectors.come_back_s
+        self.config, self.clock_start = config, startup.clock_start
         try:
             if self.owns_connection:
                 if self.address is None:
@@ -123,8 +127,15 @@ class RayRuntime:
         """ray.get."""
         return ray.get(pending, timeout=timeout)
 
-    def supervisor(self, parts: RunActors, progress) -> CollectorSupervisor:
-        """Restarts the loops of collectors Ray restarted."""
+    def supervisor(self, parts: RunActors, progress, reported_env_steps) -> CollectorSupervisor:
+        """Restarts the loops of collectors Ray restarted; with collectors.num auto, also starts
+        and ends collectors as nodes join and leave (`reported_env_steps(i)`: what collector i
+        last reported, for one that leaves without stopping)."""
+        collectors = self.config.collectors
+        if collectors.elastic:
+            return ElasticSupervisor(parts, COLLECTOR_MAX_RESTARTS, progress, self.come_back_s, collectors.per_node,
+                                     self.config.learner.num_cpus, self.group.learner_node(), reported_env_steps,
+                                     self.clock_start)
         return CollectorSupervisor(parts.collectors, parts.learner, COLLECTOR_MAX_RESTARTS, progress, self.come_back_s)
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ class CollectorSupervisor:
         self.max_restarts = max_restarts
         self.progress = progress
         self.come_back_s = come_back_s  # how long a dead collector may take to be restarted (collectors.come_back_s)
-        self.loops: list = []  # each collector's running `run` call, or its `pid` call while it restarts
+        self.loops: dict[int, object] = {}  # each collector's running `run` call, or its `pid` call while it restarts
         self.restarting = [False] * len(collectors)  # loops[i] is the pid call of a restarting collector
         self.deaths = [0] * len(collectors)  # processes that died and that Ray restarts
         self.raised = [0] * len(collectors)  # loops that raised in a live process
@@ -47,27 +47,30 @@ class CollectorSupervisor:
 
     def start(self) -> None:
         """Start every collector's loop (they act with their own network until weights come)."""
-        self.loops = [c.run.remote() for c in self.collectors]
+        self.loops = {i: c.run.remote() for i, c in enumerate(self.collectors) if c is not None}
 
     def check(self) -> None:
         """Restart the loop of every collector whose loop ended in an error (RunFailed when one
         has died or raised more often than its restarts allow)."""
         if self.stopping:
             return
-        done, _ = ray.wait(self.loops, num_returns=len(self.loops), timeout=0)
+        slot_of = {ref: i for i, ref in self.loops.items()}
+        done, _ = ray.wait(list(slot_of), num_returns=len(slot_of), timeout=0) if slot_of else ([], [])
         for ref in done:
-            i = self.loops.index(ref)
+            i = slot_of[ref]
             try:
-                ray.get(ref)
+                returned = ray.get(ref)
                 if self.restarting[i]:  # the restarted process answers: its loop again
                     back = " (it was counted out; the run has it again)" if i in self.gone else ""
                     self.gone.discard(i)
                     self.progress.message(f"collector {i} died; restarting it on its shard{back}")
                     self._start_loop(i)
-                continue  # returned normally: it was asked to stop
-            except ray.exceptions.ActorDiedError:
-                raise RunFailed(f"collector {i} died after {self.deaths[i]} restarts (a collector is restarted "
-                                f"{self.max_restarts} times)") from None
+                else:  # returned normally: it was asked to stop
+                    self._stopped(i, returned)
+                continue
+            except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError):
+                self._died_for_good(i)  # (unschedulable: pinned to a node that is gone)
+                continue
             except ray.exceptions.RayActorError:  # its process died; Ray is restarting it
                 if not self.restarting[i]:  # (a pid call that reached the dead process is not a death)
                     self.deaths[i] += 1
@@ -91,6 +94,14 @@ class CollectorSupervisor:
             self._start_loop(i)
         self._count_out_the_lost()
 
+    def _stopped(self, i: int, env_steps: int) -> None:
+        """Collector i's loop returned, as asked, its `env_steps` all stored."""
+
+    def _died_for_good(self, i: int) -> None:
+        """Collector i's process died and Ray will not restart it (its restarts are spent)."""
+        raise RunFailed(f"collector {i} died after {self.deaths[i]} restarts (a collector is restarted "
+                        f"{self.max_restarts} times)")
+
     def _count_out_the_lost(self) -> None:
         """Go on without a collector that Ray has not brought back within come_back_s of its death:
         its node is gone and no node has room for its bundle (a strict spread keeps one collector
@@ -98,18 +109,28 @@ class CollectorSupervisor:
         now = time.monotonic()
         for i, died_at in enumerate(self.died_at):
             if self.restarting[i] and i not in self.gone and died_at is not None and now - died_at > self.come_back_s:
-                self.gone.add(i)
-                left = len(self.collectors) - len(self.gone)
-                if left == 0:
-                    raise RunFailed(f"no collector came back within {self.come_back_s:g}s of dying (their nodes are gone, "
-                                    "and no node has room for them)")
-                self.progress.message(f"collector {i} has not come back {self.come_back_s:g}s after its process died (its "
-                                      f"node is gone, and no node has room for it): the run goes on with {left} "
-                                      f"collector{'s' if left > 1 else ''}")
+                self._not_back(i)
+
+    def _not_back(self, i: int) -> None:
+        """Collector i has not come back within come_back_s of its death: count it out."""
+        self.gone.add(i)
+        left = len(self.collectors) - len(self.gone)
+        if left == 0:
+            raise RunFailed(f"no collector came back within {self.come_back_s:g}s of dying (their nodes are gone, "
+                            "and no node has room for them)")
+        self.progress.message(f"collector {i} has not come back {self.come_back_s:g}s after its process died (its "
+                              f"node is gone, and no node has room for it): the run goes on with {left} "
+                              f"collector{'s' if left > 1 else ''}")
 
     def answering(self) -> list[int]:
-        """The collectors whose counters can be asked for (all but those counted out)."""
-        return [i for i in range(len(self.collectors)) if i not in self.gone]
+        """The collectors whose counters can be asked for (all but those counted out, and with
+        collectors.num auto the slots that have none)."""
+        return [i for i, c in enumerate(self.collectors) if c is not None and i not in self.gone]
+
+    @property
+    def absent(self) -> set[int]:
+        """Slots without a collector now (collectors.num auto)."""
+        return {i for i, c in enumerate(self.collectors) if c is None}
 
     def check_env_steps(self, stats: list, timeout_s: float, env_id: str) -> None:
         """RunFailed when a collector's env step has been running for more than `timeout_s` (a
@@ -157,11 +178,12 @@ class CollectorSupervisor:
         """Ask every collector to end its loop after the chunk in progress."""
         self.stopping = True
         for collector in self.collectors:
-            collector.stop.remote()
+            if collector is not None:
+                collector.stop.remote()
 
     def wait_stopped(self, timeout_s: float = 5.0) -> None:
         """Wait (at most `timeout_s`) for every loop to return, so that counters read afterwards,
         and the final checkpoint that records them, include each collector's last chunk."""
-        loops = [loop for i, loop in enumerate(self.loops) if i not in self.gone]  # a gone one never returns
+        loops = [loop for i, loop in self.loops.items() if i not in self.gone]  # a gone one never returns
         if loops:
             ray.wait(loops, num_returns=len(loops), timeout=timeout_s)

@@ -250,7 +250,7 @@ def resource_request(config: RunConfig, learner_device: str) -> ResourceRequest:
     where config.collectors.act_device says (resolved by cluster/ray_runtime/devices.py)."""
     learner_gpus, collector_gpus, server_gpus = gpu_requests(config, learner_device, config.collectors.act_device)
     return ResourceRequest(
-        num_collectors=config.collectors.num,
+        num_collectors=0 if config.collectors.elastic else config.collectors.num,  # elastic ones: placed by node
         collector_cpus=config.collectors.num_cpus,
         learner_cpus=config.learner.num_cpus,
         learner_gpus=learner_gpus,
@@ -277,10 +277,14 @@ class RunActors:
     members: list = field(default_factory=list)  # the other learners of a group, by rank from 1
     teams: list = field(default_factory=list)  # the collectors whose shards each learner holds, by rank
     servers: list = field(default_factory=list)  # collectors.acting served: one acting server per node
+    launcher: CollectorLauncher | None = None  # starts a collector (collectors.num auto: as nodes join)
+    # collectors.num auto: where each collector ran, from when to when, and how it left (placement.json)
+    collector_history: list = field(default_factory=list)
 
     def all(self) -> list:
-        """Every actor handle."""
-        return [*self.collectors, self.learner, *self.members, self.evaluator, *self.servers]
+        """Every actor handle (a slot without a collector has none)."""
+        return [c for c in self.collectors if c is not None] + [self.learner, *self.members, self.evaluator,
+                                                                 *self.servers]
 
     def kill_all(self) -> None:
         """End every actor of the run for good (Ray restarts none of them)."""
@@ -290,7 +294,7 @@ class RunActors:
     def role_of(self, actor_id: str | None) -> str:
         """What the actor with this hex id is in the run ("collector 1", "the learner", ...)."""
         roles = {self.learner._actor_id.hex(): "the learner", self.evaluator._actor_id.hex(): "the evaluator"}
-        roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors)})
+        roles.update({c._actor_id.hex(): f"collector {i}" for i, c in enumerate(self.collectors) if c is not None})
         roles.update({m._actor_id.hex(): f"learner {rank}" for rank, m in enumerate(self.members, start=1)})
         roles.update({s._actor_id.hex(): f"acting server {k}" for k, s in enumerate(self.servers)})
         return roles.get(actor_id or "", "an actor of the run")
@@ -298,15 +302,19 @@ class RunActors:
     def placement(self) -> dict:
         """Which node each actor runs on (written to RUN_DIR/placement.json); the replay is on the
         learner's node, in its process."""
-        collector_nodes = ray.get([c.node_id.remote() for c in self.collectors])
-        return {
+        present = [(i, c) for i, c in enumerate(self.collectors) if c is not None]
+        collector_nodes = ray.get([c.node_id.remote() for _, c in present])
+        fields = {
             "ray_address": ray.get_runtime_context().gcs_address,
             "namespace": NAMESPACE,
             "run_id": self.run_id,
             **self.learner_placement(),
-            "collectors": [{"collector": i, "collector_node": c} for i, c in enumerate(collector_nodes)],
+            "collectors": [{"collector": i, "collector_node": node} for (i, _), node in zip(present, collector_nodes)],
             "pair_strategy": self.pair_strategy,
         }
+        if self.collector_history:
+            fields["collector_history"] = self.collector_history
+        return fields
 
     def learner_placement(self) -> dict:
         """placement.json's learner fields, asked again once Ray restarted the learner (on another
@@ -352,6 +360,30 @@ def start_acting_servers(group: Reservation, run_id: str, settings: list[Collect
     return servers, [name_of_node[node] for node in nodes]
 
 
+@dataclass(frozen=True)
+class CollectorLauncher:
+    """Starts collector i of a run where it is told (a bundle of the reservation, or with
+    collectors.num auto a node that joined: cluster/ray_runtime/elastic.py)."""
+
+    run_id: str
+    plans: list  # CollectorPlan per collector (slot)
+    num_cpus: float
+    num_gpus: float
+    come_back_s: float
+    server_names: list  # each collector's node's acting server (None: it acts on its own)
+
+    def start(self, i: int, scheduling_strategy):
+        plan = self.plans[i]
+        # collector i -> its shard in its learner (chunks): the sink goes with the constructor's
+        # arguments, which Ray passes again to a restarted collector, so the new process writes to
+        # the same shard.
+        sink = ChunkSink(learner_name(self.run_id, plan.learner), plan.shard, plan.max_pushes_in_flight)
+        return ray.remote(CollectorActor).options(
+            num_cpus=self.num_cpus, num_gpus=self.num_gpus, scheduling_strategy=scheduling_strategy,
+            max_concurrency=4, max_restarts=COLLECTOR_MAX_RESTARTS, name=collector_name(self.run_id, i),
+        ).remote(plan.settings, sink, self.server_names[i], self.come_back_s)
+
+
 def collector_name(run_id: str, index: int) -> str:
     """Collector `index`'s actor name in the raypex namespace (the learner publishes to it by name)."""
     return f"raypex-{run_id}-collector-{index}"
@@ -384,7 +416,7 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     else:
         learner = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(learner_host).options(
             scheduling_strategy=group.learner_place(0), name=learner_name(run_id), **learner_options,
-        ).remote(lp.settings, device, lp.num_threads, lp.replay, names)
+        ).remote(lp.settings, device, lp.num_threads, lp.replay, names, config.collectors.elastic)
     members = [ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(LearnerActor).options(
         scheduling_strategy=group.learner_place(p.rank), name=learner_name(run_id, p.rank), **learner_options,
     ).remote(p.settings, device, p.num_threads, p.replay, []) for p in member_plans]
@@ -392,20 +424,10 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
     servers, server_names = (start_acting_servers(group, run_id, [c.settings for c in plan.collectors],
                                                   request.server_gpus)
                              if served else ([], [None] * len(names)))
-    collector_cls = ray.remote(CollectorActor)
-    collectors = []
-    for collector_plan, name in zip(plan.collectors, names):
-        i = collector_plan.index
-        # collector i -> its shard in its learner (chunks): the sink goes with the constructor's
-        # arguments, which Ray passes again to a restarted collector, so the new process writes to
-        # the same shard.
-        sink = ChunkSink(learner_name(run_id, collector_plan.learner), collector_plan.shard,
-                         collector_plan.max_pushes_in_flight)
-        collectors.append(collector_cls.options(
-            num_cpus=request.collector_cpus, num_gpus=request.collector_gpus,
-            scheduling_strategy=group.collector_place(i), max_concurrency=4,
-            max_restarts=COLLECTOR_MAX_RESTARTS, name=name,
-        ).remote(collector_plan.settings, sink, server_names[i], config.collectors.come_back_s))
+    launcher = CollectorLauncher(run_id, plan.collectors, request.collector_cpus, request.collector_gpus,
+                                 config.collectors.come_back_s, server_names)
+    collectors = ([None] * len(names) if config.collectors.elastic  # started as nodes join (cluster/ray_runtime/elastic.py)
+                  else [launcher.start(i, group.collector_place(i)) for i in range(len(names))])
     # the driver -> the evaluator (published Weights, cluster/driver/evaluation.py). Evaluation shares
     # the learner's node and reservation: it runs while the learner trains, in what CPU time the
     # collectors (throttled to the replay ratio) leave free.
@@ -415,4 +437,4 @@ def start_actors(config: RunConfig, spec: EnvSpec, group: Reservation, device: s
         name=f"raypex-{run_id}-evaluator",
     ).remote(plan.evaluator)
     return RunActors(run_id, collectors, learner, evaluator, pair_strategy=group.pair_strategy, members=members,
-                     teams=teams, servers=servers)
+                     teams=teams, servers=servers, launcher=launcher)

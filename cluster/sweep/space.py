@@ -163,6 +163,8 @@ def check_request(fixed: dict, space: dict[str, Domain], samples: int, scheduler
     for name, value in (("--samples", samples), ("--report-every", report_every), ("--perturb-every", perturb_every)):
         if value < 1:
             raise UsageError(f"{name} must be >= 1, got {value}")
+    if (fixed.get("collectors") or {}).get("num") == "auto":
+        raise UsageError("collectors.num auto: a sweep's trials each reserve a fixed number of collectors; set a number")
     if scheduler == "pbt" and samples * grid_size(space) < 2:
         raise UsageError("--scheduler pbt needs a population: --samples 2 or more")
     try:

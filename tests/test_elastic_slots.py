@@ -1,0 +1,37 @@
+"""The slots of collectors that follow the cluster (cluster/plan/elastic.py): pure logic."""
+
+from raypex.cluster.plan.elastic import CollectorSlots, Node
+
+
+def test_each_node_with_room_gets_per_node_collectors_up_to_the_slots():
+    slots = CollectorSlots(slots=5, per_node=2, collector_cpus=0.5)
+    nodes = [Node("head", cpus=2, reserved=1.5), Node("a", cpus=4), Node("b", cpus=0.9)]
+    changes = slots.changes(nodes)
+    # the head has room for one beside the learner, a for two (per_node), b for one
+    assert changes.start == [(0, "head"), (1, "a"), (2, "a"), (3, "b")] and not changes.drain and not changes.lost
+    for slot, node in changes.start:
+        slots.took(slot, node)
+    assert slots.changes(nodes).start == []  # nothing more: every node holds what it can
+    assert slots.changes([*nodes, Node("c", cpus=8), Node("d", cpus=8)]).start == [(4, "c")]  # 5 slots in all
+
+
+def test_a_draining_node_gets_none_and_its_collectors_leave_once():
+    slots = CollectorSlots(slots=4, per_node=1, collector_cpus=1)
+    for slot, node in slots.changes([Node("a", 2), Node("b", 2)]).start:
+        slots.took(slot, node)
+    changes = slots.changes([Node("a", 2), Node("b", 2, draining=True)])
+    assert changes.drain == [1] and changes.start == [] and changes.lost == []
+    slots.leave(1)
+    assert slots.changes([Node("a", 2), Node("b", 2, draining=True)]).drain == []  # told once
+    slots.free(1)
+    assert slots.taken == [0]
+
+
+def test_a_node_gone_without_notice_has_its_slots_settled_and_a_joining_node_takes_the_lowest_free():
+    slots = CollectorSlots(slots=3, per_node=1, collector_cpus=1)
+    for slot, node in slots.changes([Node("a", 1), Node("b", 1), Node("c", 1)]).start:
+        slots.took(slot, node)
+    changes = slots.changes([Node("a", 1), Node("c", 1)])
+    assert changes.lost == [1] and changes.start == []
+    slots.free(1)
+    assert slots.changes([Node("a", 1), Node("c", 1), Node("d", 1)]).start == [(1, "d")]
