@@ -17,6 +17,7 @@ from raypex.cluster.commands.cli import build_parser, parse_command_line
 from raypex.cluster.config.arguments import split_positional
 from raypex.cluster.config.loading import load_config
 from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.plan.elastic import CollectorSlots, Node
 from raypex.cluster.ray_runtime.devices import choose_act_device, with_act_device
 from raypex.cluster.ray_runtime.placement import ResourceRequest, check_fits
 from raypex.cluster.driver.progress import ProgressLine
@@ -153,3 +154,45 @@ def test_ray_is_required_at_a_version_with_token_auth_and_the_job_deletion_fix()
                     *project["optional-dependencies"]["tune"]]
     floors = [re.match(r"ray(\[\w+\])?>=([\d.]+)", r).group(2) for r in requirements if r.startswith("ray")]
     assert len(floors) == 3 and all(tuple(map(int, f.split("."))) >= (2, 54) for f in floors), floors
+
+
+def collector_room(config: RunConfig, nodes: list[dict[str, float]], learner_node: int) -> int:
+    """How many collectors of a config with collectors.num auto these nodes take (the learner's
+    CPUs off its node), as the run's slots decide it."""
+    slots = CollectorSlots(config.collectors.max, config.collectors.per_node, config.collectors.num_cpus)
+    return sum(slots.wanted_on(Node(str(i), node["CPU"], config.learner.num_cpus if i == learner_node else 0.0))
+               for i, node in enumerate(nodes))
+
+
+def test_the_kuberay_cluster_scales_a_spot_group_from_zero_for_collectors_that_follow_it():
+    text = (DEPLOY / "kuberay-raycluster.yaml").read_text()
+    spec = yaml.safe_load(text)["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    spot = next(group for group in spec["workerGroupSpecs"] if group["groupName"] == "collectors-spot")
+    assert spot["replicas"] == spot["minReplicas"] == 0
+    config = train_config(re.findall(r"-- (raypex train .*)", text)[1])
+    assert config.collectors.elastic
+    nodes = pod_nodes(spec)  # as the cluster starts: the learner fits, the collectors do not all
+    check_fits(request_of(config, nodes), nodes)
+    learner_node = next(i for i, node in enumerate(nodes) if node.get("GPU"))
+    assert collector_room(config, nodes, learner_node) < config.collectors.max
+    for group in spec["workerGroupSpecs"]:
+        group["replicas"] = group["maxReplicas"]
+    assert collector_room(config, pod_nodes(spec), learner_node) >= config.collectors.max  # the autoscaler's most
+
+
+def test_the_launcher_file_has_spot_collector_nodes_from_zero_for_collectors_that_follow_the_cluster():
+    text = (DEPLOY / "ray-cluster-aws.yaml").read_text()
+    launcher = yaml.safe_load(text)
+    types = launcher["available_node_types"]
+    assert types["collectors_spot"]["min_workers"] == 0
+    assert types["collectors_spot"]["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot"
+    config = train_config(re.findall(r'"[^"]*?(RAY_AUTH_MODE=token raypex train [^"]*)"', text)[1])
+    assert config.collectors.elastic
+    shape = {name: INSTANCE_SHAPES[t["node_config"]["InstanceType"]] for name, t in types.items()}
+    head = [shape[launcher["head_node_type"]]]
+    workers = [name for name in types if name != launcher["head_node_type"]]
+    at_start = head + [shape[name] for name in workers for _ in range(types[name]["min_workers"])]
+    at_most = head + [shape[name] for name in workers for _ in range(types[name]["max_workers"])]
+    assert sum(types[name]["max_workers"] for name in workers) <= launcher["max_workers"]
+    assert collector_room(config, at_start, 0) < config.collectors.max <= collector_room(config, at_most, 0)

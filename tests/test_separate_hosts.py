@@ -300,7 +300,8 @@ while True:
         break
     assert time.monotonic() < deadline, f"the shards took nothing new within 30 s: {stats}"
     time.sleep(0.2)  # a poll's pace: the loop ends on the counters
-print(json.dumps([{"inserted": s.inserted, "lost": s.lost_writes} for s in stats]))
+print(json.dumps([{"inserted": s.inserted, "lost": s.lost_writes, "size": s.size, "capacity": s.capacity}
+                  for s in stats]))
 """
 
 
@@ -311,6 +312,14 @@ def on_head(hosts: Hosts, *args: str) -> str:
                           env={**os.environ, "RAY_AUTH_MODE": "token"})
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def shards_read(hosts: Hosts, placement: str, beyond: dict[str, int]) -> list[dict]:
+    """Every shard's counters once those in `beyond` took more than their count; the replay is
+    collectors.max shards of replay.capacity (100,000 here) however many collectors there are."""
+    shards = json.loads(on_head(hosts, "inserts", placement, json.dumps(beyond)))
+    assert [s["capacity"] for s in shards] == [100_000] * 4 and all(s["size"] <= s["capacity"] for s in shards), shards
+    return shards
 
 
 def test_collectors_follow_hosts_that_join_drain_and_die_and_the_run_solves(tmp_path):
@@ -331,12 +340,13 @@ def test_collectors_follow_hosts_that_join_drain_and_die_and_the_run_solves(tmp_
     (code / "slow_cartpole.py").write_text(SLOW_CARTPOLE)
     quick_death = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
     with ExitStack() as stack:
-        hosts = hosts_with_ray(stack, [1], env=quick_death, spare=3)
+        # the learner asks for 2 CPUs, which only the head has: it has no room for collectors then
+        hosts = hosts_with_ray(stack, [2], env=quick_death, spare=3)
         ray_start(hosts, 1, stack, cpus=1, env=quick_death, own_tmp=True)
         wait_for_nodes(hosts, 2)
         train = hosts.command(0, sys.executable, "-m", "raypex", "train", "--address", f"{hosts.addresses[0]}:{GCS_PORT}",
                               "--run-dir", str(run), "collectors.num=auto", "collectors.max=4", "collectors.per_node=2",
-                              "learner.num_cpus=1", "env.id=slow_cartpole:make", "eval.every_env_steps=100000",
+                              "learner.num_cpus=2", "env.id=slow_cartpole:make", "eval.every_env_steps=100000",
                               "eval.episodes=8", "stop.eval_return=475", "stop.env_steps=500000")
         with open(log, "w") as out:
             driver = subprocess.Popen(train, cwd=code, stdout=subprocess.DEVNULL, stderr=out,
@@ -347,20 +357,20 @@ def test_collectors_follow_hosts_that_join_drain_and_die_and_the_run_solves(tmp_
             assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)  # a poll's pace: the loop ends on the file
         placement = str(run / "placement.json")
-        on_head(hosts, "inserts", placement, '{"0": 0, "1": 0}')
+        shards_read(hosts, placement, {"0": 0, "1": 0})
         ray_start(hosts, 2, stack, cpus=1, env=quick_death, own_tmp=True)  # a second collector host joins
         wait_for_nodes(hosts, 3)
-        joined = json.loads(on_head(hosts, "inserts", placement, '{"2": 0, "3": 0}'))  # within 30 s
+        joined = shards_read(hosts, placement, {"2": 0, "3": 0})  # within 30 s
         on_head(hosts, "drain", hosts.addresses[2])
         while log.read_text().count("left its draining node") < 2:
             assert driver.poll() is None and time.monotonic() < deadline + 120, log.read_text()[-3000:]
             time.sleep(0.2)
-        drained = json.loads(on_head(hosts, "inserts", placement, '{"0": 0}'))
+        drained = shards_read(hosts, placement, {"0": 0})
         assert [s["lost"] for s in drained] == [0, 0, 0, 0] and drained[2]["inserted"] >= joined[2]["inserted"], drained
         hosts.kill_everything_on(2)  # the drained VM goes
         ray_start(hosts, 3, stack, cpus=1, env=quick_death, own_tmp=True)  # a third host takes the free slots
         took = {"2": drained[2]["inserted"], "3": drained[3]["inserted"]}
-        json.loads(on_head(hosts, "inserts", placement, json.dumps(took)))
+        shards_read(hosts, placement, took)
         hosts.kill_everything_on(3)  # without notice
         try:
             driver.wait(timeout=600)
@@ -372,6 +382,7 @@ def test_collectors_follow_hosts_that_join_drain_and_die_and_the_run_solves(tmp_
     assert result["time_to_solve_s"] is not None, result
     stored, lost = sum(result["replay_inserted_per_shard"]), result["replay_lost_transitions"]
     assert result["env_steps"] == stored + lost and len(result["replay_inserted_per_shard"]) == 4, result
+    assert "| collectors 4" in err and "| collectors 2" in err, err[-3000:]  # the progress line says how many
     counts = [count for _, count in result["collectors_over_time"]]  # two hosts came and went
     assert counts[0] == counts[-1] == 2 and sum(a < 4 == b for a, b in zip(counts, counts[1:])) == 2, result
     history = json.loads((run / "placement.json").read_text())["collector_history"]

@@ -14,7 +14,8 @@ what to do:
 
 The rest (a loop that raised, a process Ray restarts on its node) is CollectorSupervisor's.
 Above the cluster's size, Ray's autoscaler is asked for room for the learner and every slot
-(ray.autoscaler.sdk.request_resources); a cluster without one ignores the request.
+(ray.autoscaler.sdk.request_resources), per_node collectors to a bundle; a cluster without one
+ignores the request.
 """
 
 from __future__ import annotations
@@ -64,8 +65,11 @@ class ElasticSupervisor(CollectorSupervisor):
         self.addresses: dict[str, str] = {}  # node id -> IP, for the lines said
 
     def start(self) -> None:
-        """Collectors on every node with room now; room for the rest asked of the autoscaler."""
-        request_room([{"CPU": self.learner_cpus}] + [{"CPU": self.launcher.num_cpus}] * len(self.collectors))
+        """Collectors on every node with room now; room for the rest asked of the autoscaler, in
+        node-sized bundles (per_node collectors each), so that it packs them as the slots place them."""
+        per_node = self.slots.per_node
+        nodes = -(-len(self.collectors) // per_node)
+        request_room([{"CPU": self.learner_cpus}] + [{"CPU": per_node * self.launcher.num_cpus}] * nodes)
         self.follow(force=True)
 
     def check(self) -> None:
