@@ -417,6 +417,20 @@ def test_a_killed_learner_is_replaced_from_its_newest_checkpoint(running):
     assert result["epochs"] == final["epochs"] > start and (run.run_dir / "policy.pt2").is_file()
 
 
+def test_collectors_that_follow_the_cluster_take_the_weights_of_a_revived_learner(running):
+    """collectors.num auto: a learner Ray restarts announces weights only to the collectors it is
+    told have joined; the driver tells it, so they act with its new weights (without, their lag
+    grew to 98 versions)."""
+    run = running("collectors.num=auto", "collectors.max=2", "stop.env_steps=40000", "checkpoint.every_epochs=2")
+    run.read_until("[")
+    run.kill_actor("learner")
+    run.read_until("the learner died; a new one continues from")
+    assert run.finish() == 0, run.output
+    result = run.summary()
+    assert result["learner_restarts"] == 1 and result["policy_lag_max"] <= 5, result
+    assert result["env_steps"] == sum(result["replay_inserted_per_shard"]) + result["replay_lost_transitions"], result
+
+
 def test_a_learner_that_dies_again_at_once_ends_the_run_in_one_line_with_the_resume_command(running):
     run = running("stop.env_steps=100000000", "checkpoint.every_epochs=1000")
     run.read_until("[")

@@ -225,3 +225,19 @@ def test_a_replacement_learners_replay_counts_what_its_collectors_sent_that_died
     stats = new.stats()[0]
     assert (stats.inserted, stats.lost_writes) == (45, 50)
     assert stats.writer_env_steps == stats.inserted + stats.lost_writes
+
+
+def test_a_shard_whose_collector_left_with_its_node_counts_what_it_lacks_as_lost_and_its_next_counts_on():
+    """collectors.num auto: a collector gone without notice had reported 70 env steps, its shard
+    holds 40 (the rest went with the node); the next collector in its slot counts on from 70."""
+    shards = replay(2, 100, SamplesPerInsertLimiter(0.0, 1, 1))
+    shards.attach_writer(0)
+    shards.add(0, chunk(0, 40), writer_env_steps=40)
+    shards.writer_left(0, 70)
+    assert shards.stats()[0].lost_writes == 30 and shards.stats()[1].lost_writes == 0
+    assert shards.attach_writer(0) == 70
+    shards.add(0, chunk(40, 10), writer_env_steps=80)
+    stats = shards.stats()[0]
+    assert (stats.inserted, stats.lost_writes, stats.writer_env_steps) == (50, 30, 80)
+    shards.writer_left(0, 60)  # an older report than the shard's own count changes nothing
+    assert shards.stats()[0].lost_writes == 30
