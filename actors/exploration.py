@@ -49,6 +49,7 @@ class EpsilonGreedy:
 
 
 def collector_epsilon(s: CollectorSettings, rng: np.random.Generator) -> EpsilonGreedy:
-    """Collector `s.index`'s epsilon-greedy: Ape-X's epsilon for its index, annealed from 1.0 as configured."""
-    final = apex_epsilon(s.index, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
+    """Collector `s.index`'s epsilon-greedy: Ape-X's epsilon for its place in the spread, annealed from 1.0 as configured."""
+    place = s.index if s.exploration_index is None else s.exploration_index
+    final = apex_epsilon(place, s.num_collectors, s.epsilon_base, s.epsilon_alpha)
     return EpsilonGreedy(s.num_actions, final, s.epsilon_anneal_steps, rng)

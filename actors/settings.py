@@ -45,6 +45,7 @@ class CollectorSettings:
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
     recurrent_size: int = 0  # recurrent_q: the state's units (h and c each)
     sequence_period: int = 0  # recurrent_q: a replayed sequence starts every this many steps (actors/sequence_adder.py)
+    exploration_index: int | None = None  # its place in the Ape-X spread of epsilons (None: `index`)
 
     @property
     def action_dim(self) -> int:

@@ -1,6 +1,14 @@
 """The slots of collectors that follow the cluster (cluster/plan/elastic.py): pure logic."""
 
-from raypex.cluster.plan.elastic import CollectorSlots, Node
+import numpy as np
+import pytest
+
+from raypex.actors.envs import inspect_env
+from raypex.actors.exploration import collector_epsilon
+from raypex.cluster.config.arguments import config_path
+from raypex.cluster.config.loading import load_config
+from raypex.cluster.plan.elastic import CollectorSlots, Node, spread_order
+from raypex.cluster.plan.settings import collector_settings
 
 
 def test_each_node_with_room_gets_per_node_collectors_up_to_the_slots():
@@ -36,3 +44,16 @@ def test_a_node_gone_without_notice_has_its_slots_settled_and_a_joining_node_tak
     assert changes.lost == [1] and changes.start == []
     slots.free(1)
     assert slots.changes([Node("a", 1), Node("c", 1), Node("d", 1)]).start == [(1, "d")]
+
+
+def test_the_slots_taken_first_span_the_exploration_rates_from_most_exploring_to_greediest():
+    for slots in (1, 2, 3, 4, 7, 16, 100):
+        order = spread_order(slots)
+        assert sorted(order) == list(range(slots)) and order[:2] == [0, slots - 1][:slots]
+    assert spread_order(8) == [0, 7, 3, 1, 5, 2, 4, 6]  # each next one halves a widest gap
+    config = load_config(config_path("cartpole"), ["collectors.num=auto", "collectors.max=4"])
+    spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+    rates = [collector_epsilon(collector_settings(config, spec, i), np.random.default_rng(0)).final_epsilon
+             for i in range(4)]
+    # two collectors (slots 0 and 1) explore as a fixed run of two does: Ape-X's two ends
+    assert rates[0] == 0.4 and rates[1] == min(rates) == pytest.approx(0.4 ** 8) and rates[2] > rates[3] > rates[1]

@@ -15,6 +15,7 @@ starts, stops and settles the collectors this decides.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 _EPS = 1e-9
@@ -89,3 +90,20 @@ class CollectorSlots:
         """`slot`'s collector is gone: the slot takes the next one that joins."""
         self.node_of[slot] = None
         self.leaving.discard(slot)
+
+
+def spread_order(slots: int) -> list[int]:
+    """Each slot's place in the spread of exploration rates (Ape-X's 0 .. slots - 1): the two ends
+    first, then the middles of the widest gaps, so the collectors of the lowest slots, which are
+    taken first, span from the most exploring to the greediest whatever their number
+    (4 slots: 0, 3, 1, 2)."""
+    order = [0, slots - 1][:slots]
+    gaps = deque([(0, slots - 1)])
+    while gaps:
+        low, high = gaps.popleft()
+        middle = (low + high) // 2
+        if low < middle < high:
+            order.append(middle)
+            gaps.extend([(low, middle), (middle, high)])
+    return order
+

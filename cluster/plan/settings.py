@@ -9,6 +9,7 @@ from __future__ import annotations
 from raypex.actors.envs import EnvSpec, known_max_return
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.cluster.config.schema import LearnerConfig, RunConfig
+from raypex.cluster.plan.elastic import spread_order
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.settings import LearnerSettings
 from raypex.replay.priorities import BetaSchedule, PrioritySettings
@@ -17,8 +18,10 @@ from raypex.replay.shard import StorageSpec
 
 
 def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> CollectorSettings:
-    """The fields collector `index` needs."""
+    """The fields collector `index` needs. With collectors.num auto, slot `index`'s place in the
+    spread of exploration rates (cluster/plan/elastic.py, spread_order): the slots taken first span it."""
     c, plugin = config.collectors, algorithm(config.algo.name)
+    place = spread_order(c.shards)[index] if c.elastic else index
     return CollectorSettings(
         index=index, num_collectors=c.shards, env_id=config.env.id, env_kwargs=config.env.kwargs,
         num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
@@ -32,7 +35,8 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         acting=c.acting,
         td_priorities=config.replay.prioritized and config.replay.initial_priority == "td",
         algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
-        action_noise=collector_noise(config, index) if plugin.collector_noise else 0.0,
+        action_noise=collector_noise(config, place) if plugin.collector_noise else 0.0,
+        exploration_index=place,
         layer_norm=config.network.critic_norm == "layer_norm",
         recurrent_size=config.network.recurrent_size if plugin.sequences else 0,
         sequence_period=config.replay.sequence_length - config.replay.sequence_overlap if plugin.sequences else 0,
