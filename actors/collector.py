@@ -44,7 +44,8 @@ class Collector:
         self.poll_weights = poll_weights
         seed = s.seed + 1_000 * (s.index + 1)
         self.rng = np.random.default_rng(seed)
-        self.stepper = EnvStepper(s.env_id, s.num_envs, s.env_kwargs, s.frame_stack, seed, f"collector {s.index}")
+        self.stepper = EnvStepper(s.env_id, s.num_envs, s.env_kwargs, s.frame_stack, seed, f"collector {s.index}",
+                                  s.env_wrappers)
         plugin = algorithm(s.algo)
         self.policy = (plugin.policy(s, self.stepper.obs, seed, self.rng) if served is None
                        else plugin.policy(s, self.stepper.obs, seed, self.rng, served=served))

@@ -33,6 +33,7 @@ import numpy as np
 from raypex.actors.action_spaces import action_fields
 from raypex.actors.env_check import check_user_env
 from raypex.actors.env_ids import UnsupportedEnv, names_code, registered_id
+from raypex.actors.env_wrappers import resolve_wrappers, wrapped
 from raypex.actors.frames import FrameStacker
 from raypex.actors.images import ImageVectorEnv, image_layout
 from raypex.actors.minatar_ids import register_minatar
@@ -176,25 +177,36 @@ def _make_ale(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     return AtariVectorEnv(ale_game(env_id), num_envs, stack_num=1, reward_clipping=False, **options)
 
 
-def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any]):
-    """The vector env itself, without frame stacking (what `raypex bench` compares collectors to)."""
+def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], wrappers: list = ()):
+    """The vector env itself, without frame stacking (what `raypex bench` compares collectors to).
+    `wrappers`: env.wrappers, around each env (which steps them one after another, Gymnasium's
+    sync mode, even where the env has a vectorized implementation of its own)."""
     if is_ale(env_id):
+        if wrappers:
+            raise UnsupportedEnv(ALE_NOT_WRAPPED)
         return _make_ale(env_id, num_envs, kwargs)
     env_id = registered_id(env_id)
     register_minatar(env_id)
     register_popgym(env_id)
     quiet_known_mujoco_warnings(env_id)
+    if wrappers:
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                            wrappers=resolve_wrappers(list(wrappers)), **kwargs)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
 
-def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_stack: int = 4):
+ALE_NOT_WRAPPED = ("env.wrappers: an ALE env steps as ale-py's own vector env, which Gymnasium's wrappers do not "
+                   "wrap; its settings are env.frame_stack, env.clip_rewards, env.terminal_on_life_loss and env.kwargs")
+
+
+def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_stack: int = 4, wrappers: list = ()):
     """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation
     (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
     mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked,
     images with channels come back channels-first (ImageVectorEnv). It comes back not reset: the
     caller resets it with its own seed once (a seeded ALE reset reloads each env, about 80 ms per
     env, so a second one cost a 32-env collector 2.7 s at every start)."""
-    env = make_raw_vector_env(env_id, num_envs, kwargs)
+    env = make_raw_vector_env(env_id, num_envs, kwargs, wrappers)
     space = env.single_observation_space
     encode = one_hot_for(space)
     if encode is not None:
@@ -225,12 +237,15 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
         env.close()
 
 
-def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> EnvSpec:
+def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4, wrappers: list = ()) -> EnvSpec:
     """Check that `env_id` exists and has an action space raypex learns on (Discrete, or a bounded
     1-D Box) and an observation it learns on: a flat Box vector, a Discrete or MultiDiscrete one
     (one-hot), 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images (their channels are
-    the network's input channels; `frame_stack` does not apply)."""
+    the network's input channels; `frame_stack` does not apply). `wrappers` (env.wrappers) are
+    applied first: what they make of the env is what is checked."""
     if is_ale(env_id):
+        if wrappers:
+            raise UnsupportedEnv(ALE_NOT_WRAPPED)
         import warnings
 
         with warnings.catch_warnings():
@@ -258,6 +273,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4) -> En
             reason = "MuJoCo is not installed: pip install 'raypex[mujoco]'"
         raise UnsupportedEnv(f"env.id '{given}' cannot be made: {reason}") from None
     try:
+        env = wrapped(env, list(wrappers))
         obs_space, act_space = env.observation_space, env.action_space
         threshold = env.spec.reward_threshold if env.spec is not None else None
     finally:

@@ -25,11 +25,11 @@ class Evaluator:
     """Owns an evaluation vector env with one env per episode."""
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4,
-                 epsilon: float = 0.0, stacked: bool = False):
+                 epsilon: float = 0.0, stacked: bool = False, wrappers: tuple = ()):
         self.mujoco = is_mujoco(env_id)  # pictures drawn afterwards from recorded states (actors/mujoco_video.py)
         if self.mujoco:
             headless_rendering()
-        self.env = make_vector_env(env_id, episodes, env_kwargs, frame_stack)
+        self.env = make_vector_env(env_id, episodes, env_kwargs, frame_stack, list(wrappers))
         self.env_id = env_id
         self.env_kwargs = env_kwargs
         self.stacked = stacked  # observations are frame stacks (pixels), for the video's frames

@@ -46,6 +46,7 @@ class CollectorSettings:
     recurrent_size: int = 0  # recurrent_q: the state's units (h and c each)
     sequence_period: int = 0  # recurrent_q: a replayed sequence starts every this many steps (actors/sequence_adder.py)
     exploration_index: int | None = None  # its place in the Ape-X spread of epsilons (None: `index`)
+    env_wrappers: tuple = ()  # env.wrappers' entries (actors/env_wrappers.py)
 
     @property
     def action_dim(self) -> int:
@@ -74,3 +75,4 @@ class EvaluatorSettings:
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)
     algo: str = "dqn"  # the algorithm's plug-in, which builds the greedy policy of its published weights
     recurrent_size: int = 0  # a recurrent policy's state: units of h and c each
+    env_wrappers: tuple = ()  # env.wrappers' entries (actors/env_wrappers.py)

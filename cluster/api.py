@@ -173,8 +173,8 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     with _in_directory(env.code_dir):  # a module:Name or relative file.py:Name resolves as it did in training
         try:
             # frames stacked by raypex (pixel envs) give the video's pictures
-            stacked = video is not None and inspect_env(env.id, env.kwargs, env.frame_stack).frame_stack > 0
-            evaluator = Evaluator(env.id, env.kwargs, episodes, seed, env.frame_stack, eps, stacked)
+            stacked = video is not None and inspect_env(env.id, env.kwargs, env.frame_stack, env.wrappers).frame_stack > 0
+            evaluator = Evaluator(env.id, env.kwargs, episodes, seed, env.frame_stack, eps, stacked, tuple(env.wrappers))
         except UnsupportedEnv as err:
             raise UsageError(str(err), err.details) from None
         try:

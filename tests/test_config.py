@@ -92,6 +92,16 @@ BAD_TRAIN_ARGS = [
     (["env.id=no_such_module:Env-v0"], "no module 'no_such_module' in "),
     (["env.id=ALE/Pong-v5"], ("env.id 'ALE/Pong-v5' gives pixel observations (4x84x84), and the default config "
                               "is written for CartPole-v1's flat ones")),
+    # env.wrappers: an entry's form when the config is read, its import and arguments before anything starts
+    (["env.wrappers=[ClipReward]"], "env.wrappers: 'ClipReward' is not an import path of the form package.module:Name"),
+    (["env.wrappers=[gymnasium.wrappers:ClipRewrd]"], ("env.wrappers: 'gymnasium.wrappers:ClipRewrd': gymnasium.wrappers "
+                                                       "has no ClipRewrd; did you mean gymnasium.wrappers:ClipReward?")),
+    (["env.wrappers=[no_such_package.wrappers:Clip]"], "env.wrappers: 'no_such_package.wrappers:Clip': "
+                                                       "no_such_package.wrappers cannot be imported"),
+    (["env.wrappers=[{gymnasium.wrappers:ClipReward: {maximum: 1}}]"],
+     "env.wrappers: 'gymnasium.wrappers:ClipReward' does not take {'maximum': 1}"),
+    (["env.id=ALE/Pong-v5", "env.wrappers=[gymnasium.wrappers:ClipReward]"], "env.wrappers: an ALE env steps as "
+                                                                            "ale-py's own vector env"),
     (["replay.capacity=2000000000"], "the replay would take 192 GB, more than this machine's memory allows"),
     (["env.id=NeedsAMissingPackage-v0"], "env.id 'NeedsAMissingPackage-v0' cannot be made: Box2D is not installed"),
     # NaN or infinity is never a value; a NaN target once reported a false "solved"

@@ -125,7 +125,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from raypex.actors.envs import UnsupportedEnv, check_algo_fits, inspect_env
 
     try:
-        spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack)
+        spec = inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack, config.env.wrappers)
         check_algo_fits(config.algo.name, spec, config.env.id, config.network.flat_only)
     except UnsupportedEnv as err:
         raise UsageError(str(err)) from None

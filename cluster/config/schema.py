@@ -33,6 +33,11 @@ class EnvConfig(Section):
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra keyword arguments for gymnasium.make_vec (ALE: its vector env)."
     )
+    wrappers: list[str | dict[str, dict[str, Any] | None]] = Field(
+        default_factory=list, description="Gymnasium wrappers around every env of the collectors and the evaluator, "
+        "in order: each an import path (gymnasium.wrappers:ClipReward) or a one-key mapping from it to its keyword "
+        "arguments ({gymnasium.wrappers:ClipReward: {max_reward: 0.5}}); checked when the run starts. Not for ALE "
+        "envs (ale-py's vector env).")
     frame_stack: int = Field(4, ge=1, le=16, description="Pixel envs: frames stacked into one observation.")
     clip_rewards: bool = Field(
         False, description="Train on rewards clipped to [-1, 1]; episode returns report the raw score."
@@ -47,6 +52,16 @@ class EnvConfig(Section):
         None, description="Where an env.id naming your code (module:Name, a relative file.py:Name) is looked up: "
                           "raypex train records its working directory here, so raypex eval finds the code from "
                           "any directory.")
+
+    @field_validator("wrappers")
+    @classmethod
+    def _wrapper_entries(cls, entries: list) -> list:
+        if entries:  # (gymnasium is imported only for a config that has wrappers)
+            from raypex.actors.env_wrappers import wrapper_entry
+
+            for entry in entries:
+                wrapper_entry(entry)
+        return entries
 
     @model_validator(mode="after")
     def _life_loss_needs_ale(self) -> EnvConfig:

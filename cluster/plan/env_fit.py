@@ -48,7 +48,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     config = with_code_dir(config)
     check_nothing_shadows_raypex(config)
     env = config.env
-    spec = inspect_env(env.id, env.kwargs, env.frame_stack)
+    spec = inspect_env(env.id, env.kwargs, env.frame_stack, env.wrappers)
     config, lines = fit_to_env(config, spec, origin)
     check_algo_fits(config.algo.name, spec, env.id, config.network.flat_only)
     room = replay_room(config) if on_this_machine else None

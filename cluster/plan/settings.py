@@ -37,6 +37,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         algo=config.algo.name, action_low=spec.action_low, action_high=spec.action_high,
         action_noise=collector_noise(config, place) if plugin.collector_noise else 0.0,
         exploration_index=place,
+        env_wrappers=tuple(config.env.wrappers),
         layer_norm=config.network.critic_norm == "layer_norm",
         recurrent_size=config.network.recurrent_size if plugin.sequences else 0,
         sequence_period=config.replay.sequence_length - config.replay.sequence_overlap if plugin.sequences else 0,
@@ -129,7 +130,8 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
                              config.env.frame_stack, spec.frame_stack > 0, config.eval.epsilon,
                              spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm",
                              config.algo.name,
-                             config.network.recurrent_size if algorithm(config.algo.name).sequences else 0)
+                             config.network.recurrent_size if algorithm(config.algo.name).sequences else 0,
+                             tuple(config.env.wrappers))
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

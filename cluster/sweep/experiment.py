@@ -100,7 +100,8 @@ def run_sweep(request: SweepRequest, experiment_dir: Path | str, origin: ConfigO
     stop = SweepStop(experiment)
     previous = {sig: signal.signal(sig, stop.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        flat = len(inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack).obs_shape) == 1
+        flat = len(inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack,
+                               config.env.wrappers).obs_shape) == 1
         device = choose_device(config, cluster_gpus(), progress, flat)
         config = with_act_device(config, choose_act_device(config, node_resources(), device, not flat, progress))
         population = request.samples * grid_size(request.space)
