@@ -749,3 +749,21 @@ def test_evaluations_are_due_by_env_steps_or_by_time_and_never_twice_on_the_same
     timed.on_env_steps(13_000)
     timed.maybe_start()
     assert timed.take()[2].env_steps == 13_000
+
+
+def test_every_slot_stands_in_for_a_poll_no_collector_answered_with_collectors_num_auto():
+    """The run's end may hear no collector (one being restarted): with collectors.num auto each slot
+    stands in with its last collector's counters, or none's, the absent ones acting with no weights."""
+    from types import SimpleNamespace
+
+    from raypex.cluster.driver.run import TrainingRun
+    from raypex.replay.contracts import CollectorStats
+
+    reported = dataclasses.replace(CollectorStats.idle(0), env_steps=500, version=3)
+    run = SimpleNamespace(supervisor=SimpleNamespace(absent={1, 2}), last_collector_stats={0: reported, 1: reported},
+                          actors=SimpleNamespace(collectors=[object(), None, None]))
+    every = TrainingRun._every_collector(run, [0], [])
+    assert [(s.env_steps, s.version) for s in every] == [(500, 3), (500, -1), (0, -1)]
+    fixed = SimpleNamespace(supervisor=SimpleNamespace(absent=set()), last_collector_stats={},
+                            actors=SimpleNamespace(collectors=[object()]))
+    assert TrainingRun._every_collector(fixed, [0], []) == []  # a fixed run's shards alone count then

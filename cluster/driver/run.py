@@ -384,8 +384,10 @@ class TrainingRun:
         counted out (its node lost) its last answer, its episodes already read; [] when one of those
         never answered (the shards alone count then). A slot without a collector (collectors.num
         auto) stands in with its last one's counters, or none, as acting with no weights."""
-        if not answers and not self.supervisor.absent:  # the run's end, with a collector dead for good: the shards alone count
-            return []
+        if not answers:  # the run's end, with a collector dead for good: the shards alone count
+            if not self.supervisor.absent:
+                return []
+            answering = []  # (collectors.num auto: every slot stands in)
         for i, answer in zip(answering, answers, strict=True):
             self.last_collector_stats[i] = answer
         if len(answering) == len(self.actors.collectors):
