@@ -157,16 +157,24 @@ def _median_forward_ms(network: nn.Module, obs: torch.Tensor) -> float:
 
 
 def median_call_ms(call) -> float:
-    """The median time of `call()`, after two warm-up calls, each call made with the CPU caches
+    """The median time of `call()` (median_calls_ms)."""
+    return median_calls_ms([call])[0]
+
+
+def median_calls_ms(calls: list) -> list[float]:
+    """The median time of each of `calls`, after two warm-up rounds, the calls taken in turn within
+    each round (a machine busy for a while then slows each alike, where one timed after the other
+    once made Pong's slower acting form look the faster on a loaded box), each with the CPU caches
     evicted as an env step between two forwards leaves them: timed hot, the fused fp32 Nature CNN
     looked 1.15x faster and ran slower in a collector (1.07x evicted)."""
-    times = []
+    times: list[list[float]] = [[] for _ in calls]
     eviction = np.zeros(_EVICTION_BYTES, np.uint8)  # freed on return: collectors do not keep it
     for i in range(TIMING_REPEATS + 2):
-        eviction[::64] += 1  # one byte per cache line, beyond the caches' size
-        start = time.perf_counter()
-        call()
-        if i >= 2:
-            times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
+        for call, taken in zip(calls, times):
+            eviction[::64] += 1  # one byte per cache line, beyond the caches' size
+            start = time.perf_counter()
+            call()
+            if i >= 2:
+                taken.append((time.perf_counter() - start) * 1e3)
+    return [float(np.median(taken)) for taken in times]
 

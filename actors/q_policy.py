@@ -87,7 +87,7 @@ def _graph_if_faster(forward, s: CollectorSettings, example_obs: np.ndarray, see
     torch form `forward`'s timing chose, timed the same way; else None. Neither wins everywhere
     (`python -m benchmarks.acting_forms`: MinAtar's CNN 124-194 us in ONNX Runtime against 251-300
     us fused, Pong's Nature CNN 7.2-7.6 ms against 5.3-5.6 ms, on this project's 2-core box)."""
-    from raypex.actors.acting import AUTO_MIN_GAIN, median_call_ms
+    from raypex.actors.acting import AUTO_MIN_GAIN, median_calls_ms
     from raypex.actors.onnx_acting import GraphQ
     from raypex.learner.algorithms.registry import algorithm
     from raypex.learner.weights import export_arrays
@@ -98,8 +98,8 @@ def _graph_if_faster(forward, s: CollectorSettings, example_obs: np.ndarray, see
         return None
     candidate = GraphQ(s.num_actions, np.random.default_rng(seed + 1))
     candidate.load(Weights(-1, export_arrays(forward.network), acting_graph=graph))
-    forward.timings_ms["onnx"] = median_call_ms(lambda: candidate.q_values(example_obs))
-    chosen_ms = median_call_ms(lambda: forward.q_values(example_obs))
+    forward.timings_ms["onnx"], chosen_ms = median_calls_ms([lambda: candidate.q_values(example_obs),
+                                                             lambda: forward.q_values(example_obs)])
     return candidate if chosen_ms >= AUTO_MIN_GAIN * forward.timings_ms["onnx"] else None
 
 

@@ -130,8 +130,11 @@ def test_a_cnn_collector_acts_through_the_acting_graph_where_it_wins_the_timing(
     from raypex.actors import acting
     from raypex.actors.q_policy import collector_q_policy
 
-    timings = iter([onnx_ms, torch_ms])  # the graph is timed first, then the chosen torch form
-    monkeypatch.setattr(acting, "median_call_ms", lambda call: (call(), next(timings))[1])
+    def timed(calls):  # the graph, then the chosen torch form, timed in turn
+        assert len(calls) == 2 and [call() for call in calls]
+        return [onnx_ms, torch_ms]
+
+    monkeypatch.setattr(acting, "median_calls_ms", timed)
     obs = _obs((6, 10, 10), "uint8", 8)
     torch.manual_seed(3)
     policy = collector_q_policy(_cnn_settings(act_precision="fp32", act_fusion="off"), obs, 3, np.random.default_rng(0))
