@@ -22,7 +22,7 @@ class EnvStepper:
 
     def __init__(self, env_id: str, num_envs: int, env_kwargs: dict, frame_stack: int, seed: int, who: str,
                  wrappers: tuple = ()):
-        self.env = make_vector_env(env_id, num_envs, env_kwargs, max(frame_stack, 1), list(wrappers))
+        self.env = make_vector_env(env_id, num_envs, env_kwargs, max(frame_stack, 1), wrappers)
         self.obs, self.reset_info = self.env.reset(seed=seed)
         self.ready_at = time.time()  # wall clock: the env made and reset (start-up's moments)
         self.check = StepCheck(env_id, self.obs.shape[1:], self.obs.dtype, who)

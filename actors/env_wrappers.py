@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -46,7 +46,7 @@ def wrapper_entry(entry: Any) -> tuple[str, dict[str, Any]]:
     return str(path), kwargs
 
 
-def resolve_wrappers(entries: list) -> list[Wrap]:
+def resolve_wrappers(entries: Sequence) -> list[Wrap]:
     """Each entry as a callable env -> wrapped env; UnsupportedEnv in one line for one that does not import."""
     wraps = []
     for entry in entries:
@@ -78,7 +78,7 @@ def _wrap(path: str, wrapper: Callable, kwargs: dict, env: gym.Env) -> gym.Env:
     return wrapped
 
 
-def wrapped(env: gym.Env, entries: list) -> gym.Env:
+def wrapped(env: gym.Env, entries: Sequence) -> gym.Env:
     """`env` wrapped by every entry, in order."""
     for wrap in resolve_wrappers(entries):
         env = wrap(env)

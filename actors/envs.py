@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,7 +178,7 @@ def _make_ale(env_id: str, num_envs: int, kwargs: dict[str, Any]):
     return AtariVectorEnv(ale_game(env_id), num_envs, stack_num=1, reward_clipping=False, **options)
 
 
-def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], wrappers: list = ()):
+def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], wrappers: Sequence = ()):
     """The vector env itself, without frame stacking (what `raypex bench` compares collectors to).
     `wrappers`: env.wrappers, around each env (which steps them one after another, Gymnasium's
     sync mode, even where the env has a vectorized implementation of its own)."""
@@ -191,7 +192,7 @@ def make_raw_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], wrap
     quiet_known_mujoco_warnings(env_id)
     if wrappers:
         return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                            wrappers=resolve_wrappers(list(wrappers)), **kwargs)
+                            wrappers=resolve_wrappers(wrappers), **kwargs)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None, **kwargs)
 
 
@@ -199,7 +200,8 @@ ALE_NOT_WRAPPED = ("env.wrappers: an ALE env steps as ale-py's own vector env, w
                    "wrap; its settings are env.frame_stack, env.clip_rewards, env.terminal_on_life_loss and env.kwargs")
 
 
-def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_stack: int = 4, wrappers: list = ()):
+def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_stack: int = 4,
+                    wrappers: Sequence = ()):
     """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation
     (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
     mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked,
@@ -237,7 +239,7 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
         env.close()
 
 
-def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4, wrappers: list = ()) -> EnvSpec:
+def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4, wrappers: Sequence = ()) -> EnvSpec:
     """Check that `env_id` exists and has an action space raypex learns on (Discrete, or a bounded
     1-D Box) and an observation it learns on: a flat Box vector, a Discrete or MultiDiscrete one
     (one-hot), 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images (their channels are
@@ -273,7 +275,7 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4, wrapp
             reason = "MuJoCo is not installed: pip install 'raypex[mujoco]'"
         raise UnsupportedEnv(f"env.id '{given}' cannot be made: {reason}") from None
     try:
-        env = wrapped(env, list(wrappers))
+        env = wrapped(env, wrappers)
         obs_space, act_space = env.observation_space, env.action_space
         threshold = env.spec.reward_threshold if env.spec is not None else None
     finally:

@@ -29,7 +29,7 @@ class Evaluator:
         self.mujoco = is_mujoco(env_id)  # pictures drawn afterwards from recorded states (actors/mujoco_video.py)
         if self.mujoco:
             headless_rendering()
-        self.env = make_vector_env(env_id, episodes, env_kwargs, frame_stack, list(wrappers))
+        self.env = make_vector_env(env_id, episodes, env_kwargs, frame_stack, wrappers)
         self.env_id = env_id
         self.env_kwargs = env_kwargs
         self.stacked = stacked  # observations are frame stacks (pixels), for the video's frames

@@ -418,8 +418,13 @@ class TrainingRun:
         if self.collectors_over_time and self.collectors_over_time[-1][1] == collecting:
             return
         self.collectors_over_time.append([round(self._wall_s(), 3), collecting])
-        if self.collectors_over_time[1:] and self.config.collectors.elastic:
-            self.placement = {**self.placement, **self.actors.placement()}
+        self.write_collector_history()
+
+    def write_collector_history(self) -> None:
+        """placement.json with where each collector ran so far (collectors.num auto; the supervisor
+        keeps the history, so nothing is asked of the actors, one of which may be restarting)."""
+        if self.actors.collector_history:
+            self.placement = {**self.placement, "collector_history": self.actors.collector_history}
             self.outputs.placement(self.placement)
 
     def request_checkpoint(self) -> None:

@@ -52,10 +52,7 @@ class RunEnd:
             run.supervisor.stop()
             run.collect_end = time.time()
             run.supervisor.wait_stopped()
-            history = getattr(run.actors, "collector_history", None)
-            if history:  # collectors.num auto: where each collector ran, to the end
-                run.placement = {**run.placement, "collector_history": history}
-                run.outputs.placement(run.placement)
+            run.write_collector_history()  # collectors.num auto: where each collector ran, to the end
         with contextlib.suppress(*errors.any):  # a dead learner's epochs are lost with it
             run.drain_epochs(timeout_s=EPOCH_END_S)
         if run.config.replay.prioritized:  # the last updates' priorities reach the replay before it is read

@@ -37,6 +37,7 @@ class RunParts(Protocol):
     collectors: list
     learner: Any
     evaluator: Any
+    collector_history: list  # collectors.num auto: where each collector ran, from when to when (placement.json)
 
     def kill_all(self) -> None: ...
 

@@ -56,6 +56,7 @@ class LocalParts:
         self.collectors = run.collectors  # the loop asks them for stats() only
         self.learner = run.host
         self.evaluator = run.evaluator
+        self.collector_history: list = []  # collectors.num auto's, which a local run never has
 
     def kill_all(self) -> None:
         """Close every env."""

@@ -278,7 +278,8 @@ class RunActors:
     teams: list = field(default_factory=list)  # the collectors whose shards each learner holds, by rank
     servers: list = field(default_factory=list)  # collectors.acting served: one acting server per node
     launcher: CollectorLauncher | None = None  # starts a collector (collectors.num auto: as nodes join)
-    # collectors.num auto: where each collector ran, from when to when, and how it left (placement.json)
+    # collectors.num auto: where each collector ran, from when to when, and how it left (placement.json,
+    # written by the run loop as the count changes)
     collector_history: list = field(default_factory=list)
 
     def all(self) -> list:
@@ -304,7 +305,7 @@ class RunActors:
         learner's node, in its process."""
         present = [(i, c) for i, c in enumerate(self.collectors) if c is not None]
         collector_nodes = ray.get([c.node_id.remote() for _, c in present])
-        fields = {
+        return {
             "ray_address": ray.get_runtime_context().gcs_address,
             "namespace": NAMESPACE,
             "run_id": self.run_id,
@@ -312,9 +313,6 @@ class RunActors:
             "collectors": [{"collector": i, "collector_node": node} for (i, _), node in zip(present, collector_nodes)],
             "pair_strategy": self.pair_strategy,
         }
-        if self.collector_history:
-            fields["collector_history"] = self.collector_history
-        return fields
 
     def learner_placement(self) -> dict:
         """placement.json's learner fields, asked again once Ray restarted the learner (on another
