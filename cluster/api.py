@@ -4,8 +4,8 @@
     result = train("cartpole", {"stop.env_steps": 30000}, seed=1)
     result.summary["final_eval_return"], result.run_dir, result.policy.act(obs)
 
-`launch` is where `raypex train` (cluster/commands/train.py) and `train` here both start a run. A
-run started here is the run `raypex train` makes: the same checks (one-line `UsageError` for a
+`train` starts its run through `launch` (cluster/launch.py), as `raypex train` does. A run
+started here is the run `raypex train` makes: the same checks (one-line `UsageError` for a
 mistake, before anything is written), the same run directory, TensorBoard, checkpoints and
 policy.pt2; a local Ray cluster unless `address` is given, shut down when the run ends. Ctrl-C
 (a notebook's interrupt) takes the clean stop path and the result says `ended: interrupted`.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -37,19 +36,16 @@ from raypex.cluster.config.loading import (
     apply_overrides,
     apply_values,
     config_origin,
-    config_to_yaml,
     read_yaml,
     saved_config_upgraded,
     validate,
 )
-from raypex.cluster.config.schema import RunConfig, config_warnings
-from raypex.cluster.ray_runtime.address import ADDRESS_VARIABLE, kept_up_address, ray_job_address
-from raypex.cluster.driver.checkpoints import ResumePoint
+from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.observer import RunObserver
 from raypex.cluster.driver.progress import ProgressLine
-from raypex.cluster.driver.run_dir import check_writable, kept_policy, open_remote
-from raypex.cluster.driver.run_errors import CheckpointRefused, RunFailed, StartRefused
-from raypex.cluster.driver.signals import hold, install_stop_signals, stop_holding
+from raypex.cluster.driver.run_dir import check_writable, open_remote
+from raypex.cluster.driver.run_errors import RunFailed
+from raypex.cluster.launch import launch, open_resumed
 from raypex.cluster.storage import atomic_write, is_uri, join, name_of, reason, remote
 
 if TYPE_CHECKING:  # Ray and the run's modules load once the run directory exists (see `launch`)
@@ -59,6 +55,8 @@ __all__ = ["EvalResult", "RunFailed", "RunResult", "RunningRun", "UsageError", "
            "resolve_run_config", "train"]
 
 EpochCallback = Callable[[dict[str, Any]], None]
+EvalCallback = Callable[[dict[str, Any]], None]
+StopCallback = Callable[[dict[str, Any]], bool]
 
 
 def load_policy(path: str | Path):
@@ -94,11 +92,12 @@ def _load_remote_policy(uri: str):
 class EvalResult:
     """Returns of a policy's evaluation episodes (undiscounted, one per episode)."""
 
-    returns: np.ndarray
+    returns: np.ndarray  # one undiscounted return per episode, in the order the episodes were played
     video: Path | None = None  # the first episode as an animated PNG, when asked for and the env has pictures
 
     @property
     def mean(self) -> float:
+        """The mean return over the episodes."""
         return float(self.returns.mean())
 
     def line(self) -> str:
@@ -208,8 +207,8 @@ class RunResult:
     train` would have returned (0; 130 after Ctrl-C)."""
 
     run_dir: Path | str  # a str when it is a URI
-    summary: dict[str, Any]
-    exit_code: int = 0
+    summary: dict[str, Any]  # summary.json's fields (docs/reference/run-directory.md lists them)
+    exit_code: int = 0  # what `raypex train` would exit with: 0, or 130 after Ctrl-C
     _policy: Any = field(default=None, repr=False)
 
     @property
@@ -267,27 +266,64 @@ def run_config_origin(config: str | Path | Mapping | RunConfig, overrides: Mappi
 
 
 class _Watcher(RunObserver):
-    """Hands each epoch to the callback and ends the run when asked (RunningRun.stop)."""
+    """Hands epochs and evaluations to the callbacks; ends the run when asked (RunningRun.stop) or
+    when `stop_when` says so, as a stop.* key does (`ended: stopped`, exit code 0). A callback that
+    raises is called no more, and the run fails at its next poll (RunFailed naming the callback,
+    after the final files, as when a part dies); one raising once the run is ending fails the call
+    after the run's files are written."""
 
-    def __init__(self, on_epoch: EpochCallback | None):
-        self.on_epoch = on_epoch
+    def __init__(self, on_epoch: EpochCallback | None, on_eval: EvalCallback | None = None,
+                 stop_when: StopCallback | None = None):
+        self.callbacks = {"on_epoch": on_epoch, "on_eval": on_eval, "stop_when": stop_when}
         self.stop_asked = threading.Event()
+        self.failure: RunFailed | None = None  # what a callback raised, said as the run's failure
+        self.failure_raised = False
+
+    def _call(self, name: str, argument: dict[str, Any]) -> Any:
+        callback = self.callbacks[name]
+        if callback is None or self.failure is not None:
+            return None
+        try:
+            return callback(argument)
+        except Exception as err:  # noqa: BLE001 - the user's code: the run ends, its files written
+            import traceback
+
+            self.failure = RunFailed(f"the {name} callback raised {type(err).__name__}: {err}",
+                                     traceback.format_exc())
+            self.failure.__cause__ = err
+            return None
 
     def after_epoch(self, run: TrainingRun, epoch: int, scalars: dict[str, float]) -> None:
-        if self.on_epoch is not None:
-            self.on_epoch({"epoch": epoch, "env_steps": run.metrics.env_steps,
-                           "wall_s": time.time() - run.clock_start, **scalars})
+        self._call("on_epoch", {"epoch": epoch, "env_steps": run.metrics.env_steps,
+                                "wall_s": time.time() - run.clock_start, **scalars})
+
+    def after_evaluation(self, run: TrainingRun, result: dict) -> None:
+        self._call("on_eval", {"env_steps": run.metrics.env_steps, "wall_s": time.time() - run.clock_start,
+                               "weights_version": result["version"], "return_mean": result["mean"],
+                               "return_min": result["min"]})
 
     def after_poll(self, run: TrainingRun) -> None:
-        if self.stop_asked.is_set() and run.outcome.ended is None:
+        if run.outcome.ended is not None:
+            return
+        if self.stop_asked.is_set() or self._call("stop_when", self._standing(run)):
             run.end_soon("stopped")
+        if self.failure is not None:
+            self.failure_raised = True
+            raise self.failure
+
+    @staticmethod
+    def _standing(run: TrainingRun) -> dict[str, Any]:
+        """Where the run stands at a poll: what `stop_when` decides on."""
+        m = run.metrics
+        return {"env_steps": m.env_steps, "wall_s": time.time() - run.clock_start, "epochs": run.epochs_done,
+                "episode_return": m.last_return, "eval_return": m.last_eval}
 
 
 class RunningRun:
     """A run going on in a thread (`train(..., block=False)`)."""
 
     def __init__(self, run_dir: Path | str, watcher: _Watcher, thread_target: Callable[[], RunResult]):
-        self.run_dir = run_dir
+        self.run_dir = run_dir  # where the run writes (a str when it is a URI)
         self._watcher = watcher
         self._result: RunResult | None = None
         self._error: BaseException | None = None
@@ -322,34 +358,56 @@ class RunningRun:
 _one_run = threading.Lock()
 
 
-def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapping[str, Any] | list[str] | None = None,
-          *, seed: int | None = None, run_dir: str | Path | None = None, address: str | None = None,
-          on_epoch: EpochCallback | None = None, block: bool = True) -> RunResult | RunningRun:
+def train(config: str | Path | Mapping | RunConfig | None = None,
+          overrides: Mapping[str, Any] | list[str] | None = None, *, seed: int | None = None,
+          run_dir: str | Path | None = None, resume: str | Path | None = None, address: str | None = None,
+          on_epoch: EpochCallback | None = None, on_eval: EvalCallback | None = None,
+          stop_when: StopCallback | None = None, block: bool = True) -> RunResult | RunningRun:
     """Train as `raypex train` does and return the RunResult (or, with `block=False`, a
-    RunningRun at once). `on_epoch` gets each epoch's metrics as a dict (epoch, env_steps, wall_s
-    and the TensorBoard scalars), on the thread that runs the driver. UsageError for a mistake in
-    the config, env or run directory; RunFailed when an actor died past recovery (the run
-    directory holds its final files and the summary)."""
+    RunningRun at once). `config`: a YAML path, a shipped config's name, a mapping shaped like the
+    YAML, or a RunConfig (default: cartpole's). `resume`: a run directory (or its URI) to continue
+    from its newest checkpoint, as `raypex train --resume` does; its config is the run's own,
+    `overrides` applied, so give no `config` or `run_dir` with it.
+
+    Callbacks run on the thread that runs the driver: `on_epoch` gets each epoch's metrics (epoch,
+    env_steps, wall_s and the TensorBoard scalars); `on_eval` each finished evaluation's
+    (env_steps, wall_s, weights_version, return_mean, return_min); `stop_when`, at every poll of the
+    run (a few times a second), where the run stands (env_steps, wall_s, epochs, episode_return,
+    eval_return: the newest, None before the first) and ends the run cleanly when it returns True,
+    as a stop.* key does (`ended: stopped`, exit code 0). UsageError for a mistake in the config, env
+    or run directory; RunFailed when an actor died past recovery (the run directory holds its final
+    files and the summary)."""
     clock_start = time.time()
-    resolved = resolve_run_config(config, overrides, seed)
-    origin = run_config_origin(config, overrides)
-    remote = open_remote(str(run_dir), "run_dir", resume=False) if run_dir is not None and is_uri(run_dir) else None
-    if remote is not None:  # the driver works on a local copy, uploaded as it goes
-        run_path = remote.copy
+    progress = ProgressLine(sys.stderr)
+    if resume is not None:
+        if config is not None or run_dir is not None:
+            raise UsageError("resume=RUN_DIR takes the config from RUN_DIR; give no config or run_dir")
+        resolved, run_path, resume_point, remote = open_resumed(
+            str(resume), overrides, seed, lambda line: progress.message(f"warning: {line}"))
+        origin = None
     else:
-        run_path = Path(run_dir) if run_dir is not None else default_run_dir(resolved.env.id, resolved.seed)
-        if run_path.is_dir() and any(run_path.iterdir()):
-            raise UsageError(f"run_dir {run_path} already holds files; choose a new directory")
-        check_writable(run_path, "run_dir")
-    watcher = _Watcher(on_epoch)
+        config = "cartpole" if config is None else config
+        resolved = resolve_run_config(config, overrides, seed)
+        origin, resume_point = run_config_origin(config, overrides), None
+        remote = open_remote(str(run_dir), "run_dir", resume=False) if run_dir is not None and is_uri(run_dir) else None
+        if remote is not None:  # the driver works on a local copy, uploaded as it goes
+            run_path = remote.copy
+        else:
+            run_path = Path(run_dir) if run_dir is not None else default_run_dir(resolved.env.id, resolved.seed)
+            if run_path.is_dir() and any(run_path.iterdir()):
+                raise UsageError(f"run_dir {run_path} already holds files; choose a new directory or resume it")
+            check_writable(run_path, "run_dir")
+    watcher = _Watcher(on_epoch, on_eval, stop_when)
 
     def go() -> RunResult:
         if not _one_run.acquire(blocking=False):
             raise UsageError("another raypex run is going on in this process; wait for it or stop it first")
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            code, summary = launch(resolved, run_path, None, address, clock_start, ProgressLine(sys.stderr), (watcher,),
+            code, summary = launch(resolved, run_path, resume_point, address, clock_start, progress, (watcher,),
                                    origin, remote=remote)
+            if watcher.failure is not None and not watcher.failure_raised:  # raised while the run was ending
+                raise watcher.failure
             return RunResult(remote.uri if remote else run_path, summary, code)
         finally:
             _one_run.release()
@@ -362,122 +420,3 @@ def train(config: str | Path | Mapping | RunConfig = "cartpole", overrides: Mapp
     if block:
         return go()
     return RunningRun(remote.uri if remote else run_path, watcher, go)
-
-
-def launch(config: RunConfig, run_dir: Path, resume: ResumePoint | None, address: str | None, clock_start: float,
-           progress: ProgressLine, observers: tuple = (), origin: ConfigOrigin | None = None,
-           runtime=None, remote=None) -> tuple[int, dict]:
-    """Make the run directory and run in it to the end, on the runtime `config.runtime` names (Ray:
-    a local cluster unless `address`); (exit code, summary). `origin`: what the config was written
-    for (cluster/plan/env_fit.py fits it to the env). UsageError, the directory put back, for a
-    mistake found while the run starts; RunFailed (after the final files) when a part died past
-    recovery. `runtime`: one made by the caller (a Tune trial's, in its placement group), else the
-    config's. `remote`: the URI the run directory lives at, `run_dir` its local copy
-    (cluster/driver/remote_run.py). `raypex train`, the Python API (here) and Tune trials all start
-    runs here."""
-    install_stop_signals()
-    for warning in config_warnings(config):
-        progress.message(f"warning: {warning}")
-    found_config = (run_dir / "config.yaml").read_bytes() if resume else None
-    made = next((path for path in [*reversed(run_dir.parents), run_dir] if not path.exists()), None)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    hold()  # from here a signal ends the run with summary.json: it is raised once the run has begun
-    try:
-        # Imported after the run directory is made (Ray, gymnasium, TensorBoard: half a second
-        # here), so that a signal while they load is the run's to end.
-        from raypex.actors.envs import UnsupportedEnv
-        from raypex.cluster.driver.startup import StartupTimeline
-        from raypex.cluster.plan.env_fit import fit_run
-
-        on_this_machine = config.runtime == "local" or joined_address(address)[0] is None
-        try:
-            config, spec, lines = fit_run(config, origin, on_this_machine)
-        except UnsupportedEnv as err:
-            raise UsageError(str(err), err.details) from None
-        startup = StartupTimeline(clock_start)
-        startup.mark("env_checked", time.time())
-        for line in lines:
-            progress.message(line)
-        config_text = config_to_yaml(config)
-        atomic_write(run_dir / "config.yaml", config_text.encode())
-        runtime = runtime or choose_runtime(config, address, progress)
-        from raypex.cluster.driver.run import TrainingRun
-
-        run = TrainingRun(config, spec, run_dir, runtime, clock_start, progress, resume, observers=observers,
-                          kept_policy=kept_policy(run_dir) if resume else None, startup=startup, remote=remote)
-    except BaseException:  # a mistake (--address with runtime local) or a full disk: nothing half-written
-        stop_holding()
-        _put_back(run_dir, found_config, made)
-        raise
-    try:
-        code = run.execute(config_text)
-    except (UnsupportedEnv, StartRefused, CheckpointRefused) as err:
-        _put_back(run_dir, found_config, made)
-        if isinstance(err, CheckpointRefused):
-            raise UsageError(f"--resume {run_dir}: {err}; nothing in {run_dir} was changed") from None
-        raise UsageError(str(err), getattr(err, "details", None)) from None
-    written = run_dir / "summary.json"  # what the run wrote at its end is what callers get
-    summary = json.loads(written.read_text()) if written.is_file() else run.summary()
-    progress.message(_summary_line(summary, run_dir, time.time() - clock_start if resume else None,
-                                   remote.uri if remote is not None else None))
-    return code, summary
-
-
-def choose_runtime(config: RunConfig, address: str | None, progress: ProgressLine):
-    """The runtime the config names: the local one, or Ray's on the cluster `address` names (else
-    RAYPEX_ADDRESS's, else the job's inside `ray job submit`, else a local cluster of its own)."""
-    if config.runtime == "local":
-        if address is not None:
-            raise UsageError("--address joins a Ray cluster; runtime local runs without Ray (drop one of them)")
-        from raypex.cluster.local.runtime import LocalRuntime
-
-        return LocalRuntime()
-    from raypex.cluster.ray_runtime.runtime import RayRuntime
-
-    address, named_by = joined_address(address)
-    if named_by == "variable":
-        progress.message(f"{ADDRESS_VARIABLE}: joining the Ray cluster at {address}")
-    elif named_by == "job":
-        progress.message(f"inside a Ray job: joining its cluster at {address}")
-    # inside a job, its own working directory (ray job submit --working-dir) is the actors' already
-    return RayRuntime(address, named_by != "job", named_by == "variable")
-
-
-def joined_address(address: str | None) -> tuple[str | None, str | None]:
-    """(the Ray cluster a run joins, what named it: "given", "variable" for RAYPEX_ADDRESS, "job"
-    inside `ray job submit`); (None, None): a local cluster of its own, on this machine."""
-    if address is not None:
-        return address, "given"
-    if (address := kept_up_address()) is not None:
-        return address, "variable"
-    if (address := ray_job_address()) is not None:
-        return address, "job"
-    return None, None
-
-
-def _put_back(run_dir: Path, found_config: bytes | None, made: Path | None) -> None:
-    """The run directory as it was before the command: a resumed run's config.yaml as found; else
-    the directories this command made removed (`made`: the first of them), an empty one emptied."""
-    if found_config is not None:
-        atomic_write(run_dir / "config.yaml", found_config)
-        return
-    shutil.rmtree(made or run_dir, ignore_errors=True)
-    if made is None:
-        run_dir.mkdir()
-
-
-def _summary_line(summary: dict, run_dir: Path, command_s: float | None = None, uri: str | None = None) -> str:
-    """The done line; `command_s`: a resumed run's own time, said beside the run's whole; `uri`:
-    where the run directory `run_dir` (then a local copy) was uploaded."""
-    solve = summary["time_to_solve_s"]
-    solved = f"solved in {solve:.1f}s" if solve is not None else "not solved"
-    final = summary["final_eval_return"]
-    final_text = "-" if final is None else f"{final:.1f}"
-    wrote = " and ".join(join(uri, name) if uri else str(run_dir / name)
-                         for name in ("summary.json", "policy.pt2") if (run_dir / name).is_file())
-    took = (f"this command {command_s:.1f}s, the run {summary['wall_s']:.1f}s" if command_s is not None
-            else f"{summary['wall_s']:.1f}s")
-    return (f"done: {summary['env_steps']} env steps in {took}, {solved}, "
-            f"final eval return {final_text}; wrote {wrote or 'nothing'}")
-
-

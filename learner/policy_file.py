@@ -128,7 +128,8 @@ class ExportedPolicy:
 
     def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values",
                  state_size: int = 0):
-        self._batched, self._single, self.obs_shape = batched, single, obs_shape
+        self._batched, self._single = batched, single
+        self.obs_shape = obs_shape  # one observation's shape, as the network takes it
         self.outputs = outputs  # "q_values" (dqn), "actions" (td3, sac: in the env's units) or RECURRENT (r2d2)
         self.state_size = state_size  # a recurrent policy's state: float32s per observation (0: none)
 

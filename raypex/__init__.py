@@ -28,9 +28,11 @@ if (_HERE.parent / "pyproject.toml").is_file() and (_HERE.parent / "cluster" / "
 
 __all__ = [
     "EvalResult",
+    "ExportedPolicy",
     "RunFailed",
     "RunResult",
     "RunningRun",
+    "SweepOutcome",
     "UsageError",
     "__version__",
     "evaluate",
@@ -38,7 +40,7 @@ __all__ = [
     "train",
     "tune",
 ]
-_API = set(__all__) - {"__version__", "tune"}  # each from raypex.cluster.api
+_API = set(__all__) - {"__version__", "tune", "ExportedPolicy", "SweepOutcome"}  # each from raypex.cluster.api
 
 
 def __getattr__(name: str):
@@ -46,6 +48,14 @@ def __getattr__(name: str):
         from raypex.cluster.sweep.api import tune
 
         return tune
+    if name == "ExportedPolicy":  # what load_policy and RunResult.policy give
+        from raypex.learner.policy_file import ExportedPolicy
+
+        return ExportedPolicy
+    if name == "SweepOutcome":  # what tune gives
+        from raypex.cluster.sweep.experiment import SweepOutcome
+
+        return SweepOutcome
     if name in _API:
         from raypex.cluster import api
 

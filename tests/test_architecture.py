@@ -133,9 +133,9 @@ def test_imports_follow_the_dependency_rule(module):
 
 
 # cluster's parts drawn top to bottom: each imports only those below it (the CLI calls the Python
-# API, which calls the runtimes; a sweep's trials start runs as the API does). The two runtimes share
+# API; the CLI, the API and a sweep's trials start runs through launch, which picks the runtime). The two runtimes share
 # a row: neither imports the other, and the driver's run loop below them knows neither.
-CLUSTER_LAYERS = (("cluster.commands",), ("cluster.sweep",), ("cluster.api",), ("cluster.bench",),
+CLUSTER_LAYERS = (("cluster.commands",), ("cluster.sweep",), ("cluster.api",), ("cluster.launch",), ("cluster.bench",),
                   ("cluster.local", "cluster.ray_runtime"), ("cluster.driver",), ("cluster.hosts",),
                   ("cluster.storage",), ("cluster.plan",), ("cluster.config",), ("cluster.process_clock",))
 

@@ -231,6 +231,28 @@ def test_the_cli_reference_page_lists_every_command_and_argument_of_the_parser()
                 assert f"| `{shown}" in section, (name, shown)
 
 
+
+def test_the_python_api_page_documents_every_public_member_of_what_raypex_exports():
+    import inspect
+
+    import raypex
+
+    page = built_page("reference/python-api.md")
+    assert re.findall(r"^## `raypex\.(\w+)`$", page, re.MULTILINE) == [n for n in raypex.__all__ if n != "__version__"]
+    documented = re.findall(r"^### `(\w+)\.(\w+)`\n\n```python\n.*\n```\n\n(.*)$", page, re.MULTILINE)
+    for name, member, doc in documented:
+        assert doc.strip(), f"{name}.{member} has no description"
+    listed = {f"{name}.{member}" for name, member, _ in documented}
+    assert {"RunningRun.stop", "RunningRun.wait", "EvalResult.mean", "ExportedPolicy.act", "RunResult.policy",
+            "RunFailed.resumable", "SweepOutcome.table", "RunningRun.run_dir", "EvalResult.returns"} <= listed
+    for name in raypex.__all__:  # every public method and property of each class
+        cls = getattr(raypex, name)
+        if inspect.isclass(cls):
+            own = {m for klass in cls.__mro__ if klass.__module__.startswith("raypex.") for m, v in vars(klass).items()
+                   if not m.startswith("_") and (inspect.isfunction(v) or isinstance(v, property))}
+            assert {f"{name}.{m}" for m in own} <= listed, name
+    assert "def train(" not in page and "train(config: str | Path | Mapping | RunConfig | None = None" in page
+
 BAD_BENCH_ARGS = [
     (["learner.lr=-1"], "learner.lr: Input should be greater than 0"),
     (["env.id=Pendulum-v1"], "needs Discrete actions"),

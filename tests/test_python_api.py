@@ -11,8 +11,9 @@ import sys
 import threading
 
 import pytest
+import yaml
 
-from raypex.cluster.api import RunningRun, UsageError, resolve_run_config, train
+from raypex.cluster.api import RunFailed, RunningRun, UsageError, resolve_run_config, train
 from tests.test_integration import SHORT
 
 
@@ -37,6 +38,48 @@ def test_a_run_without_blocking_reports_its_epochs_and_stops_when_asked(tmp_path
     assert all("losses/td_loss" in m and m["env_steps"] > 0 for m in epochs)
     assert result.policy.act([0.0, 0.0, 0.0, 0.0]) in (0, 1)
     assert signal.getsignal(signal.SIGINT) is handler  # the caller's Ctrl-C handler is its own again
+
+
+def test_a_stop_callback_ends_a_run_cleanly_and_resume_continues_it_with_its_evaluations_reported(tmp_path):
+    run_dir, standings, evaluations = tmp_path / "run", [], []
+
+    def past_3000(standing):
+        standings.append(standing)
+        return standing["env_steps"] >= 3000
+
+    stopped = train("cartpole", [*SHORT, "stop.env_steps=100000000"], run_dir=run_dir, stop_when=past_3000,
+                    on_eval=evaluations.append)
+    assert (stopped.ended, stopped.exit_code) == ("stopped", 0), stopped.summary
+    assert 3000 <= stopped.summary["env_steps"] < 100000000 and (run_dir / "policy.pt2").is_file()
+    assert standings[-1]["env_steps"] >= 3000 > standings[0]["env_steps"]
+    assert set(standings[-1]) == {"env_steps", "wall_s", "epochs", "episode_return", "eval_return"}
+    first = stopped.summary["env_steps"]
+    assert [e["return_mean"] for e in evaluations][-1] == stopped.summary["final_eval_return"]
+    assert all(e["return_min"] <= e["return_mean"] and e["weights_version"] >= 1 for e in evaluations)
+
+    with pytest.raises(UsageError, match="resume=RUN_DIR takes the config from RUN_DIR"):
+        train("cartpole", resume=run_dir)
+    evaluations.clear()
+    resumed = train(resume=run_dir, overrides={"stop.env_steps": first + 2000}, on_eval=evaluations.append)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert resumed.run_dir == run_dir and resumed.summary == summary
+    assert (resumed.ended, resumed.exit_code) == ("env_steps", 0) and summary["env_steps"] >= first + 2000, summary
+    assert summary["epochs"] > stopped.summary["epochs"] and evaluations  # it went on from the checkpoint
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["stop"]["env_steps"] == first + 2000 and saved["replay"]["min_size"] == 500  # its own, overridden
+
+
+def test_a_callback_that_raises_fails_the_run_with_its_final_files_written(tmp_path):
+    def broken(metrics):
+        if metrics["epoch"] == 3:
+            raise KeyError("no_such_metric")
+
+    with pytest.raises(RunFailed, match=r"^the on_epoch callback raised KeyError: 'no_such_metric'$") as failed:
+        train("cartpole", [*SHORT, "stop.env_steps=100000000"], run_dir=tmp_path / "run", on_epoch=broken)
+    assert isinstance(failed.value.__cause__, KeyError) and "raise KeyError" in failed.value.log.read_text()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ended"] == "failed: the on_epoch callback raised KeyError: 'no_such_metric'", summary
+    assert (tmp_path / "run" / "policy.pt2").is_file() and list((tmp_path / "run" / "checkpoints").glob("ckpt-*"))
 
 
 def test_configs_come_as_names_dicts_or_configs_and_mistakes_raise_one_line(tmp_path):

@@ -510,6 +510,15 @@ def api_returned_the_run(ran: Ran) -> None:
     assert 8 <= float(ran.out.splitlines()[2]) <= 500, ran.out  # raypex.evaluate: 20 episodes of CartPole
 
 
+def stopped_then_resumed(ran: Ran) -> None:
+    """The stop_when example: stopped past 20,000 env steps with its last evaluation reported, then
+    resumed in the same directory to 40,000."""
+    first, second = (line.split() for line in ran.out.splitlines()[:2])
+    result = summary(ran.workdir / "runs" / "own-stop")
+    assert first[0] == "stopped" and 20000 <= int(first[1]) < 40000 and first[2] == "True", ran.out
+    assert second == ["env_steps", str(result["env_steps"]), "True"] and result["env_steps"] >= 40000, ran.out
+
+
 def block_holding(text: str) -> str:
     """The README's python block that holds `text`."""
     return next(command for command, _ in documented_commands() if "\n" in command and text in command)
@@ -575,6 +584,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "tests/test_user_envs.py::test_debug_shows_the_users_own_traceback_before_the_line", '"--debug"',
         "an env file whose step raises: its traceback, then the one line"),
     block_holding("raypex.train(\"cartpole\""): Run(check=api_returned_the_run),
+    block_holding("stop_when=lambda"): Run(check=stopped_then_resumed),
     'pip install -e ".[tune]"': Elsewhere(".ci/run", '-e ".[test]"', "`.ci/run` installs the test extra, which "
                                           "holds the tune extra"),
     "raypex tune configs/cartpole.yaml --samples 4 --scheduler pbt": Elsewhere(

@@ -1,4 +1,4 @@
-"""`raypex train`: read the arguments into a config and a run directory, then `launch` the run (cluster/api.py).
+"""`raypex train`: read the arguments into a config and a run directory, then `launch` the run (cluster/launch.py).
 
 Order matters for "nothing half-written": the config and the run directory are checked first;
 then the directory is made and the run starts in it (env check, the runtime's start: Ray connected
@@ -17,24 +17,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from raypex.cluster.api import launch
 from raypex.cluster.config.arguments import UsageError, default_run_dir, split_positional
 from raypex.cluster.config.loading import (
     ConfigError,
     ConfigOrigin,
-    apply_overrides,
     config_origin,
     load_config,
     read_yaml,
-    saved_config_upgraded,
-    validate,
 )
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.driver.checkpoints import ResumePoint
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.remote_run import RemoteRun
-from raypex.cluster.driver.run_dir import check_resume, check_writable, open_remote
+from raypex.cluster.driver.run_dir import check_writable, open_remote
 from raypex.cluster.driver.run_errors import RunFailed
+from raypex.cluster.launch import launch, open_resumed
 from raypex.cluster.storage import OutputNotWritten, is_uri
 
 
@@ -53,16 +50,8 @@ def resolve_config(args: argparse.Namespace, warn: Callable[[str], None]
         if args.resume is not None:
             if config_path is not None or args.run_dir is not None:
                 raise UsageError("--resume RUN_DIR takes the config from RUN_DIR; give no CONFIG or --run-dir")
-            remote = open_remote(args.resume, "--resume", resume=True) if is_uri(args.resume) else None
-            run_dir = remote.copy if remote else args.resume
-            saved_path = run_dir / "config.yaml"
-            if not run_dir.is_dir():
-                raise UsageError(f"--resume {args.resume}: no such directory")
-            if not saved_path.is_file():
-                raise UsageError(f"--resume {args.resume}: no config.yaml there (not a raypex run directory)")
-            saved = saved_config_upgraded(read_yaml(saved_path))
-            config = validate(apply_overrides(saved, overrides))
-            return config, run_dir, check_resume(run_dir, validate(saved), config, warn, remote), None, remote
+            config, run_dir, point, remote = open_resumed(str(args.resume), overrides, None, warn)
+            return config, run_dir, point, None, remote
         config = load_config(config_path, overrides)
         origin = config_origin(f"the {config_path.stem} config" if config_path else "the default config",
                                read_yaml(config_path) if config_path else {}, overrides)

@@ -18,7 +18,7 @@ class UsageError(Exception):
 
     def __init__(self, message: str, details: str | None = None):
         super().__init__(message)
-        self.details = details
+        self.details = details  # the traceback of the user's own code behind it, or None
 
 
 def split_positional(args: list[str]) -> tuple[Path | None, list[str]]:

@@ -16,3 +16,7 @@ class RunObserver:
 
     def after_epoch(self, run, epoch: int, scalars: dict[str, float]) -> None:
         """Called after each epoch's metrics were recorded (`scalars`: its TensorBoard scalars)."""
+
+    def after_evaluation(self, run, result: dict) -> None:
+        """Called after each finished evaluation was recorded (the run's final one too; `result`:
+        the evaluator's, its `mean`, `min` and weights `version`)."""

@@ -323,11 +323,14 @@ class TrainingRun:
         return True
 
     def record_result(self, result: dict) -> None:
+        """Write a finished evaluation's scalars (and video), and tell the observers."""
         self.tb.scalars(self.metrics.evaluation(result), self.metrics.env_steps)
         if "video" in result:
             path = write_video(self.outputs.run_dir, result["version"], result["video"])
             self.tb.summary(video_summary("eval/video", result["video"]), self.metrics.env_steps)
             self.progress.message(f"video of weights version {result['version']}: {path}")
+        for observer in self.observers:
+            observer.after_evaluation(self, result)
 
     def poll(self, final: bool = False) -> bool:
         """Read every actor's counters, write scalars, draw progress; True when env steps are done.

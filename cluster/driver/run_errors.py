@@ -30,8 +30,8 @@ class RunFailed(Exception):
 
     def __init__(self, message: str, details: str | None = None, resumable: bool = True):
         super().__init__(message)
-        self.details = details
-        self.resumable = resumable
+        self.details = details  # the traceback behind the failure, or None
+        self.resumable = resumable  # whether `raypex train --resume` can continue the run
         self.log: Path | None = None  # where the run wrote `details`
 
 

@@ -1,5 +1,5 @@
 """Does the run fit its env and its working directory? Checked once, before anything starts
-(cluster/api.py `launch` calls `fit_run`).
+(cluster/launch.py `launch` calls `fit_run`).
 
 A config is written for one env (configs/cartpole.yaml for CartPole-v1): its stop target, network,
 replay and learning rate are that env's. When `env.id` names another one of a family whose tasks

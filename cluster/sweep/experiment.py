@@ -268,8 +268,8 @@ class SweepOutcome:
     """What a sweep left: a row per trial (results.json), the best trial and its policy's copy."""
 
     experiment_dir: Path | str  # as given: a str when it is a URI
-    rows: list[dict]
-    best: dict | None
+    rows: list[dict]  # one per trial, best evaluation first, as results.json holds them
+    best: dict | None  # the best-evaluated trial with a policy.pt2 (its row), or None
     interrupted: str | None  # the signal that stopped it, or None: every trial ended
     grid: Any = None  # Tune's ResultGrid
 

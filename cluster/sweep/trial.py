@@ -44,10 +44,10 @@ from ray import tune
 from raypex.cluster.config.loading import apply_values, config_to_yaml, validate
 from raypex.cluster.driver.checkpoints import REPLAY_SUFFIX, list_checkpoints, load_latest
 from raypex.cluster.driver.observer import RunObserver
-from raypex.cluster.ray_runtime.placement import Reservation
 from raypex.cluster.driver.progress import ProgressLine
 from raypex.cluster.driver.remote_run import RemoteRun
 from raypex.cluster.driver.signals import StopAsked
+from raypex.cluster.ray_runtime.placement import Reservation
 from raypex.cluster.ray_runtime.wiring import resource_request
 from raypex.cluster.storage import (
     atomic_write,
@@ -189,7 +189,7 @@ class RaypexTrial(tune.Trainable):
 
     # -- the run --------------------------------------------------------------------------------
     def _start_run(self) -> None:
-        from raypex.cluster.api import launch
+        from raypex.cluster.launch import launch
         from raypex.cluster.ray_runtime.runtime import RayRuntime
 
         resume = load_latest(self.run_dir / "checkpoints", replay_dir=self.remote.replay_dir() if self.remote else None)
