@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from raypex.actors.onnx_acting import ActsThroughGraph
-from raypex.actors.served_acting import ServedForward
 from raypex.actors.policy import Stateless
+from raypex.actors.served_acting import ServedForward
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.policy import Extras, Stateless
-from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.actors.served_acting import ServedForward
+from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.replay.contracts import Weights
 
 
@@ -112,6 +112,7 @@ def greedy_q_policy(s: EvaluatorSettings) -> QPolicy:
 
 def q_network(s: CollectorSettings | EvaluatorSettings):
     """The Q-network (torch, freshly initialized) published weights of these settings load into."""
+    from raypex.learner.encoders import encoder_from
     from raypex.learner.networks import build_q_network
 
-    return build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm)
+    return build_q_network(s.obs_shape, s.num_actions, s.hidden, s.dueling, s.obs_dtype, s.layer_norm, encoder_from(s))

@@ -6,7 +6,7 @@ importing torch, which would cost a second of start-up on every run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class CollectorSettings:
     sequence_period: int = 0  # recurrent_q: a replayed sequence starts every this many steps (actors/sequence_adder.py)
     exploration_index: int | None = None  # its place in the Ape-X spread of epsilons (None: `index`)
     env_wrappers: tuple = ()  # env.wrappers' entries (actors/env_wrappers.py)
+    encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
+    encoder_kwargs: dict = field(default_factory=dict)
 
     @property
     def action_dim(self) -> int:
@@ -76,3 +78,5 @@ class EvaluatorSettings:
     algo: str = "dqn"  # the algorithm's plug-in, which builds the greedy policy of its published weights
     recurrent_size: int = 0  # a recurrent policy's state: units of h and c each
     env_wrappers: tuple = ()  # env.wrappers' entries (actors/env_wrappers.py)
+    encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
+    encoder_kwargs: dict = field(default_factory=dict)

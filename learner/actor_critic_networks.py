@@ -6,7 +6,8 @@ Flat observations go straight into MLPs. Images [C, H, W] first go through an `I
 DQN CNNs' convolutions, learner/networks.py, chosen by image size, then a normalized projection to
 IMAGE_FEATURES): the actor has its own, trained
 by the actor's loss, and the twin critics share one, trained by the critics' loss (the actor's loss
-does not move it). Flat observations can be normalized first (`network.obs_norm`: a
+does not move it). A user's encoder (network.encoder, learner/encoders.py) takes the
+ImageEncoder's place, on any observations, one for the actor and one the critics share. Flat observations can be normalized first (`network.obs_norm`: a
 RunningObsNorm in the encoder's place, learner/obs_norm.py). Collectors and the evaluator act
 with `ActorOutputs`, exported as the acting graph (learner/acting_graph.py).
 """
@@ -14,6 +15,7 @@ with `ActorOutputs`, exported as the acting graph (learner/acting_graph.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +26,6 @@ from raypex.learner.networks import conv_output_width, image_convs, scaled_input
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import fp32_head
 from raypex.learner.sale import SaleActorInput
-
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SAC's log standard deviation, squashed into this range
 
@@ -72,10 +73,14 @@ class ImageEncoder(nn.Module):
         return torch.tanh(self.norm(self.projection(features)))
 
 
-def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str,
-                 obs_norm: bool) -> tuple[ImageEncoder | RunningObsNorm | None, int]:
-    """What observations go through first, and the width it gives: an ImageEncoder for images; for
-    flat observations a RunningObsNorm with `obs_norm`, else nothing."""
+def _encoder_for(obs_shape: tuple[int, ...], obs_dtype: str, obs_norm: bool,
+                 user: Callable[[], nn.Module] | None = None) -> tuple[nn.Module | None, int]:
+    """What observations go through first, and the width it gives: a fresh one of the user's
+    encoder when `user` builds one (network.encoder, learner/encoders.py); an ImageEncoder for
+    images; for flat observations a RunningObsNorm with `obs_norm`, else nothing."""
+    if user is not None:
+        encoder = user()
+        return encoder, encoder.width
     if len(obs_shape) == 1:
         return (RunningObsNorm(obs_shape[0]) if obs_norm else None), obs_shape[0]
     if obs_norm:
@@ -90,13 +95,14 @@ class ActorNetwork(nn.Module):
     with `sale`, they go in beside their SALE embedding (learner/sale.py)."""
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], gaussian: bool,
-                 obs_dtype: str = "float32", obs_norm: bool = False, sale: bool = False):
+                 obs_dtype: str = "float32", obs_norm: bool = False, sale: bool = False,
+                 encoder: Callable[[], nn.Module] | None = None):
         super().__init__()
         if sale:  # learner/sale.py: the flat observation projected, beside its frozen embedding
             self.encoder: nn.Module | None = SaleActorInput(obs_shape[0], hidden[0])
             width = self.encoder.width
         else:
-            self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
+            self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm, encoder)
         self.torso, width = _torso(width, hidden)
         self.mean = nn.Linear(width, action_dim)
         self.log_std = nn.Linear(width, action_dim) if gaussian else None
@@ -132,9 +138,9 @@ class TwinCritic(nn.Module):
     (learner/batch_renorm.py): their output depends on the batch in training mode."""
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], obs_dtype: str = "float32",
-                 obs_norm: bool = False, batch_renorm: bool = False):
+                 obs_norm: bool = False, batch_renorm: bool = False, encoder: Callable[[], nn.Module] | None = None):
         super().__init__()
-        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm)
+        self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm, encoder)
         self.q1_torso, out_width = _torso(width + action_dim, hidden, batch_renorm)
         self.q2_torso, _ = _torso(width + action_dim, hidden, batch_renorm)
         self.q1_out = nn.Linear(out_width, 1)

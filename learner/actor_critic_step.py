@@ -37,6 +37,7 @@ from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.algorithm import take_means
 from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
+from raypex.learner.encoders import user_encoder
 from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.loss_scale import DeviceLossScale
@@ -73,8 +74,9 @@ class ActorCriticStep:
         wide = len(obs_shape) == 1 and min(settings.hidden) >= WIDE_MLP
         self.precision = precision = precision or make_precision(
             resolve_precision(settings.precision, device, False, wide_actor_critic=wide), device)
+        encoder = user_encoder(settings)
         self.actor = ActorNetwork(obs_shape, action_dim, settings.hidden, objective.gaussian, obs_dtype,
-                                  settings.obs_norm, settings.sale).to(device)
+                                  settings.obs_norm, settings.sale, encoder).to(device)
         crossq = settings.critic_norm == "batch_renorm"
         # network.sale (learner/sale.py): the encoder trained here; the actor and critics read frozen copies of it
         self.sale = SaleTraining(obs_shape[0], action_dim, settings.lr, settings.adam_eps, device) if settings.sale else None
@@ -82,7 +84,8 @@ class ActorCriticStep:
             self.critic: nn.Module = SaleTwinCritic(obs_shape[0], action_dim, settings.hidden).to(device)
             self.sale.read_by(self.actor, self.critic)
         else:
-            self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq).to(device)
+            self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq,
+                                     encoder).to(device)
         # CrossQ's critics have no targets: their next-state values come from the same batch
         self.critic_target = None if crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False) if objective.uses_actor_target else None

@@ -31,6 +31,7 @@ from torch import nn
 
 from raypex.learner.algorithm import take_means
 from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
+from raypex.learner.encoders import encoder_from
 from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.losses import double_dqn_loss
@@ -62,7 +63,8 @@ class DQNStep:
         # costs start-up everywhere else it was measured.
         self.compiled = settings.compile if settings.compile is not None else (settings.captures(device.type) and pixels)
         self.online = build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
-                                      settings.obs_dtype, settings.critic_norm == "layer_norm").to(device)
+                                      settings.obs_dtype, settings.critic_norm == "layer_norm",
+                                      encoder_from(settings)).to(device)
         if isinstance(self.online, NatureCNNQNetwork):
             self.online.use_channels_last(settings.channels_last and cuda)
         self.target = copy.deepcopy(self.online).requires_grad_(False)

@@ -100,6 +100,19 @@ class SmallCNNQNetwork(nn.Module):
         return self.head(self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale)))
 
 
+class EncodedQNetwork(nn.Module):
+    """A user's observation encoder (network.encoder, learner/encoders.py), then the fully connected
+    `hidden` layers and (dueling) head: [B, *obs_shape] -> Q-values [B, num_actions]."""
+
+    def __init__(self, encoder: nn.Module, num_actions: int, hidden: list[int], dueling: bool, layer_norm: bool = False):
+        super().__init__()
+        self.encoder = encoder
+        self.head = MLPQNetwork(encoder.width, num_actions, hidden, dueling, layer_norm)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(obs))
+
+
 def nature_convs(channels: int) -> nn.Sequential:
     """The Nature-DQN convolutions (32x8x8/4, 64x4x4/2, 64x3x3/1), flattened."""
     return nn.Sequential(
@@ -143,10 +156,13 @@ SMALL_CNN_MIN_SIDE = 3  # its 3x3 convolution; actors/envs.py refuses smaller im
 
 
 def build_q_network(obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], dueling: bool,
-                    obs_dtype: str = "uint8", layer_norm: bool = False) -> nn.Module:
+                    obs_dtype: str = "uint8", layer_norm: bool = False, encoder: nn.Module | None = None) -> nn.Module:
     """The Q-network for an observation shape: MLP for flat vectors; for images [C, H, W] the
     Nature CNN from 36x36 up, the small CNN below. uint8 images are scaled by 1/255 inside.
-    `layer_norm`: LayerNorm before the ReLU of each fully connected hidden layer."""
+    `layer_norm`: LayerNorm before the ReLU of each fully connected hidden layer. `encoder`: the
+    user's (learner/encoders.py) in place of the MLP's input or the CNN."""
+    if encoder is not None:
+        return EncodedQNetwork(encoder, num_actions, hidden, dueling, layer_norm)
     if len(obs_shape) == 1:
         return MLPQNetwork(obs_shape[0], num_actions, hidden, dueling, layer_norm)
     if len(obs_shape) == 3:

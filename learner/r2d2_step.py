@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from raypex.learner.algorithm import take_means
+from raypex.learner.encoders import encoder_from
 from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.policy_file import RECURRENT
@@ -45,7 +46,7 @@ class R2D2Step:
         self.precision = precision or make_precision("fp32", device)
         self.online = RecurrentQNetwork(tuple(settings.obs_shape), settings.num_actions, settings.hidden,
                                         settings.recurrent_size, settings.dueling, settings.core,
-                                        settings.obs_dtype).to(device)
+                                        settings.obs_dtype, encoder_from(settings)).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.policy: nn.Module = self.online
         self.params = list(self.online.parameters())

@@ -14,17 +14,21 @@ from raypex.learner.networks import conv_output_width, image_convs, relu_mlp
 
 
 class RecurrentQNetwork(nn.Module):
-    """Torso (a CNN for images, then `hidden`), an LSTM cell of `recurrent_size` units, dueling value
+    """Torso (a CNN for images, or the user's encoder, then `hidden`), an LSTM cell of `recurrent_size` units, dueling value
     and advantage heads.
     With `core` "mlp" a ReLU layer of the same width stands in for the LSTM: the state goes through
     unchanged (zeros), so the network sees one observation at a time, as a feed-forward one does."""
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: list[int], recurrent_size: int,
-                 dueling: bool = True, core: str = "lstm", obs_dtype: str = "float32"):
+                 dueling: bool = True, core: str = "lstm", obs_dtype: str = "float32", encoder: nn.Module | None = None):
         super().__init__()
         self.input_scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
-        self.convs = image_convs(tuple(obs_shape)) if len(obs_shape) == 3 else None
-        width = conv_output_width(self.convs, tuple(obs_shape)) if self.convs is not None else obs_shape[0]
+        self.encoder = encoder  # the user's (network.encoder, learner/encoders.py) in place of the CNN
+        self.convs = image_convs(tuple(obs_shape)) if len(obs_shape) == 3 and encoder is None else None
+        if encoder is not None:
+            width = encoder.width
+        else:
+            width = conv_output_width(self.convs, tuple(obs_shape)) if self.convs is not None else obs_shape[0]
         self.torso, width = relu_mlp(width, hidden)
         self.core = nn.LSTMCell(width, recurrent_size) if core == "lstm" else nn.Linear(width, recurrent_size)
         self.recurrent_size = recurrent_size
@@ -38,7 +42,7 @@ class RecurrentQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        x = obs.to(self.advantage.weight.dtype)
+        x = self.encoder(obs) if self.encoder is not None else obs.to(self.advantage.weight.dtype)
         if self.convs is not None:
             x = self.convs(x if self.input_scale == 1.0 else x * self.input_scale)
         features = self.torso(x)

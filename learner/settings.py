@@ -3,7 +3,7 @@ so the driver can build it without importing torch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class LearnerSettings:
     core: str = "lstm"  # r2d2: lstm | mlp (a feed-forward layer in its place, no memory)
     sequence_length: int = 80  # r2d2: steps of each replayed sequence, burn-in included
     value_rescale: bool = True  # r2d2: targets through h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x
+    encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
+    encoder_kwargs: dict = field(default_factory=dict)
 
     def captures(self, device_type: str) -> bool:
         """Whether the update is captured as CUDA graphs on a device of this type (auto: on CUDA)."""

@@ -15,7 +15,7 @@ PACKAGES = ("actors", "learner", "replay", "cluster")
 MAX_LINES = 500
 CONTRACTS = "replay.contracts"
 MODEL_DEFINITIONS = ("learner.networks", "learner.actor_critic_networks", "learner.weights",
-                     "learner.recurrent_networks")  # what collectors acting in torch act with
+                     "learner.recurrent_networks", "learner.encoders")  # what collectors acting in torch act with
 REGISTRY = "learner.algorithms.registry"  # what collectors and the evaluator ask how to act
 PLUGINS = "learner.algorithms"  # the registry and its plug-ins: the only code that tells algorithms apart by name
 POLICIES = ("actors.policy", "actors.settings", "actors.q_policy", "actors.recurrent_acting",

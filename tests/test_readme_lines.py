@@ -536,6 +536,7 @@ INSTALL = "tests/test_install.py::test_pip_install_gives_one_package_and_a_run_b
 PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
 THIS_FILE = "tests/test_readme_lines.py"
+USER_ENCODER = "tests/test_user_encoder.py::test_an_encoder_from_the_users_installed_package_learns_cartpole_and_minatar"
 
 
 def at_full_length(holds: str, which: str) -> Elsewhere:
@@ -583,6 +584,17 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train env.id=my_env:Corridor --debug": Elsewhere(
         "tests/test_user_envs.py::test_debug_shows_the_users_own_traceback_before_the_line", '"--debug"',
         "an env file whose step raises: its traceback, then the one line"),
+    block_holding("# myencoders/__init__.py"): Elsewhere(
+        USER_ENCODER.split("::")[0], 'block_holding("# myencoders/__init__.py")',
+        "the block as a package, installed beside raypex in a fresh virtual environment"),
+    "raypex train cartpole network.encoder=myencoders:Flat \"network.encoder_kwargs={features: 32}\" --run-dir runs/flat":
+        Elsewhere(USER_ENCODER, '"network.encoder=myencoders:Flat", "network.encoder_kwargs={features: 32}"',
+                  "in a fresh virtual environment with the guide's package installed; solves"),
+    "raypex eval runs/flat --episodes 10": Elsewhere(USER_ENCODER, '"eval", "runs/flat", "--episodes", "10"',
+                                                     "the policy.pt2 that run gave, in that environment"),
+    "raypex train minatar network.encoder=myencoders:SmallConv stop.env_steps=120000 --run-dir runs/conv": Elsewhere(
+        USER_ENCODER, '"network.encoder=myencoders:SmallConv", "stop.env_steps=120000"',
+        "in that environment, with the minatar extra; its final evaluation well above a random policy's"),
     block_holding("raypex.train(\"cartpole\""): Run(check=api_returned_the_run),
     block_holding("stop_when=lambda"): Run(check=stopped_then_resumed),
     'pip install -e ".[tune]"': Elsewhere(".ci/run", '-e ".[test]"', "`.ci/run` installs the test extra, which "

@@ -123,6 +123,13 @@ class NetworkConfig(Section):
         "layer's ReLU in the Q-network (as PQN does). td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): "
         "batch renormalization of their input and hidden layers and no target critics, (s, a) and (s', a') going "
         "through them as one batch.")
+    encoder: str | None = Field(
+        None, description="Your observation encoder, package.module:Class, in place of raypex's MLP input or CNN for "
+        "every algorithm (learner, collectors, evaluator, policy.pt2): built as Class(observation_space, "
+        "**encoder_kwargs), a torch Module mapping float32 observations [B, ...] (uint8 pixels scaled to [0, 1]) to "
+        "features [B, F]; the hidden layers and heads follow it. Its package must be installed on every node; "
+        "checked when the run starts.")
+    encoder_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for network.encoder.")
     recurrent_size: int = Field(128, ge=1, le=4096, description="r2d2: the LSTM's units, after the hidden layers.")
     core: Literal["lstm", "mlp"] = Field(
         "lstm", description="r2d2: the recurrent core; mlp puts a feed-forward ReLU layer of recurrent_size units in "
@@ -132,6 +139,26 @@ class NetworkConfig(Section):
                        "and critics read them beside the observation; the targets are hard copies every "
                        "learner.target_update_every_samples (set learner.target_update hard), the next Q-value clipped "
                        "to the range of the targets seen up to the last period. Needs algo.n_step 1.")
+
+    @field_validator("encoder")
+    @classmethod
+    def _import_path(cls, path: str | None) -> str | None:
+        module, _, name = (path or "").partition(":")
+        if path is not None and (not module or not name.isidentifier()):
+            raise ValueError(f"'{path}' is not an import path of the form package.module:Class")
+        return path
+
+    @model_validator(mode="after")
+    def _encoder_alone(self) -> NetworkConfig:
+        if self.encoder is None:
+            if self.encoder_kwargs:
+                raise ValueError("encoder_kwargs: set network.encoder too (the kwargs are its)")
+            return self
+        clashing = [name for name, on in (("obs_norm", self.obs_norm), ("sale", self.sale)) if on]
+        if clashing:
+            raise ValueError(f"encoder takes the observations itself: drop network.{clashing[0]} (it reads raw "
+                             "flat observations), or normalize inside your encoder")
+        return self
 
     @property
     def flat_only(self) -> tuple[str, ...]:

@@ -51,6 +51,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     spec = inspect_env(env.id, env.kwargs, env.frame_stack, env.wrappers)
     config, lines = fit_to_env(config, spec, origin)
     check_algo_fits(config.algo.name, spec, env.id, config.network.flat_only)
+    check_encoder(config, spec)
     room = replay_room(config) if on_this_machine else None
     needed = replay_bytes(config, spec)
     if room is not None and needed > REPLAY_SHARE_OF_MEMORY * room[1]:
@@ -58,6 +59,20 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
                          f"allows ({human_bytes(room[1])} in all): lower replay.capacity (per shard) or "
                          f"{'collectors.max' if config.collectors.elastic else 'collectors.num'}")
     return config, spec, lines
+
+
+def check_encoder(config: RunConfig, spec: EnvSpec) -> None:
+    """network.encoder built once on the env's observations, before any actor starts: UsageError in
+    one line when it does not import, build or give features [B, F] (learner/encoders.py)."""
+    network = config.network
+    if network.encoder is None:
+        return
+    from raypex.learner.encoders import EncoderError, build_encoder
+
+    try:
+        build_encoder(network.encoder, network.encoder_kwargs, spec.obs_shape, spec.obs_dtype)
+    except EncoderError as err:
+        raise UsageError(str(err)) from None
 
 
 def replay_room(config: RunConfig) -> tuple[str, int] | None:

@@ -38,6 +38,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         action_noise=collector_noise(config, place) if plugin.collector_noise else 0.0,
         exploration_index=place,
         env_wrappers=tuple(config.env.wrappers),
+        encoder=config.network.encoder, encoder_kwargs=config.network.encoder_kwargs,
         layer_norm=config.network.critic_norm == "layer_norm",
         recurrent_size=config.network.recurrent_size if plugin.sequences else 0,
         sequence_period=config.replay.sequence_length - config.replay.sequence_overlap if plugin.sequences else 0,
@@ -88,6 +89,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         sale=config.network.sale, n_step=config.algo.n_step, burn_in=config.algo.burn_in,
         recurrent_size=config.network.recurrent_size, core=config.network.core, value_rescale=config.algo.value_rescale,
         sequence_length=config.replay.sequence_length,
+        encoder=config.network.encoder, encoder_kwargs=config.network.encoder_kwargs,
     )
 
 
@@ -131,7 +133,7 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
                              spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm",
                              config.algo.name,
                              config.network.recurrent_size if algorithm(config.algo.name).sequences else 0,
-                             tuple(config.env.wrappers))
+                             tuple(config.env.wrappers), config.network.encoder, config.network.encoder_kwargs)
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

@@ -20,9 +20,11 @@ class ActorActing(Algorithm):
 
     def acting_network(self, settings):
         from raypex.learner.actor_critic_networks import ActorNetwork
+        from raypex.learner.encoders import user_encoder
 
         s = settings
-        return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, self.gaussian, s.obs_dtype)
+        return ActorNetwork(tuple(s.obs_shape), s.action_dim, s.hidden, self.gaussian, s.obs_dtype,
+                            encoder=user_encoder(s))
 
     def acting_module(self, network):
         from raypex.learner.actor_critic_networks import ActorOutputs

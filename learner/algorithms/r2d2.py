@@ -32,11 +32,12 @@ class R2D2(Algorithm):
         return R2D2Step(settings, device, gather, precision)
 
     def acting_network(self, settings):
+        from raypex.learner.encoders import encoder_from
         from raypex.learner.recurrent_networks import RecurrentQNetwork
 
         s = settings
         return RecurrentQNetwork(tuple(s.obs_shape), s.num_actions, s.hidden, s.recurrent_size, s.dueling,
-                                 obs_dtype=s.obs_dtype)
+                                 obs_dtype=s.obs_dtype, encoder=encoder_from(s))
 
     def acting_module(self, network):
         """A step: (obs, h and c side by side) -> (Q-values, the next state)."""

@@ -1,0 +1,110 @@
+"""A user's observation encoder (`network.encoder: package.module:Class`), the torso every
+algorithm's heads sit on in its place of raypex's own (the MLP's input, the CNN).
+
+The class is built as `Class(observation_space, **network.encoder_kwargs)`: `observation_space` a
+gymnasium Box of what the network sees (float32; images channels-first, frame stacks as channels,
+uint8 pixels already scaled to [0, 1]). It must be a torch Module mapping a float32 batch
+[B, *shape] to features [B, F]; F is read from one forward pass of two sampled observations. Its
+module is imported in every process that builds the network (learner, collectors, evaluator):
+install it as a package on every node. Every mistake is one line naming the class and what was
+expected (EncoderError), found when the run starts, before any actor does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class EncoderError(ValueError):
+    """network.encoder cannot be used: its one-line reason."""
+
+
+def encoder_space(obs_shape: tuple[int, ...], obs_dtype: str):
+    """The gymnasium Box the encoder is built for: float32 observations of `obs_shape`, pixels
+    stored as uint8 scaled to [0, 1] (what `ObservationEncoder` hands the user's module)."""
+    import gymnasium as gym
+
+    if obs_dtype == "uint8":
+        return gym.spaces.Box(0.0, 1.0, tuple(obs_shape), np.float32)
+    return gym.spaces.Box(-np.inf, np.inf, tuple(obs_shape), np.float32)
+
+
+def encoder_class(path: str) -> type:
+    """The class `package.module:Class` names; EncoderError when it cannot be imported or is not a class."""
+    module_name, _, name = path.partition(":")
+    where = f"network.encoder {path}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise EncoderError(f"{where}: {module_name} cannot be imported ({err}); install the package that holds it "
+                           "on every node") from None
+    cls = getattr(module, name, None)
+    if cls is None:
+        close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
+        hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
+        raise EncoderError(f"{where}: {module_name} has no {name}{hint}")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise EncoderError(f"{where} is a {type(cls).__name__}, not a torch.nn.Module class")
+    return cls
+
+
+class ObservationEncoder(nn.Module):
+    """The user's encoder behind the conversion raypex's own networks do: observations to the
+    encoder's dtype, uint8 pixels scaled to [0, 1] on the network's device. `width`: its features."""
+
+    def __init__(self, inner: nn.Module, input_scale: float, width: int):
+        super().__init__()
+        self.inner, self.input_scale, self.width = inner, input_scale, width
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        first = next(self.inner.parameters(), None)
+        x = obs.to(first.dtype if first is not None and first.is_floating_point() else torch.float32)
+        return self.inner(x if self.input_scale == 1.0 else x * self.input_scale)
+
+
+def build_encoder(path: str, kwargs: dict[str, Any], obs_shape: tuple[int, ...], obs_dtype: str) -> ObservationEncoder:
+    """A fresh `Class(observation_space, **kwargs)`, checked on a batch of two sampled observations;
+    EncoderError naming the class and what was expected."""
+    cls = encoder_class(path)
+    space = encoder_space(obs_shape, obs_dtype)
+    where = f"network.encoder {path}"
+    try:
+        inner = cls(space, **kwargs)
+    except TypeError as err:
+        raise EncoderError(f"{where} cannot be built as {cls.__name__}(observation_space, **{kwargs!r}): {err}") from None
+    if not isinstance(inner, nn.Module):
+        raise EncoderError(f"{where} built a {type(inner).__name__}, not a torch.nn.Module")
+    sample = torch.as_tensor(np.clip(np.stack([space.sample(), space.sample()]), -10.0, 10.0))
+    try:
+        with torch.no_grad():
+            out = inner(sample)
+    except Exception as err:  # noqa: BLE001 - the user's forward: said in one line
+        raise EncoderError(f"{where} failed on a batch of 2 observations of shape {list(obs_shape)}: "
+                           f"{type(err).__name__}: {err}") from None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2 or not out.is_floating_point():
+        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise EncoderError(f"{where} must map a batch [2, {', '.join(map(str, obs_shape))}] to float features "
+                           f"[2, F]; it gave {got}")
+    return ObservationEncoder(inner, 1.0 / 255.0 if obs_dtype == "uint8" else 1.0, int(out.shape[1]))
+
+
+def encoder_from(settings) -> ObservationEncoder | None:
+    """A fresh one of the encoder the settings name (a learner's, collector's or evaluator's), or
+    None for raypex's own."""
+    if settings.encoder is None:
+        return None
+    return build_encoder(settings.encoder, dict(settings.encoder_kwargs), tuple(settings.obs_shape), settings.obs_dtype)
+
+
+def user_encoder(settings) -> Callable[[], ObservationEncoder] | None:
+    """What builds a fresh one of the settings' encoder for each network that has its own (an
+    actor's, its critics'), or None for raypex's own."""
+    return None if settings.encoder is None else functools.partial(encoder_from, settings)
