@@ -60,6 +60,8 @@ class Collector:
         self.env_steps = 0
         self.chunks_pushed = 0
         self.transitions_pushed = 0
+        self.episodes_finished = 0  # drained into stats answers, whether or not the driver got each one
+        self.return_total = 0.0
         self.phase_s = dict.fromkeys(PHASES, 0.0)
 
     @property
@@ -140,6 +142,8 @@ class Collector:
     def stats(self) -> CollectorStats:
         """Counters, plus the episodes finished since the last call (drained)."""
         returns, lengths = self.stepper.finished_episodes()
+        self.episodes_finished += len(returns)
+        self.return_total += float(sum(returns))
         return CollectorStats(
             index=self.s.index, env_steps=self.env_steps, first_step_at=self.stepper.first_step_at,
             chunks_pushed=self.chunks_pushed, transitions_pushed=self.transitions_pushed,
@@ -147,7 +151,8 @@ class Collector:
             exploration=self.policy.exploration, version=self.version, version_loaded_at=self.version_loaded_at,
             max_weight_load_s=self.max_weight_load_s, phase_s=dict(self.phase_s),
             act_precision=self.policy.precision, act_form=self.policy.form,
-            env_step_running_s=self.stepper.running_s())
+            env_step_running_s=self.stepper.running_s(), episodes=self.episodes_finished,
+            return_sum=self.return_total)
 
 
 def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) -> Adder | SequenceAdder:

@@ -108,6 +108,8 @@ class CollectorStats:
     act_form: str
     startup: dict[str, float] = field(default_factory=dict)  # its process's start moments (Ray actors only)
     env_step_running_s: float = 0.0  # how long the env step running now has taken (0: none running)
+    episodes: int = 0  # finished since this collector process began (a poll whose answer is lost loses none)
+    return_sum: float = 0.0  # their returns, summed
 
     @classmethod
     def idle(cls, index: int) -> CollectorStats:

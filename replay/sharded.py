@@ -12,6 +12,11 @@ prioritized replay draws each in proportion to its mass among the masses of ever
 the importance weights of one buffer holding them all (replay/priorities.py). New |TD errors|
 land here, in the same process, with no round trip.
 
+Prior data (replay.prior, a dataset's one-step transitions) lives in one more block of the
+columns, after the shards': filled once when the replay is built, never overwritten, counted apart
+from the shards (it is nobody's insert), and `prior_fraction` of every uniform draw comes from it
+(`prior_count`), the rest from the shards as above.
+
 One samples-per-insert limiter (replay/rate_limit.py) holds the replay ratio for the whole
 replay: a collector may insert while its share of the insert room is positive, the learner may
 draw while the limiter allows the samples. Inserts (a Ray thread of the learner's actor) and draws
@@ -32,8 +37,15 @@ from raypex.replay.frames import frame_bookkeeping, stack_index
 from raypex.replay.group_draw import GroupFigures, OtherLearners, ReplayShare
 from raypex.replay.priorities import BetaSchedule, PrioritySettings, importance_weights
 from raypex.replay.rate_limit import SamplesPerInsertLimiter
+from raypex.replay.ring import RingStorage
 from raypex.replay.shard import ReplayShard, StorageSpec, build_storage
 from raypex.replay.sum_tree import SumTree
+
+
+def prior_count(batch: int, fraction: float) -> int:
+    """How many of a draw of `batch` transitions come from the prior data: at least one, and at
+    least one from the shards."""
+    return min(batch - 1, max(1, round(batch * fraction)))
 
 
 @dataclass(frozen=True)
@@ -60,9 +72,13 @@ class ShardedReplay:
 
     def __init__(self, num_shards: int, spec: StorageSpec, limiter: SamplesPerInsertLimiter, seed: int,
                  priorities: PrioritySettings | None = None, beta: BetaSchedule | None = None,
-                 backend: ColumnBackend | None = None):
+                 backend: ColumnBackend | None = None, prior: dict[str, np.ndarray] | None = None,
+                 prior_fraction: float = 0.5):
         if (priorities is None) != (beta is None):
             raise ValueError("prioritized replay needs both priority settings and a beta schedule")
+        if prior is not None and (priorities is not None or spec.frame_stack or spec.sequence_length):
+            raise ValueError("prior data is drawn uniformly beside whole transitions: not with priorities, frames or "
+                             "sequences")
         self.backend = backend or HostColumns()
         self.spec = spec
         self.limiter = limiter
@@ -73,7 +89,8 @@ class ShardedReplay:
         rows = spec.rows
         self.rows_per_shard = rows  # the slots a shard draws from
         self.column_rows = spec.column_rows()  # each column's rows per shard
-        self.columns = {name: self.backend.allocate((num_shards * self.column_rows[name], *shape), dtype)
+        blocks = num_shards + (prior is not None)
+        self.columns = {name: self.backend.allocate((blocks * self.column_rows[name], *shape), dtype)
                         for name, (shape, dtype) in spec.layout().items()}
         # Prioritized: one sum tree and one stamp array over every shard's slots (shard i's are
         # leaves i * rows ...), so a draw is one descent and a learner update one tree update.
@@ -91,6 +108,14 @@ class ShardedReplay:
         self._changes = 0  # inserts and restores so far: the uniform draw's row list is rebuilt after one
         self._sampleable: tuple[int, np.ndarray] | None = None
         self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
+        self.prior: RingStorage | None = None  # the prior data's block, after the shards'
+        self.prior_fraction = prior_fraction
+        self.prior_sampled = 0  # transitions drawn from it
+        if prior is not None:
+            self.prior = RingStorage(rows, spec.layout(), self.backend, self._columns_of(num_shards))
+            self.prior.add(prior)
+            if self.prior.size < len(prior["return"]):
+                raise ValueError(f"prior data of {len(prior['return'])} transitions does not fit a block of {rows}")
 
     def _columns_of(self, shard: int) -> dict:
         """Shard `shard`'s rows of every column."""
@@ -213,12 +238,19 @@ class ShardedReplay:
         with self.lock:
             n = groups * count
             drawn_before = self.sampled if group is None else group.sampled  # what beta is at for this draw
+            from_prior = prior_count(n, self.prior_fraction) if self.prior is not None else 0
             if self.prioritized:
                 shard, row, mass = self._draw_by_priority(n)
             else:
-                shard, row = self._draw_uniform(n)
+                shard, row = self._draw_uniform(n - from_prior)
             for i, hits in enumerate(np.bincount(shard, minlength=len(self.shards))):
                 self.shards[i].sampled += int(hits) * self.spec.samples_per_draw
+            if from_prior:  # the prior block's rows, mixed in at random places of the draw
+                self.prior_sampled += from_prior
+                shard = np.concatenate([shard, np.full(from_prior, len(self.shards))])
+                row = np.concatenate([row, self.rng.integers(0, self.prior.size, from_prior)])
+                mixed = self.rng.permutation(n)
+                shard, row = shard[mixed], row[mixed]
             index = {key: value.reshape(groups, count, *value.shape[1:])
                      for key, value in self._index(shard, row).items()}
             if not self.prioritized:

@@ -536,6 +536,7 @@ INSTALL = "tests/test_install.py::test_pip_install_gives_one_package_and_a_run_b
 PONG_ON_A_SMALL_BOX = "tests/test_readme_lines.py::pong_trained_on_a_small_box"
 SHORTER = "stop.env_steps=2000 replay.min_size=1000 eval.episodes=2"
 THIS_FILE = "tests/test_readme_lines.py"
+MINARI = "tests/test_minari.py::test_a_runs_replay_becomes_a_minari_dataset_and_a_new_runs_prior_data"
 USER_ENCODER = "tests/test_user_encoder.py::test_an_encoder_from_the_users_installed_package_learns_cartpole_and_minatar"
 
 
@@ -595,6 +596,18 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train minatar network.encoder=myencoders:SmallConv stop.env_steps=120000 --run-dir runs/conv": Elsewhere(
         USER_ENCODER, '"network.encoder=myencoders:SmallConv", "stop.env_steps=120000"',
         "in that environment, with the minatar extra; its final evaluation well above a random policy's"),
+    'pip install "raypex[minari]"': Elsewhere(".ci/run", '-e ".[test,docs]"', "`.ci/run` installs the test extra, "
+                                             "which holds the minari extra"),
+    "raypex train pendulum stop.eval_return=null stop.env_steps=20000 --run-dir runs/pend-data": Elsewhere(
+        MINARI, '"train", "pendulum", *SMALL, "stop.env_steps=1000"',
+        "a Pendulum run as small as gives four whole episodes (one collector of two envs, 1,000 env steps)"),
+    "raypex export runs/pend-data --minari pendulum/raypex-v0": Elsewhere(
+        MINARI, '"export", str(run), "--minari", "pendulum/collected-v0"',
+        "that run's replay exported, the dataset opened with minari.load_dataset and checked against the run's "
+        "episodes and returns"),
+    "raypex train pendulum replay.prior=pendulum/raypex-v0 --run-dir runs/pend-prior": Elsewhere(
+        MINARI, '"replay.prior=pendulum/collected-v0"', "a small run with that dataset as prior data, its counts "
+        "checked; the full-size comparison is on the results page"),
     block_holding("raypex.train(\"cartpole\""): Run(check=api_returned_the_run),
     block_holding("stop_when=lambda"): Run(check=stopped_then_resumed),
     'pip install -e ".[tune]"': Elsewhere(".ci/run", '-e ".[test]"', "`.ci/run` installs the test extra, which "

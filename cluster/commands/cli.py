@@ -124,11 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=12345, help="seed of the evaluation envs (default: 12345)")
     ev.add_argument("--video", type=Path, default=None, metavar="FILE.png",
                     help="write the first episode as an animated PNG (default: none)")
-    export = sub.add_parser("export", help="a run's saved policy.pt2 in another format: ONNX, for serving without torch")
+    export = sub.add_parser("export", help="a run's policy.pt2 as ONNX, for serving without torch, or its replay "
+                            "as a Minari dataset")
     export.add_argument("run", type=Path, metavar="RUN",
-                        help="a run directory holding policy.pt2, or a policy.pt2")
-    export.add_argument("--onnx", type=Path, required=True, metavar="PATH",
-                        help="the ONNX model to write (inputs obs, and state for a recurrent policy)")
+                        help="a run directory (or, with --onnx, a policy.pt2)")
+    written = export.add_mutually_exclusive_group(required=True)
+    written.add_argument("--onnx", type=Path, metavar="PATH",
+                         help="the ONNX model to write (inputs obs, and state for a recurrent policy); this or "
+                         "--minari (default: neither, and one is needed)")
+    written.add_argument("--minari", metavar="DATASET_ID",
+                         help="write the replay of the run's newest checkpoint as this local Minari dataset "
+                         "(namespace/env/name-v0; in MINARI_DATASETS_PATH, else ~/.minari/datasets): its whole "
+                         "episodes, the env's spec recorded (default: none)")
     return parser
 
 

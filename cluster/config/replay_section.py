@@ -46,3 +46,9 @@ class ReplayConfig(Section):
         "td", description="A new transition's priority: td = its n-step abs(TD error) under the collector's network "
         "(Ape-X), max = the largest priority seen so far."
     )
+    prior: str | None = Field(
+        None, description="A local Minari dataset (its id, as `raypex export RUN --minari ID` writes one) read into "
+        "replay before the first update and kept apart from what the collectors insert; replay.prior_fraction of each "
+        "batch is drawn from it (RLPD's prior data). Flat observations; uniform replay of one learner; not r2d2.")
+    prior_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="With replay.prior: the share of each batch "
+                                  "drawn from the dataset (RLPD's 0.5), the rest from the collectors' transitions.")

@@ -356,6 +356,7 @@ class RunConfig(Section):
                              "use collectors.acting local")
         self._check_sale(continuous)
         self._check_sequences()
+        self._check_prior()
         if continuous and self.collectors.act_device == "cuda" and self.collectors.acting == "local":
             raise ValueError(f"collectors.act_device cuda is for dqn; algo.name {self.algo.name}'s collectors act on their CPU "
                              "(the acting graph, in ONNX Runtime); use auto or cpu, or collectors.acting served (its "
@@ -412,6 +413,22 @@ class RunConfig(Section):
                              f"{self.learner.accumulation_steps}: several learners renormalize the group's whole batch "
                              "(a learner's part is not split into micro-batches); use learner.accumulation_steps 1 "
                              "with learner.num above 1")
+
+    def _check_prior(self) -> None:
+        """replay.prior: one-step transitions drawn uniformly beside the collectors' (replay/sharded.py)."""
+        if self.replay.prior is None:
+            return
+        refusal = ("r2d2 trains on sequences" if algorithm(self.algo.name).sequences
+                   else "prioritized replay draws by priority" if self.replay.prioritized
+                   else "several learners each hold their own shards" if self.learner.num > 1 else None)
+        if refusal is not None:
+            raise ValueError(f"replay.prior mixes a dataset's transitions into uniform draws of one learner's replay; "
+                             f"{refusal}: drop replay.prior, or {self._prior_fix()}")
+
+    def _prior_fix(self) -> str:
+        if algorithm(self.algo.name).sequences:
+            return "use a feed-forward algorithm (dqn, td3, sac)"
+        return "set replay.prioritized false" if self.replay.prioritized else "set learner.num 1"
 
     def _check_sequences(self) -> None:
         name, replay = self.algo.name, self.replay

@@ -29,6 +29,8 @@ class RunMetrics:
         self.env_steps = env_steps_offset
         self.learner_version = 0
         self.last_return: float | None = None
+        # per collector: (episodes, return sum) of its processes before the newest, and its newest's
+        self._episode_counts: dict[int, tuple[int, float, int, float]] = {}
         self.last_eval: float | None = None
         self.eval_cpu_s = 0.0  # the evaluator's CPU seconds over every evaluation that came back
         self.last_loss: float | None = None
@@ -115,6 +117,11 @@ class RunMetrics:
                 scalars[f"collector/{i}/episodic_return"] = float(np.mean(c.episode_returns))
         returns = [r for c in collectors for r in c.episode_returns]
         lengths = [n for c in collectors for n in c.episode_lengths]
+        for c in collectors:
+            before, before_sum, newest, newest_sum = self._episode_counts.get(c.index, (0, 0.0, 0, 0.0))
+            if c.episodes < newest:  # a new process (a restart, or a slot taken again) counts from zero
+                before, before_sum = before + newest, before_sum + newest_sum
+            self._episode_counts[c.index] = (before, before_sum, c.episodes, c.return_sum)
         if returns:
             self.last_return = float(np.mean(returns))
             scalars["charts/episodic_return"] = self.last_return
@@ -167,6 +174,17 @@ class RunMetrics:
         return {"eval/return_mean": result["mean"], "eval/return_min": result["min"]}
 
     @property
+    def episodes(self) -> int:
+        """Episodes this command's collectors finished."""
+        return sum(before + newest for before, _, newest, _ in self._episode_counts.values())
+
+    @property
+    def episode_return_mean(self) -> float | None:
+        """Their mean return; None before the first."""
+        total = sum(before + newest for _, before, _, newest in self._episode_counts.values())
+        return total / self.episodes if self.episodes else None
+
+    @property
     def policy_lag_mean(self) -> float | None:
         """Mean policy lag over all polls so far."""
         return float(np.mean(self.lag_samples)) if self.lag_samples else None
@@ -186,6 +204,8 @@ class RunMetrics:
         return {
             "env_steps": self.env_steps,
             "env_steps_per_s": (self.env_steps - self.env_steps_offset) / collect_s if collect_s else None,
+            "episodes": self.episodes,
+            "episode_return_mean": self.episode_return_mean,
             "learner_samples": self.learner_samples,
             "learner_samples_per_s": self.samples_per_s,
             "learner_wait_fraction": self.wait_fraction,

@@ -26,6 +26,8 @@ SUMMARY_FIELDS = {
     "policy_eval_return": "how the policy in policy.pt2 scored in its evaluation",
     "policy_version": "the weights version policy.pt2 holds",
     "env_steps_per_s": "env steps per second of this command's collecting",
+    "episodes": "episodes this command's collectors finished",
+    "episode_return_mean": "their mean return, as the env gave it (unclipped); null before the first",
     "learner_samples": "transitions trained on by this command's learner",
     "learner_samples_per_s": "learner samples per second of training time",
     "learner_wait_fraction": "the share of the learner's time spent waiting for data",
@@ -52,6 +54,11 @@ PRIORITIZED_SUMMARY_FIELDS = {
     "priority_updates_applied": "transitions whose priorities the learner's errors updated",
     "priority_updates_stale": "priority updates dropped because their slot had been overwritten since",
     "priority_updates_unsent": "transitions whose errors the learner did not send (the in-flight bound)",
+}
+# fields summary.json holds only with replay.prior
+PRIOR_SUMMARY_FIELDS = {
+    "replay_prior_transitions": "transitions read from replay.prior's dataset, kept apart from the shards' counts",
+    "learner_prior_samples": "of `learner_samples`, those drawn from them",
 }
 
 # (tag as written, with <placeholders>; meaning); scalars are plotted against the run's env steps
@@ -109,6 +116,7 @@ def markdown_summary() -> str:
     """summary.json's fields as a markdown table."""
     rows = [f"| `{name}` | {meaning} |" for name, meaning in SUMMARY_FIELDS.items()]
     rows += [f"| `{name}` | {meaning} (prioritized replay only) |" for name, meaning in PRIORITIZED_SUMMARY_FIELDS.items()]
+    rows += [f"| `{name}` | {meaning} (with replay.prior only) |" for name, meaning in PRIOR_SUMMARY_FIELDS.items()]
     return "\n".join(["| field | meaning |", "| --- | --- |", *rows])
 
 

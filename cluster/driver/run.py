@@ -53,6 +53,7 @@ from raypex.cluster.plan.env_fit import replay_line
 from raypex.cluster.plan.settings import eval_give_up
 from raypex.cluster.storage import OutputNotWritten
 from raypex.replay.contracts import CollectorStats, EpochStats
+from raypex.replay.sharded import prior_count
 
 POLL_EVERY_S = 0.5
 STATS_WAIT_S = 5.0  # how long a poll waits for every actor's counters before reading them again at the next
@@ -110,6 +111,7 @@ class TrainingRun:
         # what a resumed run's learner holds once restored (replay/digest.py): its weights, each shard
         self.restored_weights: str | None = None
         self.restored_replay: list[str] = []
+        self.prior_transitions = 0  # replay.prior's, as the learner holds them
 
     # -- lifecycle ----------------------------------------------------------------------------
     def execute(self, config_text: str) -> int:
@@ -197,6 +199,10 @@ class TrainingRun:
         self.restored_weights = info.get("weights_sha256")
         if info.get("replay_notice"):
             self.progress.message(info["replay_notice"])
+        self.prior_transitions = info.get("prior_transitions", 0)
+        if self.config.replay.prior is not None:
+            self.progress.message(f"replay.prior: {self.prior_transitions} transitions of {self.config.replay.prior}, "
+                                  f"{self.config.replay.prior_fraction:.0%} of each batch")
         self.collect_start = time.time()  # throughput is counted from here, with the learner ready
         self.progress.message(learner_ready_line(info, self.config.collectors, self.config.env.num_envs,
                                                  self.config.learner.num))
@@ -461,7 +467,17 @@ class TrainingRun:
             "learner_restarts": self.revival.count,
             "replay_checkpoint_pause_s_max": round(self.outputs.replay_pause_s_max, 4),
             "checkpoint_s_max": round(self.outputs.checkpoint_s_max, 3),
+            **self._prior_fields(),
         }
+
+    def _prior_fields(self) -> dict:
+        """replay.prior's counts, apart from the shards' (every draw takes the same share of them)."""
+        if self.config.replay.prior is None:
+            return {}
+        batch = self.config.learner.micro_batch * self.config.learner.accumulation_steps
+        per_draw = prior_count(batch, self.config.replay.prior_fraction)
+        return {"replay_prior_transitions": self.prior_transitions,
+                "learner_prior_samples": self.metrics.learner_samples // batch * per_draw}
 
     def write_summary(self) -> None:
         try:

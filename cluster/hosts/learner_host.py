@@ -174,6 +174,7 @@ class LearnerHost:
                 "cuda_graph": learner.captured, "compiled": learner.compiled,
                 "version": learner.version, "updates": learner.updates,
                 "replay_storage": self.replay.backend.name, "replay_notice": self.replay_notice,
+                "prior_transitions": self.replay.prior.size if self.replay.prior is not None else 0,
                 **self.startup, "warmed_up": time.time()}
 
     def waited_s(self) -> float:

@@ -26,6 +26,7 @@ from raypex.cluster.config.arguments import UsageError
 from raypex.cluster.config.loading import ConfigOrigin, config_origin, read_yaml
 from raypex.cluster.config.schema import RunConfig
 from raypex.cluster.config.shipped import shipped_configs
+from raypex.cluster.plan.prior import check_prior
 from raypex.cluster.plan.settings import storage_spec
 
 PIXEL_CONFIGS = "pong, breakout (ALE) or minatar"
@@ -52,6 +53,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     config, lines = fit_to_env(config, spec, origin)
     check_algo_fits(config.algo.name, spec, env.id, config.network.flat_only)
     check_encoder(config, spec)
+    check_prior(config, spec)
     room = replay_room(config) if on_this_machine else None
     needed = replay_bytes(config, spec)
     if room is not None and needed > REPLAY_SHARE_OF_MEMORY * room[1]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from raypex.actors.envs import EnvSpec
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
 from raypex.cluster.config.schema import RunConfig
+from raypex.cluster.plan.prior import prior_transitions
 from raypex.cluster.plan.settings import (
     beta_schedule,
     collector_settings,
@@ -55,6 +56,8 @@ class ReplayPlan:
     priorities: PrioritySettings | None = None  # None: uniform replay
     beta: BetaSchedule | None = None
     storage: str = "auto"  # auto | device | host
+    prior: dict | None = None  # replay.prior's transitions (cluster/plan/prior.py), drawn beside the shards'
+    prior_fraction: float = 0.5  # of each draw
 
     def build(self, device):
         """(the ShardedReplay this plans, in this process, its columns where `storage` and the
@@ -62,8 +65,10 @@ class ReplayPlan:
         from raypex.learner.device_columns import choose_columns
         from raypex.replay.sharded import ShardedReplay
 
-        backend, notice = choose_columns(self.storage, device, self.spec.column_bytes * self.num_shards)
-        replay = ShardedReplay(self.num_shards, self.spec, self.limiter, self.seed, self.priorities, self.beta, backend)
+        blocks = self.num_shards + (self.prior is not None)
+        backend, notice = choose_columns(self.storage, device, self.spec.column_bytes * blocks)
+        replay = ShardedReplay(self.num_shards, self.spec, self.limiter, self.seed, self.priorities, self.beta, backend,
+                               self.prior, self.prior_fraction)
         return replay, notice
 
 
@@ -119,9 +124,10 @@ def plan_run(config: RunConfig, spec: EnvSpec) -> Topology:
     # a group draws from replay on the host (learner/group_feed.py)
     storage = config.replay.storage if len(teams) == 1 else "host"
     settings = learner_settings(config, spec)
+    prior = prior_transitions(config, spec)
     learners = [LearnerPlan(settings, ReplayPlan(len(team), storage_spec(config, spec), replay_limiter(config),
                                                  config.seed + rank, priority_settings(config), beta_schedule(config),
-                                                 storage),
+                                                 storage, prior, config.replay.prior_fraction),
                             max(1, int(config.learner.num_cpus)), rank, tuple(team))
                 for rank, team in enumerate(teams)]
     return Topology(collectors, learners, evaluator_settings(config, spec))
