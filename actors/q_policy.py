@@ -75,7 +75,10 @@ def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int,
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    forward = ActingPolicy(q_network(s), s.act_precision, example_obs, s.act_fusion, s.act_device)
+    from raypex.learner.algorithms.registry import algorithm
+
+    forward = ActingPolicy(algorithm(s.algo).acting_network(s), s.act_precision, example_obs, s.act_fusion,
+                           s.act_device)
     if s.act_device == "cpu" and s.act_precision != "bf16" and s.act_fusion != "on":
         forward = _graph_if_faster(forward, s, example_obs, seed) or forward
     return QPolicy(forward, epsilon, s.td_priorities)

@@ -47,6 +47,7 @@ class CollectorSettings:
     sequence_period: int = 0  # recurrent_q: a replayed sequence starts every this many steps (actors/sequence_adder.py)
     exploration_index: int | None = None  # its place in the Ape-X spread of epsilons (None: `index`)
     env_wrappers: tuple = ()  # env.wrappers' entries (actors/env_wrappers.py)
+    quantiles: int = 0  # qrdqn: quantiles of each action's return distribution
     encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
     encoder_kwargs: dict = field(default_factory=dict)
 
@@ -78,5 +79,6 @@ class EvaluatorSettings:
     algo: str = "dqn"  # the algorithm's plug-in, which builds the greedy policy of its published weights
     recurrent_size: int = 0  # a recurrent policy's state: units of h and c each
     env_wrappers: tuple = ()  # env.wrappers' entries (actors/env_wrappers.py)
+    quantiles: int = 0  # qrdqn: quantiles of each action's return distribution
     encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
     encoder_kwargs: dict = field(default_factory=dict)

@@ -34,7 +34,7 @@ from raypex.learner.cuda_graph import CapturedUpdate, TrainingStateSnapshot
 from raypex.learner.encoders import encoder_from
 from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
-from raypex.learner.losses import double_dqn_loss
+from raypex.learner.losses import LossOutput, double_dqn_loss
 from raypex.learner.networks import NatureCNNQNetwork, build_q_network
 from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from raypex.learner.settings import LearnerSettings
@@ -62,9 +62,7 @@ class DQNStep:
         # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
         # costs start-up everywhere else it was measured.
         self.compiled = settings.compile if settings.compile is not None else (settings.captures(device.type) and pixels)
-        self.online = build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
-                                      settings.obs_dtype, settings.critic_norm == "layer_norm",
-                                      encoder_from(settings)).to(device)
+        self.online = self.build_network(settings).to(device)
         if isinstance(self.online, NatureCNNQNetwork):
             self.online.use_channels_last(settings.channels_last and cuda)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
@@ -108,14 +106,9 @@ class DQNStep:
         empty = batch["action"].shape[1] == 0
         for g in range(0 if empty else micro_batches):
             with self.precision.autocast():
-                out = double_dqn_loss(
-                    self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
-                    # Uniform replay: no importance weights, so the loss skips the multiply.
-                    batch["discount"][g], batch["next_obs"][g], batch["weight"][g] if self.s.prioritized else None,
-                    self.s.huber_delta, self.s.double_dqn, self.share_online_pass,
-                )
+                out = self.micro_batch_loss(batch, g)
             if self.td_abs is not None:
-                self.td_abs[g].copy_(out.td_error.detach().abs())
+                self.td_abs[g].copy_(out.priority)
             loss = weighed(out.loss / micro_batches, self.gradients)  # the gradient of one batch G times larger
             (scaler.scale_loss(loss) if scaler is not None else loss).backward()
             self.loss_sum += out.loss.detach()
@@ -129,6 +122,20 @@ class DQNStep:
         if scaler is not None:
             scaler.update()
         self.targets.after_step()
+
+    def build_network(self, settings: LearnerSettings) -> nn.Module:
+        """The online Q-network (the target is a copy of it)."""
+        return build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
+                               settings.obs_dtype, settings.critic_norm == "layer_norm", encoder_from(settings))
+
+    def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
+        """Micro-batch `g`'s n-step (Double) DQN loss (learner/losses.py)."""
+        return double_dqn_loss(
+            self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
+            # Uniform replay: no importance weights, so the loss skips the multiply.
+            batch["discount"][g], batch["next_obs"][g], batch["weight"][g] if self.s.prioritized else None,
+            self.s.huber_delta, self.s.double_dqn, self.share_online_pass,
+        )
 
     def after_update(self, updates: int) -> None:
         """A hard target copy when one is due (learner/target_rules.py)."""

@@ -25,11 +25,18 @@ class LossOutput:
     q_taken: torch.Tensor  # [B] Q(s, a), detached
     td_target: torch.Tensor  # [B]
     q_mean: torch.Tensor  # scalar, detached
+    per_sample: torch.Tensor | None = None  # [B] each transition's own loss, where it is its priority (QR-DQN's)
 
     @property
     def td_error(self) -> torch.Tensor:
         """Q(s, a) - target per transition (for priorities); computed only when asked for."""
         return self.q_taken - self.td_target
+
+    @property
+    def priority(self) -> torch.Tensor:
+        """What prioritized replay weighs each transition by: its own loss where the loss gives one,
+        else abs(TD error)."""
+        return self.per_sample if self.per_sample is not None else self.td_error.detach().abs()
 
 
 def double_dqn_loss(

@@ -38,7 +38,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
         action_noise=collector_noise(config, place) if plugin.collector_noise else 0.0,
         exploration_index=place,
         env_wrappers=tuple(config.env.wrappers),
-        encoder=config.network.encoder, encoder_kwargs=config.network.encoder_kwargs,
+        encoder=config.network.encoder, encoder_kwargs=config.network.encoder_kwargs, quantiles=config.algo.quantiles,
         layer_norm=config.network.critic_norm == "layer_norm",
         recurrent_size=config.network.recurrent_size if plugin.sequences else 0,
         sequence_period=config.replay.sequence_length - config.replay.sequence_overlap if plugin.sequences else 0,
@@ -88,7 +88,7 @@ def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
         critic_norm=config.network.critic_norm,
         sale=config.network.sale, n_step=config.algo.n_step, burn_in=config.algo.burn_in,
         recurrent_size=config.network.recurrent_size, core=config.network.core, value_rescale=config.algo.value_rescale,
-        sequence_length=config.replay.sequence_length,
+        sequence_length=config.replay.sequence_length, quantiles=config.algo.quantiles,
         encoder=config.network.encoder, encoder_kwargs=config.network.encoder_kwargs,
     )
 

@@ -1,0 +1,52 @@
+"""QR-DQN's loss: the quantile Huber loss between the online network's quantiles of Z(s, a) and
+the n-step target's, θ_j' = G + gamma_m θ_target,j(s', a*), a* the greedy action by mean (of the
+online network's quantiles with Double DQN, else the target's).
+
+For quantile fractions τ_i = (2i + 1) / 2N and every pair (i, j), u_ij = θ'_j - θ_i and
+
+    loss_ij = |τ_i - 1{u_ij < 0}| * huber_κ(u_ij) / κ,
+
+summed over i and averaged over j, per transition: that per-transition loss is also its priority
+under prioritized replay; the batch's loss is its mean (importance-weighted when given).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from raypex.learner.losses import LossOutput
+
+
+def quantile_fractions(n: int, device=None) -> torch.Tensor:
+    """τ_i = (2i + 1) / 2N, the midpoints of N equal slices of [0, 1]."""
+    return (torch.arange(n, device=device, dtype=torch.float32) * 2 + 1) / (2 * n)
+
+
+def quantile_huber(predicted: torch.Tensor, target: torch.Tensor, kappa: float) -> torch.Tensor:
+    """Per transition [B]: sum_i mean_j |τ_i - 1{u_ij < 0}| huber_κ(u_ij) / κ, with u_ij = target_j -
+    predicted_i (`predicted`, `target`: [B, N])."""
+    u = target.unsqueeze(1) - predicted.unsqueeze(2)  # [B, N (i), N (j)]
+    huber = F.huber_loss(predicted.unsqueeze(2).expand_as(u), target.unsqueeze(1).expand_as(u), reduction="none",
+                         delta=kappa)
+    tau = quantile_fractions(predicted.shape[1], predicted.device).view(1, -1, 1)
+    weight = (tau - (u.detach() < 0).to(u.dtype)).abs()
+    return (weight * huber / kappa).sum(dim=1).mean(dim=1)
+
+
+def quantile_dqn_loss(online, target, obs, action, returns, discount, next_obs, weight: torch.Tensor | None,
+                      kappa: float, double_dqn: bool = True) -> LossOutput:
+    """The batch's quantile Huber loss (LossOutput: `per_sample` gives each transition's, its priority)."""
+    quantiles = online.quantiles(obs)
+    taken = quantiles.gather(1, action.long().view(-1, 1, 1).expand(-1, 1, quantiles.shape[2])).squeeze(1)
+    with torch.no_grad():
+        next_target = target.quantiles(next_obs)
+        chooser = online.quantiles(next_obs) if double_dqn else next_target
+        best = chooser.mean(dim=2).argmax(dim=1)
+        next_quantiles = next_target.gather(1, best.view(-1, 1, 1).expand(-1, 1, next_target.shape[2])).squeeze(1)
+        td_target = returns.unsqueeze(1) + discount.unsqueeze(1) * next_quantiles.to(returns.dtype)
+    taken = taken.to(td_target.dtype)  # fp32 loss under bf16/fp16 autocast
+    per_sample = quantile_huber(taken, td_target, kappa)
+    loss = per_sample.mean() if weight is None else (weight.to(per_sample.dtype) * per_sample).mean()
+    q_taken = taken.detach().mean(dim=1)
+    return LossOutput(loss, q_taken, td_target.mean(dim=1), q_taken.mean(), per_sample.detach())

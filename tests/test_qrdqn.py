@@ -1,0 +1,69 @@
+"""QR-DQN as a plug-in: the quantile Huber loss against a hand-computed case, the network's
+quantiles and Q-values, prioritized replay weighed by each transition's own loss, and CartPole
+solved through collectors, the evaluator and policy.pt2 as DQN's are."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from raypex.cluster.commands.cli import main
+from raypex.learner.quantile_loss import quantile_dqn_loss, quantile_fractions, quantile_huber
+from raypex.learner.quantile_networks import QuantileQNetwork
+
+
+def test_the_quantile_huber_loss_of_a_hand_computed_case():
+    # N = 2: tau = 0.25, 0.75; predicted 0 and 1; target 0.5 and 2 (kappa 1).
+    #   i=0: u = 0.5, 2.0, both >= 0: weight 0.25; huber 0.125, 1.5 -> mean_j 0.25 * 0.8125 = 0.203125
+    #   i=1: u = -0.5 (weight |0.75 - 1| = 0.25, huber 0.125), 1.0 (weight 0.75, huber 0.5) -> mean_j 0.203125
+    assert quantile_fractions(2).tolist() == [0.25, 0.75]
+    predicted, target = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 2.0]])
+    assert quantile_huber(predicted, target, kappa=1.0).item() == pytest.approx(0.40625)
+    # kappa 2: huber_2(u) / 2 = u^2 / 4 for |u| <= 2: i=0: 0.25 * (0.0625 + 1.0) / 2, i=1: (0.25 * 0.0625 + 0.75 * 0.25) / 2
+    assert quantile_huber(predicted, target, kappa=2.0).item() == pytest.approx(0.1328125 + 0.1015625)
+    # a point target met by every quantile costs nothing; a quantile above its target costs by 1 - tau, below it by tau
+    assert quantile_huber(torch.full((1, 3), 1.5), torch.full((1, 3), 1.5), 1.0).item() == 0.0
+    low, high = quantile_huber(torch.tensor([[0.0]]), torch.tensor([[1.0]]), 1.0), quantile_huber(
+        torch.tensor([[2.0]]), torch.tensor([[1.0]]), 1.0)
+    assert low.item() == high.item() == pytest.approx(0.5 * 0.5)  # N = 1: tau 0.5 either side
+
+
+def test_the_networks_q_values_are_its_quantiles_mean_and_its_dueling_head_is_per_quantile():
+    torch.manual_seed(0)
+    network = QuantileQNetwork((4,), 3, 8, [16], dueling=True, obs_dtype="float32")
+    obs = torch.randn(5, 4)
+    quantiles = network.quantiles(obs)
+    assert quantiles.shape == (5, 3, 8)
+    torch.testing.assert_close(network(obs), quantiles.mean(dim=2))
+    value = network.body(obs)[:, 3 * 8:]
+    torch.testing.assert_close(quantiles.mean(dim=1), value)  # the advantages average to zero, quantile by quantile
+
+
+def test_each_transitions_own_loss_is_its_priority_and_the_gradient_reaches_the_network():
+    torch.manual_seed(0)
+    online = QuantileQNetwork((4,), 2, 4, [8], dueling=False, obs_dtype="float32")
+    target = QuantileQNetwork((4,), 2, 4, [8], dueling=False, obs_dtype="float32")
+    obs, next_obs = torch.randn(6, 4), torch.randn(6, 4)
+    out = quantile_dqn_loss(online, target, obs, torch.tensor([0, 1, 0, 1, 1, 0]), torch.ones(6),
+                            torch.tensor([0.99, 0.99, 0.0, 0.99, 0.99, 0.99]), next_obs, None, 1.0)
+    assert out.priority.shape == (6,) and (out.priority > 0).all()
+    torch.testing.assert_close(out.loss, out.priority.mean())
+    out.loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in online.parameters())
+    terminal = out.td_target[2]  # discount 0: the target is the return alone, every quantile of it
+    assert terminal.item() == pytest.approx(1.0)
+
+
+def test_qrdqn_solves_cartpole_and_its_policy_file_acts_on_the_mean(tmp_path, capsys):
+    from raypex.learner.policy_file import load_policy
+
+    run = tmp_path / "run"
+    code = main(["train", "--local", "--run-dir", str(run), "algo.name=qrdqn", "replay.prioritized=true",
+                 "eval.video_every=0"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ended"] == "solved", summary
+    policy = load_policy(run / "policy.pt2")
+    q = policy.q_values(np.zeros((3, 4), np.float32))
+    assert q.shape == (3, 2) and policy.act(np.zeros((3, 4), np.float32)).tolist() == q.argmax(dim=1).tolist()
