@@ -678,19 +678,22 @@ class AnsweringEvaluator:
 
 
 class RecordingEvaluator:
-    """An evaluator part that answers at once and keeps whether each call asked for a video."""
+    """An evaluator part that answers at once, with a video when asked for one, and keeps whether
+    each call asked."""
 
     def __init__(self):
         self.asked: list[bool] = []
 
     def evaluate(self, weights, give_up=None, record=False) -> dict:
         self.asked.append(record)
-        return {"mean": 0.0, "min": 0.0, "version": weights, "complete": True}
+        video = {"video": b"APNG"} if record else {}
+        return {"mean": 0.0, "min": 0.0, "version": weights, "complete": True, **video}
 
 
 def test_the_final_evaluation_records_a_video_when_no_evaluation_did():
-    """A run too short for any evaluation during it (its evaluator came up late on a busy box) still
-    gets its video, from the final one; after a recorded one the final one records only on its turn."""
+    """A run too short for any evaluation during it (its evaluator came up late on a busy box), or
+    whose recording evaluation had not come back when it ended, still gets its video, from the final
+    one; after a recorded one came back the final one records only on its turn."""
     short = RecordingEvaluator()
     scheduler = EvaluationScheduler(LocalRuntime(), short, every_env_steps=1000, every_s=None,
                                     give_up=None, newest_weights=lambda: 1, video_every=3)
@@ -706,6 +709,15 @@ def test_the_final_evaluation_records_a_video_when_no_evaluation_did():
     scheduler.take()
     scheduler.evaluate_now(1)
     assert longer.asked == [True, False]  # the first evaluation recorded; the final one is the second
+    unfinished = RecordingEvaluator()
+    scheduler = EvaluationScheduler(LocalRuntime(), unfinished, every_env_steps=1000, every_s=None,
+                                    give_up=None, newest_weights=lambda: 1, video_every=3)
+    scheduler.on_env_steps(0)
+    scheduler.on_epoch()
+    scheduler.on_env_steps(1000)
+    scheduler.maybe_start()  # the recording evaluation, still running when the run ends: its video never comes
+    scheduler.evaluate_now(1)
+    assert unfinished.asked == [True, True]
 
 
 def test_evaluations_are_due_by_env_steps_or_by_time_and_never_twice_on_the_same_weights():

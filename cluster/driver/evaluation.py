@@ -95,7 +95,6 @@ class EvaluationScheduler:
 
     def _start(self, weights_ref) -> None:
         record = self.video_every > 0 and self.started % self.video_every == 0
-        self.recorded = self.recorded or record
         give_up = self.give_up if self.started % FULL_EVAL_EVERY and not record else None
         self.started += 1
         self._in_flight = (self.rt.call(self.evaluator, "evaluate", weights_ref, give_up, record),
@@ -140,6 +139,8 @@ class EvaluationScheduler:
         if result is None:
             self.lost += 1
             self._evaluator_back = self.rt.when_up(self.evaluator)
+        elif "video" in result:  # counted once it came back: one still running when the run ends may never
+            self.recorded = True
         return result
 
     def forget_weights(self) -> None:
