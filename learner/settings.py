@@ -50,7 +50,7 @@ class LearnerSettings:
     core: str = "lstm"  # r2d2: lstm | mlp (a feed-forward layer in its place, no memory)
     sequence_length: int = 80  # r2d2: steps of each replayed sequence, burn-in included
     value_rescale: bool = True  # r2d2: targets through h(x) = sign(x)(sqrt(|x|+1)-1) + 1e-3 x
-    quantiles: int = 32  # qrdqn: quantiles of each action's return distribution
+    quantiles: int = 32  # qrdqn: quantiles of each action's return distribution; iqn: fractions drawn per transition
     encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
     encoder_kwargs: dict = field(default_factory=dict)
 

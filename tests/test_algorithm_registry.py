@@ -27,11 +27,12 @@ def test_the_registry_holds_dqn_td3_and_sac_with_what_differs_between_them():
 
 
 def test_an_unknown_name_is_one_line_naming_the_registered_ones(capsys):
-    with pytest.raises(ValueError, match="algo.name ppo is not an algorithm raypex has; one of dqn, td3, sac, r2d2, qrdqn"):
+    with pytest.raises(ValueError, match="algo.name ppo is not an algorithm raypex has; one of dqn, td3, sac, r2d2, "
+                                         "qrdqn, iqn"):
         algorithm("ppo")
     assert main(["train", "--local", "algo.name=ppo"]) == 2
-    assert capsys.readouterr().err.strip() == ("raypex: error: config error: algo.name: one of dqn, td3, sac, r2d2, qrdqn, the "
-                                               "registered algorithms (got 'ppo')")
+    assert capsys.readouterr().err.strip() == ("raypex: error: config error: algo.name: one of dqn, td3, sac, r2d2, "
+                                               "qrdqn, iqn, the registered algorithms (got 'ppo')")
 
 
 @pytest.fixture
@@ -172,7 +173,7 @@ def test_an_algorithm_registered_before_the_first_lookup_hides_no_built_in():
         print(",".join(names()), algorithm("dqn").name)
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["dqn,td3,sac,r2d2,qrdqn,early", "dqn"]
+    assert done.stdout.split() == ["dqn,td3,sac,r2d2,qrdqn,iqn,early", "dqn"]
 
 
 def installed_package(site: Path, entry: str, module: str) -> Path:
@@ -208,7 +209,7 @@ def test_an_installed_packages_entry_point_adds_its_algorithm_beside_the_built_i
         print(",".join(names()), type(algorithm("user-q")).__name__)
     """, site)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["dqn,td3,sac,r2d2,qrdqn,user-q", "UserQ"]
+    assert done.stdout.split() == ["dqn,td3,sac,r2d2,qrdqn,iqn,user-q", "UserQ"]
 
 
 def test_an_entry_point_that_does_not_load_is_one_line_naming_it(tmp_path):

@@ -69,7 +69,7 @@ def test_pip_install_gives_one_package_and_a_run_beside_files_named_like_our_fol
     listing = "from raypex.learner.algorithms.registry import names; print(*names())"
     listed = subprocess.run([str(python), "-c", listing], cwd=work, env=clean, capture_output=True, text=True,
                             check=True)
-    assert listed.stdout.split() == ["dqn", "td3", "sac", "r2d2", "qrdqn", "user-q"]
+    assert listed.stdout.split() == ["dqn", "td3", "sac", "r2d2", "qrdqn", "iqn", "user-q"]
     run = subprocess.run([str(venv / "bin" / "raypex"), "train", "cartpole", "--run-dir", "runs/user-q",
                           "algo.name=user-q", "eval.video_every=0"],
                          check=False, cwd=work, env=clean, capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
-"""QR-DQN as a plug-in: the quantile Huber loss against a hand-computed case, the network's
-quantiles and Q-values, prioritized replay weighed by each transition's own loss, and CartPole
-solved through collectors, the evaluator and policy.pt2 as DQN's are."""
+"""QR-DQN and IQN as plug-ins: the quantile Huber loss against a hand-computed case, the networks'
+quantiles and Q-values (IQN's cosine embedding's shapes), prioritized replay weighed by each
+transition's own loss, and CartPole solved by each through collectors, the evaluator and
+policy.pt2 as DQN's is."""
 
 import json
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from raypex.cluster.commands.cli import main
-from raypex.learner.quantile_loss import quantile_dqn_loss, quantile_fractions, quantile_huber
+from raypex.learner.implicit_quantile_networks import COSINES, ImplicitQuantileNetwork
+from raypex.learner.quantile_loss import implicit_quantile_loss, quantile_dqn_loss, quantile_fractions, quantile_huber
 from raypex.learner.quantile_networks import QuantileQNetwork
 
 
@@ -55,11 +57,34 @@ def test_each_transitions_own_loss_is_its_priority_and_the_gradient_reaches_the_
     assert terminal.item() == pytest.approx(1.0)
 
 
-def test_qrdqn_solves_cartpole_and_its_policy_file_acts_on_the_mean(tmp_path, capsys):
+def test_drawn_fractions_weigh_the_loss_and_iqns_embedding_has_its_shapes():
+    # the hand-computed case above, its fractions given: the same loss
+    predicted, target = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 2.0]])
+    assert quantile_huber(predicted, target, 1.0, torch.tensor([[0.25, 0.75]])).item() == pytest.approx(0.40625)
+    # fractions near 0 and 1: a quantile below its target costs by tau (little), above by 1 - tau (little)
+    assert quantile_huber(torch.tensor([[0.0]]), torch.tensor([[1.0]]), 1.0, torch.tensor([[0.1]])).item() == (
+        pytest.approx(0.1 * 0.5))
+    torch.manual_seed(0)
+    network = ImplicitQuantileNetwork((4,), 3, [32, 16], dueling=True, obs_dtype="float32", acting_quantiles=8)
+    obs, fractions = torch.randn(5, 4), torch.rand(5, 7)
+    assert network.embed(fractions).shape == (5, 7, 16) and network.embedding.in_features == COSINES
+    quantiles = network.quantiles(obs, fractions)
+    assert quantiles.shape == (5, 3, 7)
+    torch.testing.assert_close(network(obs), network.quantiles(obs, network.acting_fractions.expand(5, -1)).mean(2))
+    torch.testing.assert_close(network(obs), network(obs))  # acting draws nothing: the same Q for the same obs
+    low, high = network.quantiles(obs, torch.full((5, 1), 0.05)), network.quantiles(obs, torch.full((5, 1), 0.95))
+    assert not torch.equal(low, high)  # the fraction reaches the output
+    out = implicit_quantile_loss(network, network, obs, torch.tensor([0, 1, 2, 0, 1]), torch.ones(5),
+                                 torch.full((5,), 0.99), obs, None, 1.0, samples=6)
+    assert out.priority.shape == (5,) and out.loss.requires_grad
+
+
+@pytest.mark.parametrize("algo", ["qrdqn", "iqn"])
+def test_each_solves_cartpole_and_its_policy_file_acts_on_the_mean(algo, tmp_path, capsys):
     from raypex.learner.policy_file import load_policy
 
     run = tmp_path / "run"
-    code = main(["train", "--local", "--run-dir", str(run), "algo.name=qrdqn", "replay.prioritized=true",
+    code = main(["train", "--local", "--run-dir", str(run), f"algo.name={algo}", "replay.prioritized=true",
                  "eval.video_every=0"])
     assert code == 0, capsys.readouterr().err
     summary = json.loads((run / "summary.json").read_text())

@@ -76,7 +76,7 @@ class AlgoConfig(Section):
 
     name: str = Field(
         "dqn", description="A registered algorithm (learner/algorithms/): dqn: Discrete actions (Double DQN, "
-        "dueling); qrdqn: dqn learning quantiles of the return's distribution (QR-DQN); r2d2: dqn with an LSTM, "
+        "dueling); qrdqn, iqn: dqn learning quantiles of the return's distribution (QR-DQN, IQN); r2d2: dqn with an LSTM, "
         "trained on replayed sequences (partially observed envs); td3, sac: Box actions (twin critics).")
     gamma: float = Field(0.99, gt=0.0, le=1.0, description="Discount factor.")
 
@@ -87,11 +87,12 @@ class AlgoConfig(Section):
             raise ValueError(f"one of {', '.join(names())}, the registered algorithms")
         return name
     n_step: int = Field(3, ge=1, le=100, description="Steps folded into each return.")
-    double_dqn: bool = Field(True, description="dqn, qrdqn: pick the next action with the online network.")
-    huber_delta: float = Field(1.0, gt=0.0, description="dqn: Huber loss threshold; qrdqn: the quantile Huber loss's "
-                               "kappa.")
+    double_dqn: bool = Field(True, description="dqn, qrdqn, iqn: pick the next action with the online network.")
+    huber_delta: float = Field(1.0, gt=0.0, description="dqn: Huber loss threshold; qrdqn, iqn: the quantile Huber "
+                               "loss's kappa.")
     quantiles: int = Field(32, ge=2, le=1024, description="qrdqn: quantiles of each action's return distribution "
-                           "(the QR-DQN paper's 200 on Atari).")
+                           "(the QR-DQN paper's 200 on Atari); iqn: fractions drawn per transition for the online "
+                           "and for the target quantiles, and the fixed ones whose mean it acts on.")
     exploration_noise: float = Field(
         0.1, ge=0.0, le=1.0, description="td3: collectors' Gaussian action noise, a fraction of each action's "
         "half-range; collector i of N uses it times noise_spread^(2i/(N-1) - 1).")

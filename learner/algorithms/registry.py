@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from raypex.learner.precision import PrecisionPolicy
     from raypex.learner.settings import LearnerSettings
 
-PLUGINS = ("dqn", "td3", "sac", "r2d2", "qrdqn")  # modules of this package, each registering one algorithm
+PLUGINS = ("dqn", "td3", "sac", "r2d2", "qrdqn", "iqn")  # modules of this package, each registering one algorithm
 ENTRY_POINT_GROUP = "raypex.algorithms"
 
 _registry: dict[str, Algorithm] = {}
