@@ -1,8 +1,10 @@
-"""What one TD3 or SAC update costs on this machine, by critic kind (plain, CrossQ's batch
-renormalization, SALE's embeddings): the whole update and the critics' step alone, on one
-thread, for an env's shapes and a precision.
+"""What one update costs on this machine, by critic: for TD3 or SAC by critic kind (plain, CrossQ's
+batch renormalization, SALE's embeddings), the whole update and the critics' step alone; for the
+DQN family (`--family dqn`), DQN's, QR-DQN's and IQN's whole update. One thread, an env's shapes
+and a precision.
 
     python -m benchmarks.update_cost --obs 17 --actions 6 --hidden 256 256 --precision bf16
+    python -m benchmarks.update_cost --family dqn --image 4 10 10 --actions 6 --hidden 128
 
 Synthetic batches (the learner's cost does not depend on their values); each figure is the mean
 of `--updates` updates after 30 to warm up.
@@ -30,6 +32,43 @@ def settings(obs: int, actions: int, hidden: list[int], algo: str, critic_norm: 
         policy_delay=1, critic_norm=critic_norm, sale=sale)
 
 
+def q_settings(obs_shape: tuple[int, ...], obs_dtype: str, actions: int, hidden: list[int], algo: str, batch: int,
+               quantiles: int, precision: str) -> LearnerSettings:
+    return LearnerSettings(
+        obs_shape=obs_shape, obs_dtype=obs_dtype, num_actions=actions, hidden=hidden, dueling=True, double_dqn=True,
+        huber_delta=1.0, lr=1e-4, adam_eps=1e-8, max_grad_norm=10.0, micro_batch=batch, accumulation_steps=1,
+        target_update="hard", target_update_every=1000, target_tau=0.005, updates_per_epoch=1,
+        broadcast_every_epochs=1, precision=precision, compile=False, seed=0, algo=algo, quantiles=quantiles)
+
+
+def q_family(args) -> None:
+    """DQN's, QR-DQN's and IQN's whole update, in turn within each round."""
+    shape = tuple(args.image) if args.image else (args.obs,)
+    dtype = "uint8" if args.image else "float32"
+    print(f"obs {list(shape)} {dtype}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, "
+          f"quantiles {args.quantiles}, {args.precision}, 1 thread")
+    steps, batches = {}, {}
+    for algo in ("dqn", "qrdqn", "iqn"):
+        steps[algo] = algorithm(algo).build_step(q_settings(shape, dtype, args.actions, args.hidden, algo, args.batch,
+                                                            args.quantiles, args.precision), torch.device("cpu"))
+        obs = (torch.randint(0, 255, (1, args.batch, *shape), dtype=torch.uint8) if args.image
+               else torch.randn(1, args.batch, *shape))
+        batches[algo] = {"obs": obs, "action": torch.randint(0, args.actions, (1, args.batch)),
+                         "return": torch.randn(1, args.batch), "discount": torch.full((1, args.batch), 0.99),
+                         "next_obs": obs.clone()}
+        for _ in range(30):
+            steps[algo](batches[algo])
+    spent = dict.fromkeys(steps, 0.0)
+    for _ in range(args.updates // 10):  # ten of each in turn: a busy moment slows all alike
+        for algo, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(10):
+                step(batches[algo])
+            spent[algo] += time.perf_counter() - start
+    for algo, seconds in spent.items():
+        print(f"{algo:6s}  whole update {seconds / (args.updates // 10 * 10) * 1e3:6.2f} ms")
+
+
 def update_ms(step: ActorCriticStep, batch: dict, with_actor: bool, updates: int) -> float:
     for _ in range(30):
         step.update(batch, step.draw_noise(), with_actor)
@@ -48,8 +87,14 @@ def main() -> None:
     parser.add_argument("--algo", default="sac", choices=["td3", "sac"])
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--family", default="actor-critic", choices=["actor-critic", "dqn"])
+    parser.add_argument("--image", type=int, nargs=3, metavar=("C", "H", "W"), help="--family dqn: uint8 images")
+    parser.add_argument("--quantiles", type=int, default=32, help="--family dqn: QR-DQN's and IQN's")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.family == "dqn":
+        q_family(args)
+        return
     print(f"{args.algo}, obs {args.obs}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, "
           f"{args.precision}, 1 thread")
     for kind, critic_norm, sale in (("plain", "none", False), ("batch_renorm", "batch_renorm", False),
