@@ -690,33 +690,32 @@ class RecordingEvaluator:
         return {"mean": 0.0, "min": 0.0, "version": weights, "complete": True, **video}
 
 
+def scheduler_of(evaluator, started: int = 0) -> EvaluationScheduler:
+    """An evaluation scheduler recording every third evaluation, with `started` (0 or 1) evaluations started."""
+    scheduler = EvaluationScheduler(LocalRuntime(), evaluator, every_env_steps=1000, every_s=None,
+                                    give_up=None, newest_weights=lambda: 1, video_every=3)
+    if started:
+        scheduler.on_env_steps(0)
+        scheduler.on_epoch()
+        scheduler.on_env_steps(1000)
+        scheduler.maybe_start()
+    return scheduler
+
+
 def test_the_final_evaluation_records_a_video_when_no_evaluation_did():
     """A run too short for any evaluation during it (its evaluator came up late on a busy box), or
     whose recording evaluation had not come back when it ended, still gets its video, from the final
     one; after a recorded one came back the final one records only on its turn."""
     short = RecordingEvaluator()
-    scheduler = EvaluationScheduler(LocalRuntime(), short, every_env_steps=1000, every_s=None,
-                                    give_up=None, newest_weights=lambda: 1, video_every=3)
-    scheduler.evaluate_now(1)
+    scheduler_of(short).evaluate_now(1)
     assert short.asked == [True]
     longer = RecordingEvaluator()
-    scheduler = EvaluationScheduler(LocalRuntime(), longer, every_env_steps=1000, every_s=None,
-                                    give_up=None, newest_weights=lambda: 1, video_every=3)
-    scheduler.on_env_steps(0)
-    scheduler.on_epoch()
-    scheduler.on_env_steps(1000)
-    scheduler.maybe_start()
+    scheduler = scheduler_of(longer, started=1)
     scheduler.take()
     scheduler.evaluate_now(1)
     assert longer.asked == [True, False]  # the first evaluation recorded; the final one is the second
     unfinished = RecordingEvaluator()
-    scheduler = EvaluationScheduler(LocalRuntime(), unfinished, every_env_steps=1000, every_s=None,
-                                    give_up=None, newest_weights=lambda: 1, video_every=3)
-    scheduler.on_env_steps(0)
-    scheduler.on_epoch()
-    scheduler.on_env_steps(1000)
-    scheduler.maybe_start()  # the recording evaluation, still running when the run ends: its video never comes
-    scheduler.evaluate_now(1)
+    scheduler_of(unfinished, started=1).evaluate_now(1)  # the recording one still running: its video never comes
     assert unfinished.asked == [True, True]
 
 
