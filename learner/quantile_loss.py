@@ -41,19 +41,12 @@ def quantile_huber(predicted: torch.Tensor, target: torch.Tensor, kappa: float,
 def quantile_dqn_loss(online, target, obs, action, returns, discount, next_obs, weight: torch.Tensor | None,
                       kappa: float, double_dqn: bool = True) -> LossOutput:
     """The batch's quantile Huber loss (LossOutput: `per_sample` gives each transition's, its priority)."""
-    quantiles = online.quantiles(obs)
-    taken = quantiles.gather(1, action.long().view(-1, 1, 1).expand(-1, 1, quantiles.shape[2])).squeeze(1)
+    taken = _of_actions(online.quantiles(obs), action)
     with torch.no_grad():
         next_target = target.quantiles(next_obs)
         chooser = online.quantiles(next_obs) if double_dqn else next_target
-        best = chooser.mean(dim=2).argmax(dim=1)
-        next_quantiles = next_target.gather(1, best.view(-1, 1, 1).expand(-1, 1, next_target.shape[2])).squeeze(1)
-        td_target = returns.unsqueeze(1) + discount.unsqueeze(1) * next_quantiles.to(returns.dtype)
-    taken = taken.to(td_target.dtype)  # fp32 loss under bf16/fp16 autocast
-    per_sample = quantile_huber(taken, td_target, kappa)
-    loss = per_sample.mean() if weight is None else (weight.to(per_sample.dtype) * per_sample).mean()
-    q_taken = taken.detach().mean(dim=1)
-    return LossOutput(loss, q_taken, td_target.mean(dim=1), q_taken.mean(), per_sample.detach())
+        next_quantiles = _of_actions(next_target, chooser.mean(dim=2).argmax(dim=1))
+    return _scored(taken, next_quantiles, returns, discount, weight, kappa)
 
 
 def implicit_quantile_loss(online, target, obs, action, returns, discount, next_obs, weight: torch.Tensor | None,
@@ -63,14 +56,23 @@ def implicit_quantile_loss(online, target, obs, action, returns, discount, next_
     networks' Q-values (their fixed fractions' mean)."""
     batch = obs.shape[0]
     fractions = torch.rand(batch, samples, device=obs.device)
-    quantiles = online.quantiles(obs, fractions)  # [B, A, N]
-    taken = quantiles.gather(1, action.long().view(-1, 1, 1).expand(-1, 1, samples)).squeeze(1)
+    taken = _of_actions(online.quantiles(obs, fractions), action)
     with torch.no_grad():
         best = (online(next_obs) if double_dqn else target(next_obs)).argmax(dim=1)
-        next_quantiles = target.quantiles(next_obs, torch.rand(batch, samples, device=obs.device))
-        chosen = next_quantiles.gather(1, best.view(-1, 1, 1).expand(-1, 1, samples)).squeeze(1)
-        td_target = returns.unsqueeze(1) + discount.unsqueeze(1) * chosen.to(returns.dtype)
-    taken = taken.to(td_target.dtype)
+        next_quantiles = _of_actions(target.quantiles(next_obs, torch.rand(batch, samples, device=obs.device)), best)
+    return _scored(taken, next_quantiles, returns, discount, weight, kappa, fractions)
+
+
+def _of_actions(quantiles: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Each transition's quantiles [B, N] of its action, from all actions' [B, A, N]."""
+    return quantiles.gather(1, actions.long().view(-1, 1, 1).expand(-1, 1, quantiles.shape[2])).squeeze(1)
+
+
+def _scored(taken: torch.Tensor, next_quantiles: torch.Tensor, returns: torch.Tensor, discount: torch.Tensor,
+            weight: torch.Tensor | None, kappa: float, fractions: torch.Tensor | None = None) -> LossOutput:
+    """The quantile Huber loss of the taken actions' quantiles against the n-step target's."""
+    td_target = returns.unsqueeze(1) + discount.unsqueeze(1) * next_quantiles.detach().to(returns.dtype)
+    taken = taken.to(td_target.dtype)  # fp32 loss under bf16/fp16 autocast
     per_sample = quantile_huber(taken, td_target, kappa, fractions)
     loss = per_sample.mean() if weight is None else (weight.to(per_sample.dtype) * per_sample).mean()
     q_taken = taken.detach().mean(dim=1)
