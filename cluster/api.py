@@ -277,7 +277,6 @@ class _Watcher(RunObserver):
         self.callbacks = {"on_epoch": on_epoch, "on_eval": on_eval, "stop_when": stop_when}
         self.stop_asked = threading.Event()
         self.failure: RunFailed | None = None  # what a callback raised, said as the run's failure
-        self.failure_raised = False
 
     def _call(self, name: str, argument: dict[str, Any]) -> Any:
         callback = self.callbacks[name]
@@ -308,7 +307,6 @@ class _Watcher(RunObserver):
         if self.stop_asked.is_set() or self._call("stop_when", self._standing(run)):
             run.end_soon("stopped")
         if self.failure is not None:
-            self.failure_raised = True
             raise self.failure
 
     @staticmethod
@@ -406,7 +404,7 @@ def train(config: str | Path | Mapping | RunConfig | None = None,
         try:
             code, summary = launch(resolved, run_path, resume_point, address, clock_start, progress, (watcher,),
                                    origin, remote=remote)
-            if watcher.failure is not None and not watcher.failure_raised:  # raised while the run was ending
+            if watcher.failure is not None:  # a callback raised once the run was ending: launch returned all the same
                 raise watcher.failure
             return RunResult(remote.uri if remote else run_path, summary, code)
         finally:

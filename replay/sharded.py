@@ -110,12 +110,11 @@ class ShardedReplay:
         self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
         self.prior: RingStorage | None = None  # the prior data's block, after the shards'
         self.prior_fraction = prior_fraction
-        self.prior_sampled = 0  # transitions drawn from it
         if prior is not None:
+            if len(prior["return"]) > rows:
+                raise ValueError(f"prior data of {len(prior['return'])} transitions does not fit a block of {rows}")
             self.prior = RingStorage(rows, spec.layout(), self.backend, self._columns_of(num_shards))
             self.prior.add(prior)
-            if self.prior.size < len(prior["return"]):
-                raise ValueError(f"prior data of {len(prior['return'])} transitions does not fit a block of {rows}")
 
     def _columns_of(self, shard: int) -> dict:
         """Shard `shard`'s rows of every column."""
@@ -246,7 +245,6 @@ class ShardedReplay:
             for i, hits in enumerate(np.bincount(shard, minlength=len(self.shards))):
                 self.shards[i].sampled += int(hits) * self.spec.samples_per_draw
             if from_prior:  # the prior block's rows, mixed in at random places of the draw
-                self.prior_sampled += from_prior
                 shard = np.concatenate([shard, np.full(from_prior, len(self.shards))])
                 row = np.concatenate([row, self.rng.integers(0, self.prior.size, from_prior)])
                 mixed = self.rng.permutation(n)
