@@ -9,7 +9,8 @@ its frame stack and the next, real step go on).
 
 - TransitionAdder: whole n-step transitions with their observations (Chunk);
 - FrameAdder: pixel frames once each, numbered in their env's stream, and n-step transitions that
-  name their frames by number (FrameChunk; replay/frames.py rebuilds the stacks).
+  name their frames by number (FrameChunk; replay/frames.py rebuilds the stacks); an observation in
+  parts (Dict and Tuple spaces, replay/contracts.py) goes the same way, each step's parts once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from raypex.actors.nstep import NStepFolder
-from raypex.replay.contracts import Chunk, FrameChunk
+from raypex.replay.contracts import Chunk, FrameChunk, fields
 
 
 @dataclass
@@ -98,34 +99,42 @@ class TransitionAdder:
         self.folder.set_next_value(value)
 
 
+def newest_frames(obs) -> dict[str, np.ndarray]:
+    """What replay stores of what every env shows now, by column: the newest frame of each pixel
+    stack [E, stack, H, W], or each part of observations in parts."""
+    return fields("frames", obs) if isinstance(obs, dict) else {"frames": obs[:, -1]}
+
+
 class FrameAdder:
     """Numbers each env's frames and folds n-step transitions that refer to frames by number.
 
-    `first_stacks` are the stacks the env reset with; its newest frames are the streams' first.
+    `first_stacks` are the observations the env reset with (pixel stacks, or parts); their newest
+    frames are the streams' first.
     All envs of a vector env step together, so one counter numbers every env's stream: the
     transition of a step goes from frame `index` to `index + 1` of every env.
     """
 
-    def __init__(self, n: int, gamma: float, num_envs: int, frame_shape: tuple[int, ...], chunk_steps: int,
-                 first_stacks: np.ndarray, clip_rewards: bool = False, life_loss: bool = False,
+    def __init__(self, n: int, gamma: float, num_envs: int, chunk_steps: int, first_stacks: np.ndarray | dict, clip_rewards: bool = False, life_loss: bool = False,
                  lives: np.ndarray | None = None, with_priorities: bool = False, action_dim: int = 0):
         self.num_envs = num_envs
         self.folder = NStepFolder(n, gamma, num_envs, (), np.int64, chunk_steps, with_env=True,
                                   with_priorities=with_priorities, action_dim=action_dim)
         self.learning = Learning(clip_rewards, life_loss, lives)
-        self.frames = np.zeros((chunk_steps + 1, num_envs, *frame_shape), np.uint8)
+        first = newest_frames(first_stacks)
+        self.frames = {name: np.zeros((chunk_steps + 1, *frames.shape), frames.dtype) for name, frames in first.items()}
         self.frame_step = np.zeros((chunk_steps + 1, num_envs), np.int32)
         self.buffered = 0  # frames held since the last pop
         self.first_index = 0  # stream number of frames[0]
         self.index = 0  # stream number of the frames the env shows now
         self.step = np.zeros(num_envs, np.int32)  # frames since episode start, of the current frames
-        self._buffer(first_stacks[:, -1], self.step)
+        self._buffer(first, self.step)
 
-    def _buffer(self, frames: np.ndarray, steps: np.ndarray) -> None:
-        if self.buffered == len(self.frames):  # more steps than chunk_steps between pops: grow
-            self.frames = np.concatenate([self.frames, np.zeros_like(self.frames)])
+    def _buffer(self, frames: dict[str, np.ndarray], steps: np.ndarray) -> None:
+        if self.buffered == len(self.frame_step):  # more steps than chunk_steps between pops: grow
+            self.frames = {name: np.concatenate([buffer, np.zeros_like(buffer)]) for name, buffer in self.frames.items()}
             self.frame_step = np.concatenate([self.frame_step, np.zeros_like(self.frame_step)])
-        self.frames[self.buffered] = frames
+        for name, buffer in self.frames.items():
+            buffer[self.buffered] = frames[name]
         self.frame_step[self.buffered] = steps
         self.buffered += 1
 
@@ -139,7 +148,7 @@ class FrameAdder:
         # A reset step's frame is the new episode's first: it starts the count again.
         self.step = np.where(real, self.step + 1, 0).astype(np.int32)
         self.index += 1
-        self._buffer(step.next_obs[:, -1], self.step)
+        self._buffer(newest_frames(step.next_obs), self.step)
         return real
 
     def set_next_value(self, value: np.ndarray) -> None:
@@ -152,7 +161,7 @@ class FrameAdder:
         transitions = self.folder.pop()
         count = self.buffered
         chunk = {
-            "frames": self.frames[:count].copy(),
+            **{name: buffer[:count].copy() for name, buffer in self.frames.items()},
             "frame_step": self.frame_step[:count].copy(),
             "first_index": self.first_index,
             **transitions,

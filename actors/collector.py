@@ -163,7 +163,7 @@ def make_adder(s: CollectorSettings, first_obs: np.ndarray, reset_info: dict) ->
     if s.sequence_period:
         return SequenceAdder(s.num_envs, s.gamma, s.sequence_period, **options)
     if s.frame_stack:
-        return FrameAdder(s.n_step, s.gamma, s.num_envs, tuple(s.obs_shape[1:]), s.chunk_steps, first_obs,
+        return FrameAdder(s.n_step, s.gamma, s.num_envs, s.chunk_steps, first_obs,
                           with_priorities=s.td_priorities, action_dim=s.action_dim, **options)
     folder = NStepFolder(s.n_step, s.gamma, s.num_envs, s.obs_shape, s.obs_dtype, s.chunk_steps,
                          with_priorities=s.td_priorities, action_dim=s.action_dim)

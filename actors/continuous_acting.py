@@ -19,6 +19,7 @@ from raypex.actors.onnx_acting import ActsThroughGraph
 from raypex.actors.policy import Stateless
 from raypex.actors.served_acting import ServedForward
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+from raypex.replay.contracts import batch_size
 
 
 class ActorPolicy(ActsThroughGraph, Stateless):
@@ -43,7 +44,7 @@ class ActorPolicy(ActsThroughGraph, Stateless):
     def act(self, obs: np.ndarray, state: None, env_steps: int, explore: bool = True):
         """[B, action_dim] float32 actions in [-1, 1]: explored, or the actor's deterministic ones."""
         if not self.graph.loaded:
-            return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32), {}, None
+            return self.rng.uniform(-1.0, 1.0, (batch_size(obs), self.action_dim)).astype(np.float32), {}, None
         outputs = self.graph.run(obs=obs)
         if not explore:
             return outputs[0], {}, None

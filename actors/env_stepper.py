@@ -25,7 +25,7 @@ class EnvStepper:
         self.env = make_vector_env(env_id, num_envs, env_kwargs, max(frame_stack, 1), wrappers)
         self.obs, self.reset_info = self.env.reset(seed=seed)
         self.ready_at = time.time()  # wall clock: the env made and reset (start-up's moments)
-        self.check = StepCheck(env_id, self.obs.shape[1:], self.obs.dtype, who)
+        self.check = StepCheck(env_id, self.obs, who)
         self.step_started: float | None = None  # perf_counter() when the step running now began
         self.first_step_at: float | None = None  # wall clock of the first step (start-up's end)
         self.episode_return = np.zeros(num_envs, np.float64)

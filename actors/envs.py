@@ -39,6 +39,7 @@ from raypex.actors.frames import FrameStacker
 from raypex.actors.images import ImageVectorEnv, image_layout
 from raypex.actors.minatar_ids import register_minatar
 from raypex.actors.mujoco_quiet import quiet_known_mujoco_warnings
+from raypex.actors.observation_parts import MIN_IMAGE_SIDE, PartsVectorEnv, observation_parts
 from raypex.actors.one_hot import OneHotVectorEnv, one_hot_for
 from raypex.actors.popgym_ids import register_popgym
 
@@ -58,15 +59,14 @@ def known_max_return(env_id: str, kwargs: dict[str, Any]) -> float | None:
     return None if kwargs else KNOWN_MAX_RETURNS.get(env_id)
 
 
-MIN_IMAGE_SIDE = 3  # learner/networks.py SMALL_CNN_MIN_SIDE (not imported: the driver checks envs without torch)
-
-
 @dataclass(frozen=True)
 class EnvSpec:
     """What the networks and the replay storage need to know about an environment.
 
     For pixel envs `obs_shape` is the stacked shape (frame_stack, H, W) and `frame_stack` > 0;
-    for vector observations and images with channels (C, H, W) `frame_stack` is 0.
+    for vector observations and images with channels (C, H, W) `frame_stack` is 0. A Dict or
+    Tuple observation has `obs_parts` (key, shape, dtype), no `obs_shape`, and `frame_stack` 1:
+    replay stores each step's parts once, as it stores a frame (replay/frames.py).
     """
 
     obs_shape: tuple[int, ...]
@@ -76,6 +76,7 @@ class EnvSpec:
     action_low: tuple[float, ...] = ()  # a Box action space's bounds (empty for Discrete)
     action_high: tuple[float, ...] = ()
     reward_threshold: float | None = None  # the return its registration calls solved, if it names one
+    obs_parts: tuple[tuple[str, tuple[int, ...], str], ...] = ()
 
     @property
     def action_dim(self) -> int:
@@ -103,6 +104,10 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, flat_only: tuple[str,
         raise UnsupportedEnv(f"algo.name {algo} stores every step's observation in its sequences, so a stack of "
                              f"{spec.frame_stack} frames would store each frame {spec.frame_stack} times; its LSTM is its "
                              f"memory: set env.frame_stack 1 for env.id '{env_id}'")
+    if spec.obs_parts and (flat_only or algorithm(algo).sequences):
+        option = flat_only[0] if flat_only else f"algo.name {algo}"
+        raise UnsupportedEnv(f"{option} is for one observation array; env.id '{env_id}' has observations in parts "
+                             f"({', '.join(key for key, _, _ in spec.obs_parts)})")
     if flat_only and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"{flat_only[0]} is for flat observations; env.id '{env_id}' has images of shape "
                              f"{spec.obs_shape}, which their encoder scales")
@@ -213,6 +218,9 @@ def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_st
     encode = one_hot_for(space)
     if encode is not None:
         return OneHotVectorEnv(env, encode)
+    parts = observation_parts(space, env_id)
+    if parts is not None:
+        return PartsVectorEnv(env, parts)
     frame_shape = _frame_shape(space)
     layout = image_layout(space.shape, space.dtype) if frame_shape is None else None
     if frame_shape is not None:
@@ -284,10 +292,13 @@ def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4, wrapp
     encode = one_hot_for(obs_space)
     if encode is not None:
         return EnvSpec((encode.size,), "float32", **fields)
+    parts = observation_parts(obs_space, given)
+    if parts is not None:
+        return EnvSpec((), "parts", frame_stack=1, obs_parts=tuple(part.layout for part in parts), **fields)
     if not isinstance(obs_space, gym.spaces.Box):
         raise UnsupportedEnv(
             f"env.id '{given}' has a {type(obs_space).__name__} observation space ({obs_space}); raypex learns "
-            "on Box, Discrete (one-hot) and MultiDiscrete (one-hot per part) observations"
+            "on Box, Discrete (one-hot), MultiDiscrete (one-hot per part), Dict and Tuple observations"
         )
     frame = _frame_shape(obs_space)
     if frame is not None:

@@ -22,9 +22,13 @@ PALETTE = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
 MIN_SIDE = 84  # smaller images are enlarged (nearest neighbour) to about this many pixels
 
 
-def frame_of(obs: np.ndarray, env_id: str, stacked: bool) -> np.ndarray | None:
+def frame_of(obs: np.ndarray | dict, env_id: str, stacked: bool) -> np.ndarray | None:
     """One picture (uint8 [H, W] gray or [H, W, 3] colour) of one env's observation; `stacked`:
-    the observation is a frame stack (Atari), else channels of one image."""
+    the observation is a frame stack (Atari), else channels of one image. Of an observation in
+    parts, its first image part's."""
+    if isinstance(obs, dict):
+        images = [part for part in obs.values() if part.ndim == 3]
+        return frame_of(images[0], env_id, False) if images else None
     if obs.ndim == 3 and stacked:
         return _enlarge(obs[-1])  # the newest frame of the stack
     if obs.ndim == 3:

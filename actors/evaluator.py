@@ -17,6 +17,7 @@ from raypex.actors.envs import make_vector_env
 from raypex.actors.episode_video import MAX_FRAMES, frame_of
 from raypex.actors.mujoco_video import draw_states, first_env_state, headless_rendering, is_mujoco
 from raypex.actors.step_check import StepCheck
+from raypex.replay.contracts import each_part
 
 Policy = Callable[[np.ndarray], np.ndarray]  # observations [B, ...] (float, or uint8 pixels) -> actions [B] (Box: [B, d])
 
@@ -61,7 +62,7 @@ class Evaluator:
         returns = np.zeros(self.episodes, np.float64)
         running = np.ones(self.episodes, bool)
         lengths = np.zeros(self.episodes, np.int64)  # each episode's steps so far, for a fault's line
-        check = StepCheck(self.env_id, obs.shape[1:], obs.dtype, "the evaluator")
+        check = StepCheck(self.env_id, obs, "the evaluator")
         # Total shortfall from max_return the finished episodes may have before the target is lost.
         allowed_shortfall = self.episodes * (give_up[1] - give_up[0]) if give_up else None
         pictures: ApngWriter | None = ApngWriter() if record and not self.mujoco else None
@@ -70,7 +71,7 @@ class Evaluator:
             if states is not None and running[0]:
                 states.append(first_env_state(self.env))
             if pictures is not None and running[0] and len(pictures) < MAX_FRAMES:
-                picture = frame_of(obs[0], self.env_id, self.stacked)
+                picture = frame_of(each_part(lambda part: part[0], obs), self.env_id, self.stacked)
                 if picture is None:
                     pictures = None  # this env has no picture
                 else:

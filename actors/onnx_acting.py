@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raypex.replay.contracts import Weights
+from raypex.replay.contracts import SEPARATOR, Weights, batch_size, fields
 
 DATA_INPUTS = ("obs", "state")  # the graph's inputs that are not published arrays
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
@@ -69,17 +69,20 @@ class GraphForward:
             self.session = session_for(weights.acting_graph)
             self._graph = weights.acting_graph
             inputs = self.session.get_inputs()
-            self._parameter_names = [i.name for i in inputs if i.name not in DATA_INPUTS]
-            self._input_types = {i.name: _NUMPY_TYPES[i.type] for i in inputs if i.name in DATA_INPUTS}
+            data = {i.name for i in inputs if i.name.partition(SEPARATOR)[0] in DATA_INPUTS}  # obs.<key>: a part
+            self._parameter_names = [i.name for i in inputs if i.name not in data]
+            self._input_types = {i.name: _NUMPY_TYPES[i.type] for i in inputs if i.name in data}
         missing = [name for name in self._parameter_names if name not in weights.arrays]
         if missing:
             raise ValueError(f"weights version {weights.version} lack the acting graph's {', '.join(missing)}")
         self._feed = {name: weights.arrays[name] for name in self._parameter_names}
 
-    def run(self, **data: np.ndarray) -> list[np.ndarray]:
-        """The graph's outputs, in order, for its data inputs (`obs`, and `state` where it takes one)."""
-        for name, array in data.items():
-            self._feed[name] = np.asarray(array, self._input_types[name])
+    def run(self, **data: np.ndarray | dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The graph's outputs, in order, for its data inputs (`obs`, one array or parts, and `state`
+        where it takes one)."""
+        for name, value in data.items():
+            for field, array in fields(name, value).items():
+                self._feed[field] = np.asarray(array, self._input_types[field])
         return self.session.run(None, self._feed)
 
 
@@ -118,18 +121,19 @@ class GraphQ(ActsThroughGraph):
         """[B, num_actions] float32 Q-values; zeros before the first weights, so initial priorities
         come from rewards alone."""
         if not self.graph.loaded:
-            return np.zeros((len(obs), self.num_actions), np.float32)
+            return np.zeros((batch_size(obs), self.num_actions), np.float32)
         return self.graph.run(obs=obs)[0]
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         """The greedy action per row; uniformly random before the first weights."""
         if not self.graph.loaded:
-            return self.rng.integers(0, self.num_actions, len(obs))
+            return self.rng.integers(0, self.num_actions, batch_size(obs))
         return self.graph.run(obs=obs)[0].argmax(axis=1)
 
 
-def q_acts_with_graph(obs_shape: tuple[int, ...], act_precision: str, act_fusion: str) -> bool:
+def q_acts_with_graph(obs_shape: tuple[int, ...], act_precision: str, act_fusion: str, parts: tuple = ()) -> bool:
     """Whether a Q collector acting on its CPU runs the acting graph without timing it: on flat
     observations, unless a bf16 or fused torch form is asked for explicitly (collectors.act_precision,
-    act_fusion). A CNN's collector times the graph against torch's forms (actors/q_policy.py)."""
-    return len(obs_shape) == 1 and act_precision in ("auto", "fp32") and act_fusion != "on"
+    act_fusion), and always on observations in parts (`parts`), which act through the graph alone.
+    A CNN's collector times the graph against torch's forms (actors/q_policy.py)."""
+    return bool(parts) or (len(obs_shape) == 1 and act_precision in ("auto", "fp32") and act_fusion != "on")

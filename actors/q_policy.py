@@ -67,7 +67,7 @@ def collector_q_policy(s: CollectorSettings, example_obs: np.ndarray, seed: int,
 
     epsilon = collector_epsilon(s, rng)
     if served is not None or (s.act_device == "cpu" and q_acts_with_graph(tuple(s.obs_shape), s.act_precision,
-                                                                          s.act_fusion)):
+                                                                          s.act_fusion, s.obs_parts)):
         return QPolicy(GraphQ(s.num_actions, np.random.default_rng(seed + 1), served), epsilon, s.td_priorities)
     import torch
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from raypex.actors.onnx_acting import GraphForward
-from raypex.replay.contracts import Weights
+from raypex.replay.contracts import Weights, fields
 
 NEEDS_WEIGHTS = "needs weights"  # the server's answer when it has no weights as new as the request's
 
@@ -55,7 +55,7 @@ class ActingServer:
     def run(self, requests: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """Each request's outputs (the graph's, in order), from one forward over every request's
         rows, padded with zeros to `static_rows`."""
-        sizes = [len(request["obs"]) for request in requests]
+        sizes = [len(next(iter(request.values()))) for request in requests]
         rows = sum(sizes)
         padded = static_rows(rows)
         data = {}
@@ -97,9 +97,10 @@ class ServedForward:
         """Act with these weights from the next call on: the server gets them with that call."""
         self.weights = weights
 
-    def run(self, **data: np.ndarray) -> list[np.ndarray]:
+    def run(self, **data: np.ndarray | dict[str, np.ndarray]) -> list[np.ndarray]:
         """The graph's outputs for these rows, computed by the server with weights at least as new
-        as this collector's."""
+        as this collector's (observations in parts travel as one array per part: `obs.<key>`)."""
+        data = {field: array for name, value in data.items() for field, array in fields(name, value).items()}
         outputs = self.serve(data, self.weights.version)
         # A server that has not seen this version, or a new process: Ray may restart the server
         # between it taking the weights and the next request, so hand them over until it answers.

@@ -50,6 +50,7 @@ class CollectorSettings:
     quantiles: int = 0  # qrdqn: quantiles of each action's return distribution
     encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
     encoder_kwargs: dict = field(default_factory=dict)
+    obs_parts: tuple = ()  # Dict and Tuple observations: (key, shape, dtype) of each part (replay/contracts.py)
 
     @property
     def action_dim(self) -> int:
@@ -82,3 +83,4 @@ class EvaluatorSettings:
     quantiles: int = 0  # qrdqn: quantiles of each action's return distribution
     encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
     encoder_kwargs: dict = field(default_factory=dict)
+    obs_parts: tuple = ()  # Dict and Tuple observations: (key, shape, dtype) of each part (replay/contracts.py)

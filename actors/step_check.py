@@ -22,32 +22,44 @@ class EnvWentBad(RuntimeError):
 
 
 class StepCheck:
-    """Checks the vector steps of one vector env of `num_envs` envs of `env_id`."""
+    """Checks the vector steps of one vector env of `env_id`, whose observations look like
+    `example` (one array [E, ...], or parts {key: [E, ...]}: actors/observation_parts.py)."""
 
-    def __init__(self, env_id: str, obs_shape: tuple[int, ...], obs_dtype: np.dtype, who: str):
+    def __init__(self, env_id: str, example, who: str):
         self.env_id = env_id
-        self.obs_shape = tuple(obs_shape)  # one env's observation, as the vector env hands it on
-        self.float_obs = np.issubdtype(obs_dtype, np.floating)
+        arrays = example if isinstance(example, dict) else {None: example}
+        # each part's (one env's shape, as the vector env hands it on; whether it is float)
+        self.parts = {key: (tuple(array.shape[1:]), np.issubdtype(array.dtype, np.floating))
+                      for key, array in arrays.items()}
         self.who = who  # "collector 0", "the evaluator"
 
-    def __call__(self, obs: np.ndarray, reward: np.ndarray, steps: np.ndarray) -> None:
+    def __call__(self, obs, reward: np.ndarray, steps: np.ndarray) -> None:
         """EnvWentBad when a reward or a float observation of this vector step is not finite, or the
         observations are not of the space's shape; `steps`: each env's step within its episode."""
-        if obs.shape[1:] != self.obs_shape:
-            self._fail(0, steps, f"observations of shape {list(obs.shape[1:])}, where its space has "
-                                 f"{list(self.obs_shape)}")
-        if np.isfinite(reward.sum()) and (not self.float_obs or np.isfinite(obs.sum(dtype=np.float64))):
+        arrays = obs if isinstance(obs, dict) else {None: obs}
+        finite = np.isfinite(reward.sum())
+        for key, (shape, is_float) in self.parts.items():
+            part = arrays[key]
+            if part.shape[1:] != shape:
+                self._fail(0, steps, f"observations{self._of(key)} of shape {list(part.shape[1:])}, where its space "
+                                     f"has {list(shape)}")
+            finite = finite and (not is_float or np.isfinite(part.sum(dtype=np.float64)))
+        if finite:
             return
         bad_reward = ~np.isfinite(reward)
         if bad_reward.any():
             env = int(np.flatnonzero(bad_reward)[0])
             self._fail(env, steps, f"a reward of {reward[env]}")
-        if self.float_obs:
-            bad_obs = ~np.isfinite(obs.reshape(len(obs), -1))
+        for key, (_, is_float) in self.parts.items():
+            flat = arrays[key].reshape(len(arrays[key]), -1)
+            bad_obs = ~np.isfinite(flat) if is_float else np.zeros(flat.shape, bool)
             if bad_obs.any():
                 env, index = (int(i) for i in np.argwhere(bad_obs)[0])
-                value = obs.reshape(len(obs), -1)[env, index]
-                self._fail(env, steps, f"an observation holding {value} (at flat index {index})")
+                self._fail(env, steps, f"an observation{self._of(key)} holding {flat[env, index]} (at flat index {index})")
+
+    @staticmethod
+    def _of(key) -> str:
+        return "" if key is None else f" part {key!r}"
 
     def explain(self, vector_env, err: ValueError, steps: np.ndarray) -> EnvWentBad | None:
         """The line for a vector env's step that failed to stack its envs' observations (one of

@@ -53,7 +53,7 @@ def synthetic_chunks(spec, prioritized: bool, count: int, rng: np.random.Generat
                            "priority": rng.random(size).astype(np.float32)})
         return chunks
     stacks = rng.integers(0, 256, (envs, *spec.obs_shape), dtype=np.uint8)
-    adder = FrameAdder(3, 0.99, envs, tuple(spec.obs_shape[1:]), CHUNK_STEPS, stacks, with_priorities=prioritized)
+    adder = FrameAdder(3, 0.99, envs, CHUNK_STEPS, stacks, with_priorities=prioritized)
     chunks = []
     while len(chunks) < count:
         following = rng.integers(0, 256, (envs, *spec.obs_shape), dtype=np.uint8)

@@ -11,9 +11,10 @@ less than eager torch's (70 us). On CNNs neither wins everywhere (MinAtar's: 120
 torch's fused 250-300 us; Pong's Nature CNN: 7.2-7.6 ms against 5.3-5.6 ms), so a CNN's collector
 times both (actors/q_policy.py).
 
-Its inputs are `obs` [batch, *obs_shape] of the observations' dtype and, for a plug-in whose acting
-module keeps a recurrent state, `state` [batch, state_size]; its outputs are the plug-in's
-`acting_outputs`, in order (learner/algorithms/registry.py).
+Its inputs are `obs` [batch, *obs_shape] of the observations' dtype (observations in parts: an
+`obs.<key>` input per part, replay/contracts.py) and, for a plug-in whose acting module keeps a
+recurrent state, `state` [batch, state_size]; its outputs are the plug-in's `acting_outputs`, in
+order (learner/algorithms/registry.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+
+from raypex.replay.contracts import fields
 
 OPSET = 17  # what ONNX Runtime has run every operator of these networks with for years
 EXAMPLE_BATCH = 2  # the batch dimension is free; the trace needs some size other than 1
@@ -69,13 +72,37 @@ def without_onnxscript_functions() -> Iterator[None]:
         onnx_proto_utils._add_onnxscript_fn = original
 
 
-def export_acting_graph(plugin, policy: nn.Module, obs_shape: tuple[int, ...], obs_dtype: str) -> bytes:
+class PartsInput(nn.Module):
+    """An acting module that takes observations in parts, called with one tensor per part in the
+    parts' order (what an exporter's positional inputs are) and any further inputs after them."""
+
+    def __init__(self, module: nn.Module, keys: list[str]):
+        super().__init__()
+        self.module, self.keys = module, keys
+
+    def forward(self, *inputs: torch.Tensor):
+        parts = dict(zip(self.keys, inputs[:len(self.keys)], strict=True))
+        return self.module(parts, *inputs[len(self.keys):])
+
+    @property
+    def state_size(self) -> int:
+        return self.module.state_size
+
+
+def export_acting_graph(plugin, policy: nn.Module, obs_shape: tuple[int, ...], obs_dtype: str,
+                        parts: tuple = ()) -> bytes:
     """The ONNX bytes of `plugin`'s acting module (an Algorithm's `acting_module`) over a CPU float32
-    copy of `policy`, the network the learner publishes."""
+    copy of `policy`, the network the learner publishes; `parts`: (key, shape, dtype) of each part
+    of observations in parts."""
     network = copy.deepcopy(policy).to("cpu").float().eval().requires_grad_(False)
     module = plugin.acting_module(network)
     inputs, outputs = list(plugin.acting_inputs), list(plugin.acting_outputs)
-    example = [torch.zeros((EXAMPLE_BATCH, *obs_shape), dtype=getattr(torch, obs_dtype))]
+    if parts:
+        module = PartsInput(module, [key for key, _, _ in parts])
+        example = [torch.zeros((EXAMPLE_BATCH, *shape), dtype=getattr(torch, dtype)) for _, shape, dtype in parts]
+        inputs = [*fields("obs", {key: None for key, _, _ in parts}), *inputs[1:]]
+    else:
+        example = [torch.zeros((EXAMPLE_BATCH, *obs_shape), dtype=getattr(torch, obs_dtype))]
     if "state" in inputs:
         example.append(torch.zeros((EXAMPLE_BATCH, module.state_size)))
     buffer = io.BytesIO()

@@ -47,6 +47,7 @@ from raypex.learner.sale import SaleTraining, SaleTwinCritic
 from raypex.learner.settings import LearnerSettings
 from raypex.learner.target_rules import target_rule
 from raypex.learner.td3_loss import CriticLossOutput
+from raypex.replay.contracts import indexed, nested
 
 TRANSITION = ("obs", "action", "return", "discount", "next_obs")  # the columns a critic loss reads
 
@@ -192,6 +193,7 @@ class ActorCriticStep:
         """The device work of one update: nothing read back, no branch on a tensor's value."""
         if self.gather is not None:
             batch = self.gather(batch)
+        batch = nested(batch)
         if self.normalizers:
             self._update_normalizers(batch["obs"])
         groups = batch["action"].shape[0]
@@ -208,7 +210,7 @@ class ActorCriticStep:
                 with self.precision.autocast():
                     encoder_loss = self.sale.loss(batch["obs"][g], action, batch["next_obs"][g])
                 _backward(weighed(encoder_loss / groups, self._gradients), self.critic_scale)
-            out = self.critic_loss({key: batch[key][g] for key in TRANSITION}, weight, noise[0, g])
+            out = self.critic_loss({key: indexed(batch[key], g) for key in TRANSITION}, weight, noise[0, g])
             _backward(weighed(out.loss / groups, self._gradients), self.critic_scale)
             if empty:  # its means are of no rows
                 continue
@@ -264,7 +266,7 @@ class ActorCriticStep:
             p.requires_grad_(False)
         self.critic.eval()
         for g in range(groups):
-            actor_loss, beside = self.actor_loss(batch["obs"][g], noise[g])
+            actor_loss, beside = self.actor_loss(indexed(batch["obs"], g), noise[g])
             loss = actor_loss if beside is None else actor_loss + beside  # no shared parameter
             _backward(weighed(loss / groups, self._gradients), self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()

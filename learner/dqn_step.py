@@ -39,6 +39,7 @@ from raypex.learner.networks import NatureCNNQNetwork, build_q_network
 from raypex.learner.precision import PrecisionPolicy, make_precision, resolve_precision
 from raypex.learner.settings import LearnerSettings
 from raypex.learner.target_rules import target_rule
+from raypex.replay.contracts import indexed, nested
 
 
 class DQNStep:
@@ -57,7 +58,7 @@ class DQNStep:
         self.gather = gather
         self.device = device
         cuda = device.type == "cuda"
-        pixels = len(settings.obs_shape) == 3
+        pixels = settings.has_images
         self.precision = precision or make_precision(resolve_precision(settings.precision, device, pixels), device)
         # Compiling pays inside a captured CNN update (1.4x for fp16 at 512x4 on an H100) and
         # costs start-up everywhere else it was measured.
@@ -75,7 +76,7 @@ class DQNStep:
         # the networks as called (compiled or not)
         self.online_fn: nn.Module = torch.compile(self.online) if self.compiled else self.online
         self.target_fn: nn.Module = torch.compile(self.target) if self.compiled else self.target
-        self.share_online_pass = not pixels  # one online pass over s and s' (see double_dqn_loss)
+        self.share_online_pass = len(settings.obs_shape) == 1  # one online pass over s and s' (see double_dqn_loss)
         # Sums over micro-batches since the last `take_metrics`: read once per epoch, not per update.
         self.loss_sum = torch.zeros((), device=device)
         self.q_sum = torch.zeros((), device=device)
@@ -96,6 +97,7 @@ class DQNStep:
         """One update's device work: accumulate G micro-batches, unscale, clip, step, move a Polyak target."""
         if self.gather is not None:
             batch = self.gather(batch)
+        batch = nested(batch)
         micro_batches = batch["action"].shape[0]
         scaler = self.precision.scaler
         if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["action"].shape):
@@ -131,9 +133,9 @@ class DQNStep:
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
         """Micro-batch `g`'s n-step (Double) DQN loss (learner/losses.py)."""
         return double_dqn_loss(
-            self.online_fn, self.target_fn, batch["obs"][g], batch["action"][g], batch["return"][g],
+            self.online_fn, self.target_fn, indexed(batch["obs"], g), batch["action"][g], batch["return"][g],
             # Uniform replay: no importance weights, so the loss skips the multiply.
-            batch["discount"][g], batch["next_obs"][g], batch["weight"][g] if self.s.prioritized else None,
+            batch["discount"][g], indexed(batch["next_obs"], g), batch["weight"][g] if self.s.prioritized else None,
             self.s.huber_delta, self.s.double_dqn, self.share_online_pass,
         )
 

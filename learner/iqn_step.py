@@ -15,6 +15,7 @@ from raypex.learner.implicit_quantile_networks import ImplicitQuantileNetwork
 from raypex.learner.losses import LossOutput
 from raypex.learner.quantile_loss import implicit_quantile_loss
 from raypex.learner.settings import LearnerSettings
+from raypex.replay.contracts import indexed
 
 
 class IQNStep(DQNStep):
@@ -29,7 +30,7 @@ class IQNStep(DQNStep):
                                        encoder_from(settings), settings.quantiles)
 
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
-        return implicit_quantile_loss(self.online, self.target, batch["obs"][g], batch["action"][g],
-                                      batch["return"][g], batch["discount"][g], batch["next_obs"][g],
+        return implicit_quantile_loss(self.online, self.target, indexed(batch["obs"], g), batch["action"][g],
+                                      batch["return"][g], batch["discount"][g], indexed(batch["next_obs"], g),
                                       batch["weight"][g] if self.s.prioritized else None, self.s.huber_delta,
                                       self.s.quantiles, self.s.double_dqn)

@@ -200,7 +200,8 @@ class Learner:
         self.version += 1
         start = time.perf_counter()
         if self.acting_graph is None:
-            self.acting_graph = algorithm(self.s.algo).acting_graph(self.step.policy, self.s.obs_shape, self.s.obs_dtype)
+            self.acting_graph = algorithm(self.s.algo).acting_graph(self.step.policy, self.s.obs_shape, self.s.obs_dtype,
+                                                                    self.s.obs_parts)
         self.publish(Weights(self.version, export_arrays(self.step.policy), untrained=self.updates == 0,
                              acting_graph=self.acting_graph))
         self.broadcast_ms = (time.perf_counter() - start) * 1e3
@@ -260,5 +261,6 @@ class Learner:
             load_arrays(policy, arrays)
         module, outputs = self.step.exportable(policy)
         state_size = module.state_size if outputs == RECURRENT else 0
-        return export_policy_archive(module, tuple(self.s.obs_shape), outputs=outputs, state_size=state_size)
+        return export_policy_archive(module, tuple(self.s.obs_shape), outputs=outputs, state_size=state_size,
+                                     parts=tuple(self.s.obs_parts))
 

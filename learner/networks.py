@@ -113,6 +113,20 @@ class EncodedQNetwork(nn.Module):
         return self.head(self.encoder(obs))
 
 
+class ConvFeatures(nn.Module):
+    """An image part's features for a Q-network (learner/parts_encoder.py): the convolutions
+    `image_convs` picks for its size, flattened; uint8 scaled to [0, 1]."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], obs_dtype: str):
+        super().__init__()
+        self.input_scale = 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
+        self.convs = image_convs(obs_shape)
+        self.width = conv_output_width(self.convs, obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.convs(scaled_input(obs, self.convs[0].weight.dtype, self.input_scale))
+
+
 def nature_convs(channels: int) -> nn.Sequential:
     """The Nature-DQN convolutions (32x8x8/4, 64x4x4/2, 64x3x3/1), flattened."""
     return nn.Sequential(

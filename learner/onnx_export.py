@@ -3,7 +3,8 @@
 The model is the batch program of policy.pt2 (learner/policy_file.py), traced by torch's ONNX
 exporter, with the same inputs and outputs under these names, the batch dimension free:
 
-- a Q-network (dqn): `obs` [batch, *obs_shape] float32 -> `q_values` [batch, actions];
+- a Q-network (dqn): `obs` [batch, *obs_shape] float32 -> `q_values` [batch, actions] (observations
+  in parts: an `obs.<key>` input per part, [batch, *part shape]);
 - an actor (td3, sac): `obs` -> `actions` [batch, action_dim], in the env's units;
 - a recurrent Q-network (r2d2): `obs`, `state` [batch, state_size] -> `q_values`, `state_out`
   (the state to pass with the next observation; zeros at an episode's start).
@@ -21,6 +22,7 @@ from torch import nn
 
 from raypex.learner.acting_graph import OPSET
 from raypex.learner.policy_file import RECURRENT, ExportedPolicy
+from raypex.replay.contracts import fields
 
 
 class _Program(nn.Module):
@@ -28,8 +30,10 @@ class _Program(nn.Module):
     eval mode (an exported program refuses `train`) and would make its weights constants of the
     trace (they are already fixed)."""
 
-    def __init__(self, program: nn.Module):
+    def __init__(self, program: nn.Module, keys: list[str] | None = None):
+        """`keys`: the program takes observations in parts, given here one input per part in this order."""
         super().__init__()
+        self.keys = keys
         for parameter in program.parameters():
             parameter.requires_grad_(False)
         object.__setattr__(self, "program", program)  # not a submodule: `train` must not reach it
@@ -38,26 +42,31 @@ class _Program(nn.Module):
         return self
 
     def forward(self, *inputs: torch.Tensor):
-        return self.program(*inputs)
+        if self.keys is None:
+            return self.program(*inputs)
+        return self.program(dict(zip(self.keys, inputs[:len(self.keys)], strict=True)), *inputs[len(self.keys):])
 
 
 def io_names(policy: ExportedPolicy) -> tuple[list[str], list[str]]:
     """The model's input and output names for this policy."""
+    obs = list(fields("obs", policy.obs_shape)) if isinstance(policy.obs_shape, dict) else ["obs"]
     if policy.outputs == RECURRENT:
-        return ["obs", "state"], ["q_values", "state_out"]
-    return ["obs"], ["actions" if policy.outputs == "actions" else "q_values"]
+        return [*obs, "state"], ["q_values", "state_out"]
+    return obs, ["actions" if policy.outputs == "actions" else "q_values"]
 
 
 def onnx_bytes(policy: ExportedPolicy) -> bytes:
     """The ONNX model of a loaded policy.pt2 (see the module's docstring)."""
     inputs, outputs = io_names(policy)
-    example = [torch.zeros((2, *policy.obs_shape))]
+    parts = isinstance(policy.obs_shape, dict)
+    shapes = list(policy.obs_shape.values()) if parts else [policy.obs_shape]
+    example = [torch.zeros((2, *shape)) for shape in shapes]
     if policy.recurrent:
         example.append(torch.zeros((2, policy.state_size)))
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript-based exporter warns of its own deprecation on every call
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Program(policy._batched), tuple(example), buffer, input_names=inputs, output_names=outputs,
+        torch.onnx.export(_Program(policy._batched, list(policy.obs_shape) if parts else None), tuple(example), buffer, input_names=inputs, output_names=outputs,
                           dynamic_axes={name: {0: "batch"} for name in inputs + outputs}, opset_version=OPSET,
                           dynamo=False)
     return buffer.getvalue()

@@ -9,7 +9,9 @@ torch.export fixes the rank of an input, so one program cannot take both `[B, *o
 - "one_observation": float32 `obs_shape` -> Q `[A]`.
 
 `load_policy` reads both and chooses by the observation's rank, taking numpy or torch input of
-any real dtype (what the env wrappers give: float32 vectors, uint8 frames and images). Plain torch
+any real dtype (what the env wrappers give: float32 vectors, uint8 frames and images). A policy
+of observations in parts (Dict and Tuple envs) takes a dict of them by part key (a Tuple env's
+policy takes a tuple too), each part one observation's or a batch's. Plain torch
 reads the second program with `torch.export.pt2_archive._package.load_pt2` (a private module of
 torch; `obs[None]` through "model" is the public way).
 """
@@ -28,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from raypex.replay.contracts import each_part
+
 BATCH_PROGRAM = "model"  # the name torch.export.load reads
 ONE_OBSERVATION_PROGRAM = "one_observation"
 
@@ -39,8 +43,8 @@ class _OneObservation(nn.Module):
         super().__init__()
         self.network = network
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.network(obs.unsqueeze(0)).squeeze(0)
+    def forward(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.network(each_part(lambda part: part.unsqueeze(0), obs)).squeeze(0)
 
 
 class _OneStep(nn.Module):
@@ -87,21 +91,31 @@ def _import_exporter() -> None:
         pass
 
 
+def _zeros(obs_shape: tuple[int, ...], parts: tuple, *batch: int):
+    """Zero observations (a batch of them with `batch`), one array or parts."""
+    if parts:
+        return {key: torch.zeros((*batch, *shape)) for key, shape, _ in parts}
+    return torch.zeros((*batch, *obs_shape))
+
+
 def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values",
-                          state_size: int = 0) -> bytes:
+                          state_size: int = 0, parts: tuple = ()) -> bytes:
     """The bytes of policy.pt2 for `network` (a float32 CPU module in eval mode) whose output is
     `outputs`: Q-values (dqn), actions in the env's units (td3, sac), or, for a recurrent network
-    with a state of `state_size` float32s, (Q-values, the next state) of (obs, state). With a torch
-    older than the multi-program archive, the batch program alone (`load_policy` still takes one
-    observation; a Q-values program is assumed)."""
+    with a state of `state_size` float32s, (Q-values, the next state) of (obs, state); `parts`:
+    (key, shape, dtype) of observations in parts, which it then takes. With a torch older than the
+    multi-program archive, the batch program alone (`load_policy` still takes one observation; a
+    Q-values program is assumed)."""
     if _warming is not None:
         _warming.join()  # Python's import lock would wait too; this says so
     batch = torch.export.Dim("batch", min=1)
+    batched_obs = _zeros(obs_shape, parts, 2)
+    obs_dims = each_part(lambda _: {0: batch}, batched_obs)
     if state_size:
-        batched = torch.export.export(network, (torch.zeros((2, *obs_shape)), torch.zeros((2, state_size))),
-                                      dynamic_shapes=({0: batch}, {0: batch}))
+        batched = torch.export.export(network, (batched_obs, torch.zeros((2, state_size))),
+                                      dynamic_shapes=(obs_dims, {0: batch}))
     else:
-        batched = torch.export.export(network, (torch.zeros((2, *obs_shape)),), dynamic_shapes=({0: batch},))
+        batched = torch.export.export(network, (batched_obs,), dynamic_shapes=(obs_dims,))
     buffer = io.BytesIO()
     try:
         from torch.export.pt2_archive._package import package_pt2
@@ -113,7 +127,7 @@ def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], output
     if state_size:
         single = torch.export.export(_OneStep(network), (torch.zeros(obs_shape), torch.zeros(state_size)))
     else:
-        single = torch.export.export(_OneObservation(network), (torch.zeros(obs_shape),))
+        single = torch.export.export(_OneObservation(network), (_zeros(obs_shape, parts),))
     package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single},
                 extra_files={OUTPUTS_FILE: outputs})
     return buffer.getvalue()
@@ -123,13 +137,15 @@ class ExportedPolicy:
     """A loaded policy.pt2: Q-values and greedy actions of one observation or a batch.
 
     Observations are in the network's layout (`obs_shape`, or a batch of them) and of any real
-    dtype; they are converted to float32 as the collectors' networks see them.
+    dtype; they are converted to float32 as the collectors' networks see them. Observations in
+    parts: `obs_shape` is each part's shape by key, and an observation a dict of parts (or, for a
+    Tuple env's, a tuple).
     """
 
-    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...], outputs: str = "q_values",
-                 state_size: int = 0):
+    def __init__(self, batched: nn.Module, single: nn.Module, obs_shape: tuple[int, ...] | dict[str, tuple[int, ...]],
+                 outputs: str = "q_values", state_size: int = 0):
         self._batched, self._single = batched, single
-        self.obs_shape = obs_shape  # one observation's shape, as the network takes it
+        self.obs_shape = obs_shape  # one observation's shape (of each part), as the network takes it
         self.outputs = outputs  # "q_values" (dqn), "actions" (td3, sac: in the env's units) or RECURRENT (r2d2)
         self.state_size = state_size  # a recurrent policy's state: float32s per observation (0: none)
 
@@ -160,11 +176,9 @@ class ExportedPolicy:
             raise ValueError("this policy.pt2 is recurrent: pass its state, policy.initial_state() at an episode's "
                              "start, then the one each call returns" if self.recurrent else
                              "this policy.pt2 has no state: call it with the observation alone")
-        tensor = torch.as_tensor(obs)
-        if tensor.dtype == torch.bool or tensor.is_complex():
-            raise ValueError(f"policy.pt2 takes real-valued observations, got {tensor.dtype} (bool images go in "
-                             "channels-first as 0/255, as raypex's image conversion gives them)")
-        tensor = tensor.to(torch.float32)
+        if isinstance(self.obs_shape, dict):
+            return self._run_parts(obs, state)
+        tensor = _real(obs)
         inputs = (tensor,) if state is None else (tensor, torch.as_tensor(state, dtype=torch.float32))
         with torch.inference_mode():
             if tuple(tensor.shape) == self.obs_shape:
@@ -173,6 +187,27 @@ class ExportedPolicy:
                 return self._batched(*inputs)
         raise ValueError(f"policy.pt2 takes one observation of shape {list(self.obs_shape)} or a batch "
                          f"[B, {', '.join(map(str, self.obs_shape))}], got {list(tensor.shape)}")
+
+    def _run_parts(self, obs, state: torch.Tensor | None):
+        shapes = self.obs_shape
+        if isinstance(obs, (tuple, list)):  # a Tuple env's observation: its parts in order
+            obs = {str(i): part for i, part in enumerate(obs)}
+        expected = "{" + ", ".join(f"{key}: {list(shape)}" for key, shape in shapes.items()) + "}"
+        if not isinstance(obs, dict) or set(obs) != set(shapes):
+            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(f"policy.pt2 takes observations in parts {expected} (one observation's, or a batch's "
+                             f"with a batch axis first), got {got}")
+        parts = {key: _real(obs[key]) for key in shapes}
+        one = all(tuple(parts[key].shape) == shape for key, shape in shapes.items())
+        batch = {len(part) for part in parts.values() if part.dim()}
+        many = len(batch) == 1 and all(tuple(parts[key].shape[1:]) == shape for key, shape in shapes.items())
+        if not (one or many):
+            got = "{" + ", ".join(f"{key}: {list(part.shape)}" for key, part in parts.items()) + "}"
+            raise ValueError(f"policy.pt2 takes observations in parts {expected} (one observation's, or a batch's "
+                             f"with a batch axis first), got {got}")
+        inputs = (parts,) if state is None else (parts, torch.as_tensor(state, dtype=torch.float32))
+        with torch.inference_mode():
+            return self._single(*inputs) if one else self._batched(*inputs)
 
     def act(self, obs: np.ndarray | torch.Tensor, state: torch.Tensor | None = None):
         """Greedy actions: an int64 scalar array for one observation, `[B]` for a batch; for a
@@ -201,6 +236,15 @@ class ExportedPolicy:
         return act
 
 
+def _real(obs) -> torch.Tensor:
+    """`obs` as a float32 tensor; ValueError for bool or complex values."""
+    tensor = torch.as_tensor(obs)
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        raise ValueError(f"policy.pt2 takes real-valued observations, got {tensor.dtype} (bool images go in "
+                         "channels-first as 0/255, as raypex's image conversion gives them)")
+    return tensor.to(torch.float32)
+
+
 class PolicyFileError(ValueError):
     """A file that is not a readable policy.pt2 (cut short in a copy, damaged, or not raypex's)."""
 
@@ -219,7 +263,7 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         raise PolicyFileError(f"{path}: not a readable policy.pt2 (cut short, damaged, or not written by "
                               f"raypex): {first}") from err
     example = program.example_inputs[0]
-    obs_shape = tuple(int(size) for size in example[0].shape[1:])
+    obs_shape = each_part(lambda part: tuple(int(size) for size in part.shape[1:]), example[0])
     state_size = int(example[1].shape[1]) if outputs == RECURRENT else 0
     batched = program.module()
     if ONE_OBSERVATION_PROGRAM in programs:

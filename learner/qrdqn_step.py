@@ -15,6 +15,7 @@ from raypex.learner.losses import LossOutput
 from raypex.learner.quantile_loss import quantile_dqn_loss
 from raypex.learner.quantile_networks import QuantileQNetwork
 from raypex.learner.settings import LearnerSettings
+from raypex.replay.contracts import indexed
 
 
 class QRDQNStep(DQNStep):
@@ -28,7 +29,7 @@ class QRDQNStep(DQNStep):
                                 encoder_from(settings))
 
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
-        return quantile_dqn_loss(self.online, self.target, batch["obs"][g], batch["action"][g], batch["return"][g],
-                                 batch["discount"][g], batch["next_obs"][g],
+        return quantile_dqn_loss(self.online, self.target, indexed(batch["obs"], g), batch["action"][g], batch["return"][g],
+                                 batch["discount"][g], indexed(batch["next_obs"], g),
                                  batch["weight"][g] if self.s.prioritized else None, self.s.huber_delta,
                                  self.s.double_dqn)

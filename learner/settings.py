@@ -53,6 +53,12 @@ class LearnerSettings:
     quantiles: int = 32  # qrdqn: quantiles of each action's return distribution; iqn: fractions drawn per transition
     encoder: str | None = None  # network.encoder: the user's observation encoder (learner/encoders.py)
     encoder_kwargs: dict = field(default_factory=dict)
+    obs_parts: tuple = ()  # Dict and Tuple observations: (key, shape, dtype) of each part (replay/contracts.py)
+
+    @property
+    def has_images(self) -> bool:
+        """Whether the networks read images (a CNN): image observations, or an image part."""
+        return len(self.obs_shape) == 3 or any(len(shape) == 3 for _, shape, _ in self.obs_parts)
 
     def captures(self, device_type: str) -> bool:
         """Whether the update is captured as CUDA graphs on a device of this type (auto: on CUDA)."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from raypex.replay.contracts import each_part
+
 
 @dataclass
 class CriticLossOutput:
@@ -42,7 +44,8 @@ def twin_critic_loss(critic: nn.Module, critic_target: nn.Module | None, obs: to
     batch renormalization sees both; either way no gradient flows through the target. With
     `next_q_bounds` ([min, max], SALE's value clipping) the next Q-value is clamped into them."""
     if critic_target is None:
-        q1_both, q2_both = critic(torch.cat([obs, next_obs]), torch.cat([action, next_action.to(action.dtype)]))
+        both = each_part(lambda now, then: torch.cat([now, then]), obs, next_obs)
+        q1_both, q2_both = critic(both, torch.cat([action, next_action.to(action.dtype)]))
         q1, q1_next = q1_both.float().chunk(2)
         q2, q2_next = q2_both.float().chunk(2)
         next_q = torch.minimum(q1_next, q2_next).detach()

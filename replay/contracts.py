@@ -18,6 +18,9 @@ bootstrapped from n steps later; `return` is the folded sum_k gamma^k r_{t+k} an
 gamma^m, or 0 when the episode terminated inside the window ("return" is a Python keyword, hence
 the functional TypedDict form).
 
+Observations in parts (Dict and Tuple spaces) travel as one array per part, named as the end of
+this module says.
+
 The seams are callables a component is built with; the same component runs in one process (the
 lockstep replica, the tests) or across a cluster (cluster/hosts/ray_seams.py) depending on what is
 passed in.
@@ -25,8 +28,9 @@ passed in.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -45,6 +49,7 @@ FrameChunk = TypedDict(
     "FrameChunk",
     {
         # Pixel observations (actors/frames.py): each frame once, numbered in its env's stream.
+        # Observations in parts (replay/contracts.py) send `frames.<key>` [F, E, *part shape] instead.
         "frames": np.ndarray,  # [F, E, H, W] uint8, the frames numbered first_index .. first_index+F-1
         "frame_step": np.ndarray,  # [F, E] int32 frames since the episode's first frame
         "first_index": int,
@@ -60,7 +65,8 @@ FrameChunk = TypedDict(
 Batch = TypedDict(
     "Batch",
     {
-        # Every field has the leading shape [G, B] (G micro-batches of B transitions).
+        # Every field has the leading shape [G, B] (G micro-batches of B transitions). Observations in
+        # parts come as `obs.<key>` and `next_obs.<key>` fields (replay/contracts.py).
         "obs": np.ndarray,  # [G, B, *obs_shape] (pixel stacks uint8)
         "action": np.ndarray,  # [G, B] int64, or [G, B, action_dim] float32
         "return": np.ndarray,  # [G, B] float32
@@ -192,3 +198,58 @@ class PublishWeights(Protocol):
     """Learner -> collectors: make a new version available to every collector."""
 
     def __call__(self, weights: Weights) -> None: ...
+
+
+# -- observations in parts -------------------------------------------------------------------------
+# An env whose observation space is a Dict (or a Tuple) is seen by every role as a mapping from part
+# key to array (a Tuple's parts are keyed "0", "1", ... in order): the collector's batch is
+# {key: [E, *part_shape]}, the replay keeps one column per part (replay/frames.py), and the
+# learner's networks take {key: [B, *part_shape]}. Where arrays travel by name (a batch's fields,
+# the acting graph's inputs, an acting server's requests) a part is the field's name, a dot and its
+# key: `obs.image`, `next_obs.image`. One array (a Box observation) is its field itself. Only dict
+# and sequence operations here, so that numpy arrays and torch tensors both go through.
+
+SEPARATOR = "."
+
+
+def fields(name: str, obs: Any) -> dict[str, Any]:
+    """`obs` as named arrays: {name: obs} for one array, {name.key: part} for parts."""
+    if isinstance(obs, Mapping):
+        return {f"{name}{SEPARATOR}{key}": part for key, part in obs.items()}
+    return {name: obs}
+
+
+def nested(flat: Mapping[str, Any], names: tuple[str, ...] = ("obs", "next_obs")) -> dict[str, Any]:
+    """`flat` with each of `names` given as parts (`name.key` fields) gathered into one mapping
+    under `name`; every other field as it is."""
+    out: dict[str, Any] = {}
+    for flat_name, value in flat.items():
+        name, dot, key = flat_name.partition(SEPARATOR)
+        if dot and name in names:
+            out.setdefault(name, {})[key] = value
+        else:
+            out[flat_name] = value
+    return out
+
+
+def first_part(obs: Any) -> Any:
+    """The array `obs` is, or its first part (what a batch's size is read from)."""
+    return next(iter(obs.values())) if isinstance(obs, Mapping) else obs
+
+
+def batch_size(obs: Any) -> int:
+    """Observations in a batch of one array or of parts."""
+    return len(first_part(obs))
+
+
+def each_part(function, *observations: Any) -> Any:
+    """`function` applied to the arrays of `observations` (one array each, or parts with the same
+    keys), keeping the structure: cat, index or move a batch whatever its observations are."""
+    if isinstance(observations[0], Mapping):
+        return {key: function(*(obs[key] for obs in observations)) for key in observations[0]}
+    return function(*observations)
+
+
+def indexed(obs: Any, index: Any) -> Any:
+    """`obs[index]`, of one array or of each part (a micro-batch of a batch, say)."""
+    return each_part(lambda array: array[index], obs)

@@ -19,17 +19,21 @@ Sampling is uniform over the valid slots without rejection: the valid slot list 
 when they hold a frame no transition starts from (an episode's last frame), a transition not yet
 folded (the newest n-1 frames) or a stack whose oldest frames were overwritten (at most
 stack-1 slots per env): a fraction of a percent of an Atari-sized ring.
+
+Observations in parts (Dict and Tuple spaces, replay/contracts.py) are stored the same way with
+a stack of one: each step's parts once, one column per part (`frames.<key>`), so a transition
+costs one observation and its next_obs is the slot its offset names.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 
 from raypex.replay.columns import ColumnBackend, HostColumns
+from raypex.replay.contracts import SEPARATOR
 from raypex.replay.priorities import Placement
 from raypex.replay.ring import action_layout
 
@@ -42,11 +46,34 @@ _SLOT_BOOKKEEPING = {
 }
 
 
-def frame_layout(frame_shape: tuple[int, ...], action_dim: int = 0) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+Parts = tuple[tuple[str, tuple[int, ...], str], ...]  # an observation's parts: (key, shape, dtype)
+
+
+def frame_columns(frame_shape: tuple[int, ...], parts: Parts = ()) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The columns a slot's observation is stored in: one uint8 `frames` column of a pixel
+    frame's shape, or a `frames.<key>` column per part."""
+    if parts:
+        return {f"frames{SEPARATOR}{key}": (tuple(shape), np.dtype(dtype)) for key, shape, dtype in parts}
+    return {"frames": (tuple(frame_shape), np.dtype(np.uint8))}
+
+
+def frame_layout(frame_shape: tuple[int, ...], action_dim: int = 0,
+                 parts: Parts = ()) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """The columns of a frame storage (per row: one slot of one env), in the column backend; the
     action is an int64 index, or `action_dim` float32s (td3, sac)."""
-    return {"frames": (tuple(frame_shape), np.dtype(np.uint8)), "action": action_layout(action_dim),
+    return {**frame_columns(frame_shape, parts), "action": action_layout(action_dim),
             "return": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32))}
+
+
+def frame_gather(parts: Parts = ()) -> dict[str, tuple[str, str]]:
+    """Training field -> (column, index key of `stack_index`): how the learner gathers a batch.
+    A part is gathered by the newest frame's row alone (its stack is one)."""
+    if parts:
+        observations = {f"{field}{SEPARATOR}{key}": (f"frames{SEPARATOR}{key}", index)
+                        for key, _, _ in parts for field, index in (("obs", "obs_frame"), ("next_obs", "next_frame"))}
+    else:
+        observations = {"obs": ("frames", "obs_frames"), "next_obs": ("frames", "next_frames")}
+    return {**observations, "action": ("action", "row"), "return": ("return", "row"), "discount": ("discount", "row")}
 
 
 def frame_slots(capacity: int, num_envs: int, stack: int) -> int:
@@ -63,11 +90,13 @@ def frame_bookkeeping(num_envs: int, slots: int) -> dict[str, np.ndarray]:
     return arrays
 
 
-def stack_index(rows: np.ndarray, frame_step: np.ndarray, next_offset: np.ndarray, stack: int) -> dict[str, np.ndarray]:
+def stack_index(rows: np.ndarray, frame_step: np.ndarray, next_offset: np.ndarray, stack: int,
+                parts: bool = False) -> dict[str, np.ndarray]:
     """What the learner gathers transitions at flat `rows` (env * slots + slot, any shape) by: the
     rows themselves and, [..., stack] oldest first, the rows of their obs and next_obs frames, the
-    episode's first frame repeated where a stack would reach before it. `frame_step` and
-    `next_offset` are [envs, slots] (one storage's, or a whole replay's)."""
+    episode's first frame repeated where a stack would reach before it; with `parts` (observations
+    in parts, a stack of one) the rows of the obs and next_obs frames alone, [...]. `frame_step`
+    and `next_offset` are [envs, slots] (one storage's, or a whole replay's)."""
     slots = frame_step.shape[1]
     flat = rows.reshape(-1)
     env, slot = np.divmod(flat, slots)
@@ -79,12 +108,15 @@ def stack_index(rows: np.ndarray, frame_step: np.ndarray, next_offset: np.ndarra
         steps = frame_step[env, end][:, None]
         return (base + (end[:, None] - np.minimum(back, steps)) % slots).reshape(*rows.shape, stack)
 
+    if parts:
+        return {"row": rows, "obs_frame": flat.reshape(rows.shape),
+                "next_frame": (env * slots + next_slot).reshape(rows.shape)}
     return {"row": rows, "obs_frames": stack_rows(slot), "next_frames": stack_rows(next_slot)}
 
 
-def frame_bytes_per_slot(frame_shape: tuple[int, ...], action_dim: int = 0) -> int:
+def frame_bytes_per_slot(frame_shape: tuple[int, ...], action_dim: int = 0, parts: Parts = ()) -> int:
     """Bytes one slot costs: its columns and its bookkeeping."""
-    layout = frame_layout(frame_shape, action_dim)
+    layout = frame_layout(frame_shape, action_dim, parts)
     columns = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout.values())
     return columns + sum(np.dtype(dtype).itemsize for dtype in _SLOT_BOOKKEEPING.values())
 
@@ -99,25 +131,26 @@ class FrameStorage:
     (replay/sharded.py); without them it allocates its own.
     """
 
-    # training field -> (column, index key of `index`): how the learner gathers a batch
-    GATHER: ClassVar[dict[str, tuple[str, str]]] = {
-        "obs": ("frames", "obs_frames"), "next_obs": ("frames", "next_frames"), "action": ("action", "row"),
-        "return": ("return", "row"), "discount": ("discount", "row")}
-
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], stack: int,
                  backend: ColumnBackend | None = None, columns: dict | None = None,
-                 bookkeeping: dict[str, np.ndarray] | None = None, action_dim: int = 0):
+                 bookkeeping: dict[str, np.ndarray] | None = None, action_dim: int = 0, parts: Parts = ()):
+        """`parts`: observations in parts (then `frame_shape` is () and `stack` 1)."""
         if capacity < 1 or num_envs < 1 or stack < 1:
             raise ValueError(f"need capacity, num_envs, stack >= 1, got {capacity}, {num_envs}, {stack}")
         E = num_envs
         self.capacity = frame_slots(capacity, E, stack)
         K = self.capacity // E  # slots per env
         self.num_envs, self.slots, self.stack = E, K, stack
-        self.frame_shape = tuple(frame_shape)
+        if parts and stack != 1:
+            raise ValueError(f"observations in parts are stored with a stack of 1, got {stack}")
+        self.parts = bool(parts)
+        self.frame_columns = frame_columns(frame_shape, parts)  # column -> (one frame's shape, dtype)
+        # training field -> (column, index key of `index`): how the learner gathers a batch
+        self.GATHER = frame_gather(parts)
         self.backend = backend or HostColumns()
         self.columns = columns if columns is not None else {
             name: self.backend.allocate((self.capacity, *shape), dtype)
-            for name, (shape, dtype) in frame_layout(frame_shape, action_dim).items()}
+            for name, (shape, dtype) in frame_layout(frame_shape, action_dim, parts).items()}
         arrays = bookkeeping if bookkeeping is not None else frame_bookkeeping(E, K)
         for name in _SLOT_BOOKKEEPING:
             setattr(self, name, arrays[name])
@@ -150,7 +183,7 @@ class FrameStorage:
         continue after the stored frames (its first frame starts an episode, so no stack reaches
         back into the old stream).
         """
-        frames = np.asarray(chunk["frames"])
+        frames = {name: np.asarray(chunk[name]) for name in self.frame_columns}
         first = int(chunk["first_index"]) + self.renumber
         if first != self.written:
             self.renumber += self.written - first
@@ -160,15 +193,16 @@ class FrameStorage:
         self._valid_rows = None
         return Placement(rows, kept, cleared)
 
-    def _write_frames(self, first: int, frames: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """Write the frames; returns the flat slots whose transition is gone."""
-        count = len(frames)
+    def _write_frames(self, first: int, frames: dict[str, np.ndarray], steps: np.ndarray) -> np.ndarray:
+        """Write the frames (each frame column's [F, E, ...]); returns the flat slots whose transition is gone."""
+        count = len(steps)
         skip = max(0, count - self.slots)  # a chunk longer than the ring keeps its newest frames
         numbers = first + np.arange(skip, count)
         slots = numbers % self.slots
         rows = (np.arange(self.num_envs)[:, None] * self.slots + slots[None, :]).ravel()
-        self.backend.write(self.columns["frames"], (rows,),
-                           np.ascontiguousarray(frames[skip:].swapaxes(0, 1)).reshape(len(rows), *self.frame_shape))
+        for name, (shape, _) in self.frame_columns.items():
+            self.backend.write(self.columns[name], (rows,),
+                               np.ascontiguousarray(frames[name][skip:].swapaxes(0, 1)).reshape(len(rows), *shape))
         self.frame_step[:, slots] = steps[skip:].T
         self.stream[:, slots] = numbers
         envs = np.arange(self.num_envs)[:, None]
@@ -218,11 +252,11 @@ class FrameStorage:
 
     def index(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """What the learner gathers sampled `rows` (flat slots, any shape) by (stack_index)."""
-        return stack_index(rows, self.frame_step, self.next_offset, self.stack)
+        return stack_index(rows, self.frame_step, self.next_offset, self.stack, self.parts)
 
     def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The transitions at `rows` read to host memory, with whole stacks: obs and next_obs are
-        [N, stack, H, W] uint8 (tests, checks)."""
+        [N, stack, H, W] uint8, or their parts' fields (tests, checks)."""
         index = self.index(rows)
         return {field: self.backend.read(self.columns[column], (index[key],))
                 for field, (column, key) in self.GATHER.items()}

@@ -25,8 +25,9 @@ from raypex.replay.sequences import SequenceStorage, column_rows, sequence_geome
 @dataclass(frozen=True)
 class StorageSpec:
     """What a shard's storage holds: whole transitions, (frame_stack > 0) stacked pixel
-    observations stored frame-once for a collector with `num_envs` envs, or (sequence_length > 0)
-    steps and the sequences over them with their recurrent state (state_size values, in float16)."""
+    observations stored frame-once for a collector with `num_envs` envs (with `obs_parts`, each
+    step's observation parts once, frame_stack 1), or (sequence_length > 0) steps and the
+    sequences over them with their recurrent state (state_size values, in float16)."""
 
     capacity: int  # env steps
     obs_shape: tuple[int, ...]
@@ -37,6 +38,7 @@ class StorageSpec:
     sequence_length: int = 0
     sequence_overlap: int = 0
     state_size: int = 0
+    obs_parts: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # (key, shape, dtype) of each part
 
     @property
     def rows(self) -> int:
@@ -79,7 +81,7 @@ class StorageSpec:
     def layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each column's shape per row and dtype."""
         if self.frame_stack:
-            return frame_layout(tuple(self.obs_shape[1:]), self.action_dim)
+            return frame_layout(tuple(self.obs_shape[1:]), self.action_dim, self.obs_parts)
         if self.sequence_length:
             return sequence_layout(self.obs_shape, self.obs_dtype, self.action_dim, self.state_size)
         return transition_layout(self.obs_shape, self.obs_dtype, self.action_dim)
@@ -95,7 +97,7 @@ def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None, colum
                                columns)
     if spec.frame_stack:
         return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack,
-                            backend, columns, bookkeeping, spec.action_dim)
+                            backend, columns, bookkeeping, spec.action_dim, spec.obs_parts)
     return RingStorage(spec.capacity, spec.layout(), backend, columns)
 
 

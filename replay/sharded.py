@@ -107,7 +107,7 @@ class ShardedReplay:
         self.others: OtherLearners | None = None
         self._changes = 0  # inserts and restores so far: the uniform draw's row list is rebuilt after one
         self._sampleable: tuple[int, np.ndarray] | None = None
-        self.gather_plan = type(self.shards[0].storage).GATHER  # training field -> (column, index key)
+        self.gather_plan = self.shards[0].storage.GATHER  # training field -> (column, index key)
         self.prior: RingStorage | None = None  # the prior data's block, after the shards'
         self.prior_fraction = prior_fraction
         if prior is not None:
@@ -270,7 +270,8 @@ class ShardedReplay:
         rows = shard * self.rows_per_shard + row
         if self.bookkeeping is None:
             return {"row": rows}
-        return stack_index(rows, self.bookkeeping["frame_step"], self.bookkeeping["next_offset"], self.spec.frame_stack)
+        return stack_index(rows, self.bookkeeping["frame_step"], self.bookkeeping["next_offset"], self.spec.frame_stack,
+                           bool(self.spec.obs_parts))
 
     def _sequence_index(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
         """Each drawn sequence's state row and its steps' rows [N, length], in the whole replay's columns."""
@@ -320,7 +321,10 @@ class ShardedReplay:
         if self.spec.sequence_length:
             steps = self.column_rows["obs"] * len(self.shards)
             index["steps"] = rng.integers(0, steps, (groups, count, self.spec.sequence_length))
-        if self.spec.frame_stack:
+        if self.spec.obs_parts:
+            for key in ("obs_frame", "next_frame"):
+                index[key] = rng.integers(0, rows, (groups, count))
+        elif self.spec.frame_stack:
             for key in ("obs_frames", "next_frames"):
                 index[key] = rng.integers(0, rows, (groups, count, self.spec.frame_stack))
         return index

@@ -15,7 +15,7 @@ def stacks(value: int) -> np.ndarray:
 
 
 def frame_adder(**options) -> FrameAdder:
-    return FrameAdder(1, 0.9, 1, FRAME, 8, stacks(0), **options)
+    return FrameAdder(1, 0.9, 1, 8, stacks(0), **options)
 
 
 def transition_adder(**options) -> TransitionAdder:

@@ -39,7 +39,7 @@ def device_replay(kind: str, prioritized: bool, seed: int = 0) -> ShardedReplay:
             replay.add(shard, chunk)
             continue
         stacks = rng.integers(0, 256, (num_envs, *PIXELS), dtype=np.uint8)
-        adder = FrameAdder(3, 0.99, num_envs, PIXELS[1:], 32, stacks, with_priorities=prioritized)
+        adder = FrameAdder(3, 0.99, num_envs, 32, stacks, with_priorities=prioritized)
         for t in range(160):
             following = rng.integers(0, 256, (num_envs, *PIXELS), dtype=np.uint8)
             done = rng.random(num_envs) < 0.02

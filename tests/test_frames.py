@@ -66,7 +66,7 @@ def run_both(steps: int, num_envs: int, stack: int, n: int, capacity: int, seed:
     ring = RingStorage(10 * steps * num_envs, transition_layout((stack, *FRAME), "uint8"))
     keys: list[tuple[int, int]] = []
     obs = stacker.reset(env.frames())
-    adder = FrameAdder(n, 0.9, num_envs, FRAME, chunk_steps, obs, with_priorities=True)
+    adder = FrameAdder(n, 0.9, num_envs, chunk_steps, obs, with_priorities=True)
     episode_start = np.zeros(num_envs, bool)
     for t in range(steps):
         q = acted_values(obs)  # as a collector acts: this forward also bootstraps the last step
@@ -189,7 +189,7 @@ def test_restarted_collector_continues_after_the_stored_stream():
     env = RandomFrameEnv(2, 9, 0.1)
     stacker = FrameStacker(2, 4, FRAME)
     obs = stacker.reset(env.frames())
-    adder = FrameAdder(3, 0.9, 2, FRAME, 5, obs)
+    adder = FrameAdder(3, 0.9, 2, 5, obs)
     start = np.zeros(2, bool)
     for _ in range(10):
         frames, reward, te, tr = env.step()
@@ -217,7 +217,7 @@ def test_atari_sized_storage_is_within_the_bytes_bar():
     # Filled with episodes of a few hundred steps (Pong's are longer), almost every slot is sampleable.
     rng = np.random.default_rng(0)
     stacks = np.zeros((8, 4, *frame), np.uint8)
-    adder = FrameAdder(3, 0.99, 8, frame, 32, stacks)
+    adder = FrameAdder(3, 0.99, 8, 32, stacks)
     ended = np.zeros(8, bool)
     for t in range(1_000):
         done = (rng.random(8) < 1 / 300) & ~ended

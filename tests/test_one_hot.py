@@ -61,17 +61,25 @@ def test_an_env_of_symbols_is_inspected_and_stepped_one_hot(tmp_path, monkeypatc
     env.close()
 
 
-@pytest.mark.parametrize("space", ["gym.spaces.Dict({'a': gym.spaces.Discrete(2)})",
-                                   "gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3)))"])
-def test_a_dict_or_tuple_observation_space_is_one_line_naming_it(tmp_path, monkeypatch, space):
+@pytest.mark.parametrize(("space", "parts"), [
+    ("gym.spaces.Dict({'a': gym.spaces.Discrete(2)})", (("a", (2,), "float32"),)),
+    ("gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([3, 2])))",
+     (("0", (2,), "float32"), ("1", (5,), "float32"))),
+])
+def test_symbols_inside_a_dict_or_tuple_are_one_hot_parts(tmp_path, monkeypatch, space, parts):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "nested.py").write_text(SYMBOLS_ENV.replace("SPACE", space))
+    assert inspect_env("nested.py:Env", {}).obs_parts == parts
+
+
+def test_a_space_raypex_cannot_learn_on_is_one_line_naming_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.py").write_text(SYMBOLS_ENV.replace("SPACE", "gym.spaces.Text(5)"))
     with pytest.raises(UnsupportedEnv) as err:
-        inspect_env("nested.py:Env", {})
-    kind = space.split("(")[0].rsplit(".", 1)[-1]
-    assert str(err.value).startswith(f"env.id 'nested.py:Env' has a {kind} observation space ({kind}(")
-    assert str(err.value).endswith("raypex learns on Box, Discrete (one-hot) and MultiDiscrete (one-hot per part) "
-                                   "observations") and "\n" not in str(err.value)
+        inspect_env("text.py:Env", {})
+    assert str(err.value).startswith("env.id 'text.py:Env' has a Text observation space (Text(")
+    assert str(err.value).endswith("raypex learns on Box, Discrete (one-hot), MultiDiscrete (one-hot per part), Dict "
+                                   "and Tuple observations") and "\n" not in str(err.value)
 
 
 def test_a_run_learns_from_symbols(tmp_path, monkeypatch, capsys):

@@ -10,7 +10,7 @@ from raypex.actors.step_check import EnvWentBad, StepCheck
 
 
 def check(dtype=np.float32) -> StepCheck:
-    return StepCheck("Mine-v0", (3,), np.dtype(dtype), "collector 1")
+    return StepCheck("Mine-v0", np.zeros((1, 3), dtype), "collector 1")
 
 
 STEPS = np.array([4, 9, 0])  # each env's steps so far in its episode
@@ -21,7 +21,7 @@ def test_finite_steps_pass_even_when_their_sum_overflows():
     check()(huge, np.array([1.0, -2.0, 0.0]), STEPS)
     larger = np.full((3, 3), 1e308)  # float64 ones whose sum is inf: looked at closely, and passed
     with np.errstate(over="ignore"):
-        StepCheck("Mine-v0", (3,), np.dtype(np.float64), "collector 1")(larger, np.zeros(3), STEPS)
+        StepCheck("Mine-v0", np.zeros((1, 3)), "collector 1")(larger, np.zeros(3), STEPS)
     check(np.uint8)(np.zeros((3, 3), np.uint8), np.zeros(3), STEPS)
 
 

@@ -83,7 +83,8 @@ def first_weights(s: CollectorSettings) -> Weights:
 
     plugin = algorithm(s.algo)
     network = plugin.acting_network(s)
-    return Weights(0, export_arrays(network), acting_graph=plugin.acting_graph(network, s.obs_shape, s.obs_dtype))
+    graph = plugin.acting_graph(network, s.obs_shape, s.obs_dtype, s.obs_parts)
+    return Weights(0, export_arrays(network), acting_graph=graph)
 
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:

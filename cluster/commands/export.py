@@ -47,8 +47,10 @@ def run_export(args: argparse.Namespace) -> int:
     except OSError as err:
         raise UsageError(f"--onnx {target}: not written ({reason(err)})") from None
     inputs, outputs = io_names(policy)
-    print(f"wrote {target}: {', '.join(inputs)} -> {', '.join(outputs)} (obs [batch, "
-          f"{', '.join(map(str, policy.obs_shape))}] float32), from {source}")
+    shapes = policy.obs_shape if isinstance(policy.obs_shape, dict) else {"obs": policy.obs_shape}
+    takes = ", ".join(f"{name if name == 'obs' else 'obs.' + name} [batch, {', '.join(map(str, shape))}]"
+                      for name, shape in shapes.items())
+    print(f"wrote {target}: {', '.join(inputs)} -> {', '.join(outputs)} ({takes} float32), from {source}")
     return 0
 
 

@@ -53,6 +53,7 @@ def fit_run(config: RunConfig, origin: ConfigOrigin | None, on_this_machine: boo
     config, lines = fit_to_env(config, spec, origin)
     check_algo_fits(config.algo.name, spec, env.id, config.network.flat_only)
     check_encoder(config, spec)
+    check_parts_acting(config, spec)
     check_prior(config, spec)
     room = replay_room(config) if on_this_machine else None
     needed = replay_bytes(config, spec)
@@ -72,9 +73,22 @@ def check_encoder(config: RunConfig, spec: EnvSpec) -> None:
     from raypex.learner.encoders import EncoderError, build_encoder
 
     try:
-        build_encoder(network.encoder, network.encoder_kwargs, spec.obs_shape, spec.obs_dtype)
+        build_encoder(network.encoder, network.encoder_kwargs, spec.obs_shape, spec.obs_dtype, spec.obs_parts)
     except EncoderError as err:
         raise UsageError(str(err)) from None
+
+
+def check_parts_acting(config: RunConfig, spec: EnvSpec) -> None:
+    """Observations in parts act through the acting graph on each collector's CPU
+    (actors/onnx_acting.py): a torch acting form or served acting asked for is UsageError in one line."""
+    c = config.collectors
+    asked = [f"collectors.{name} {value}" for name, value, other_form in (
+        ("act_precision", c.act_precision, "bf16"), ("act_fusion", c.act_fusion, "on"), ("act_device", c.act_device, "cuda"),
+        ("acting", c.acting, "served")) if value == other_form]
+    if spec.obs_parts and asked:
+        raise UsageError(f"{asked[0]}: env.id '{config.env.id}' has observations in parts, which each collector acts on "
+                         "with the acting graph on its own CPU (collectors.acting local; act_precision, act_fusion and "
+                         "act_device auto)")
 
 
 def replay_room(config: RunConfig) -> tuple[str, int] | None:
@@ -113,7 +127,7 @@ def fit_to_env(config: RunConfig, spec: EnvSpec, origin: ConfigOrigin | None) ->
     if origin is None or env_id == origin.env_id:
         return config, []
     retuned = any(key.startswith(RETUNING) for key in origin.overridden)
-    if len(spec.obs_shape) != 1 and not retuned and _flat(origin, config):
+    if not spec.obs_parts and len(spec.obs_shape) != 1 and not retuned and _flat(origin, config):
         shape = "x".join(map(str, spec.obs_shape))
         example = f"raypex train pong env.id={env_id}" + (f" algo.name={config.algo.name}" if spec.action_dim else "")
         raise UnsupportedEnv(f"env.id '{env_id}' gives pixel observations ({shape}), and {origin.name} is written for "

@@ -24,7 +24,7 @@ def collector_settings(config: RunConfig, spec: EnvSpec, index: int) -> Collecto
     place = spread_order(c.shards)[index] if c.elastic else index
     return CollectorSettings(
         index=index, num_collectors=c.shards, env_id=config.env.id, env_kwargs=config.env.kwargs,
-        num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype,
+        num_envs=config.env.num_envs, obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, obs_parts=spec.obs_parts,
         num_actions=spec.num_actions, hidden=config.network.hidden, dueling=config.network.dueling,
         n_step=config.algo.n_step, gamma=config.algo.gamma, chunk_steps=c.chunk_steps,
         epsilon_base=c.epsilon_base, epsilon_alpha=c.epsilon_alpha,
@@ -63,14 +63,14 @@ def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
         return StorageSpec(r.capacity, spec.obs_shape, spec.obs_dtype, 0, config.env.num_envs, spec.action_dim,
                            r.sequence_length, r.sequence_overlap, 2 * config.network.recurrent_size)
     return StorageSpec(r.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack, config.env.num_envs,
-                       spec.action_dim)
+                       spec.action_dim, obs_parts=spec.obs_parts)
 
 
 def learner_settings(config: RunConfig, spec: EnvSpec) -> LearnerSettings:
     """The fields the learner needs."""
     lc = config.learner
     return LearnerSettings(
-        obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, num_actions=spec.num_actions,
+        obs_shape=spec.obs_shape, obs_dtype=spec.obs_dtype, obs_parts=spec.obs_parts, num_actions=spec.num_actions,
         hidden=config.network.hidden,
         dueling=config.network.dueling, double_dqn=config.algo.double_dqn,
         huber_delta=config.algo.huber_delta, lr=lc.lr, adam_eps=lc.adam_eps,
@@ -129,11 +129,12 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
     """What the run's evaluator is built from."""
     return EvaluatorSettings(config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
                              spec.obs_dtype, spec.num_actions, config.network.hidden, config.network.dueling,
-                             config.env.frame_stack, spec.frame_stack > 0, config.eval.epsilon,
+                             config.env.frame_stack, spec.frame_stack > 0 and not spec.obs_parts, config.eval.epsilon,
                              spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm",
                              config.algo.name,
                              config.network.recurrent_size if algorithm(config.algo.name).sequences else 0,
-                             tuple(config.env.wrappers), config.network.encoder, config.network.encoder_kwargs)
+                             tuple(config.env.wrappers), config.network.encoder, config.network.encoder_kwargs,
+                             obs_parts=spec.obs_parts)
 
 
 def eval_give_up(config: RunConfig) -> tuple[float, float] | None:

@@ -79,10 +79,13 @@ class Algorithm:
 
     def batch_spec(self, settings: LearnerSettings) -> dict[str, tuple[tuple[int, ...], str]]:
         """Each field a batch holds for its step: (shape per sample, dtype), [G, B] in front.
-        Transitions: what every algorithm raypex has trains on."""
-        obs = (tuple(settings.obs_shape), settings.obs_dtype)
-        spec = {"obs": obs, "action": ((settings.action_dim,), "float32") if self.box_actions else ((), "int64"),
-                "return": ((), "float32"), "discount": ((), "float32"), "next_obs": obs}
+        Transitions: what every algorithm raypex has trains on (observations in parts as one field
+        per part, replay/contracts.py)."""
+        observations = ({f"{name}.{key}": (tuple(shape), dtype) for key, shape, dtype in settings.obs_parts
+                         for name in ("obs", "next_obs")} if settings.obs_parts
+                        else {name: (tuple(settings.obs_shape), settings.obs_dtype) for name in ("obs", "next_obs")})
+        spec = {**observations, "action": ((settings.action_dim,), "float32") if self.box_actions else ((), "int64"),
+                "return": ((), "float32"), "discount": ((), "float32")}
         if settings.prioritized:
             spec["weight"] = ((), "float32")  # importance-sampling weights
         return spec
@@ -104,12 +107,14 @@ class Algorithm:
         By default the network itself: observations in, Q-values out."""
         return network
 
-    def acting_graph(self, network: torch.nn.Module, obs_shape: tuple[int, ...], obs_dtype: str) -> bytes:
+    def acting_graph(self, network: torch.nn.Module, obs_shape: tuple[int, ...], obs_dtype: str,
+                     parts: tuple = ()) -> bytes:
         """The acting graph of `network`'s acting module (learner/acting_graph.py): what the learner
-        publishes with its weights, and what a collector times against torch's forms."""
+        publishes with its weights, and what a collector times against torch's forms; `parts`:
+        observations in parts' (key, shape, dtype)."""
         from raypex.learner.acting_graph import export_acting_graph
 
-        return export_acting_graph(self, network, tuple(obs_shape), obs_dtype)
+        return export_acting_graph(self, network, tuple(obs_shape), obs_dtype, tuple(parts))
 
     def policy(self, settings: CollectorSettings, example_obs: np.ndarray, seed: int,
                rng: np.random.Generator, served: ServedForward | None = None) -> Policy:
