@@ -104,9 +104,8 @@ def check_algo_fits(algo: str, spec: EnvSpec, env_id: str, flat_only: tuple[str,
         raise UnsupportedEnv(f"algo.name {algo} stores every step's observation in its sequences, so a stack of "
                              f"{spec.frame_stack} frames would store each frame {spec.frame_stack} times; its LSTM is its "
                              f"memory: set env.frame_stack 1 for env.id '{env_id}'")
-    if spec.obs_parts and (flat_only or algorithm(algo).sequences):
-        option = flat_only[0] if flat_only else f"algo.name {algo}"
-        raise UnsupportedEnv(f"{option} is for one observation array; env.id '{env_id}' has observations in parts "
+    if spec.obs_parts and flat_only:
+        raise UnsupportedEnv(f"{flat_only[0]} is for one observation array; env.id '{env_id}' has observations in parts "
                              f"({', '.join(key for key, _, _ in spec.obs_parts)})")
     if flat_only and len(spec.obs_shape) != 1:
         raise UnsupportedEnv(f"{flat_only[0]} is for flat observations; env.id '{env_id}' has images of shape "

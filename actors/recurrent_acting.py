@@ -16,6 +16,7 @@ from raypex.actors.exploration import EpsilonGreedy, collector_epsilon
 from raypex.actors.onnx_acting import ActsThroughGraph
 from raypex.actors.served_acting import ServedForward
 from raypex.actors.settings import CollectorSettings, EvaluatorSettings
+from raypex.replay.contracts import batch_size
 
 
 class RecurrentPolicy(ActsThroughGraph):
@@ -48,7 +49,7 @@ class RecurrentPolicy(ActsThroughGraph):
         """The (epsilon-)greedy action per env and every env's next state; uniformly random, the
         state staying at zeros, before the first weights."""
         if not self.graph.loaded:
-            return self.rng.integers(0, self.num_actions, len(obs)), {}, state
+            return self.rng.integers(0, self.num_actions, batch_size(obs)), {}, state
         q, state = self.graph.run(obs=obs, state=state)
         greedy = q.argmax(axis=1)
         if explore and self.epsilon is not None:

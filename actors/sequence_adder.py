@@ -1,7 +1,8 @@
 """SequenceAdder: what a recurrent (r2d2) collector sends its shard: every step of every env, and
 the recurrent state at each sequence's first step (replay/sequences.py stores them).
 
-A step is stored as it was acted: the observation, the action, the training reward, the discount
+A step is stored as it was acted: the observation (each part apart, for observations in parts:
+replay/contracts.py), the action, the training reward, the discount
 (gamma; 0 where the episode ended, by termination or a time limit, so no return crosses into the
 next episode) and `first` (the observation is an episode's first: the learner starts the state
 again there). Every env of a collector steps together, so one stream number counts every env's
@@ -18,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from raypex.actors.adders import EnvStep, Learning
+from raypex.replay.contracts import fields
 
 
 class SequenceAdder:
@@ -42,7 +44,7 @@ class SequenceAdder:
             self.states.append(np.array(step.state, np.float32))
         ended = self.learning.terminal(step, real) | step.truncated
         self.steps.append({
-            "obs": np.array(step.obs), "action": np.array(step.action),
+            **{name: np.array(part) for name, part in fields("obs", step.obs).items()}, "action": np.array(step.action),
             "reward": np.where(real, self.learning.reward(step), 0.0).astype(np.float32),
             "discount": np.where(real & ~ended, self.gamma, 0.0).astype(np.float32),
             "first": self.first.copy(), "real": real})

@@ -55,7 +55,7 @@ class _OneStep(nn.Module):
         self.network = network
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, state = self.network(obs.unsqueeze(0), state.unsqueeze(0))
+        q, state = self.network(each_part(lambda part: part.unsqueeze(0), obs), state.unsqueeze(0))
         return q.squeeze(0), state.squeeze(0)
 
 
@@ -125,7 +125,7 @@ def export_policy_archive(network: nn.Module, obs_shape: tuple[int, ...], output
         torch.export.save(batched, buffer)
         return buffer.getvalue()
     if state_size:
-        single = torch.export.export(_OneStep(network), (torch.zeros(obs_shape), torch.zeros(state_size)))
+        single = torch.export.export(_OneStep(network), (_zeros(obs_shape, parts), torch.zeros(state_size)))
     else:
         single = torch.export.export(_OneObservation(network), (_zeros(obs_shape, parts),))
     package_pt2(buffer, exported_programs={BATCH_PROGRAM: batched, ONE_OBSERVATION_PROGRAM: single},

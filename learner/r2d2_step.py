@@ -30,6 +30,7 @@ from raypex.learner.r2d2_targets import loss_mask, sequence_priorities, td_error
 from raypex.learner.recurrent_networks import RecurrentQNetwork, StatefulQ
 from raypex.learner.settings import LearnerSettings
 from raypex.learner.target_rules import target_rule
+from raypex.replay.contracts import each_part, indexed, nested
 
 
 class R2D2Step:
@@ -62,12 +63,13 @@ class R2D2Step:
         """One eager update (see the module docstring)."""
         if self.gather is not None:
             batch = self.gather(batch)
+        batch = nested(batch)
         groups = batch["action"].shape[0]
         if self.s.prioritized and (self.td_abs is None or self.td_abs.shape != batch["action"].shape[:2]):
             self.td_abs = torch.zeros(batch["action"].shape[:2], device=batch["action"].device)  # as DQNStep's
         empty = batch["action"].shape[1] == 0  # a learner of a group with no part: its gradients count as zeros
         for g in range(0 if empty else groups):
-            loss, td, mask = self.sequence_loss({name: batch[name][g] for name in batch})
+            loss, td, mask = self.sequence_loss({name: indexed(batch[name], g) for name in batch})
             weighed(loss / groups, self.gradients).backward()
             if self.td_abs is not None:
                 self.td_abs[g].copy_(sequence_priorities(td.detach().abs(), mask))
@@ -81,8 +83,9 @@ class R2D2Step:
     def sequence_loss(self, sequences: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(the weighted loss, the TD errors [L - 1, B], which of them count [L - 1, B]) of one
         micro-batch of B sequences."""
-        time_first = {name: sequences[name].transpose(0, 1) for name in ("obs", "action", "reward", "discount", "first")}
-        batch = time_first["obs"].shape[1]
+        time_first = {name: each_part(lambda steps: steps.transpose(0, 1), sequences[name])
+                      for name in ("obs", "action", "reward", "discount", "first")}
+        batch = time_first["action"].shape[1]
         h, c = sequences["state"].float().split(self.s.recurrent_size, dim=-1)
         initial = self.online.initial_state(batch, h.device)
         burn_in = self.s.burn_in

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import torch
 
+from raypex.replay.contracts import indexed
+
 RESCALE_EPS = 1e-3  # R2D2's epsilon in h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x
 PRIORITY_ETA = 0.9  # R2D2's mix of a sequence's max and mean |TD error|
 
@@ -46,19 +48,19 @@ def inverse_value_rescale(x: torch.Tensor, eps: float = RESCALE_EPS) -> torch.Te
 def unroll(core: Core, obs: torch.Tensor, first: torch.Tensor, state: tuple[torch.Tensor, ...],
            initial: tuple[torch.Tensor, ...], burn_in: int) -> torch.Tensor:
     """Q-values [T - burn_in, B, A] of `core` (one step: (obs [B, ...], state) -> (q [B, A], state))
-    run over `obs` [T, B, ...] from `state` (each tensor [B, ...], the state stored with each
+    run over `obs` [T, B, ...] (or parts of that shape) from `state` (each tensor [B, ...], the state stored with each
     sequence). Where `first` [T, B] is set the state is `initial`'s (an episode starts). The first
     `burn_in` steps run without gradient and their state is detached: no gradient reaches them."""
     q_values = []
-    for t in range(obs.shape[0]):
+    for t in range(first.shape[0]):
         starts = first[t].view(-1, *([1] * (state[0].dim() - 1)))
         state = tuple(torch.where(starts, init.expand_as(s), s) for s, init in zip(state, initial, strict=True))
         if t < burn_in:
             with torch.no_grad():
-                _, state = core(obs[t], state)
+                _, state = core(indexed(obs, t), state)
             state = tuple(s.detach() for s in state)
             continue
-        q, state = core(obs[t], state)
+        q, state = core(indexed(obs, t), state)
         q_values.append(q)
     return torch.stack(q_values)
 

@@ -31,26 +31,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 
 from raypex.replay.columns import ColumnBackend, HostColumns
+from raypex.replay.contracts import SEPARATOR
 from raypex.replay.priorities import Placement
 from raypex.replay.ring import action_layout
 
-STEP_FIELDS = ("obs", "action", "reward", "discount", "first")
 
-
-def sequence_layout(obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int, state_size: int
-                    ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Each column's shape per row and dtype: the step columns (a row: one step of one env) and
+def sequence_layout(obs_shape: tuple[int, ...], obs_dtype: str, action_dim: int, state_size: int,
+                    parts: tuple = ()) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each column's shape per row and dtype: the step columns (a row: one step of one env; an
+    `obs.<key>` column per part of observations in parts, `parts` their (key, shape, dtype)) and
     `state` (a row: one sequence slot's recurrent state). The state is kept in float16: half the
     bytes, which at R2D2's 2 x 128 units and a sequence every 40 steps is 13 B per step instead of
     26, for an LSTM state whose h lies in [-1, 1] and whose error the burn-in washes out."""
     # a Discrete action as int32 (any action space gymnasium's Discrete holds): 4 B a step less
     action = action_layout(action_dim) if action_dim else ((), np.dtype(np.int32))
-    return {"obs": (tuple(obs_shape), np.dtype(obs_dtype)), "action": action,
+    observations = ({f"obs{SEPARATOR}{key}": (tuple(shape), np.dtype(dtype)) for key, shape, dtype in parts} if parts
+                    else {"obs": (tuple(obs_shape), np.dtype(obs_dtype))})
+    return {**observations, "action": action,
             "reward": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32)),
             "first": ((), np.dtype(np.bool_)), "state": ((state_size,), np.dtype(np.float16))}
 
@@ -78,23 +79,22 @@ class SequenceStorage:
     `real` [F, E]: which steps were env steps (the others are stored but not counted).
     """
 
-    # training field -> (column, index key of `index`): how the learner gathers a batch
-    GATHER: ClassVar[dict[str, tuple[str, str]]] = {
-        "obs": ("obs", "steps"), "action": ("action", "steps"), "reward": ("reward", "steps"),
-        "discount": ("discount", "steps"), "first": ("first", "steps"), "state": ("state", "row")}
-
     def __init__(self, capacity: int, num_envs: int, length: int, overlap: int, obs_shape: tuple[int, ...],
                  obs_dtype: str, state_size: int, backend: ColumnBackend | None = None, action_dim: int = 0,
-                 columns: dict | None = None):
+                 columns: dict | None = None, parts: tuple = ()):
         """`capacity`: env steps held (over all envs); `length` and `overlap`: a sequence's steps and
         those it shares with the next. `columns`: this storage's rows of a larger allocation
-        (replay/sharded.py), shaped as `column_rows` says; without them it allocates its own."""
+        (replay/sharded.py), shaped as `column_rows` says; without them it allocates its own.
+        `parts`: (key, shape, dtype) of observations in parts."""
+        layout = sequence_layout(obs_shape, obs_dtype, action_dim, state_size, parts)
+        self.step_fields = [name for name in layout if name != "state"]
+        # training field -> (column, index key of `index`): how the learner gathers a batch
+        self.GATHER = {**{name: (name, "steps") for name in self.step_fields}, "state": ("state", "row")}
         self.num_envs, self.length, self.period = num_envs, length, length - overlap
         self.steps_per_env, self.slots_per_env = sequence_geometry(capacity, num_envs, length, overlap)
         self.capacity = num_envs * self.slots_per_env  # sequence slots: what priorities index
         self.backend = backend or HostColumns()
         if columns is None:
-            layout = sequence_layout(obs_shape, obs_dtype, action_dim, state_size)
             rows = column_rows(layout, num_envs * self.steps_per_env, self.capacity)
             columns = {name: self.backend.allocate((rows[name], *shape), dtype)
                        for name, (shape, dtype) in layout.items()}
@@ -136,8 +136,7 @@ class SequenceStorage:
     def add(self, chunk: Mapping) -> Placement:
         """Write a chunk's steps and the states of the sequences starting in it; returns the
         sequence slots completed by it (placed), and those whose first step it overwrote (cleared)."""
-        obs = np.asarray(chunk["obs"])
-        count = len(obs)
+        count = len(chunk["action"])
         first = int(chunk["first_index"]) + self.renumber
         if first != self.written:  # a restarted collector: its stream goes on after the stored one
             self.renumber += self.written - first
@@ -149,7 +148,7 @@ class SequenceStorage:
         keep = numbers >= first + count - self.steps_per_env  # a chunk longer than the ring keeps its newest steps
         envs = np.arange(self.num_envs)[:, None]
         rows = (envs * self.steps_per_env + (numbers[keep] % self.steps_per_env)[None, :]).ravel()
-        for name in STEP_FIELDS:
+        for name in self.step_fields:
             values = np.asarray(chunk[name])[keep]
             self.backend.write(self.columns[name], (rows,),
                                np.ascontiguousarray(values.swapaxes(0, 1)).reshape(len(rows), *values.shape[2:]))

@@ -76,14 +76,14 @@ class StorageSpec:
     def bytes_per_step(self) -> float:
         """Bytes per env step it holds: a transition's row, or a step's row and its share of the
         sequence states."""
-        return self.column_bytes / (self.column_rows()["obs"] if self.sequence_length else self.rows)
+        return self.column_bytes / (self.column_rows()["action"] if self.sequence_length else self.rows)
 
     def layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Each column's shape per row and dtype."""
         if self.frame_stack:
             return frame_layout(tuple(self.obs_shape[1:]), self.action_dim, self.obs_parts)
         if self.sequence_length:
-            return sequence_layout(self.obs_shape, self.obs_dtype, self.action_dim, self.state_size)
+            return sequence_layout(self.obs_shape, self.obs_dtype, self.action_dim, self.state_size, self.obs_parts)
         return transition_layout(self.obs_shape, self.obs_dtype, self.action_dim)
 
 
@@ -94,7 +94,7 @@ def build_storage(spec: StorageSpec, backend: ColumnBackend | None = None, colum
     if spec.sequence_length:
         return SequenceStorage(spec.capacity, spec.num_envs, spec.sequence_length, spec.sequence_overlap,
                                tuple(spec.obs_shape), spec.obs_dtype, spec.state_size, backend, spec.action_dim,
-                               columns)
+                               columns, spec.obs_parts)
     if spec.frame_stack:
         return FrameStorage(spec.capacity, spec.num_envs, tuple(spec.obs_shape[1:]), spec.frame_stack,
                             backend, columns, bookkeeping, spec.action_dim, spec.obs_parts)

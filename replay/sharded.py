@@ -277,7 +277,7 @@ class ShardedReplay:
         """Each drawn sequence's state row and its steps' rows [N, length], in the whole replay's columns."""
         index = {"row": shard * self.rows_per_shard + row,
                  "steps": np.empty((len(row), self.spec.sequence_length), np.int64)}
-        step_rows = self.column_rows["obs"]
+        step_rows = self.column_rows["action"]  # a step column's rows per shard
         for i in np.unique(shard):
             hit = shard == i
             index["steps"][hit] = self.shards[i].storage.index(row[hit])["steps"] + i * step_rows
@@ -319,7 +319,7 @@ class ShardedReplay:
         rows = self.rows_per_shard * len(self.shards)
         index = {"row": rng.integers(0, rows, (groups, count))}
         if self.spec.sequence_length:
-            steps = self.column_rows["obs"] * len(self.shards)
+            steps = self.column_rows["action"] * len(self.shards)
             index["steps"] = rng.integers(0, steps, (groups, count, self.spec.sequence_length))
         if self.spec.obs_parts:
             for key in ("obs_frame", "next_frame"):

@@ -13,6 +13,7 @@ from raypex.actors.env_ids import UnsupportedEnv
 from raypex.actors.nstep import NStepFolder
 from raypex.actors.observation_parts import PartsVectorEnv, observation_parts
 from raypex.actors.onnx_acting import GraphForward
+from raypex.actors.sequence_adder import SequenceAdder
 from raypex.actors.step_check import EnvWentBad, StepCheck
 from raypex.learner.algorithms.registry import algorithm
 from raypex.learner.networks import ConvFeatures, build_q_network
@@ -23,6 +24,7 @@ from raypex.replay.contracts import Weights, nested
 from raypex.replay.frames import frame_bytes_per_slot
 from raypex.replay.rate_limit import SamplesPerInsertLimiter
 from raypex.replay.ring import RingStorage, transition_layout
+from raypex.replay.sequences import SequenceStorage
 from raypex.replay.shard import StorageSpec
 from raypex.replay.sharded import ShardedReplay
 
@@ -145,6 +147,32 @@ def test_replay_stores_each_steps_parts_once_and_gives_back_whole_transitions():
     ring_bytes = sum(int(np.prod(shape)) * dtype.itemsize
                      for shape, dtype in transition_layout((1, 5, 5), "uint8").values()) + 12 * 2
     assert ring_bytes == 25 * 2 + 12 * 2 + 16
+
+
+def test_sequences_store_each_steps_parts_in_their_own_columns():
+    num_envs, length, period = 2, 8, 4
+    env = RandomPartsEnv(num_envs, seed=0)
+    storage = SequenceStorage(400, num_envs, length, length - period, (), "parts", 6, parts=PARTS)
+    assert set(storage.columns) == {"obs.image", "obs.where", "action", "reward", "discount", "first", "state"}
+    adder = SequenceAdder(num_envs, 0.9, period)
+    obs, shown = env.obs(), []
+    for t in range(40):
+        next_obs, reward, terminated, truncated = env.step()
+        shown.append(obs)
+        adder.add(EnvStep(obs, np.arange(num_envs) + t, reward, terminated, truncated, next_obs,
+                          state=np.full((num_envs, 6), t, np.float32)))
+        obs = next_obs
+        if (t + 1) % 5 == 0:
+            storage.add(adder.pop())
+    rows = storage.sampleable_rows()
+    got = nested(storage.gather(rows))
+    assert got["obs"]["image"].shape == (len(rows), length, 1, 5, 5) and len(rows) >= 10
+    for i, row in enumerate(rows.tolist()):
+        env_index, start = row // storage.slots_per_env, int(storage.start[row])
+        for k in range(length):
+            for key, _, _ in PARTS:
+                np.testing.assert_array_equal(got["obs"][key][i, k], shown[start + k][key][env_index])
+            assert got["action"][i, k] == env_index + start + k
 
 
 def q_network(num_actions: int = 4):

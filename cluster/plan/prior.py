@@ -26,7 +26,8 @@ def check_prior(config: RunConfig, spec: EnvSpec) -> None:
 
     where = f"replay.prior {dataset_id}"
     if spec.frame_stack:
-        raise UsageError(f"{where}: {config.env.id}'s pixel frames are stored once each; replay.prior takes flat "
+        stored = "observation parts" if spec.obs_parts else "pixel frames"
+        raise UsageError(f"{where}: {config.env.id}'s {stored} are stored once each; replay.prior takes flat "
                          "observations")
     try:
         observation_space, action_space, steps = dataset_spaces(dataset_id)

@@ -61,7 +61,7 @@ def storage_spec(config: RunConfig, spec: EnvSpec) -> StorageSpec:
     r = config.replay
     if algorithm(config.algo.name).sequences:
         return StorageSpec(r.capacity, spec.obs_shape, spec.obs_dtype, 0, config.env.num_envs, spec.action_dim,
-                           r.sequence_length, r.sequence_overlap, 2 * config.network.recurrent_size)
+                           r.sequence_length, r.sequence_overlap, 2 * config.network.recurrent_size, spec.obs_parts)
     return StorageSpec(r.capacity, spec.obs_shape, spec.obs_dtype, spec.frame_stack, config.env.num_envs,
                        spec.action_dim, obs_parts=spec.obs_parts)
 
