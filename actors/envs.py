@@ -11,7 +11,8 @@ on one-hot; 2-D uint8 frames
 network sees the last `frame_stack` frames; and images that already carry channels (rank 3, in
 either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv`
 (actors/images.py) hands on channels-first, bool as uint8 0/255, other dtypes as uint8 or float32.
-`ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame
+A Dict or Tuple observation is seen as its parts, each converted as a whole observation of its kind
+would be (actors/observation_parts.py). `ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame
 skip 4 with max-pooling, 84x84 grayscale, noop starts); raypex stacks its frames and clips rewards
 itself, so the raw game score is what gets reported.
 Ids that name a user's code (`module:Name`, `path/to/file.py:Name`) resolve through
@@ -249,8 +250,9 @@ def _inspect_ale(env_id: str, kwargs: dict[str, Any], frame_stack: int) -> EnvSp
 def inspect_env(env_id: str, kwargs: dict[str, Any], frame_stack: int = 4, wrappers: Sequence = ()) -> EnvSpec:
     """Check that `env_id` exists and has an action space raypex learns on (Discrete, or a bounded
     1-D Box) and an observation it learns on: a flat Box vector, a Discrete or MultiDiscrete one
-    (one-hot), 2-D uint8 frames (stacked `frame_stack` deep), or rank-3 images (their channels are
-    the network's input channels; `frame_stack` does not apply). `wrappers` (env.wrappers) are
+    (one-hot), 2-D uint8 frames (stacked `frame_stack` deep), rank-3 images (their channels are
+    the network's input channels; `frame_stack` does not apply), or a Dict or Tuple of those (its
+    parts, not stacked). `wrappers` (env.wrappers) are
     applied first: what they make of the env is what is checked."""
     if is_ale(env_id):
         if wrappers:

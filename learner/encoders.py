@@ -105,8 +105,9 @@ def build_encoder(path: str, kwargs: dict[str, Any], obs_shape: tuple[int, ...],
     where = f"network.encoder {path}"
     try:
         inner = cls(space, **kwargs)
-    except TypeError as err:
-        raise EncoderError(f"{where} cannot be built as {cls.__name__}(observation_space, **{kwargs!r}): {err}") from None
+    except Exception as err:  # noqa: BLE001 - the user's constructor: said in one line
+        said = str(err) if isinstance(err, TypeError) else f"{type(err).__name__}: {err}"
+        raise EncoderError(f"{where} cannot be built as {cls.__name__}(observation_space, **{kwargs!r}): {said}") from None
     if not isinstance(inner, nn.Module):
         raise EncoderError(f"{where} built a {type(inner).__name__}, not a torch.nn.Module")
     sample = _sample(space)

@@ -59,6 +59,21 @@ class Raises(nn.Module):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
 
 
+class ByParts(nn.Module):
+    """Observations in parts: each part flattened, side by side; records each part's largest input."""
+
+    def __init__(self, observation_space):
+        super().__init__()
+        self.space = observation_space
+        width = sum(int(torch.tensor(part.shape).prod()) for part in observation_space.spaces.values())
+        self.net = nn.Linear(width, 8)
+        self.largest = {}
+
+    def forward(self, obs):
+        self.largest = {key: float(part.abs().max()) for key, part in obs.items()}
+        return self.net(torch.cat([part.flatten(1) for part in obs.values()], dim=1))
+
+
 def not_a_class(observation_space):
     return None
 
@@ -128,6 +143,24 @@ def test_pixels_reach_the_encoder_scaled_to_one_and_its_space_says_so():
     flat = build_encoder("my_encoders:Flat", {}, (2, 10, 10), "uint8")
     flat(torch.full((1, 2, 10, 10), 255, dtype=torch.uint8))
     assert flat.inner.largest_input == pytest.approx(1.0)
+
+
+def test_observations_in_parts_reach_the_encoder_as_a_dict_space_and_a_dict_with_pixels_scaled():
+    import gymnasium as gym
+
+    parts = (("image", (1, 5, 5), "uint8"), ("where", (3,), "float32"))
+    encoder = build_encoder("my_encoders:ByParts", {}, (), "parts", parts)
+    space = encoder.inner.space
+    assert isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["image", "where"]
+    assert (space["image"].high.max(), space["image"].dtype, space["where"].shape) == (1.0, np.float32, (3,))
+    out = encoder({"image": torch.full((2, 1, 5, 5), 255, dtype=torch.uint8), "where": torch.full((2, 3), 7.0)})
+    assert out.shape == (2, 8) and encoder.inner.largest == {"image": pytest.approx(1.0), "where": 7.0}
+    with pytest.raises(EncoderError, match=r"^network.encoder my_encoders:Flat cannot be built as Flat\(observation_space, "
+                                           r"\*\*\{\}\): RuntimeError: Could not infer dtype of NoneType$"):
+        build_encoder("my_encoders:Flat", {}, (), "parts", parts)  # reads a Box's shape: a Dict has none
+    with pytest.raises(EncoderError, match=r"^network.encoder my_encoders:Raises failed on a batch of 2 observations of "
+                                           r"shape \{image: \[2, 1, 5, 5\], where: \[2, 3\]\}: RuntimeError: "):
+        build_encoder("my_encoders:Raises", {}, (), "parts", parts)
 
 
 def test_a_bf16_acting_copy_runs_the_encoder_in_bf16():
