@@ -114,8 +114,9 @@ class FrameAdder:
     transition of a step goes from frame `index` to `index + 1` of every env.
     """
 
-    def __init__(self, n: int, gamma: float, num_envs: int, chunk_steps: int, first_stacks: np.ndarray | dict, clip_rewards: bool = False, life_loss: bool = False,
-                 lives: np.ndarray | None = None, with_priorities: bool = False, action_dim: int = 0):
+    def __init__(self, n: int, gamma: float, num_envs: int, chunk_steps: int, first_stacks: np.ndarray | dict,
+                 clip_rewards: bool = False, life_loss: bool = False, lives: np.ndarray | None = None,
+                 with_priorities: bool = False, action_dim: int = 0):
         self.num_envs = num_envs
         self.folder = NStepFolder(n, gamma, num_envs, (), np.int64, chunk_steps, with_env=True,
                                   with_priorities=with_priorities, action_dim=action_dim)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-Parts = tuple[tuple[str, tuple[int, ...], str], ...]  # observations in parts: (key, shape, dtype) of each
+from raypex.replay.contracts import Parts
 
 
 class EncoderError(ValueError):

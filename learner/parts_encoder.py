@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-Parts = tuple[tuple[str, tuple[int, ...], str], ...]  # (key, shape, dtype) of each part
+from raypex.replay.contracts import Parts
 
 
 class PartsEncoder(nn.Module):

@@ -210,6 +210,7 @@ class PublishWeights(Protocol):
 # and sequence operations here, so that numpy arrays and torch tensors both go through.
 
 SEPARATOR = "."
+Parts = tuple[tuple[str, tuple[int, ...], str], ...]  # (key, shape, dtype) of each part, in the space's order
 
 
 def fields(name: str, obs: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from raypex.replay.columns import ColumnBackend, HostColumns
-from raypex.replay.contracts import SEPARATOR
+from raypex.replay.contracts import SEPARATOR, Parts
 from raypex.replay.priorities import Placement
 from raypex.replay.ring import action_layout
 
@@ -44,9 +44,6 @@ _SLOT_BOOKKEEPING = {
     "next_offset": np.int16,  # next_obs frame = this frame + offset
     "valid": np.bool_,
 }
-
-
-Parts = tuple[tuple[str, tuple[int, ...], str], ...]  # an observation's parts: (key, shape, dtype)
 
 
 def frame_columns(frame_shape: tuple[int, ...], parts: Parts = ()) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
