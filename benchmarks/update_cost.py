@@ -1,5 +1,6 @@
 """What one update costs on this machine, by critic: for TD3 or SAC by critic kind (plain, CrossQ's
-batch renormalization, SALE's embeddings), the whole update and the critics' step alone; for the
+batch renormalization, SALE's embeddings, the categorical critic with and without LayerNorm), the
+whole update and the critics' step alone; for the
 DQN family (`--family dqn`), DQN's, QR-DQN's and IQN's whole update. One thread, an env's shapes
 and a precision.
 
@@ -23,13 +24,14 @@ from raypex.learner.settings import LearnerSettings
 
 
 def settings(obs: int, actions: int, hidden: list[int], algo: str, critic_norm: str, batch: int,
-             sale: bool = False, precision: str = "fp32") -> LearnerSettings:
+             sale: bool = False, precision: str = "fp32", critic_head: str = "scalar", bins: int = 101) -> LearnerSettings:
     return LearnerSettings(
         obs_shape=(obs,), obs_dtype="float32", num_actions=0, hidden=hidden, dueling=False, double_dqn=False,
         huber_delta=1.0, lr=1e-3, adam_eps=1e-8, max_grad_norm=100.0, micro_batch=batch, accumulation_steps=1,
         target_update="polyak", target_update_every=1, target_tau=0.005, updates_per_epoch=1, broadcast_every_epochs=1,
         precision=precision, compile=False, seed=0, algo=algo, action_low=(-1.0,) * actions, action_high=(1.0,) * actions,
-        policy_delay=1, critic_norm=critic_norm, sale=sale)
+        policy_delay=1, critic_norm=critic_norm, sale=sale, critic_head=critic_head, critic_bins=bins,
+        critic_range=(-100.0, 100.0) if critic_head == "categorical" else None)
 
 
 def q_settings(obs_shape: tuple[int, ...], obs_dtype: str, actions: int, hidden: list[int], algo: str, batch: int,
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--family", default="actor-critic", choices=["actor-critic", "dqn"])
     parser.add_argument("--image", type=int, nargs=3, metavar=("C", "H", "W"), help="--family dqn: uint8 images")
     parser.add_argument("--quantiles", type=int, default=32, help="--family dqn: QR-DQN's and IQN's")
+    parser.add_argument("--bins", type=int, default=101, help="the categorical critic's support")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.family == "dqn":
@@ -97,10 +100,14 @@ def main() -> None:
         return
     print(f"{args.algo}, obs {args.obs}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, "
           f"{args.precision}, 1 thread")
-    for kind, critic_norm, sale in (("plain", "none", False), ("batch_renorm", "batch_renorm", False),
-                                    ("sale", "none", True)):
+    for kind, critic_norm, sale, head in (("plain", "none", False, "scalar"),
+                                          ("batch_renorm", "batch_renorm", False, "scalar"),
+                                          ("sale", "none", True, "scalar"),
+                                          ("categorical", "none", False, "categorical"),
+                                          ("cat+ln", "layer_norm", False, "categorical")):
         step = algorithm(args.algo).build_step(settings(args.obs, args.actions, args.hidden, args.algo, critic_norm,
-                                                        args.batch, sale, args.precision), torch.device("cpu"))
+                                                        args.batch, sale, args.precision, head, args.bins),
+                                               torch.device("cpu"))
         batch = {"obs": torch.randn(1, args.batch, args.obs), "action": torch.rand(1, args.batch, args.actions) * 2 - 1,
                  "return": torch.randn(1, args.batch), "discount": torch.full((1, args.batch), 0.99),
                  "next_obs": torch.randn(1, args.batch, args.obs)}

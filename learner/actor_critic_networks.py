@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raypex.learner.batch_renorm import BatchRenorm
+from raypex.learner.categorical_critic import HLGaussSupport
 from raypex.learner.networks import conv_output_width, image_convs, scaled_input
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import fp32_head
@@ -35,12 +36,14 @@ def squashed_log_std(raw: torch.Tensor) -> torch.Tensor:
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (raw.tanh() + 1.0)
 
 
-def _torso(width: int, hidden: list[int], renorm: bool = False) -> tuple[nn.Sequential, int]:
+def _torso(width: int, hidden: list[int], renorm: bool = False, layer_norm: bool = False) -> tuple[nn.Sequential, int]:
     """Linear and ReLU per hidden layer; with `renorm` (CrossQ's critics) batch renormalization of
-    the input and of each hidden layer's output."""
+    the input and of each hidden layer's output; with `layer_norm` (BRO's critics) a LayerNorm
+    before each ReLU."""
     layers: list[nn.Module] = [BatchRenorm(width)] if renorm else []
     for size in hidden:
-        layers += [nn.Linear(width, size), nn.ReLU(), *([BatchRenorm(size)] if renorm else [])]
+        layers += [nn.Linear(width, size), *([nn.LayerNorm(size)] if layer_norm else []), nn.ReLU(),
+                   *([BatchRenorm(size)] if renorm else [])]
         width = size
     return nn.Sequential(*layers), width
 
@@ -135,22 +138,35 @@ class ActorNetwork(nn.Module):
 class TwinCritic(nn.Module):
     """Two independent MLPs of (obs, action) -> Q (for images, of the features of one encoder they
     share); forward returns both [B] Q-values. With `batch_renorm`, CrossQ's critics
-    (learner/batch_renorm.py): their output depends on the batch in training mode."""
+    (learner/batch_renorm.py): their output depends on the batch in training mode; with
+    `layer_norm`, a LayerNorm before each hidden ReLU. With a `support` (network.critic_head
+    categorical, learner/categorical_critic.py) each head gives logits over it (`logits`) and its
+    Q is their distribution's mean."""
 
     def __init__(self, obs_shape: tuple[int, ...], action_dim: int, hidden: list[int], obs_dtype: str = "float32",
-                 obs_norm: bool = False, batch_renorm: bool = False, encoder: Callable[[], nn.Module] | None = None):
+                 obs_norm: bool = False, batch_renorm: bool = False, encoder: Callable[[], nn.Module] | None = None,
+                 layer_norm: bool = False, support: HLGaussSupport | None = None):
         super().__init__()
         self.encoder, width = _encoder_for(tuple(obs_shape), obs_dtype, obs_norm, encoder)
-        self.q1_torso, out_width = _torso(width + action_dim, hidden, batch_renorm)
-        self.q2_torso, _ = _torso(width + action_dim, hidden, batch_renorm)
-        self.q1_out = nn.Linear(out_width, 1)
-        self.q2_out = nn.Linear(out_width, 1)
+        self.q1_torso, out_width = _torso(width + action_dim, hidden, batch_renorm, layer_norm)
+        self.q2_torso, _ = _torso(width + action_dim, hidden, batch_renorm, layer_norm)
+        self.support = support
+        outputs = 1 if support is None else support.bins
+        self.q1_out = nn.Linear(out_width, outputs)
+        self.q2_out = nn.Linear(out_width, outputs)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def logits(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each head's output: [B, bins] logits over the support, or [B, 1] Q-values without one."""
         if self.encoder is not None:
             obs = self.encoder(obs)
         x = torch.cat([obs.to(self.q1_out.weight.dtype), action.to(self.q1_out.weight.dtype)], dim=1)
-        return fp32_head(self.q1_out, self.q1_torso(x)).squeeze(1), fp32_head(self.q2_out, self.q2_torso(x)).squeeze(1)
+        return fp32_head(self.q1_out, self.q1_torso(x)), fp32_head(self.q2_out, self.q2_torso(x))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out1, out2 = self.logits(obs, action)
+        if self.support is None:
+            return out1.squeeze(1), out2.squeeze(1)
+        return self.support.expected(out1), self.support.expected(out2)
 
 
 class ActionsInEnvUnits(nn.Module):

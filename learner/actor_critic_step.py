@@ -5,7 +5,10 @@ objective (learner/actor_objectives.py), which the algorithm's plug-in hands the
 (learner/algorithms/); the rest is composed from pieces the config chooses:
 - the targets follow their networks by `learner.target_update` (learner/target_rules.py);
 - `network.critic_norm: batch_renorm` gives CrossQ's critics, which have no targets
-  (learner/batch_renorm.py, learner/td3_loss.py twin_critic_loss);
+  (learner/batch_renorm.py, learner/td3_loss.py twin_critic_loss); `layer_norm` a LayerNorm in
+  each of their hidden layers;
+- `network.critic_head: categorical` gives critics that predict a distribution over a fixed
+  support, trained by cross-entropy to HL-Gauss targets (learner/categorical_critic.py);
 - `network.obs_norm` merges each batch's observations into running statistics that every network
   reads (learner/obs_norm.py);
 - `network.sale` trains the SALE encoder on each micro-batch before the critics, the actor and
@@ -36,6 +39,7 @@ from raypex.learner.actor_critic_networks import ActionsInEnvUnits, ActorNetwork
 from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.algorithm import take_means
 from raypex.learner.batch_renorm import BatchRenorm
+from raypex.learner.categorical_critic import HLGaussSupport
 from raypex.learner.cuda_graph import CapturedActorCriticUpdate
 from raypex.learner.encoders import user_encoder
 from raypex.learner.gradient_group import GradientGroup, weighed
@@ -85,8 +89,10 @@ class ActorCriticStep:
             self.critic: nn.Module = SaleTwinCritic(obs_shape[0], action_dim, settings.hidden).to(device)
             self.sale.read_by(self.actor, self.critic)
         else:
+            support = (HLGaussSupport(*settings.critic_range, settings.critic_bins)
+                       if settings.critic_head == "categorical" else None)
             self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq,
-                                     encoder).to(device)
+                                     encoder, settings.critic_norm == "layer_norm", support).to(device)
         # CrossQ's critics have no targets: their next-state values come from the same batch
         self.critic_target = None if crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False) if objective.uses_actor_target else None

@@ -93,6 +93,7 @@ class SaleTwinCritic(nn.Module):
     then ELU layers of `hidden`; forward returns both [B] Q-values, as TwinCritic's."""
 
     encoder = None  # TwinCritic's image encoder or observation normalizer: none here
+    support = None  # TwinCritic's categorical support: these critics regress Q
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
         super().__init__()

@@ -42,7 +42,10 @@ class LearnerSettings:
     target_entropy: float | None = None  # sac: None is minus the action dimensions
     init_temperature: float = 1.0  # sac
     obs_norm: bool = False  # td3/sac: running observation normalization inside the networks (learner/obs_norm.py)
-    critic_norm: str = "none"  # dqn: none | layer_norm; td3/sac: none | batch_renorm (CrossQ's critics, no target critics)
+    critic_norm: str = "none"  # dqn: none | layer_norm; td3/sac: none | layer_norm | batch_renorm (CrossQ's, no target critics)
+    critic_head: str = "scalar"  # td3/sac: scalar | categorical (learner/categorical_critic.py)
+    critic_bins: int = 101  # td3/sac, categorical: values of the support
+    critic_range: tuple[float, float] | None = None  # td3/sac, categorical: [low, high] of the support
     sale: bool = False  # td3/sac: SALE embeddings, hard target copies every target_update_every (learner/sale.py)
     n_step: int = 5  # r2d2: steps of reward in each target (the others fold n-step returns in collectors)
     burn_in: int = 40  # r2d2: a replayed sequence's first steps, unrolled without gradient before the loss

@@ -42,22 +42,32 @@ def twin_critic_loss(critic: nn.Module, critic_target: nn.Module | None, obs: to
     and SAC. The next Q-values come from `critic_target`, or with None (CrossQ: no target critics)
     from the critics themselves, (s, a) and (s', a') going through them as one batch so that their
     batch renormalization sees both; either way no gradient flows through the target. With
-    `next_q_bounds` ([min, max], SALE's value clipping) the next Q-value is clamped into them."""
+    `next_q_bounds` ([min, max], SALE's value clipping) the next Q-value is clamped into them. A
+    categorical critic (its `support` set, learner/categorical_critic.py) is trained by the
+    cross-entropy of its logits to the target's HL-Gauss distribution instead of the squared error."""
+    support = critic.support
+    heads = critic if support is None else critic.logits  # Q [B], or logits [B, bins]
+    value = (lambda out: out) if support is None else support.expected
     if critic_target is None:
         both = each_part(lambda now, then: torch.cat([now, then]), obs, next_obs)
-        q1_both, q2_both = critic(both, torch.cat([action, next_action.to(action.dtype)]))
-        q1, q1_next = q1_both.float().chunk(2)
-        q2, q2_next = q2_both.float().chunk(2)
-        next_q = torch.minimum(q1_next, q2_next).detach()
+        out1_both, out2_both = heads(both, torch.cat([action, next_action.to(action.dtype)]))
+        out1, out1_next = out1_both.float().chunk(2)
+        out2, out2_next = out2_both.float().chunk(2)
+        next_q = torch.minimum(value(out1_next), value(out2_next)).detach()
     else:
         with torch.no_grad():
             q1_next, q2_next = critic_target(next_obs, next_action)
             next_q = torch.minimum(q1_next, q2_next).float()
-        q1, q2 = (q.float() for q in critic(obs, action))
+        out1, out2 = (out.float() for out in heads(obs, action))
     if next_q_bounds is not None:
         next_q = next_q.clamp(next_q_bounds[0], next_q_bounds[1])
     target = returns + discount * (next_q + next_bonus)
-    loss = weighted_mean((q1 - target).pow(2) + (q2 - target).pow(2), weight)
+    q1 = value(out1)
+    if support is None:
+        per_item = (out1 - target).pow(2) + (out2 - target).pow(2)
+    else:
+        per_item = support.loss(out1, target) + support.loss(out2, target)
+    loss = weighted_mean(per_item, weight)
     return CriticLossOutput(loss, (q1 - target).detach(), q1.detach().mean(), target.detach())
 
 

@@ -513,8 +513,7 @@ def test_the_hard_target_period_is_counted_in_samples_and_an_older_runs_updates_
 
 
 @pytest.mark.parametrize(("algo", "norm", "allowed"), [("dqn", "batch_renorm", "none or layer_norm"),
-                                                       ("td3", "layer_norm", "none or batch_renorm"),
-                                                       ("sac", "layer_norm", "none or batch_renorm")])
+                                                       ("qrdqn", "batch_renorm", "none or layer_norm")])
 def test_each_algorithm_is_told_which_critic_norms_it_has(algo, norm, allowed, capsys):
     env = "Pendulum-v1" if algo != "dqn" else "CartPole-v1"
     code = main(["config", "show", "cartpole", f"algo.name={algo}", f"env.id={env}", f"network.critic_norm={norm}"])

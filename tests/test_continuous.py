@@ -28,6 +28,8 @@ from tests.test_video import decode_apng
 class ConstantCritic(nn.Module):
     """Q1 = sum(obs) + 2a, Q2 = sum(obs) + a: easy to compute by hand."""
 
+    support = None  # scalar critics (TwinCritic's categorical support: learner/categorical_critic.py)
+
     def forward(self, obs, action):
         return obs.sum(1) + 2 * action[:, 0], obs.sum(1) + action[:, 0]
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from raypex.cluster.config.collectors_section import CollectorsConfig
+from raypex.cluster.config.network_section import NetworkConfig
 from raypex.cluster.config.replay_section import ReplayConfig
 from raypex.cluster.config.section import Section, on_off_from_yaml_bools
 from raypex.learner.algorithms.registry import algorithm, names
@@ -111,69 +112,6 @@ class AlgoConfig(Section):
                          "stored recurrent state up to date (no loss, no gradient).")
     value_rescale: bool = Field(True, description="r2d2: learn h(Q) with h(x) = sign(x)(sqrt(|x|+1)-1) + 0.001x, "
                                 "which squashes large returns (R2D2's, from Pohlen et al. 2018).")
-
-
-class NetworkConfig(Section):
-    """The Q-network shared by learner and collectors."""
-
-    hidden: list[int] = Field([64, 64], min_length=1, description="Hidden layer sizes: the MLP's on flat "
-                              "observations; on images, the fully connected layers after the CNN torso.")
-    dueling: bool = Field(True, description="Dueling value/advantage head.")
-    obs_norm: bool = Field(False, description="td3/sac on flat observations: normalize each dimension by its "
-                           "running mean and std over the batches the learner trains on; the statistics live in the "
-                           "networks, so collectors, evaluations and policy.pt2 apply them.")
-    critic_norm: Literal["none", "layer_norm", "batch_renorm"] = Field(
-        "none", description="Normalization in the value networks. dqn: layer_norm puts a LayerNorm before each hidden "
-        "layer's ReLU in the Q-network (as PQN does). td3/sac: batch_renorm gives CrossQ's critics (Bhatt et al. 2024): "
-        "batch renormalization of their input and hidden layers and no target critics, (s, a) and (s', a') going "
-        "through them as one batch.")
-    encoder: str | None = Field(
-        None, description="Your observation encoder, package.module:Class, in place of raypex's MLP input or CNN for "
-        "every algorithm (learner, collectors, evaluator, policy.pt2): built as Class(observation_space, "
-        "**encoder_kwargs), a torch Module mapping float32 observations [B, ...] (uint8 pixels scaled to [0, 1]) to "
-        "features [B, F]; the hidden layers and heads follow it. Its package must be installed on every node; "
-        "checked when the run starts.")
-    encoder_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for network.encoder.")
-    recurrent_size: int = Field(128, ge=1, le=4096, description="r2d2: the LSTM's units, after the hidden layers.")
-    core: Literal["lstm", "mlp"] = Field(
-        "lstm", description="r2d2: the recurrent core; mlp puts a feed-forward ReLU layer of recurrent_size units in "
-        "its place, which keeps no state: the same learner without memory, to measure what memory buys.")
-    sale: bool = Field(False, description="td3/sac on flat observations: SALE embeddings (Fujimoto et al. 2023, TD7's): "
-                       "an encoder learns zs = f(s) and zsa = g(zs, a) by predicting the next state's zs, and the actor "
-                       "and critics read them beside the observation; the targets are hard copies every "
-                       "learner.target_update_every_samples (set learner.target_update hard), the next Q-value clipped "
-                       "to the range of the targets seen up to the last period. Needs algo.n_step 1.")
-
-    @field_validator("encoder")
-    @classmethod
-    def _import_path(cls, path: str | None) -> str | None:
-        module, _, name = (path or "").partition(":")
-        if path is not None and (not module or not name.isidentifier()):
-            raise ValueError(f"'{path}' is not an import path of the form package.module:Class")
-        return path
-
-    @model_validator(mode="after")
-    def _encoder_alone(self) -> NetworkConfig:
-        if self.encoder is None:
-            if self.encoder_kwargs:
-                raise ValueError("encoder_kwargs: set network.encoder too (the kwargs are its)")
-            return self
-        clashing = [name for name, on in (("obs_norm", self.obs_norm), ("sale", self.sale)) if on]
-        if clashing:
-            raise ValueError(f"encoder takes the observations itself: drop network.{clashing[0]} (it reads raw "
-                             "flat observations), or normalize inside your encoder")
-        return self
-
-    @property
-    def flat_only(self) -> tuple[str, ...]:
-        """The options set here that need flat observations (actors/envs.py check_algo_fits)."""
-        return tuple(name for name, on in (("network.obs_norm", self.obs_norm), ("network.sale", self.sale)) if on)
-
-    @model_validator(mode="after")
-    def _positive_layers(self) -> NetworkConfig:
-        if any(h < 1 for h in self.hidden):
-            raise ValueError("hidden: every layer size must be >= 1")
-        return self
 
 
 class LearnerConfig(Section):
@@ -370,10 +308,13 @@ class RunConfig(Section):
                              "use collectors.act_device auto or cpu, or learner.device auto or cuda")
         if self.network.obs_norm and not continuous:
             raise ValueError("network.obs_norm is for algo.name td3 and sac")
-        allowed = ("none", "batch_renorm") if continuous else ("none", "layer_norm")
+        allowed = ("none", "layer_norm", "batch_renorm") if continuous else ("none", "layer_norm")
         if self.network.critic_norm not in allowed:
             raise ValueError(f"network.critic_norm {self.network.critic_norm} is not for algo.name {self.algo.name}; "
                              f"use {' or '.join(allowed)}")
+        if self.network.critic_head != "scalar" and not continuous:
+            raise ValueError(f"network.critic_head {self.network.critic_head} is for td3's and sac's critics; for a "
+                             f"distribution over returns with Discrete actions use algo.name qrdqn or iqn")
         if continuous and self.replay.prioritized and self.replay.initial_priority == "td":
             raise ValueError(f"replay.initial_priority td needs Q-values at the collectors, which algo.name "
                              f"{self.algo.name} does not have there; use max")

@@ -23,7 +23,8 @@ from raypex.cluster.storage import UnsafeRunFile
 # Keys that fix the networks' shapes or what the env produces: a checkpoint cannot be loaded
 # into anything else, so a resume may not change them.
 SHAPE_KEYS = ("env.id", "env.kwargs", "env.frame_stack", "network.hidden", "network.dueling",
-              "network.critic_norm", "network.encoder", "network.encoder_kwargs")
+              "network.critic_norm", "network.critic_head", "network.critic_bins", "network.critic_range",
+              "network.encoder", "network.encoder_kwargs")
 
 
 def open_remote(uri: str, option: str, resume: bool) -> RemoteRun:
