@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raypex.learner.networks import build_q_network
+from raypex.replay.contracts import batch_size
 
 COSINES = 64  # the embedding's cosines, as the IQN paper's
 
@@ -53,5 +54,5 @@ class ImplicitQuantileNetwork(nn.Module):
         return advantage.transpose(1, 2)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        fractions = self.acting_fractions.expand(obs.shape[0], -1)
+        fractions = self.acting_fractions.expand(batch_size(obs), -1)
         return self.quantiles(obs, fractions).mean(dim=2)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from raypex.learner.losses import LossOutput
+from raypex.replay.contracts import batch_size
 
 
 def quantile_fractions(n: int, device=None) -> torch.Tensor:
@@ -54,12 +55,12 @@ def implicit_quantile_loss(online, target, obs, action, returns, discount, next_
     """IQN's loss: the quantile Huber loss at `samples` fractions drawn for each transition's online
     quantiles, against its target's at as many drawn independently; the greedy next action by the
     networks' Q-values (their fixed fractions' mean)."""
-    batch = obs.shape[0]
-    fractions = torch.rand(batch, samples, device=obs.device)
+    batch = batch_size(obs)
+    fractions = torch.rand(batch, samples, device=returns.device)
     taken = _of_actions(online.quantiles(obs, fractions), action)
     with torch.no_grad():
         best = (online(next_obs) if double_dqn else target(next_obs)).argmax(dim=1)
-        next_quantiles = _of_actions(target.quantiles(next_obs, torch.rand(batch, samples, device=obs.device)), best)
+        next_quantiles = _of_actions(target.quantiles(next_obs, torch.rand(batch, samples, device=returns.device)), best)
     return _scored(taken, next_quantiles, returns, discount, weight, kappa, fractions)
 
 

@@ -239,8 +239,9 @@ def first_part(obs: Any) -> Any:
 
 
 def batch_size(obs: Any) -> int:
-    """Observations in a batch of one array or of parts."""
-    return len(first_part(obs))
+    """Observations in a batch of one array or of parts (read from the shape, which an exporter's
+    trace keeps symbolic where `len` would fix it)."""
+    return first_part(obs).shape[0]
 
 
 def each_part(function, *observations: Any) -> Any:

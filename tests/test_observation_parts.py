@@ -229,6 +229,40 @@ def test_a_tuple_envs_policy_takes_a_tuple(tmp_path):
     np.testing.assert_array_equal(policy.act(as_tuple), policy.act(as_dict))
 
 
+@pytest.mark.parametrize("algo", ["dqn", "qrdqn", "iqn", "r2d2", "td3", "sac"])
+def test_every_algorithm_trains_on_parts_and_exports_its_acting_graph_and_policy(algo, tmp_path):
+    from raypex.actors.envs import EnvSpec
+    from raypex.cluster.config.loading import load_config
+    from raypex.cluster.plan.settings import learner_settings
+    from raypex.learner.synthetic import synthetic_batch
+
+    box = algorithm(algo).box_actions
+    spec = EnvSpec((), "parts", 0 if box else 4, 1, (-1.0,) * box, (1.0,) * box, obs_parts=PARTS)
+    config = load_config(None, [f"algo.name={algo}", "learner.micro_batch=8", "replay.sequence_length=6",
+                                "replay.sequence_overlap=2", "algo.burn_in=2", "network.recurrent_size=8"])
+    s = learner_settings(config, spec)
+    step = algorithm(algo).build_step(s, torch.device("cpu"))
+    batch = synthetic_batch(s, torch.device("cpu"), np.random.default_rng(0))
+    assert {"obs.image", "obs.where"} <= set(batch)
+    before = [p.detach().clone() for p in step.policy.parameters()]
+    for _ in range(2):  # TD3 steps its actor every second update
+        step(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, step.policy.parameters())), "nothing trained"
+    graph = algorithm(algo).acting_graph(step.policy, (), "parts", PARTS)
+    forward = GraphForward()
+    forward.load(Weights(1, export_arrays(step.policy), acting_graph=graph))
+    data = {"obs": sample_obs(3)}
+    if algo == "r2d2":
+        data["state"] = np.zeros((3, 16), np.float32)
+    assert len(forward.run(**data)[0]) == 3
+    module, outputs = step.exportable(step.policy.cpu().eval())
+    (tmp_path / "policy.pt2").write_bytes(export_policy_archive(module, (), outputs, getattr(module, "state_size", 0)
+                                                                if algo == "r2d2" else 0, parts=PARTS))
+    policy = load_policy(tmp_path / "policy.pt2")
+    acted = policy.act(sample_obs(3), policy.initial_state(3)) if policy.recurrent else policy.act(sample_obs(3))
+    assert len(acted[0] if policy.recurrent else acted) == 3
+
+
 def test_the_vector_env_hands_on_parts_of_a_dict_and_of_a_tuple():
     from tests.parts_env import QuadrantTurn
 
