@@ -100,8 +100,10 @@ def build_encoder(path: str, kwargs: dict[str, Any], obs_shape: tuple[int, ...],
     EncoderError naming the class and what was expected."""
     cls = encoder_class(path)
     space = encoder_space(obs_shape, obs_dtype, parts)
-    if parts:
-        obs_shape = ("{" + ", ".join(f"{key}: [2, {', '.join(map(str, shape))}]" for key, shape, _ in parts) + "}",)
+    # how the errors name the sample: one observation's shape and the batch's, or each part's batch
+    parts_batch = "{" + ", ".join(f"{key}: [2, {', '.join(map(str, shape))}]" for key, shape, _ in parts) + "}"
+    seen = parts_batch if parts else list(obs_shape)
+    batch = parts_batch if parts else f"[2, {', '.join(map(str, obs_shape))}]"
     where = f"network.encoder {path}"
     try:
         inner = cls(space, **kwargs)
@@ -115,12 +117,10 @@ def build_encoder(path: str, kwargs: dict[str, Any], obs_shape: tuple[int, ...],
         with torch.no_grad():
             out = inner(sample)
     except Exception as err:  # noqa: BLE001 - the user's forward: said in one line
-        seen = obs_shape[0] if parts else list(obs_shape)
         raise EncoderError(f"{where} failed on a batch of 2 observations of shape {seen}: "
                            f"{type(err).__name__}: {err}") from None
     if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2 or not out.is_floating_point():
         got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        batch = obs_shape[0] if parts else f"[2, {', '.join(map(str, obs_shape))}]"
         raise EncoderError(f"{where} must map a batch {batch} to float features [2, F]; it gave {got}")
     scale = ({key: 1.0 / 255.0 if dtype == "uint8" else 1.0 for key, _, dtype in parts} if parts
              else 1.0 / 255.0 if obs_dtype == "uint8" else 1.0)
