@@ -5,7 +5,7 @@ sequences (replay/sequences.py)."""
 
 from __future__ import annotations
 
-from raypex.learner.algorithms.registry import Algorithm, register
+from raypex.learner.algorithms.registry import Algorithm, observation_spec, register
 
 
 @register
@@ -19,9 +19,7 @@ class R2D2(Algorithm):
     def batch_spec(self, settings):
         """Sequences of `sequence_length` steps, [G, B, T, ...], and each one's stored state."""
         steps = settings.sequence_length
-        observations = ({f"obs.{key}": ((steps, *shape), dtype) for key, shape, dtype in settings.obs_parts}
-                        if settings.obs_parts else {"obs": ((steps, *settings.obs_shape), settings.obs_dtype)})
-        spec = {**observations, "action": ((steps,), "int32"),
+        spec = {**observation_spec(settings, ("obs",), (steps,)), "action": ((steps,), "int32"),
                 "reward": ((steps,), "float32"), "discount": ((steps,), "float32"), "first": ((steps,), "bool"),
                 "state": ((2 * settings.recurrent_size,), "float32")}
         if settings.prioritized:

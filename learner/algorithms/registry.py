@@ -63,6 +63,16 @@ class PluginError(ValueError):
     """An installed package's `raypex.algorithms` entry point that does not give an algorithm."""
 
 
+def observation_spec(settings: LearnerSettings, names: tuple[str, ...],
+                     steps: tuple[int, ...] = ()) -> dict[str, tuple[tuple[int, ...], str]]:
+    """batch_spec's observation fields `names` ([*steps, *shape], dtype each): one per name, or one
+    per name and part (`name.key`) for observations in parts."""
+    if settings.obs_parts:
+        return {f"{name}.{key}": ((*steps, *shape), dtype) for key, shape, dtype in settings.obs_parts
+                for name in names}
+    return {name: ((*steps, *settings.obs_shape), settings.obs_dtype) for name in names}
+
+
 class Algorithm:
     """One algorithm's plug-in (see the module docstring); subclasses set the class attributes,
     `build_step` and how it acts."""
@@ -81,10 +91,7 @@ class Algorithm:
         """Each field a batch holds for its step: (shape per sample, dtype), [G, B] in front.
         Transitions: what every algorithm raypex has trains on (observations in parts as one field
         per part, replay/contracts.py)."""
-        observations = ({f"{name}.{key}": (tuple(shape), dtype) for key, shape, dtype in settings.obs_parts
-                         for name in ("obs", "next_obs")} if settings.obs_parts
-                        else {name: (tuple(settings.obs_shape), settings.obs_dtype) for name in ("obs", "next_obs")})
-        spec = {**observations, "action": ((settings.action_dim,), "float32") if self.box_actions else ((), "int64"),
+        spec = {**observation_spec(settings, ("obs", "next_obs")), "action": ((settings.action_dim,), "float32") if self.box_actions else ((), "int64"),
                 "return": ((), "float32"), "discount": ((), "float32")}
         if settings.prioritized:
             spec["weight"] = ((), "float32")  # importance-sampling weights
