@@ -1,4 +1,5 @@
-"""Greedy evaluation: run each of `episodes` envs of a vector env through one full episode.
+"""Greedy evaluation: run each of `episodes` envs of a vector env through one full episode, or
+its first `max_episode_steps` steps where it runs longer.
 
 All episodes run side by side in one vector env, so an evaluation costs one batched forward pass
 per env step rather than one per episode. Used by the evaluator actor (cluster/hosts/evaluator_actor.py),
@@ -26,7 +27,7 @@ class Evaluator:
     """Owns an evaluation vector env with one env per episode."""
 
     def __init__(self, env_id: str, env_kwargs: dict, episodes: int, seed: int, frame_stack: int = 4,
-                 epsilon: float = 0.0, stacked: bool = False, wrappers: tuple = ()):
+                 epsilon: float = 0.0, stacked: bool = False, wrappers: tuple = (), *, max_episode_steps: int):
         self.mujoco = is_mujoco(env_id)  # pictures drawn afterwards from recorded states (actors/mujoco_video.py)
         if self.mujoco:
             headless_rendering()
@@ -37,6 +38,8 @@ class Evaluator:
         self.video: EncodedVideo | None = None  # the first episode of the last recorded evaluation
         self.episodes = episodes
         self.seed = seed
+        self.max_episode_steps = max_episode_steps  # an episode still running then stops there, scored so far
+        self.cut = 0  # episodes of the last evaluation stopped at max_episode_steps
         # A small random-action rate keeps a greedy policy from stalling a game forever (Breakout
         # waits for FIRE after a lost life), as in the DQN papers' evaluation protocol.
         self.epsilon = epsilon
@@ -53,12 +56,14 @@ class Evaluator:
         With `give_up=(target_mean, max_return)` the evaluation stops, returning None, as soon as
         the mean could no longer reach `target_mean` even if every unfinished episode scored
         `max_return`: a policy far from the target then costs a few dozen env steps instead of
-        its longest episode. Without it every episode runs to its end. With `record`, the first
+        its longest episode. Without it every episode runs to its end, or to `max_episode_steps`
+        (counted in `cut`): a stalled policy in an env with no time limit ends there. With `record`, the first
         episode's pictures (actors/episode_video.py) are kept in `video`, encoded as they come
         (None: this env has no picture).
         """
         obs, _ = self.env.reset(seed=self.seed + 10_007 * self.runs)
         self.runs += 1
+        self.cut = 0
         returns = np.zeros(self.episodes, np.float64)
         running = np.ones(self.episodes, bool)
         lengths = np.zeros(self.episodes, np.int64)  # each episode's steps so far, for a fault's line
@@ -89,7 +94,10 @@ class Evaluator:
             check(obs, reward, lengths)
             lengths += running
             returns += np.where(running, reward, 0.0)
-            running &= ~(terminated | truncated)
+            ended = terminated | truncated
+            cut = running & ~ended & (lengths >= self.max_episode_steps)
+            self.cut += int(cut.sum())
+            running &= ~(ended | cut)
             if give_up and (give_up[1] - returns[~running]).sum() > allowed_shortfall:
                 return None
         if states is not None:

@@ -74,6 +74,7 @@ class EvaluatorSettings:
     frame_stack: int  # the config's env.frame_stack
     stacked: bool  # frames stacked by raypex (pixel envs), not by the env
     epsilon: float  # random-action rate while evaluating (Atari's protocol: 0.05)
+    max_episode_steps: int  # an episode still running after this many steps stops there (eval.max_episode_steps)
     action_low: tuple[float, ...] = ()  # Box actions' bounds: the weights are a td3/sac actor
     action_high: tuple[float, ...] = ()
     layer_norm: bool = False  # dqn: the Q-network's hidden layers are layer-normalized (network.critic_norm)

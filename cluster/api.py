@@ -94,6 +94,8 @@ class EvalResult:
 
     returns: np.ndarray  # one undiscounted return per episode, in the order the episodes were played
     video: Path | None = None  # the first episode as an animated PNG, when asked for and the env has pictures
+    cut: int = 0  # episodes stopped at max_episode_steps steps (the run's eval.max_episode_steps), scored so far
+    max_episode_steps: int | None = None  # that cap
 
     @property
     def mean(self) -> float:
@@ -104,8 +106,10 @@ class EvalResult:
         """What `raypex eval` prints (one precision for all four: a mean of 0.95 beside a min of 0.9
         once read as if the mean were out of range)."""
         r = self.returns
+        cut = (f"; {self.cut} of them stopped at eval.max_episode_steps, {self.max_episode_steps:,} steps, "
+               "scored so far") if self.cut else ""
         return (f"mean return {r.mean():.2f} over {len(r)} episodes "
-                f"(min {r.min():.2f}, max {r.max():.2f}, std {r.std():.2f})")
+                f"(min {r.min():.2f}, max {r.max():.2f}, std {r.std():.2f}{cut})")
 
 
 def _best_trial(directory: Path) -> Path:
@@ -173,7 +177,8 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
         try:
             # frames stacked by raypex (pixel envs) give the video's pictures
             stacked = video is not None and inspect_env(env.id, env.kwargs, env.frame_stack, env.wrappers).frame_stack > 0
-            evaluator = Evaluator(env.id, env.kwargs, episodes, seed, env.frame_stack, eps, stacked, tuple(env.wrappers))
+            evaluator = Evaluator(env.id, env.kwargs, episodes, seed, env.frame_stack, eps, stacked, tuple(env.wrappers),
+                                  max_episode_steps=config.eval.max_episode_steps)
         except UnsupportedEnv as err:
             raise UsageError(str(err), err.details) from None
         try:
@@ -184,7 +189,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     if video is not None and evaluator.video is not None:
         written = Path(video)
         atomic_write(written, evaluator.video.data)
-    return EvalResult(returns, written)
+    return EvalResult(returns, written, evaluator.cut, config.eval.max_episode_steps)
 
 
 @contextlib.contextmanager

@@ -298,7 +298,7 @@ def test_a_mujoco_evaluation_records_pictures_of_its_first_episode(monkeypatch):
     from raypex.actors import mujoco_video
     from raypex.actors.evaluator import Evaluator
 
-    evaluator = Evaluator("HalfCheetah-v5", {"max_episode_steps": 30}, 2, 0)
+    evaluator = Evaluator("HalfCheetah-v5", {"max_episode_steps": 30}, 2, 0, max_episode_steps=27_000)
     returns = evaluator.evaluate(lambda obs: np.ones((len(obs), 6), np.float32), record=True)
     video = evaluator.video
     assert returns.shape == (2,) and video is not None

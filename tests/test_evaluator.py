@@ -34,7 +34,7 @@ def evaluate(policy, give_up=None, seed: int = 5):
         calls.append(1)
         return policy(obs)
 
-    returns = Evaluator("CartPole-v1", {}, EPISODES, seed).evaluate(counted, give_up)
+    returns = Evaluator("CartPole-v1", {}, EPISODES, seed, max_episode_steps=27_000).evaluate(counted, give_up)
     return returns, len(calls)
 
 
@@ -71,6 +71,25 @@ def test_an_evaluation_given_no_weights_is_lost_not_a_crash():
     from raypex.actors.settings import EvaluatorSettings
     from raypex.cluster.hosts.evaluator_actor import EvaluatorActor
 
-    evaluator = EvaluatorActor(EvaluatorSettings("CartPole-v1", {}, 2, 0, (4,), "float32", 2, [8], True, 0, False, 0.0))
+    evaluator = EvaluatorActor(EvaluatorSettings("CartPole-v1", {}, 2, 0, (4,), "float32", 2, [8], True, 0, False, 0.0, 27_000))
     assert evaluator.evaluate(None) is None
     evaluator.evaluator.close()
+
+
+def test_an_episode_that_never_ends_stops_at_max_episode_steps_scored_so_far():
+    """MinAtar registers its games with no time limit, and a greedy Seaquest policy that keeps still
+    never ends an episode: an evaluation (in a run, or raypex eval) ran forever. Half the envs hold
+    still (cut at the cap), half dive (the sub runs out of oxygen within 200 steps, an end of its
+    own); the policy refuses to be asked past the cap, so a missing cap fails instead of hanging."""
+    cap, steps = 300, []
+
+    def half_still(obs: np.ndarray) -> np.ndarray:
+        steps.append(1)
+        assert len(steps) <= cap, "the evaluation went past max_episode_steps"
+        return np.where(np.arange(len(obs)) % 2 == 0, 0, 4)  # 0: no-op, 4: down in Seaquest's minimal set
+
+    evaluator = Evaluator("MinAtar/Seaquest-v1", {}, 6, 0, 1, max_episode_steps=cap)
+    returns = evaluator.evaluate(half_still)
+    evaluator.close()
+    assert len(returns) == 6 and len(steps) == cap
+    assert evaluator.cut == 3  # the still ones; the divers ended on their own, sooner

@@ -161,6 +161,20 @@ def test_eval_finds_the_runs_own_env_code_from_any_directory(env_id, in_dir, tmp
     assert by_file.returncode == 0 and by_file.stdout.splitlines()[0] == evaluated.stdout.splitlines()[0], by_file
 
 
+def test_an_env_that_never_ends_an_episode_is_evaluated_to_the_cap_in_a_run_and_by_raypex_eval(in_dir, capsys):
+    """GOOD's episodes never end (no time limit, never terminated): the run's evaluations and
+    raypex eval stop each episode at eval.max_episode_steps and say so, where both ran forever."""
+    (in_dir / "endless.py").write_text(GOOD)
+    assert main(["train", "--local", "--run-dir", "runs/endless", "env.id=endless:Env", "stop.env_steps=600",
+                 "replay.min_size=300", "eval.episodes=2", "eval.every_env_steps=300", "eval.max_episode_steps=40"]) == 0
+    summary = json.loads((in_dir / "runs" / "endless" / "summary.json").read_text())
+    assert summary["final_eval_return"] == 0.0, summary
+    capsys.readouterr()
+    assert main(["eval", "runs/endless", "--episodes", "3"]) == 0
+    assert capsys.readouterr().out == ("mean return 0.00 over 3 episodes (min 0.00, max 0.00, std 0.00; 3 of them "
+                                       "stopped at eval.max_episode_steps, 40 steps, scored so far)\n")
+
+
 def test_an_env_raising_mid_run_in_one_process_ends_it_in_one_line_naming_its_line(in_dir, capsys):
     """`--local`: the env's error (its type, message and line) is the run's one failure line, the
     final files are written, the traceback goes to error.log, and no resume is suggested (it would

@@ -165,6 +165,12 @@ class EvalConfig(Section):
     epsilon: float = Field(
         0.0, ge=0.0, le=1.0, description="Random-action rate while evaluating (Atari's protocol uses 0.05)."
     )
+    max_episode_steps: int = Field(
+        27_000, ge=1, le=100_000_000, description="An evaluation episode still running after this many steps stops "
+        "there, scored with its return so far (the DQN evaluation protocol's cap: 108,000 Atari frames at 4 a step), so "
+        "a greedy policy that stalls a game with no time limit of its own (MinAtar's, your own env's) cannot hold an "
+        "evaluation, or raypex eval, forever. An env's own shorter limit (CartPole 500, MuJoCo 1,000) ends it first."
+    )
     every_env_steps: int = Field(
         800, ge=1, description="Env steps between evaluations of the newest weights (one runs at a time, "
         "only on weights published since the last one started)."

@@ -30,7 +30,7 @@ class WeightsEvaluator:
         self.policy = algorithm(s.algo).greedy_policy(s)
         self.action_scale = ActionScale(s.action_low, s.action_high) if s.action_low else None  # Box actions
         self.evaluator = Evaluator(s.env_id, s.env_kwargs, s.episodes, s.seed, s.frame_stack, s.epsilon, s.stacked,
-                                   s.env_wrappers)
+                                   s.env_wrappers, max_episode_steps=s.max_episode_steps)
 
     def _policy(self, weights: Weights):
         """Greedy actions of these weights, in the env's units, each episode's state (if the

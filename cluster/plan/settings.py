@@ -131,6 +131,7 @@ def evaluator_settings(config: RunConfig, spec: EnvSpec) -> EvaluatorSettings:
     return EvaluatorSettings(config.env.id, config.env.kwargs, config.eval.episodes, config.seed + 77, spec.obs_shape,
                              spec.obs_dtype, spec.num_actions, config.network.hidden, config.network.dueling,
                              config.env.frame_stack, spec.frame_stack > 0 and not spec.obs_parts, config.eval.epsilon,
+                             config.eval.max_episode_steps,
                              spec.action_low, spec.action_high, config.network.critic_norm == "layer_norm",
                              config.algo.name,
                              config.network.recurrent_size if algorithm(config.algo.name).sequences else 0,
