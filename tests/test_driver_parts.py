@@ -351,11 +351,16 @@ def test_progress_shows_the_share_done_the_time_left_and_replay_filling():
     progress.update(62.0, 251_000, 10.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, stopping=True)
     # with stop.eval_return set an evaluation may end the run sooner: the time left is a bound
     progress.update(64.0, 260_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, may_solve=True)
-    first, second, third, fourth = stream.getvalue().splitlines()
+    # stop.wall_s: its share and time left where it comes first (90 of 120 s: 30 s, against 48 s of steps)
+    progress.update(64.0, 260_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, time_limit=(90.0, 120.0))
+    progress.update(64.0, 260_000, 5_000.0, 30.0, 100.0, 0.5, 1.0, goal_steps=500_000, time_limit=(10.0, 120.0))
+    first, second, third, fourth, fifth, sixth = stream.getvalue().splitlines()
     assert "env steps   11.8k (  2%, 2m02s left)" in first and "filling replay 11.8k/50.0k" in first
     assert "env steps  250.0k ( 50%, 50s left)" in second and "loss 0.5000" in second
     assert "env steps  251.0k (stopping) |" in third and "left" not in third
     assert "env steps  260.0k ( 52%, at most 48s left) |" in fourth
+    assert "env steps  260.0k ( 75%, 30s left) |" in fifth
+    assert "env steps  260.0k ( 52%, 48s left) |" in sixth
 
 
 def test_progress_says_starting_until_the_speed_is_measured_and_metrics_measure_it_at_the_second_poll():

@@ -147,6 +147,31 @@ def test_a_local_run_stopped_by_env_steps_is_the_same_however_often_the_driver_l
     assert 3000 <= ends[0][0] < 3000 + 16 * 16  # one chunk of one collector at most past the budget
 
 
+def test_a_run_stopped_by_wall_time_ends_past_it_and_resumes_only_with_a_larger_one(tmp_path, capsys):
+    """stop.wall_s counts the run's own seconds, the commands before a resume included: a run ends
+    `wall_s` once past it (a local run looks after each epoch), a plain resume of it is refused in
+    one line, and one with a larger stop.wall_s trains on to that."""
+    import json
+
+    from raypex.cluster.commands.cli import main
+
+    run_dir = tmp_path / "run"
+    # (300,000 env steps take this box over a minute: were stop.wall_s ignored, the test fails, not hangs)
+    assert main(["train", "--local", "--run-dir", str(run_dir), "stop.env_steps=300000", "stop.eval_return=null",
+                 "stop.wall_s=3", "eval.video_every=0"]) == 0
+    first = json.loads((run_dir / "summary.json").read_text())
+    assert first["ended"] == "wall_s" and first["wall_s"] >= 3, first
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir)]) == 2
+    longer = f"{first['wall_s'] + 3:.0f}"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"raypex: error: --resume {run_dir}: the run is finished ({first['wall_s']:.0f} s of training, stop.wall_s=3); "
+        f"to train on, give a larger one, e.g. stop.wall_s={longer} for as long again, or stop.wall_s=null")
+    assert main(["train", "--resume", str(run_dir), f"stop.wall_s={longer}"]) == 0
+    second = json.loads((run_dir / "summary.json").read_text())
+    assert second["ended"] == "wall_s" and second["wall_s"] >= float(longer) and second["env_steps"] > first["env_steps"]
+
+
 def test_a_local_runs_hang_watch_leaves_the_users_signals_alone():
     """The watcher interrupts a hung step with a real-time signal no one handles, never with
     SIGUSR1 or SIGUSR2 (a user's, a tool's: faulthandler, Tune), and gives it back at the end."""

@@ -207,6 +207,11 @@ class StopConfig(Section):
     eval_return: float | None = Field(
         490.0, description="Stop at the first evaluation whose mean return reaches this; null = never."
     )
+    wall_s: float | None = Field(
+        None, gt=0, description="Stop once the run has trained this many seconds of wall time (summary.json's "
+        "wall_s: a resumed run's count the commands before it), to compare settings at one time budget; null = no "
+        "time limit."
+    )
 
 
 class CheckpointConfig(Section):

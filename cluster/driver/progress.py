@@ -49,7 +49,8 @@ class ProgressLine:
     def update(self, elapsed_s: float, env_steps: int, sps: float | None, episode_return: float | None,
                eval_return: float | None, loss: float | None, lag: float | None,
                goal_steps: int | None = None, filling: tuple[int, int] | None = None,
-               stopping: bool = False, may_solve: bool = False, collectors: int | None = None) -> None:
+               stopping: bool = False, may_solve: bool = False, collectors: int | None = None,
+               time_limit: tuple[float, float] | None = None) -> None:
         """Draw the line (in place on a TTY; otherwise every `log_every_s`, and at once when the
         first loss is known, so that a log shows when learning began). With `goal_steps`
         (stop.env_steps) it shows the share done and the time left at the current speed, or
@@ -58,14 +59,20 @@ class ProgressLine:
         instead of the loss. `sps` None (not measured yet) shows "starting" for the speed and no time left.
         `may_solve` (stop.eval_return is set): an evaluation can end the run before stop.env_steps,
         so the time left is said as an upper bound. `collectors`: how many collect now, shown when
-        their number follows the cluster (collectors.num auto)."""
+        their number follows the cluster (collectors.num auto). `time_limit`: (the run's wall seconds
+        so far, stop.wall_s); the share and the time left are that limit's when it comes first."""
         done = ""
         if stopping:
             done = " (stopping)"
         elif goal_steps:
             left = (goal_steps - env_steps) / sps if sps else None
+            share = min(env_steps / goal_steps, 1.0)
+            if time_limit is not None:
+                wall_done, wall_goal = time_limit
+                if left is None or wall_goal - wall_done < left:
+                    left, share = max(wall_goal - wall_done, 0.0), min(wall_done / wall_goal, 1.0)
             bound = "at most " if may_solve else ""
-            done = f" ({min(env_steps / goal_steps, 1.0):4.0%}" + (
+            done = f" ({share:4.0%}" + (
                 f", {bound}{_fmt_duration(left)} left)" if left is not None else ")")
         shows_loss = loss is not None and not filling
         learning = (f"filling replay {_fmt_count(filling[0])}/{_fmt_count(filling[1])}" if filling

@@ -11,7 +11,7 @@ import re
 SUMMARY_FIELDS = {
     "env_id": "the env's Gymnasium id",
     "seed": "the run's seed",
-    "ended": "how the run ended: `solved`, `env_steps`, `stopped` (from Python: `RunningRun.stop`, or `stop_when` "
+    "ended": "how the run ended: `solved`, `env_steps`, `wall_s` (stop.wall_s), `stopped` (from Python: `RunningRun.stop`, or `stop_when` "
              "said so), `interrupted`, `terminated`, or `failed: <what died>`",
     "epochs": "epochs trained",
     "env_steps": "transitions that reached replay (the reset step after an episode is not counted): "

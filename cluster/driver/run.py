@@ -4,7 +4,7 @@ The driver is never on the data path. It keeps two `train_epoch` calls queued on
 the learner never idles between epochs), hands the newest published weights to the evaluator
 every `eval.every_env_steps` env steps (one evaluation at a time, while the learner keeps training),
 reads every actor's counters a few times a second, writes all TensorBoard scalars, restarts
-collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps`, on an
+collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps` or `stop.wall_s`, on an
 evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
 flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot recover from
 (RunFailed, after the same final files). It exports the version the deciding evaluation ran on.
@@ -248,7 +248,7 @@ class TrainingRun:
             if time.perf_counter() >= next_poll or epoch_recorded and self.rt.polls_every_epoch:
                 next_poll = time.perf_counter() + POLL_EVERY_S
                 if self.poll() and not stopping:
-                    self.outcome.ended = self.outcome.ended or "env_steps"
+                    self.outcome.ended = self.outcome.ended or self.limit_reached()
                     stopping = self._stop_learning()
 
     def end_soon(self, reason: str) -> None:
@@ -383,10 +383,19 @@ class TrainingRun:
                              m.last_loss, scalars.get("perf/policy_lag_mean"), self.config.stop.env_steps,
                              (replay, min_size) if m.last_loss is None and replay < min_size else None,
                              stopping=self.collect_end is not None, may_solve=self.outcome.target is not None,
-                             collectors=collecting if self.config.collectors.elastic else None)
+                             collectors=collecting if self.config.collectors.elastic else None,
+                             time_limit=None if self.config.stop.wall_s is None else (self._wall_s(), self.config.stop.wall_s))
         for observer in self.observers:
             observer.after_poll(self)
-        return m.env_steps >= self.config.stop.env_steps or self.outcome.ended is not None
+        return self.limit_reached() is not None or self.outcome.ended is not None
+
+    def limit_reached(self) -> str | None:
+        """The stop.* limit the run has reached ("env_steps", "wall_s"), or None."""
+        if self.metrics.env_steps >= self.config.stop.env_steps:
+            return "env_steps"
+        if self.config.stop.wall_s is not None and self._wall_s() >= self.config.stop.wall_s:
+            return "wall_s"
+        return None
 
     def _every_collector(self, answering: list[int], answers: list) -> list:
         """Every collector's counters, in order: the answers of those `answering`, and for one

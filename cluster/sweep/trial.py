@@ -243,7 +243,7 @@ class TrialWatch(RunObserver):
     def after_epoch(self, run, epoch: int, scalars: dict[str, float]) -> None:
         # a run at its end reports once, done, with its summary (`step`): a report now would let PBT
         # exploit a trial that has finished, restart it, and do so again at each restart's report
-        ending = run.metrics.env_steps >= run.config.stop.env_steps or run.outcome.ended is not None
+        ending = run.limit_reached() is not None or run.outcome.ended is not None
         if epoch % self.report_every == 0 and not ending:
             self.report_taken.clear()
             self.events.put(("report", run_figures(run)))
