@@ -200,7 +200,7 @@ def test_a_trial_trains_on_past_a_report_only_once_tune_has_taken_it_and_a_stop_
     watch = TrialWatch(1, events, str(tmp_path / "no-stop-file"), tmp_path)
     metrics = SimpleNamespace(env_steps=400, last_eval=None, last_return=20.0, sps=1.0, last_loss=0.5)
     run = SimpleNamespace(metrics=metrics, epochs_done=1, config=SimpleNamespace(stop=SimpleNamespace(env_steps=8000)),
-                          outcome=SimpleNamespace(ended=None, best=None, solved=None))
+                          outcome=SimpleNamespace(ended=None, best=None, solved=None), limit_reached=lambda: None)
     ended: list[str] = []
 
     def driver_loop_poll() -> None:
@@ -241,7 +241,8 @@ def test_a_pbt_trial_waits_at_its_first_report_for_its_population_serving_tune_a
                                                       last_loss=0.5),
                               epochs_done=1, config=SimpleNamespace(stop=SimpleNamespace(env_steps=8000)),
                               outcome=SimpleNamespace(ended=None, best=None, solved=None), outputs=outputs,
-                              request_checkpoint=lambda: saves.append(1), progress=SimpleNamespace(message=print))
+                              request_checkpoint=lambda: saves.append(1), progress=SimpleNamespace(message=print),
+                              limit_reached=lambda: None)
         watch = TrialWatch(1, queue.Queue(), str(tmp_path / "no-stop-file"), tmp_path / trial_id,
                            Population(str(tmp_path / "started"), trial_id, population))
         return watch, run, saves
