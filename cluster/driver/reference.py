@@ -11,8 +11,8 @@ import re
 SUMMARY_FIELDS = {
     "env_id": "the env's Gymnasium id",
     "seed": "the run's seed",
-    "ended": "how the run ended: `solved`, `env_steps`, `wall_s` (stop.wall_s), `stopped` (from Python: `RunningRun.stop`, or `stop_when` "
-             "said so), `interrupted`, `terminated`, or `failed: <what died>`",
+    "ended": "how the run ended: `solved`, `env_steps`, `wall_s` (stop.wall_s), `stopped` (from Python: "
+             "`RunningRun.stop`, or `stop_when` said so), `interrupted`, `terminated`, or `failed: <what died>`",
     "epochs": "epochs trained",
     "env_steps": "transitions that reached replay (the reset step after an episode is not counted): "
                  "`replay_inserted_per_shard` plus `replay_lost_transitions`, exactly",

@@ -4,8 +4,8 @@ The driver is never on the data path. It keeps two `train_epoch` calls queued on
 the learner never idles between epochs), hands the newest published weights to the evaluator
 every `eval.every_env_steps` env steps (one evaluation at a time, while the learner keeps training),
 reads every actor's counters a few times a second, writes all TensorBoard scalars, restarts
-collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps` or `stop.wall_s`, on an
-evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
+collector loops after Ray restarted a dead collector, and ends the run on `stop.env_steps` or
+`stop.wall_s`, on an evaluation reaching `stop.eval_return`, on Ctrl-C or SIGTERM (final checkpoint, TensorBoard
 flushed, actors killed, exit code 130 or 143), or on an actor's death it cannot recover from
 (RunFailed, after the same final files). It exports the version the deciding evaluation ran on.
 
@@ -377,14 +377,14 @@ class TrainingRun:
             self._count_collectors(collecting)
         self.evaluations.on_env_steps(self.metrics.env_steps)
         self.tb.scalars(scalars, self.metrics.env_steps)
-        m = self.metrics
+        m, stop = self.metrics, self.config.stop
         replay, min_size = sum(m.shard_sizes), self.config.replay.min_size
         self.progress.update(time.time() - self.clock_start, m.env_steps, m.sps, m.last_return, m.last_eval,
-                             m.last_loss, scalars.get("perf/policy_lag_mean"), self.config.stop.env_steps,
+                             m.last_loss, scalars.get("perf/policy_lag_mean"), stop.env_steps,
                              (replay, min_size) if m.last_loss is None and replay < min_size else None,
                              stopping=self.collect_end is not None, may_solve=self.outcome.target is not None,
                              collectors=collecting if self.config.collectors.elastic else None,
-                             time_limit=None if self.config.stop.wall_s is None else (self._wall_s(), self.config.stop.wall_s))
+                             time_limit=None if stop.wall_s is None else (self._wall_s(), stop.wall_s))
         for observer in self.observers:
             observer.after_poll(self)
         return self.limit_reached() is not None or self.outcome.ended is not None

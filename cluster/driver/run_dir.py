@@ -120,10 +120,9 @@ def _refuse_finished(run_dir: Path, saved: RunConfig, resumed: RunConfig, where:
     wall_s = summary.get("wall_s")
     if ended == "wall_s" and resumed.stop.wall_s is not None and isinstance(wall_s, (int, float)) \
             and resumed.stop.wall_s <= wall_s:
-        raise UsageError(f"{where}: the run is finished ({wall_s:.0f} s of training, stop.wall_s={saved.stop.wall_s:g}); "
-                         f"to train on, give a larger one, e.g. stop.wall_s={wall_s + saved.stop.wall_s:.0f} for as long "
-                         "again, or "
-                         "stop.wall_s=null")
+        raise UsageError(f"{where}: the run is finished ({wall_s:.0f} s of training, "
+                         f"stop.wall_s={saved.stop.wall_s:g}); to train on, give a larger one, e.g. "
+                         f"stop.wall_s={wall_s + saved.stop.wall_s:.0f} for as long again, or stop.wall_s=null")
 
 
 def kept_policy(run_dir: Path) -> PolicyFile | None:
