@@ -497,9 +497,9 @@ def test_the_hard_target_period_is_counted_in_samples_and_an_older_runs_updates_
     from raypex.cluster.plan.settings import target_update_every
 
     minatar = load_config(Path("configs/minatar.yaml"), [])
-    assert target_update_every(minatar.learner) == 1000
-    large = load_config(Path("configs/minatar.yaml"), ["learner.micro_batch=512", "learner.accumulation_steps=4"])
-    assert target_update_every(large.learner) == 62
+    assert target_update_every(minatar.learner) == 62
+    small = load_config(Path("configs/minatar.yaml"), ["learner.micro_batch=128", "learner.accumulation_steps=1"])
+    assert target_update_every(small.learner) == 1000
     tiny = load_config(Path("configs/minatar.yaml"), ["learner.target_update_every_samples=1"])
     assert target_update_every(tiny.learner) == 1  # at least every update
     older = {"learner": {"micro_batch": 128, "accumulation_steps": 4, "target_update_every": 2500}}

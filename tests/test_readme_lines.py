@@ -238,9 +238,10 @@ def pong_trained_on_a_small_box(ran: Ran) -> None:
     assert 0 < min(tags["replay/is_weight_min"]) <= 1
 
 
-def minatar_large_batch_trained(ran: Ran) -> None:
-    """The large-batch MinAtar line: collectors act and the evaluator evaluates with the
-    layer-normalized Q-network the learner trains, and policy.pt2 holds its LayerNorms."""
+def minatar_dqn_trained(ran: Ran) -> None:
+    """The MinAtar DQN line: a DQN run with batches of 128 in fp32, collectors acting and the
+    evaluator evaluating with the layer-normalized Q-network the learner trains, and policy.pt2
+    holding its LayerNorms."""
     import torch
 
     run = the_run(ran)
@@ -248,6 +249,8 @@ def minatar_large_batch_trained(ran: Ran) -> None:
     assert result["env_id"] == "MinAtar/Breakout-v1" and result["ended"] == "env_steps" and result["epochs"] > 0
     assert result["final_eval_return"] is not None and result["collector_restarts"] == 0, result
     assert "layer_norm" in str(torch.export.load(str(run / "policy.pt2")).graph)
+    config = (run / "config.yaml").read_text()
+    assert "name: dqn" in config and "micro_batch: 128" in config and "precision: fp32" in config, config
 
 
 def minatar_trained(ran: Ran) -> None:
@@ -593,8 +596,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                   "in a fresh virtual environment with the guide's package installed; solves"),
     "raypex eval runs/flat --episodes 10": Elsewhere(USER_ENCODER, '"eval", "runs/flat", "--episodes", "10"',
                                                      "the policy.pt2 that run gave, in that environment"),
-    "raypex train minatar network.encoder=myencoders:SmallConv stop.env_steps=120000 --run-dir runs/conv": Elsewhere(
-        USER_ENCODER, '"network.encoder=myencoders:SmallConv", "stop.env_steps=120000"',
+    "raypex train minatar network.encoder=myencoders:SmallConv stop.env_steps=200000 --run-dir runs/conv": Elsewhere(
+        USER_ENCODER, '"network.encoder=myencoders:SmallConv", "stop.env_steps=200000"',
         "in that environment, with the minatar extra; its final evaluation well above a random policy's"),
     'pip install "raypex[minari]"': Elsewhere(".ci/run", '-e ".[test,docs]"', "`.ci/run` installs the test extra, "
                                              "which holds the minari extra"),
@@ -660,8 +663,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
                                              check=minatar_trained),
     "raypex train configs/minatar.yaml env.id=MinAtar/Asterix-v1": Run(
         SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
-    "raypex train configs/minatar.yaml learner.micro_batch=512 learner.accumulation_steps=4 learner.lr=1e-3": Run(
-        SHORTER, HOURS, check=minatar_large_batch_trained),
+    "raypex train configs/minatar.yaml algo.name=dqn learner.micro_batch=128 learner.accumulation_steps=1 "
+    "learner.lr=2.5e-4 learner.precision=fp32": Run(SHORTER, HOURS, check=minatar_dqn_trained),
     "raypex train configs/popgym.yaml --run-dir runs/memory": Run(
         SHORTER, "minutes of training; 2,000 env steps show the run", check=trained_until_stopped(
             "popgym-RepeatPreviousEasy-v0")),
@@ -681,9 +684,9 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "sb3=sb3-pendulum-s0.csv sb3=sb3-pendulum-s1.csv sb3=sb3-pendulum-s2.csv --title Pendulum-v1": NotRun(
         "it draws the results page's figure from six runs and SB3's CSVs; the script is tested on a short run "
         "(tests/test_integration.py)"),
-    'python -m benchmarks.curves docs/img/minatar-breakout.png raypex=runs/breakout --published '
-    'MinAtar-paper-DQN=5000000:10 --title "MinAtar Breakout"': NotRun(
-        "it draws the results page's figure from a 10-minute run; the script is tested on a short run "
+    'python -m benchmarks.curves docs/img/minatar-seaquest.png raypex=runs/seaquest --published '
+    'MinAtar-paper=5000000:20 --title "MinAtar Seaquest"': NotRun(
+        "it draws the results page's figure from a 25-minute run; the script is tested on a short run "
         "(tests/test_integration.py)"),
     "python -m benchmarks.checkpoint_memory --transitions 50000": NotRun(
         "a results figure: filling Pong's replay to 50k transitions and checkpointing it takes minutes here"),
@@ -783,10 +786,12 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "run with a published curve (tests/test_integration.py)"),
     "raypex train --resume runs/hc-s2 stop.env_steps=300000":
         at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
-    "raypex train configs/minatar.yaml --run-dir runs/breakout stop.env_steps=1500000":
-        at_full_length('"raypex train configs/minatar.yaml"', "the MinAtar line, shortened,"),
-    "raypex eval runs/breakout --episodes 100":
+    "raypex train configs/minatar.yaml env.id=MinAtar/Seaquest-v1 stop.wall_s=600 stop.env_steps=100000000 "
+    "--run-dir runs/seaquest": at_full_length('"raypex train configs/minatar.yaml"', "the MinAtar line, shortened,"),
+    "raypex eval runs/seaquest --episodes 100":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
+    "raypex train --resume runs/seaquest stop.wall_s=1500":
+        at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/popgym.yaml env.id=popgym-PositionOnlyCartPoleEasy-v0 --seed 2 --run-dir runs/position-s2":
         at_full_length("configs/popgym.yaml --run-dir runs/memory", "the memory line, shortened,"),
     "raypex eval runs/position-s2 --episodes 100":
