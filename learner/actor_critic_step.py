@@ -85,12 +85,12 @@ class ActorCriticStep:
         crossq = settings.critic_norm == "batch_renorm"
         # network.sale (learner/sale.py): the encoder trained here; the actor and critics read frozen copies of it
         self.sale = SaleTraining(obs_shape[0], action_dim, settings.lr, settings.adam_eps, device) if settings.sale else None
+        support = (HLGaussSupport(*settings.critic_range, settings.critic_bins)
+                   if settings.critic_head == "categorical" else None)
         if self.sale is not None:
-            self.critic: nn.Module = SaleTwinCritic(obs_shape[0], action_dim, settings.hidden).to(device)
+            self.critic: nn.Module = SaleTwinCritic(obs_shape[0], action_dim, settings.hidden, support).to(device)
             self.sale.read_by(self.actor, self.critic)
         else:
-            support = (HLGaussSupport(*settings.critic_range, settings.critic_bins)
-                       if settings.critic_head == "categorical" else None)
             self.critic = TwinCritic(obs_shape, action_dim, settings.hidden, obs_dtype, settings.obs_norm, crossq,
                                      encoder, settings.critic_norm == "layer_norm", support).to(device)
         # CrossQ's critics have no targets: their next-state values come from the same batch

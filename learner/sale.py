@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raypex.learner.categorical_critic import HLGaussSupport
 from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.precision import fp32_head
@@ -90,28 +91,35 @@ class SaleActorInput(nn.Module):
 
 class SaleTwinCritic(nn.Module):
     """Twin critics on [AvgL1Norm(W (s, a)), zsa, zs]: a projection of `hidden[0]` units each,
-    then ELU layers of `hidden`; forward returns both [B] Q-values, as TwinCritic's."""
+    then ELU layers of `hidden`; forward returns both [B] Q-values, as TwinCritic's. With a
+    `support` (network.critic_head categorical, learner/categorical_critic.py) each head gives
+    logits over it (`logits`) and its Q is their distribution's mean."""
 
     encoder = None  # TwinCritic's image encoder or observation normalizer: none here
-    support = None  # TwinCritic's categorical support: these critics regress Q
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int]):
+    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int], support: HLGaussSupport | None = None):
         super().__init__()
         self.embedding = SaleEncoder(obs_dim, action_dim).requires_grad_(False)
         width = hidden[0] + 2 * EMBEDDING_WIDTH
         self.q1_project, self.q2_project = (nn.Linear(obs_dim + action_dim, hidden[0]) for _ in range(2))
         self.q1_torso, self.q2_torso = (_elu_mlp(width, hidden[:-1], hidden[-1]) for _ in range(2))
-        self.q1_out, self.q2_out = nn.Linear(hidden[-1], 1), nn.Linear(hidden[-1], 1)
+        self.support = support
+        outputs = 1 if support is None else support.bins
+        self.q1_out, self.q2_out = nn.Linear(hidden[-1], outputs), nn.Linear(hidden[-1], outputs)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def logits(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each head's output: [B, bins] logits over the support, or [B, 1] Q-values without one."""
         zs, zsa = self.embedding.embed(obs, action)
         pair = torch.cat([obs.float(), action.float()], 1)
-        q = []
-        for project, torso, out in ((self.q1_project, self.q1_torso, self.q1_out),
-                                    (self.q2_project, self.q2_torso, self.q2_out)):
-            features = F.elu(torso(torch.cat([avg_l1_norm(project(pair)), zsa, zs], 1)))
-            q.append(fp32_head(out, features).squeeze(1))
-        return q[0], q[1]
+        return tuple(fp32_head(out, F.elu(torso(torch.cat([avg_l1_norm(project(pair)), zsa, zs], 1))))
+                     for project, torso, out in ((self.q1_project, self.q1_torso, self.q1_out),
+                                                 (self.q2_project, self.q2_torso, self.q2_out)))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out1, out2 = self.logits(obs, action)
+        if self.support is None:
+            return out1.squeeze(1), out2.squeeze(1)
+        return self.support.expected(out1), self.support.expected(out2)
 
 
 class SaleTraining:

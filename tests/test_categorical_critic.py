@@ -12,6 +12,7 @@ from raypex.cluster.commands.cli import main
 from raypex.cluster.config.loading import ConfigError, load_config
 from raypex.learner.actor_critic_networks import ActorNetwork, TwinCritic
 from raypex.learner.categorical_critic import HLGaussSupport
+from raypex.learner.sale import SaleTwinCritic
 from raypex.learner.td3_loss import twin_critic_loss
 
 
@@ -59,6 +60,28 @@ def test_the_twin_critics_train_their_logits_by_cross_entropy_and_report_their_m
     q1, _ = critic(obs, actor(obs))
     q1.sum().backward()
     assert actor.mean.weight.grad.abs().sum() > 0
+
+
+def test_sale_critics_give_logits_over_the_support_and_train_them_by_cross_entropy():
+    torch.manual_seed(0)
+    support = HLGaussSupport(-10.0, 10.0, 51)
+    critic = SaleTwinCritic(3, 1, [16, 16], support)
+    obs, next_obs, action = torch.randn(4, 3), torch.randn(4, 3), torch.rand(4, 1) * 2 - 1
+    logits1, logits2 = critic.logits(obs, action)
+    assert logits1.shape == logits2.shape == (4, 51)
+    q1, q2 = critic(obs, action)
+    torch.testing.assert_close(q1, support.expected(logits1))
+    # SALE's value clipping bounds the next Q before its HL-Gauss distribution is taken
+    bounds = torch.tensor([-1.0, 1.0])
+    target_critic = SaleTwinCritic(3, 1, [16, 16], support).requires_grad_(False)
+    returns, discount = torch.tensor([1.0, -2.0, 0.5, 30.0]), torch.full((4,), 0.9)
+    out = twin_critic_loss(critic, target_critic, obs, action, returns, discount, next_obs, torch.zeros(4, 1), 0.0,
+                           None, next_q_bounds=bounds)
+    next_q = torch.minimum(*target_critic(next_obs, torch.zeros(4, 1))).clamp(-1.0, 1.0)
+    torch.testing.assert_close(out.target, returns + 0.9 * next_q)
+    torch.testing.assert_close(out.loss, (support.loss(logits1, out.target) + support.loss(logits2, out.target)).mean())
+    out.loss.backward()
+    assert critic.q1_out.weight.grad.abs().sum() > 0 and critic.q2_project.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize(("overrides", "said"), [

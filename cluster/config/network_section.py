@@ -88,8 +88,6 @@ class NetworkConfig(Section):
                              "discounted returns its support spans")
         if not self.critic_range[0] < self.critic_range[1]:
             raise ValueError(f"critic_range {list(self.critic_range)}: low must be below high")
-        if self.sale:
-            raise ValueError("critic_head categorical: SALE's critics are scalar; drop network.sale")
         return self
 
     @model_validator(mode="after")
