@@ -1,5 +1,5 @@
 """What one update costs on this machine, by critic: for TD3 or SAC by critic kind (plain, CrossQ's
-batch renormalization, SALE's embeddings, the categorical critic with and without LayerNorm), the
+batch renormalization, SALE's embeddings, the categorical critic alone and with each), the
 whole update and the critics' step alone; for the
 DQN family (`--family dqn`), DQN's, QR-DQN's and IQN's whole update. One thread, an env's shapes
 and a precision.
@@ -24,12 +24,14 @@ from raypex.learner.settings import LearnerSettings
 
 
 def settings(obs: int, actions: int, hidden: list[int], algo: str, critic_norm: str, batch: int,
-             sale: bool = False, precision: str = "fp32", critic_head: str = "scalar", bins: int = 101) -> LearnerSettings:
+             sale: bool = False, precision: str = "fp32", critic_head: str = "scalar", bins: int = 101,
+             compiled: bool = False) -> LearnerSettings:
     return LearnerSettings(
         obs_shape=(obs,), obs_dtype="float32", num_actions=0, hidden=hidden, dueling=False, double_dqn=False,
         huber_delta=1.0, lr=1e-3, adam_eps=1e-8, max_grad_norm=100.0, micro_batch=batch, accumulation_steps=1,
         target_update="polyak", target_update_every=1, target_tau=0.005, updates_per_epoch=1, broadcast_every_epochs=1,
-        precision=precision, compile=False, seed=0, algo=algo, action_low=(-1.0,) * actions, action_high=(1.0,) * actions,
+        precision=precision, compile=compiled, seed=0, algo=algo, action_low=(-1.0,) * actions,
+        action_high=(1.0,) * actions,
         policy_delay=1, critic_norm=critic_norm, sale=sale, critic_head=critic_head, critic_bins=bins,
         critic_range=(-100.0, 100.0) if critic_head == "categorical" else None)
 
@@ -72,6 +74,7 @@ def q_family(args) -> None:
 
 
 def update_ms(step: ActorCriticStep, batch: dict, with_actor: bool, updates: int) -> float:
+    step.warm_up(batch)  # with --compile, torch.compile compiles here
     for _ in range(30):
         step.update(batch, step.draw_noise(), with_actor)
     start = time.perf_counter()
@@ -93,20 +96,25 @@ def main() -> None:
     parser.add_argument("--image", type=int, nargs=3, metavar=("C", "H", "W"), help="--family dqn: uint8 images")
     parser.add_argument("--quantiles", type=int, default=32, help="--family dqn: QR-DQN's and IQN's")
     parser.add_argument("--bins", type=int, default=101, help="the categorical critic's support")
+    parser.add_argument("--compile", action="store_true", help="actor-critic: the losses through torch.compile "
+                        "(learner.compile)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.family == "dqn":
         q_family(args)
         return
     print(f"{args.algo}, obs {args.obs}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, "
-          f"{args.precision}, 1 thread")
+          f"{args.precision}, 1 thread{', compiled' if args.compile else ''}")
     for kind, critic_norm, sale, head in (("plain", "none", False, "scalar"),
                                           ("batch_renorm", "batch_renorm", False, "scalar"),
                                           ("sale", "none", True, "scalar"),
                                           ("categorical", "none", False, "categorical"),
-                                          ("cat+ln", "layer_norm", False, "categorical")):
+                                          ("cat+ln", "layer_norm", False, "categorical"),
+                                          ("cat+renorm", "batch_renorm", False, "categorical"),
+                                          ("cat+sale", "none", True, "categorical")):
         step = algorithm(args.algo).build_step(settings(args.obs, args.actions, args.hidden, args.algo, critic_norm,
-                                                        args.batch, sale, args.precision, head, args.bins),
+                                                        args.batch, sale, args.precision, head, args.bins,
+                                                        args.compile),
                                                torch.device("cpu"))
         batch = {"obs": torch.randn(1, args.batch, args.obs), "action": torch.rand(1, args.batch, args.actions) * 2 - 1,
                  "return": torch.randn(1, args.batch), "discount": torch.full((1, args.batch), 0.99),

@@ -40,7 +40,7 @@ from raypex.learner.actor_objectives import SACObjective, TD3Objective
 from raypex.learner.algorithm import take_means
 from raypex.learner.batch_renorm import BatchRenorm
 from raypex.learner.categorical_critic import HLGaussSupport
-from raypex.learner.cuda_graph import CapturedActorCriticUpdate
+from raypex.learner.cuda_graph import CapturedActorCriticUpdate, TrainingStateSnapshot
 from raypex.learner.encoders import user_encoder
 from raypex.learner.gradient_group import GradientGroup, weighed
 from raypex.learner.host_adam import adam_for, load_optimizer
@@ -66,7 +66,6 @@ class ActorCriticStep:
 
     kind = "actor_critic"
     policy_key = "actor"  # state_dict()'s entry for `policy`
-    compiled = False
 
     def __init__(self, settings: LearnerSettings, device: torch.device,
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
@@ -132,6 +131,14 @@ class ActorCriticStep:
         self.td_abs: torch.Tensor | None = None
         self._gradients: GradientGroup | None = None
         self._forward_joins_group = False
+        # learner.compile: the critics' and the actor's losses, forward and backward, through
+        # torch.compile, which fuses the many small ops of batch renormalization and the categorical
+        # head (off for auto: measured on CPUs only, where it pays for these). Eager where the
+        # critics' forward is a group's collective.
+        self.compiled = settings.compile is True
+        self._compiled_losses = ((torch.compile(self.critic_loss, dynamic=False),
+                                  self.actor_loss) if self.compiled else None)
+        self.critic_loss_fn, self.actor_loss_fn = self._compiled_losses or (self.critic_loss, self.actor_loss)
 
     @property
     def gradients(self) -> GradientGroup | None:
@@ -147,6 +154,8 @@ class ActorCriticStep:
         for module in renorms:
             module.group = group
         self._forward_joins_group = group is not None and bool(renorms)  # its forward is a collective
+        eager = self._compiled_losses is None or self._forward_joins_group
+        self.critic_loss_fn, self.actor_loss_fn = (self.critic_loss, self.actor_loss) if eager else self._compiled_losses
         if self.sale is not None:
             self.sale.group = group
 
@@ -183,7 +192,15 @@ class ActorCriticStep:
         return CapturedActorCriticUpdate(self, example)
 
     def warm_up(self, example: Mapping[str, torch.Tensor]) -> None:
-        """Nothing: these small eager updates cost little the first time; only a capture needs a warm-up."""
+        """With learner.compile, an update with and one without the actor's step on `example`, then
+        everything they changed put back: torch.compile compiles both losses before the clock
+        starts. Otherwise nothing: small eager updates cost little the first time."""
+        if not self.compiled:
+            return
+        snapshot = TrainingStateSnapshot(self)
+        for with_actor in (True, False):
+            self.update(example, self.draw_noise(), with_actor)
+        snapshot.restore()
 
     def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
         """`policy` (a CPU copy of the actor) as policy.pt2 holds it: actions in the env's units out."""
@@ -216,7 +233,7 @@ class ActorCriticStep:
                 with self.precision.autocast():
                     encoder_loss = self.sale.loss(batch["obs"][g], action, batch["next_obs"][g])
                 _backward(weighed(encoder_loss / groups, self._gradients), self.critic_scale)
-            out = self.critic_loss({key: indexed(batch[key], g) for key in TRANSITION}, weight, noise[0, g])
+            out = self.critic_loss_fn({key: indexed(batch[key], g) for key in TRANSITION}, weight, noise[0, g])
             _backward(weighed(out.loss / groups, self._gradients), self.critic_scale)
             if empty:  # its means are of no rows
                 continue
@@ -272,7 +289,7 @@ class ActorCriticStep:
             p.requires_grad_(False)
         self.critic.eval()
         for g in range(groups):
-            actor_loss, beside = self.actor_loss(indexed(batch["obs"], g), noise[g])
+            actor_loss, beside = self.actor_loss_fn(indexed(batch["obs"], g), noise[g])
             loss = actor_loss if beside is None else actor_loss + beside  # no shared parameter
             _backward(weighed(loss / groups, self._gradients), self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()

@@ -393,6 +393,28 @@ def test_the_actor_critic_warm_up_snapshot_puts_every_tensor_and_the_noise_strea
     assert all(p.grad is None for p in step.actor_params + step.critic_params)
 
 
+def test_compiled_critic_losses_train_as_the_eager_ones_do():
+    """learner.compile: the warm-up compiles the critics' loss and puts back what it changed, and
+    the compiled updates move every network as the eager ones do (same seed, same draws)."""
+    runs = {}
+    for compiled in (False, True):
+        learner = continuous_learner("sac", torch.device("cpu"), critic_norm="batch_renorm", compile=compiled,
+                                     critic_head="categorical", critic_range=(-10.0, 10.0), critic_bins=21,
+                                     updates_per_epoch=4)
+        before = [t.detach().clone() for t in learner.step.training_tensors()]
+        learner.warmup()
+        assert all(torch.equal(a, b) for a, b in zip(before, learner.step.training_tensors(), strict=True))
+        metrics = [learner.train_epoch() for _ in range(2)]
+        assert not torch.equal(before[0], learner.step.training_tensors()[0])  # trained, not left as built
+        runs[compiled] = (learner, metrics)
+        assert learner.compiled == compiled
+    (eager, eager_metrics), (compiled, compiled_metrics) = runs[False], runs[True]
+    for a, b in zip(eager.step.training_tensors(), compiled.step.training_tensors(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(eager_metrics, compiled_metrics, strict=True):
+        assert a.losses["td_loss"] == pytest.approx(b.losses["td_loss"], rel=1e-4)
+
+
 def test_the_actor_steps_every_policy_delay_updates():
     """TD3's paper's 2, SAC's 1 (the defaults, cluster/plan/settings.py policy_delay), CrossQ's 3."""
     for algo, delay, actor_updates in (("td3", 2, [False, True, False, True]), ("sac", 1, [True] * 4),
