@@ -230,6 +230,32 @@ def test_captured_td3_and_sac_updates_give_the_eager_parameters(algo, precision,
         assert float(captured.step.objective.alpha) == pytest.approx(float(eager.step.objective.alpha), rel=1e-3)
 
 
+def test_a_compiled_critic_loss_inside_the_captured_sac_update_matches_eager():
+    """learner.compile on CUDA: the critics' compiled loss (batch-renormalized, categorical) inside
+    the captured graphs trains as the eager, uncompiled update does."""
+    from tests.test_continuous import continuous_learner
+
+    pair = [continuous_learner("sac", CUDA, DeviceColumns(CUDA), cuda_graphs=graphs, compile=graphs == "on",
+                               precision="bf16", accumulation_steps=2, updates_per_epoch=5, lr=1e-3, adam_eps=1e-3,
+                               critic_norm="batch_renorm", critic_head="categorical", critic_range=(-10.0, 10.0),
+                               critic_bins=21)
+            for graphs in ("on", "off")]
+    captured, eager = pair
+    for learner in pair:
+        learner.warmup()
+    assert captured.captured and captured.compiled and not eager.captured and not eager.compiled
+    initial = [p.detach().clone() for p in eager.step.critic_params + eager.step.actor_params]
+    for _ in range(2):
+        m_captured, m_eager = captured.train_epoch(), eager.train_epoch()
+        assert m_captured.losses["td_loss"] == pytest.approx(m_eager.losses["td_loss"], rel=2e-2)
+    with torch.no_grad():
+        ours = captured.step.critic_params + captured.step.actor_params
+        theirs = eager.step.critic_params + eager.step.actor_params
+        gap = sum(float((a - b).norm() ** 2) for a, b in zip(ours, theirs)) ** 0.5
+        moved = sum(float((a - b).norm() ** 2) for a, b in zip(theirs, initial)) ** 0.5
+    assert moved > 0 and gap / moved < 2e-2
+
+
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_captured_sale_updates_give_the_eager_parameters(algo, precision):

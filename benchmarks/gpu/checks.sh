@@ -9,7 +9,7 @@
 # Each step has its own time limit and writes its own log under $OUT (default ./gpu-out); a step
 # that fails is reported and the next one runs. The figures go to docs/results.md with the
 # date and the machine (`nvidia-smi -L`, in summary.txt).
-#   1. correctness: the captured DQN/TD3/SAC updates against eager (tests/test_cuda_learner.py), and a
+#   1. correctness: the captured DQN/TD3/SAC updates (compiled too) against eager (tests/test_cuda_learner.py), and a
 #      GPU acting server's captured forwards against the module on the CPU (tests/test_served_acting.py)
 #   2. captured update rates, learner alone: DQN (Pong's CNN), TD3 and SAC (Pendulum's MLPs)
 #   3. acting: Pong's 12 collectors acting each on the GPU, each on its CPU, and served by the node's
@@ -33,7 +33,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
   echo "$name: exit $code after $((SECONDS - start)) s" | tee -a "$SUMMARY"
 }
 
-step correctness 150 python -m pytest -q -x tests/test_cuda_learner.py tests/test_served_acting.py
+step correctness 180 python -m pytest -q -x tests/test_cuda_learner.py tests/test_served_acting.py
 step rates_dqn 70 python -m benchmarks.learner_matrix configs/pong.yaml --seconds 1.5 --graphs on,off \
   --shapes 512x4 --json "$OUT/rates_dqn.json"
 step rates_td3 50 python -m benchmarks.learner_matrix configs/pendulum.yaml algo.name=td3 --seconds 1.5 \
