@@ -37,12 +37,12 @@ def settings(obs: int, actions: int, hidden: list[int], algo: str, critic_norm: 
 
 
 def q_settings(obs_shape: tuple[int, ...], obs_dtype: str, actions: int, hidden: list[int], algo: str, batch: int,
-               quantiles: int, precision: str) -> LearnerSettings:
+               quantiles: int, precision: str, compiled: bool = False) -> LearnerSettings:
     return LearnerSettings(
         obs_shape=obs_shape, obs_dtype=obs_dtype, num_actions=actions, hidden=hidden, dueling=True, double_dqn=True,
         huber_delta=1.0, lr=1e-4, adam_eps=1e-8, max_grad_norm=10.0, micro_batch=batch, accumulation_steps=1,
         target_update="hard", target_update_every=1000, target_tau=0.005, updates_per_epoch=1,
-        broadcast_every_epochs=1, precision=precision, compile=False, seed=0, algo=algo, quantiles=quantiles)
+        broadcast_every_epochs=1, precision=precision, compile=compiled, seed=0, algo=algo, quantiles=quantiles)
 
 
 def q_family(args) -> None:
@@ -50,11 +50,12 @@ def q_family(args) -> None:
     shape = tuple(args.image) if args.image else (args.obs,)
     dtype = "uint8" if args.image else "float32"
     print(f"obs {list(shape)} {dtype}, actions {args.actions}, hidden {args.hidden}, batch {args.batch}, "
-          f"quantiles {args.quantiles}, {args.precision}, 1 thread")
+          f"quantiles {args.quantiles}, {args.precision}, 1 thread{', compiled' if args.compile else ''}")
     steps, batches = {}, {}
     for algo in ("dqn", "qrdqn", "iqn"):
         steps[algo] = algorithm(algo).build_step(q_settings(shape, dtype, args.actions, args.hidden, algo, args.batch,
-                                                            args.quantiles, args.precision), torch.device("cpu"))
+                                                            args.quantiles, args.precision, args.compile),
+                                                 torch.device("cpu"))
         obs = (torch.randint(0, 255, (1, args.batch, *shape), dtype=torch.uint8) if args.image
                else torch.randn(1, args.batch, *shape))
         batches[algo] = {"obs": obs, "action": torch.randint(0, args.actions, (1, args.batch)),
@@ -96,8 +97,8 @@ def main() -> None:
     parser.add_argument("--image", type=int, nargs=3, metavar=("C", "H", "W"), help="--family dqn: uint8 images")
     parser.add_argument("--quantiles", type=int, default=32, help="--family dqn: QR-DQN's and IQN's")
     parser.add_argument("--bins", type=int, default=101, help="the categorical critic's support")
-    parser.add_argument("--compile", action="store_true", help="actor-critic: the losses through torch.compile "
-                        "(learner.compile)")
+    parser.add_argument("--compile", action="store_true", help="learner.compile: td3's and sac's critics' loss, "
+                        "DQN's networks, QR-DQN's and IQN's loss through torch.compile")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.family == "dqn":

@@ -4,7 +4,8 @@ learner/quantile_loss.py); algo.quantiles fractions per transition, online and t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -29,8 +30,14 @@ class IQNStep(DQNStep):
                                        settings.obs_dtype, settings.critic_norm == "layer_norm",
                                        encoder_from(settings), settings.quantiles)
 
+    @functools.cached_property
+    def loss_fn(self) -> Callable[..., LossOutput]:
+        """implicit_quantile_loss, through torch.compile with learner.compile: the networks' quantiles are not their
+        forward, which is what DQN's compiled networks run, so the loss is compiled whole."""
+        return torch.compile(implicit_quantile_loss, dynamic=False) if self.compiled else implicit_quantile_loss
+
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
-        return implicit_quantile_loss(self.online, self.target, indexed(batch["obs"], g), batch["action"][g],
-                                      batch["return"][g], batch["discount"][g], indexed(batch["next_obs"], g),
-                                      batch["weight"][g] if self.s.prioritized else None, self.s.huber_delta,
-                                      self.s.quantiles, self.s.double_dqn)
+        return self.loss_fn(self.online, self.target, indexed(batch["obs"], g), batch["action"][g],
+                            batch["return"][g], batch["discount"][g], indexed(batch["next_obs"], g),
+                            batch["weight"][g] if self.s.prioritized else None, self.s.huber_delta,
+                            self.s.quantiles, self.s.double_dqn)

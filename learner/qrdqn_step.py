@@ -4,7 +4,8 @@ Q-network and the Huber loss on Q (learner/quantile_networks.py, learner/quantil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -28,8 +29,14 @@ class QRDQNStep(DQNStep):
                                 settings.dueling, settings.obs_dtype, settings.critic_norm == "layer_norm",
                                 encoder_from(settings))
 
+    @functools.cached_property
+    def loss_fn(self) -> Callable[..., LossOutput]:
+        """quantile_dqn_loss, through torch.compile with learner.compile: the networks' quantiles are not their
+        forward, which is what DQN's compiled networks run, so the loss is compiled whole."""
+        return torch.compile(quantile_dqn_loss, dynamic=False) if self.compiled else quantile_dqn_loss
+
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
-        return quantile_dqn_loss(self.online, self.target, indexed(batch["obs"], g), batch["action"][g], batch["return"][g],
-                                 batch["discount"][g], indexed(batch["next_obs"], g),
-                                 batch["weight"][g] if self.s.prioritized else None, self.s.huber_delta,
-                                 self.s.double_dqn)
+        return self.loss_fn(self.online, self.target, indexed(batch["obs"], g), batch["action"][g], batch["return"][g],
+                            batch["discount"][g], indexed(batch["next_obs"], g),
+                            batch["weight"][g] if self.s.prioritized else None, self.s.huber_delta,
+                            self.s.double_dqn)

@@ -92,3 +92,24 @@ def test_each_solves_cartpole_and_its_policy_file_acts_on_the_mean(algo, tmp_pat
     policy = load_policy(run / "policy.pt2")
     q = policy.q_values(np.zeros((3, 4), np.float32))
     assert q.shape == (3, 2) and policy.act(np.zeros((3, 4), np.float32)).tolist() == q.argmax(dim=1).tolist()
+
+
+def test_learner_compile_compiles_qrdqns_loss_and_it_trains_as_the_eager_one_does():
+    """The quantile networks' quantiles are not their forward: learner.compile compiles QR-DQN's
+    loss whole, and the compiled updates move the network as the eager ones do."""
+    from tests.test_learner import learner_for, settings
+
+    trained = {}
+    for compiled in (False, True):
+        learner = learner_for(settings(algo="qrdqn", quantiles=8, compile=compiled, accumulation_steps=2))
+        learner.warmup()
+        before = [p.detach().clone() for p in learner.step.online.parameters()]
+        losses = [learner.train_epoch().losses["td_loss"] for _ in range(2)]
+        assert learner.compiled == compiled
+        assert (learner.step.loss_fn is quantile_dqn_loss) != compiled
+        trained[compiled] = ([p.detach() for p in learner.step.online.parameters()], losses)
+    (eager, eager_losses), (ours, our_losses) = trained[False], trained[True]
+    assert any(not torch.equal(a, b) for a, b in zip(before, ours))
+    for a, b in zip(eager, ours, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert our_losses == pytest.approx(eager_losses, rel=1e-4)
