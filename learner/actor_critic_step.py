@@ -131,14 +131,13 @@ class ActorCriticStep:
         self.td_abs: torch.Tensor | None = None
         self._gradients: GradientGroup | None = None
         self._forward_joins_group = False
-        # learner.compile: the critics' and the actor's losses, forward and backward, through
-        # torch.compile, which fuses the many small ops of batch renormalization and the categorical
-        # head (off for auto: measured on CPUs only, where it pays for these). Eager where the
-        # critics' forward is a group's collective.
+        # learner.compile: the critics' loss, forward and backward, through torch.compile, which
+        # fuses the many small ops of batch renormalization and the categorical head. The actor's
+        # loss stays eager (compiled, its step was slower), and so does the critics' where their
+        # forward is a group's collective. auto leaves it off: it was measured on CPUs only.
         self.compiled = settings.compile is True
-        self._compiled_losses = ((torch.compile(self.critic_loss, dynamic=False),
-                                  self.actor_loss) if self.compiled else None)
-        self.critic_loss_fn, self.actor_loss_fn = self._compiled_losses or (self.critic_loss, self.actor_loss)
+        self._compiled_critic_loss = torch.compile(self.critic_loss, dynamic=False) if self.compiled else None
+        self.critic_loss_fn = self._compiled_critic_loss or self.critic_loss
 
     @property
     def gradients(self) -> GradientGroup | None:
@@ -154,8 +153,8 @@ class ActorCriticStep:
         for module in renorms:
             module.group = group
         self._forward_joins_group = group is not None and bool(renorms)  # its forward is a collective
-        eager = self._compiled_losses is None or self._forward_joins_group
-        self.critic_loss_fn, self.actor_loss_fn = (self.critic_loss, self.actor_loss) if eager else self._compiled_losses
+        eager = self._compiled_critic_loss is None or self._forward_joins_group
+        self.critic_loss_fn = self.critic_loss if eager else self._compiled_critic_loss
         if self.sale is not None:
             self.sale.group = group
 
@@ -192,14 +191,13 @@ class ActorCriticStep:
         return CapturedActorCriticUpdate(self, example)
 
     def warm_up(self, example: Mapping[str, torch.Tensor]) -> None:
-        """With learner.compile, an update with and one without the actor's step on `example`, then
-        everything they changed put back: torch.compile compiles both losses before the clock
-        starts. Otherwise nothing: small eager updates cost little the first time."""
+        """With learner.compile, one update on `example`, then everything it changed put back:
+        torch.compile compiles the critics' loss before the clock starts. Otherwise nothing: small
+        eager updates cost little the first time."""
         if not self.compiled:
             return
         snapshot = TrainingStateSnapshot(self)
-        for with_actor in (True, False):
-            self.update(example, self.draw_noise(), with_actor)
+        self.update(example, self.draw_noise(), False)
         snapshot.restore()
 
     def exportable(self, policy: nn.Module) -> tuple[nn.Module, str]:
@@ -289,7 +287,7 @@ class ActorCriticStep:
             p.requires_grad_(False)
         self.critic.eval()
         for g in range(groups):
-            actor_loss, beside = self.actor_loss_fn(indexed(batch["obs"], g), noise[g])
+            actor_loss, beside = self.actor_loss(indexed(batch["obs"], g), noise[g])
             loss = actor_loss if beside is None else actor_loss + beside  # no shared parameter
             _backward(weighed(loss / groups, self._gradients), self.actor_scale)
             self.actor_loss_sum += actor_loss.detach()
