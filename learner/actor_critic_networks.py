@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raypex.learner.batch_renorm import BatchRenorm
-from raypex.learner.categorical_critic import HLGaussSupport
+from raypex.learner.categorical_critic import HLGaussSupport, head_outputs, head_q
 from raypex.learner.networks import conv_output_width, image_convs, scaled_input
 from raypex.learner.obs_norm import RunningObsNorm
 from raypex.learner.precision import fp32_head
@@ -151,9 +151,8 @@ class TwinCritic(nn.Module):
         self.q1_torso, out_width = _torso(width + action_dim, hidden, batch_renorm, layer_norm)
         self.q2_torso, _ = _torso(width + action_dim, hidden, batch_renorm, layer_norm)
         self.support = support
-        outputs = 1 if support is None else support.bins
-        self.q1_out = nn.Linear(out_width, outputs)
-        self.q2_out = nn.Linear(out_width, outputs)
+        self.q1_out = nn.Linear(out_width, head_outputs(support))
+        self.q2_out = nn.Linear(out_width, head_outputs(support))
 
     def logits(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each head's output: [B, bins] logits over the support, or [B, 1] Q-values without one."""
@@ -164,9 +163,7 @@ class TwinCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out1, out2 = self.logits(obs, action)
-        if self.support is None:
-            return out1.squeeze(1), out2.squeeze(1)
-        return self.support.expected(out1), self.support.expected(out2)
+        return head_q(self.support, out1), head_q(self.support, out2)
 
 
 class ActionsInEnvUnits(nn.Module):

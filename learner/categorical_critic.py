@@ -53,3 +53,13 @@ class HLGaussSupport(nn.Module):
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Cross-entropy [B] of logits [B, bins] against the HL-Gauss distributions of targets [B]."""
         return -(self.target_distribution(target) * F.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
+
+
+def head_outputs(support: HLGaussSupport | None) -> int:
+    """What a critic head gives: one Q-value, or a logit for each value of `support`."""
+    return 1 if support is None else support.bins
+
+
+def head_q(support: HLGaussSupport | None, out: torch.Tensor) -> torch.Tensor:
+    """Q [B] of a head's output [B, head_outputs(support)]."""
+    return out.squeeze(1) if support is None else support.expected(out)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raypex.learner.categorical_critic import HLGaussSupport
+from raypex.learner.categorical_critic import HLGaussSupport, head_outputs, head_q
 from raypex.learner.gradient_group import GradientGroup
 from raypex.learner.host_adam import adam_for, load_optimizer
 from raypex.learner.precision import fp32_head
@@ -104,8 +104,7 @@ class SaleTwinCritic(nn.Module):
         self.q1_project, self.q2_project = (nn.Linear(obs_dim + action_dim, hidden[0]) for _ in range(2))
         self.q1_torso, self.q2_torso = (_elu_mlp(width, hidden[:-1], hidden[-1]) for _ in range(2))
         self.support = support
-        outputs = 1 if support is None else support.bins
-        self.q1_out, self.q2_out = nn.Linear(hidden[-1], outputs), nn.Linear(hidden[-1], outputs)
+        self.q1_out, self.q2_out = (nn.Linear(hidden[-1], head_outputs(support)) for _ in range(2))
 
     def logits(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each head's output: [B, bins] logits over the support, or [B, 1] Q-values without one."""
@@ -117,9 +116,7 @@ class SaleTwinCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out1, out2 = self.logits(obs, action)
-        if self.support is None:
-            return out1.squeeze(1), out2.squeeze(1)
-        return self.support.expected(out1), self.support.expected(out2)
+        return head_q(self.support, out1), head_q(self.support, out2)
 
 
 class SaleTraining:
