@@ -75,7 +75,6 @@ def q_family(args) -> None:
 
 
 def update_ms(step: ActorCriticStep, batch: dict, with_actor: bool, updates: int) -> float:
-    step.warm_up(batch)  # with --compile, torch.compile compiles here
     for _ in range(30):
         step.update(batch, step.draw_noise(), with_actor)
     start = time.perf_counter()
@@ -120,6 +119,7 @@ def main() -> None:
         batch = {"obs": torch.randn(1, args.batch, args.obs), "action": torch.rand(1, args.batch, args.actions) * 2 - 1,
                  "return": torch.randn(1, args.batch), "discount": torch.full((1, args.batch), 0.99),
                  "next_obs": torch.randn(1, args.batch, args.obs)}
+        step.warm_up(batch)  # with --compile, torch.compile compiles here
         whole = update_ms(step, batch, True, args.updates)
         critics = update_ms(step, batch, False, args.updates)
         print(f"{kind:12s}  whole update {whole:6.2f} ms  critics' step alone {critics:6.2f} ms")

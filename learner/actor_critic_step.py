@@ -137,7 +137,6 @@ class ActorCriticStep:
         # forward is a group's collective. auto leaves it off: it was measured on CPUs only.
         self.compiled = settings.compile is True
         self._compiled_critic_loss = torch.compile(self.critic_loss, dynamic=False) if self.compiled else None
-        self.critic_loss_fn = self._compiled_critic_loss or self.critic_loss
 
     @property
     def gradients(self) -> GradientGroup | None:
@@ -153,10 +152,16 @@ class ActorCriticStep:
         for module in renorms:
             module.group = group
         self._forward_joins_group = group is not None and bool(renorms)  # its forward is a collective
-        eager = self._compiled_critic_loss is None or self._forward_joins_group
-        self.critic_loss_fn = self.critic_loss if eager else self._compiled_critic_loss
         if self.sale is not None:
             self.sale.group = group
+
+    @property
+    def critic_loss_fn(self) -> Callable[..., CriticLossOutput]:
+        """`critic_loss` as an update calls it: compiled with learner.compile, unless the critics'
+        forward is a group's collective."""
+        if self._compiled_critic_loss is None or self._forward_joins_group:
+            return self.critic_loss
+        return self._compiled_critic_loss
 
     def noise_shape(self) -> tuple[int, ...]:
         """[2, G, B, action_dim]: the critics' (0) and the actor's (1) standard normal noise for one update."""

@@ -24,6 +24,7 @@ a pixel batch's stacks are gathered from the frames where they are stored.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping
 
 import torch
@@ -48,6 +49,10 @@ class DQNStep:
 
     kind = "dqn"
     policy_key = "online"  # state_dict()'s entry for `policy`
+    # A subclass's loss of (online, target, ...) that reads more of the networks than their forward
+    # (QR-DQN's and IQN's quantiles): `loss_fn` compiles it whole, where DQN's compiled forwards
+    # (`online_fn`, `target_fn`) would leave it eager.
+    loss_function: Callable[..., LossOutput] | None = None
 
     def __init__(self, settings: LearnerSettings, device: torch.device,
                  gather: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
@@ -129,6 +134,11 @@ class DQNStep:
         """The online Q-network (the target is a copy of it)."""
         return build_q_network(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
                                settings.obs_dtype, settings.critic_norm == "layer_norm", encoder_from(settings))
+
+    @functools.cached_property
+    def loss_fn(self) -> Callable[..., LossOutput]:
+        """`loss_function`, through torch.compile with learner.compile."""
+        return torch.compile(self.loss_function, dynamic=False) if self.compiled else self.loss_function
 
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
         """Micro-batch `g`'s n-step (Double) DQN loss (learner/losses.py)."""

@@ -4,8 +4,7 @@ learner/quantile_loss.py); algo.quantiles fractions per transition, online and t
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -24,17 +23,12 @@ class IQNStep(DQNStep):
     is the mean Q over fixed fractions."""
 
     kind = "iqn"
+    loss_function = staticmethod(implicit_quantile_loss)  # compiled whole with learner.compile (DQNStep.loss_fn)
 
     def build_network(self, settings: LearnerSettings) -> nn.Module:
         return ImplicitQuantileNetwork(settings.obs_shape, settings.num_actions, settings.hidden, settings.dueling,
                                        settings.obs_dtype, settings.critic_norm == "layer_norm",
                                        encoder_from(settings), settings.quantiles)
-
-    @functools.cached_property
-    def loss_fn(self) -> Callable[..., LossOutput]:
-        """implicit_quantile_loss, through torch.compile with learner.compile: the networks' quantiles are not their
-        forward, which is what DQN's compiled networks run, so the loss is compiled whole."""
-        return torch.compile(implicit_quantile_loss, dynamic=False) if self.compiled else implicit_quantile_loss
 
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
         return self.loss_fn(self.online, self.target, indexed(batch["obs"], g), batch["action"][g],

@@ -4,8 +4,7 @@ Q-network and the Huber loss on Q (learner/quantile_networks.py, learner/quantil
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -23,17 +22,12 @@ class QRDQNStep(DQNStep):
     """DQN's step over quantiles; its policy is the online network, whose forward is the mean Q."""
 
     kind = "qrdqn"
+    loss_function = staticmethod(quantile_dqn_loss)  # compiled whole with learner.compile (DQNStep.loss_fn)
 
     def build_network(self, settings: LearnerSettings) -> nn.Module:
         return QuantileQNetwork(settings.obs_shape, settings.num_actions, settings.quantiles, settings.hidden,
                                 settings.dueling, settings.obs_dtype, settings.critic_norm == "layer_norm",
                                 encoder_from(settings))
-
-    @functools.cached_property
-    def loss_fn(self) -> Callable[..., LossOutput]:
-        """quantile_dqn_loss, through torch.compile with learner.compile: the networks' quantiles are not their
-        forward, which is what DQN's compiled networks run, so the loss is compiled whole."""
-        return torch.compile(quantile_dqn_loss, dynamic=False) if self.compiled else quantile_dqn_loss
 
     def micro_batch_loss(self, batch: Mapping[str, torch.Tensor], g: int) -> LossOutput:
         return self.loss_fn(self.online, self.target, indexed(batch["obs"], g), batch["action"][g], batch["return"][g],
