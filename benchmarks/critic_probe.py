@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from raypex.actors.envs import inspect_env
-from raypex.cluster.config.loading import ConfigError, load_config
+from raypex.cluster.config.loading import ConfigError, saved_run_config
 from raypex.cluster.driver.checkpoints import load_latest
 from raypex.cluster.plan.settings import learner_settings
 from raypex.cluster.storage import read_replay
@@ -85,9 +85,9 @@ def probe(steps: dict[str, ActorCriticStep], columns: dict[str, np.ndarray], row
 def load_run(run_dir: Path) -> tuple[dict[str, ActorCriticStep], dict[str, np.ndarray], int]:
     """The run's newest checkpoint as fp32 and bf16 steps, its first shard's rows, and its env steps."""
     try:
-        config = load_config(run_dir / "config.yaml", [])
+        config = saved_run_config(run_dir)
     except ConfigError as err:
-        raise SystemExit(f"{run_dir}/config.yaml: {err}") from None
+        raise SystemExit(str(err)) from None
     if config.algo.name == "dqn":
         raise SystemExit(f"{run_dir}: a dqn run; this probe reads td3 and sac critics")
     settings = learner_settings(config, inspect_env(config.env.id, config.env.kwargs, config.env.frame_stack))

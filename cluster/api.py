@@ -37,7 +37,7 @@ from raypex.cluster.config.loading import (
     apply_values,
     config_origin,
     read_yaml,
-    saved_config_upgraded,
+    saved_run_config,
     validate,
 )
 from raypex.cluster.config.schema import RunConfig
@@ -154,7 +154,7 @@ def evaluate(run_dir: str | Path, episodes: int = 100, *, epsilon: float | None 
     if not policy_path.is_file():
         raise UsageError(f"{run_dir}: no policy.pt2 (the run has not finished, or this is not a run directory)")
     try:
-        config = validate(saved_config_upgraded(read_yaml(run_dir / "config.yaml")))
+        config = saved_run_config(run_dir)
     except ConfigError as err:
         raise UsageError(str(err)) from None
     if epsilon is not None and not 0.0 <= epsilon <= 1.0:

@@ -8,10 +8,19 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+import yaml
 
 from raypex.actors.envs import inspect_env
 from raypex.cluster.commands.cli import main
-from raypex.cluster.config.loading import apply_overrides, config_origin, load_config, saved_config_upgraded, validate
+from raypex.cluster.config.loading import (
+    ConfigError,
+    apply_overrides,
+    config_origin,
+    load_config,
+    saved_config_upgraded,
+    saved_run_config,
+    validate,
+)
 from raypex.cluster.config.schema import RunConfig, config_warnings
 from raypex.cluster.plan.env_fit import check_nothing_shadows_raypex, fit_to_env
 
@@ -482,6 +491,10 @@ def test_an_older_runs_evaluation_period_in_epochs_becomes_the_env_steps_they_he
     upgraded = saved_config_upgraded(pendulum)
     assert upgraded["eval"] == {"every_env_steps": 250, "episodes": 20} and pendulum["eval"]["every_epochs"] == 5
     assert validate(upgraded).eval.every_env_steps == 250
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(pendulum))
+    assert saved_run_config(tmp_path).eval.every_env_steps == 250  # what eval, export and resume read
+    with pytest.raises(ConfigError, match="no config.yaml there"):
+        saved_run_config(tmp_path / "elsewhere")
     assert saved_config_upgraded({"eval": {"every_epochs": 2}})["eval"] == {"every_env_steps": 800}  # CartPole's defaults
     unlimited = saved_config_upgraded({"replay": {"samples_per_insert": 0}, "eval": {"every_epochs": 2}})
     assert unlimited["eval"] == {}  # no limiter: an epoch's env steps are unknown, the default period applies

@@ -56,16 +56,14 @@ def run_export(args: argparse.Namespace) -> int:
 
 def export_replay(run: Path, dataset_id: str) -> int:
     """Write RUN's replay (its newest intact checkpoint's) as the local Minari dataset `dataset_id`."""
-    from raypex.cluster.config.loading import ConfigError, read_yaml, saved_config_upgraded, validate
+    from raypex.cluster.config.loading import ConfigError, saved_run_config
     from raypex.cluster.driver.checkpoints import load_latest
     from raypex.cluster.storage import UnsafeRunFile, read_replay
     from raypex.learner.algorithms.registry import algorithm
     from raypex.replay.minari_io import DatasetError, write_dataset
 
-    if not (run / "config.yaml").is_file():
-        raise UsageError(f"{run}: no config.yaml there (not a raypex run directory)")
     try:
-        config = validate(saved_config_upgraded(read_yaml(run / "config.yaml")))
+        config = saved_run_config(run)
     except ConfigError as err:
         raise UsageError(str(err)) from None
     if config.algo.n_step != 1 or algorithm(config.algo.name).sequences or config.env.clip_rewards:

@@ -73,6 +73,15 @@ def saved_config_upgraded(data: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def saved_run_config(run_dir: Path) -> RunConfig:
+    """The config a run directory was trained with, as this raypex reads it (`saved_config_upgraded`);
+    ConfigError when it has no config.yaml or the file no longer validates."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: no config.yaml there (not a raypex run directory)")
+    return validate(saved_config_upgraded(read_yaml(path)))
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply dotted `section.key=value` overrides (values parsed as YAML scalars) to a copy of data."""
     result = _deep_copy(data)
