@@ -4,17 +4,16 @@ Collectors and the evaluator build their vector envs here, so every env goes thr
 path. `inspect_env` runs in the driver before any actor starts: an unknown id or a space we cannot
 learn on is a one-line `UnsupportedEnv`, not a crash deep inside an actor.
 
-These kinds of observation are supported: flat float vectors (CartPole); symbols (a Discrete
-or MultiDiscrete space: POPGym's memory tasks), which `OneHotVectorEnv` (actors/one_hot.py) hands
-on one-hot; 2-D uint8 frames
-(grayscale pixels), which the vector env returned here stacks (`FrameStackVectorEnv`) so the
-network sees the last `frame_stack` frames; and images that already carry channels (rank 3, in
-either channel order, any dtype: MinAtar's 10x10xC booleans), which `ImageVectorEnv`
-(actors/images.py) hands on channels-first, bool as uint8 0/255, other dtypes as uint8 or float32.
-A Dict or Tuple observation is seen as its parts, each converted as a whole observation of its kind
-would be (actors/observation_parts.py). `ALE/<Game>-v5` ids get ALE's own threaded vector env with the DQN preprocessing built in (frame
-skip 4 with max-pooling, 84x84 grayscale, noop starts); raypex stacks its frames and clips rewards
-itself, so the raw game score is what gets reported.
+These kinds of observation are supported: flat float vectors (CartPole); symbols (a Discrete or
+MultiDiscrete space: POPGym's memory tasks), which the vector env hands on one-hot
+(actors/one_hot.py); 2-D uint8 frames (grayscale pixels), which the vector env returned here stacks
+(`FrameStackVectorEnv`) so the network sees the last `frame_stack` frames; and images that already
+carry channels (rank 3, in either channel order, any dtype: MinAtar's 10x10xC booleans), which it
+hands on channels-first (actors/images.py), bool as uint8 0/255, other dtypes as uint8 or float32. A
+Dict or Tuple observation is seen as its parts, each converted as a whole observation of its kind
+would be (actors/observation_parts.py). `ALE/<Game>-v5` ids get ALE's own threaded vector env with
+the DQN preprocessing built in (frame skip 4 with max-pooling, 84x84 grayscale, noop starts); raypex
+stacks its frames and clips rewards itself, so the raw game score is what gets reported.
 Ids that name a user's code (`module:Name`, `path/to/file.py:Name`) resolve through
 actors/env_ids.py and are checked by actors/env_check.py before any actor starts;
 `MinAtar/<Game>-v1` ids register MinAtar's games (the `minatar` extra), `popgym-<Task>-v0` ids
@@ -31,17 +30,19 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.vector import TransformObservation
 
 from raypex.actors.action_spaces import action_fields
 from raypex.actors.env_check import check_user_env
 from raypex.actors.env_ids import UnsupportedEnv, names_code, registered_id
 from raypex.actors.env_wrappers import resolve_wrappers, wrapped
 from raypex.actors.frames import FrameStacker
-from raypex.actors.images import ImageVectorEnv, image_layout
+from raypex.actors.images import image_layout
 from raypex.actors.minatar_ids import register_minatar
 from raypex.actors.mujoco_quiet import quiet_known_mujoco_warnings
-from raypex.actors.observation_parts import MIN_IMAGE_SIDE, PartsVectorEnv, observation_parts
-from raypex.actors.one_hot import OneHotVectorEnv, one_hot_for
+from raypex.actors.observation_parts import MIN_IMAGE_SIDE, PartsConversion, observation_parts
+from raypex.actors.one_hot import one_hot_for
 from raypex.actors.popgym_ids import register_popgym
 
 # Keyword arguments raypex sets on ALE's vector env itself; env.kwargs may not override them.
@@ -124,19 +125,18 @@ def ale_game(env_id: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-class FrameStackVectorEnv:
+class FrameStackVectorEnv(gym.vector.VectorWrapper):
     """A vector env of single frames [E, H, W] (or [E, 1, H, W]) seen as stacks [E, k, H, W].
 
     With NEXT_STEP autoreset the step after an episode ended returns the new episode's first
     frame; that frame fills its env's whole stack (the rule replay/frames.py rebuilds stacks by).
     """
 
-    def __init__(self, env, frame_stack: int, frame_shape: tuple[int, int]):
-        self.env = env
-        self.num_envs = env.num_envs
+    def __init__(self, env: gym.vector.VectorEnv, frame_stack: int, frame_shape: tuple[int, int]):
+        super().__init__(env)
         self.frame_shape = frame_shape
-        self.single_action_space = env.single_action_space
         self.single_observation_space = gym.spaces.Box(0, 255, (frame_stack, *frame_shape), np.uint8)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.stacker = FrameStacker(self.num_envs, frame_stack, frame_shape)
         self.episode_ended = np.zeros(self.num_envs, bool)
 
@@ -155,10 +155,6 @@ class FrameStackVectorEnv:
         stacks = self.stacker.push(self._frames(obs), self.episode_ended)
         self.episode_ended = np.asarray(terminated) | np.asarray(truncated)
         return stacks, reward, terminated, truncated, info
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.env.close()
 
 
 def _frame_shape(space: gym.spaces.Space) -> tuple[int, ...] | None:
@@ -207,26 +203,28 @@ ALE_NOT_WRAPPED = ("env.wrappers: an ALE env steps as ale-py's own vector env, w
 
 def make_vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any], frame_stack: int = 4,
                     wrappers: Sequence = ()):
-    """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation
-    (CartPole, ALE) get it; others are stepped in-process one after another (Gymnasium's sync
-    mode), which needs no extra processes inside an actor. Pixel envs come back frame-stacked,
-    images with channels come back channels-first (ImageVectorEnv). It comes back not reset: the
-    caller resets it with its own seed once (a seeded ALE reset reloads each env, about 80 ms per
-    env, so a second one cost a 32-env collector 2.7 s at every start)."""
+    """A vector env with NEXT_STEP autoreset. Envs with a native vectorized implementation (CartPole,
+    ALE) get it; others are stepped in-process one after another (Gymnasium's sync mode), which needs no
+    extra processes inside an actor. Pixel envs come back frame-stacked, images with channels come back
+    channels-first, symbols one-hot and Dict or Tuple observations as {key: part} (Gymnasium's
+    TransformObservation). It comes back not reset: the caller resets it with its own seed once (a
+    seeded ALE reset reloads each env, about 80 ms per env, so a second one cost a 32-env collector
+    2.7 s at every start)."""
     env = make_raw_vector_env(env_id, num_envs, kwargs, wrappers)
     space = env.single_observation_space
     encode = one_hot_for(space)
     if encode is not None:
-        return OneHotVectorEnv(env, encode)
+        return TransformObservation(env, encode, single_observation_space=encode.encoded_space)
     parts = observation_parts(space, env_id)
     if parts is not None:
-        return PartsVectorEnv(env, parts)
+        convert = PartsConversion(parts)
+        return TransformObservation(env, convert, single_observation_space=convert.space)
     frame_shape = _frame_shape(space)
-    layout = image_layout(space.shape, space.dtype) if frame_shape is None else None
     if frame_shape is not None:
-        env = FrameStackVectorEnv(env, frame_stack, frame_shape)
-    elif layout is not None:
-        env = ImageVectorEnv(env, layout)
+        return FrameStackVectorEnv(env, frame_stack, frame_shape)
+    layout = image_layout(space.shape, space.dtype)
+    if layout is not None:
+        return TransformObservation(env, layout.convert, single_observation_space=layout.space)
     return env
 
 

@@ -1,6 +1,6 @@
 """Images that already carry channels (rank-3 observations, MinAtar's 10x10xC booleans): which
-axis holds the channels, and the vector env that hands them on channels-first in raypex's dtypes.
-actors/envs.py decides when an env's observations are such images."""
+axis holds the channels, and how they become channels-first in raypex's dtypes. actors/envs.py
+decides when an env's observations are such images."""
 
 from __future__ import annotations
 
@@ -29,6 +29,17 @@ class ImageLayout:
             return np.ascontiguousarray(obs, dtype=np.uint8) * np.uint8(255)
         return np.ascontiguousarray(obs, dtype=self.dtype)
 
+    @property
+    def space(self) -> gym.spaces.Box:
+        """The space of one converted observation."""
+        return stored_space(self.shape, self.dtype)
+
+
+def stored_space(shape: tuple[int, ...], dtype: str) -> gym.spaces.Box:
+    """The space of observations raypex stores as `dtype`: uint8 pixels in [0, 255], float32 unbounded."""
+    low, high = (0, 255) if dtype == "uint8" else (-np.inf, np.inf)
+    return gym.spaces.Box(low, high, shape, np.dtype(dtype))
+
 
 def image_layout(shape: tuple[int, ...], dtype) -> ImageLayout | None:
     """The layout of a rank-3 image observation, or None when `shape` is not rank 3.
@@ -45,29 +56,3 @@ def image_layout(shape: tuple[int, ...], dtype) -> ImageLayout | None:
     from_bool = kind == np.bool_
     stored = "uint8" if from_bool or kind == np.uint8 else "float32"
     return ImageLayout(not channels_first, (c, h, w), stored, from_bool)
-
-
-class ImageVectorEnv:
-    """A vector env of rank-3 images seen channels-first in raypex's dtypes (`ImageLayout`)."""
-
-    def __init__(self, env, layout: ImageLayout):
-        self.env = env
-        self.layout = layout
-        self.num_envs = env.num_envs
-        self.single_action_space = env.single_action_space
-        low, high = (0, 255) if layout.dtype == "uint8" else (-np.inf, np.inf)
-        self.single_observation_space = gym.spaces.Box(low, high, layout.shape, np.dtype(layout.dtype))
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        """Reset every env; observations converted."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self.layout.convert(obs), info
-
-    def step(self, actions: np.ndarray):
-        """Step every env; observations converted, everything else as the inner env returns it."""
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        return self.layout.convert(obs), reward, terminated, truncated, info
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.env.close()

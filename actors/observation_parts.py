@@ -1,5 +1,5 @@
 """Dict and Tuple observations: each part of the space checked and converted, the way a whole
-observation of that kind is (actors/envs.py), and the vector env that hands the parts on.
+observation of that kind is (actors/envs.py), and the conversion the vector env hands them on by.
 
 A part may be a flat vector (float32), a symbol (Discrete or MultiDiscrete, one-hot: actors/one_hot.py),
 a 2-D uint8 frame (one channel, [1, H, W]) or a rank-3 image (channels-first, actors/images.py). A
@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from raypex.actors.env_ids import UnsupportedEnv
-from raypex.actors.images import ImageLayout, image_layout
+from raypex.actors.images import ImageLayout, image_layout, stored_space
 from raypex.actors.one_hot import OneHot, one_hot_for
 
 MIN_IMAGE_SIDE = 3  # learner/networks.py SMALL_CNN_MIN_SIDE (the driver checks envs without torch)
@@ -44,6 +44,13 @@ class ObservationPart:
         if isinstance(self.conversion, ImageLayout):
             return self.conversion.convert(values)
         return np.ascontiguousarray(np.asarray(values, self.dtype).reshape(len(values), *self.shape))
+
+    @property
+    def space(self) -> gym.spaces.Box:
+        """The space of one converted part."""
+        if isinstance(self.conversion, OneHot):
+            return self.conversion.encoded_space
+        return stored_space(self.shape, self.dtype)
 
 
 def _part(key: str, source: str, space: gym.spaces.Space, env_id: str) -> ObservationPart:
@@ -86,30 +93,18 @@ def observation_parts(space: gym.spaces.Space, env_id: str) -> tuple[Observation
     return tuple(_part(key, source, part, env_id) for key, source, part in items)
 
 
-class PartsVectorEnv:
-    """A vector env of Dict or Tuple observations seen as {key: [E, *part shape]} (ObservationPart)."""
+@dataclass(frozen=True)
+class PartsConversion:
+    """A vector env's Dict or Tuple observations -> {key: [E, *part shape]} (`ObservationPart`)."""
 
-    def __init__(self, env, parts: tuple[ObservationPart, ...]):
-        self.env, self.parts = env, parts
-        self.num_envs = env.num_envs
-        self.single_action_space = env.single_action_space
-        self.single_observation_space = env.single_observation_space
+    parts: tuple[ObservationPart, ...]
 
-    def _convert(self, obs) -> dict[str, np.ndarray]:
+    def __call__(self, obs) -> dict[str, np.ndarray]:
         if isinstance(obs, tuple):
             return {part.key: part.convert(obs[int(part.source)]) for part in self.parts}
         return {part.key: part.convert(obs[part.source]) for part in self.parts}
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        """Reset every env; observations in parts."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self._convert(obs), info
-
-    def step(self, actions: np.ndarray):
-        """Step every env; observations in parts, everything else as the inner env returns it."""
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        return self._convert(obs), reward, terminated, truncated, info
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.env.close()
+    @property
+    def space(self) -> gym.spaces.Dict:
+        """The space of one converted observation."""
+        return gym.spaces.Dict({part.key: part.space for part in self.parts})

@@ -21,6 +21,7 @@ class OneHot:
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
         self.size = int(self.counts.sum())
         self.space = space
+        self.encoded_space = gym.spaces.Box(0.0, 1.0, (self.size,), np.float32)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """[N] (Discrete) or [N, ...] (MultiDiscrete) values -> [N, size] float32 one-hot rows;
@@ -41,27 +42,3 @@ def one_hot_for(space: gym.spaces.Space) -> OneHot | None:
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         return OneHot(space)
     return None
-
-
-class OneHotVectorEnv:
-    """A vector env whose Discrete or MultiDiscrete observations come out one-hot (`OneHot`)."""
-
-    def __init__(self, env, encode: OneHot):
-        self.env, self.encode = env, encode
-        self.num_envs = env.num_envs
-        self.single_action_space = env.single_action_space
-        self.single_observation_space = gym.spaces.Box(0.0, 1.0, (encode.size,), np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        """Reset every env; observations one-hot."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self.encode(obs), info
-
-    def step(self, actions: np.ndarray):
-        """Step every env; observations one-hot, everything else as the inner env returns it."""
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        return self.encode(obs), reward, terminated, truncated, info
-
-    def close(self) -> None:
-        """Close the inner env."""
-        self.env.close()

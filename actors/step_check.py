@@ -64,19 +64,17 @@ class StepCheck:
     def explain(self, vector_env, err: ValueError, steps: np.ndarray) -> EnvWentBad | None:
         """The line for a vector env's step that failed to stack its envs' observations (one of
         another shape), or None when `err` is not that."""
-        observations = getattr(getattr(vector_env, "unwrapped", vector_env), "_env_obs", None)
+        inner = getattr(vector_env, "unwrapped", vector_env)  # the env's own, before raypex's conversion
+        observations = getattr(inner, "_env_obs", None)
         if not isinstance(observations, (list, tuple)):
             return None
         for env, obs in enumerate(observations):
-            shape = tuple(np.shape(obs))
-            if shape != self._single_shape(vector_env):
-                return self._fault(env, steps, f"an observation of shape {list(shape)}, where its space has "
-                                               f"{list(self._single_shape(vector_env))}")
+            for key, space, value in _parts(inner.single_observation_space, obs):
+                shape = tuple(np.shape(value))
+                if space.shape is not None and shape != tuple(space.shape):
+                    return self._fault(env, steps, f"an observation{self._of(key)} of shape {list(shape)}, where its "
+                                                   f"space has {list(space.shape)}")
         return None
-
-    @staticmethod
-    def _single_shape(vector_env) -> tuple[int, ...]:
-        return tuple(getattr(vector_env, "unwrapped", vector_env).single_observation_space.shape)
 
     def _fault(self, env: int, steps: np.ndarray, what: str) -> EnvWentBad:
         return EnvWentBad(f"env.id {self.env_id}: env {env} of {self.who} returned {what} at step "
@@ -84,3 +82,14 @@ class StepCheck:
 
     def _fail(self, env: int, steps: np.ndarray, what: str) -> None:
         raise self._fault(env, steps, what)
+
+
+def _parts(space, obs) -> list:
+    """(key, space, value) of each part of one env's observation: a Dict's or Tuple's parts keyed
+    as actors/observation_parts.py keys them, or the whole observation (key None)."""
+    spaces = getattr(space, "spaces", None)
+    if isinstance(spaces, dict) and isinstance(obs, dict):
+        return [(str(key), part, obs.get(key)) for key, part in spaces.items()]
+    if isinstance(spaces, tuple) and isinstance(obs, (tuple, list)) and len(obs) == len(spaces):
+        return [(str(i), part, value) for i, (part, value) in enumerate(zip(spaces, obs))]
+    return [(None, space, obs)]

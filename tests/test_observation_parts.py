@@ -10,8 +10,9 @@ import torch
 
 from raypex.actors.adders import EnvStep, FrameAdder
 from raypex.actors.env_ids import UnsupportedEnv
+from raypex.actors.envs import make_vector_env
 from raypex.actors.nstep import NStepFolder
-from raypex.actors.observation_parts import PartsVectorEnv, observation_parts
+from raypex.actors.observation_parts import observation_parts
 from raypex.actors.onnx_acting import GraphForward
 from raypex.actors.sequence_adder import SequenceAdder
 from raypex.actors.step_check import EnvWentBad, StepCheck
@@ -264,11 +265,11 @@ def test_every_algorithm_trains_on_parts_and_exports_its_acting_graph_and_policy
 
 
 def test_the_vector_env_hands_on_parts_of_a_dict_and_of_a_tuple():
-    from tests.parts_env import QuadrantTurn
-
     for tuple_space in (False, True):
-        env = gym.vector.SyncVectorEnv([lambda: QuadrantTurn(tuple_space=tuple_space)] * 2)
-        parts = observation_parts(env.single_observation_space, "QuadrantTurn")
-        obs, _ = PartsVectorEnv(env, parts).reset(seed=0)
+        env = make_vector_env("tests.parts_env:QuadrantTurn", 2, {"tuple_space": tuple_space})
+        parts = observation_parts(env.unwrapped.single_observation_space, "QuadrantTurn")
+        obs, _ = env.reset(seed=0)
         assert {key: value.shape for key, value in obs.items()} == {parts[0].key: (2, 1, 8, 8), parts[1].key: (2, 4)}
         assert obs[parts[0].key].sum() == 2 * 255  # one lit pixel each, channels first
+        assert env.observation_space.contains(obs) and env.observation_space.contains(env.step([0, 1])[0])
+        env.close()

@@ -62,3 +62,42 @@ def test_a_vector_env_that_cannot_stack_an_observation_of_another_shape_is_expla
     explained = check().explain(env, failed.value, STEPS)
     assert str(explained) == ("env.id Mine-v0: env 0 of collector 1 returned an observation of shape [4], where its "
                               "space has [3] at step 5 of its episode")
+
+
+class GrowsImage(gym.Env):
+    """MinAtar-like channels-last images that gain a channel after the first step; `parts`: the same
+    image as the "frame" part of a Dict."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, parts: bool = False):
+        image = gym.spaces.Box(0, 1, (5, 5, 2), np.uint8)
+        self.parts = parts
+        self.observation_space = gym.spaces.Dict({"frame": image, "turn": gym.spaces.Box(0, 1, (2,))}) if parts \
+            else image
+
+    def _obs(self, channels: int):
+        image = np.zeros((5, 5, channels), np.uint8)
+        return {"frame": image, "turn": np.zeros(2, np.float32)} if self.parts else image
+
+    def reset(self, *, seed=None, options=None):
+        return self._obs(2), {}
+
+    def step(self, action):
+        return self._obs(3), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(("parts", "what"), [(False, "an observation of shape [5, 5, 3], where its space has [5, 5, 2]"),
+                                             (True, "an observation part 'frame' of shape [5, 5, 3], where its space "
+                                                    "has [5, 5, 2]")])
+def test_a_converted_vector_env_is_explained_by_the_envs_own_observations(parts, what):
+    """Behind raypex's conversion (channels first, parts) the env's own shapes are compared."""
+    from raypex.actors.envs import make_vector_env
+
+    env = make_vector_env("tests.test_step_check:GrowsImage", 2, {"parts": parts})
+    obs, _ = env.reset(seed=0)
+    with pytest.raises(ValueError) as failed:
+        env.step(np.zeros(2, np.int64))
+    explained = StepCheck("Grows-v0", obs, "the evaluator").explain(env, failed.value, STEPS)
+    assert str(explained) == f"env.id Grows-v0: env 0 of the evaluator returned {what} at step 5 of its episode"
+    env.close()

@@ -89,12 +89,9 @@ def first_weights(s: CollectorSettings) -> Weights:
 
 def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
     """env_policy, then env_raw on the same envs, `seconds` each."""
-    from raypex.actors.envs import FrameStackVectorEnv
-    from raypex.actors.images import ImageVectorEnv
-
     collector, rate, phases = _collector_rate(settings, seconds)
     wrapped = collector.stepper.env
-    raw_env = wrapped.env if isinstance(wrapped, FrameStackVectorEnv | ImageVectorEnv) else wrapped
+    raw_env = getattr(wrapped, "env", wrapped)  # without raypex's frame stacking or conversion
     try:
         raw = env_raw_steps_per_s(raw_env, seconds, settings.seed)
     finally:
