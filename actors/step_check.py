@@ -64,7 +64,7 @@ class StepCheck:
     def explain(self, vector_env, err: ValueError, steps: np.ndarray) -> EnvWentBad | None:
         """The line for a vector env's step that failed to stack its envs' observations (one of
         another shape), or None when `err` is not that."""
-        inner = getattr(vector_env, "unwrapped", vector_env)  # the env's own, before raypex's conversion
+        inner = vector_env.unwrapped  # the env's own, before raypex's conversion
         observations = getattr(inner, "_env_obs", None)
         if not isinstance(observations, (list, tuple)):
             return None

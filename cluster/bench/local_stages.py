@@ -91,7 +91,7 @@ def local_rates(settings: CollectorSettings, seconds: float) -> LocalRates:
     """env_policy, then env_raw on the same envs, `seconds` each."""
     collector, rate, phases = _collector_rate(settings, seconds)
     wrapped = collector.stepper.env
-    raw_env = getattr(wrapped, "env", wrapped)  # without raypex's frame stacking or conversion
+    raw_env = wrapped.unwrapped  # without raypex's frame stacking or conversion
     try:
         raw = env_raw_steps_per_s(raw_env, seconds, settings.seed)
     finally:
