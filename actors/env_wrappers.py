@@ -16,15 +16,14 @@ the working directory raypex ships with the env's own code.
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from raypex.actors.env_ids import UnsupportedEnv
+from raypex.import_path import ImportPathError, resolve_import_path, split_import_path
 
 Wrap = Callable[[gym.Env], gym.Env]
 
@@ -40,9 +39,7 @@ def wrapper_entry(entry: Any) -> tuple[str, dict[str, Any]]:
         path, kwargs = entry, {}
     else:
         raise ValueError(f"an entry is package.module:Name or {{package.module:Name: {{keyword: value}}}}, got {entry!r}")
-    module, _, name = str(path).partition(":")
-    if not module or not name:
-        raise ValueError(f"'{path}' is not an import path of the form package.module:Name")
+    split_import_path(path)
     return str(path), kwargs
 
 
@@ -51,16 +48,10 @@ def resolve_wrappers(entries: Sequence) -> list[Wrap]:
     wraps = []
     for entry in entries:
         path, kwargs = wrapper_entry(entry)
-        module_name, _, name = path.partition(":")
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise UnsupportedEnv(f"env.wrappers: '{path}': {module_name} cannot be imported ({err})") from None
-        wrapper = getattr(module, name, None)
-        if wrapper is None:
-            close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
-            hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
-            raise UnsupportedEnv(f"env.wrappers: '{path}': {module_name} has no {name}{hint}")
+            wrapper = resolve_import_path(path)
+        except ImportPathError as err:
+            raise UnsupportedEnv(f"env.wrappers: '{path}': {err}") from None
         if not callable(wrapper):
             raise UnsupportedEnv(f"env.wrappers: '{path}' is a {type(wrapper).__name__}, not a wrapper (a "
                                  "gymnasium.Wrapper or a function of an env)")

@@ -15,9 +15,7 @@ expected (EncoderError), found when the run starts, before any actor does.
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from raypex.import_path import ImportPathError, resolve_import_path
 from raypex.replay.contracts import Parts
 
 
@@ -47,18 +46,11 @@ def encoder_space(obs_shape: tuple[int, ...], obs_dtype: str, parts: Parts = ())
 
 def encoder_class(path: str) -> type:
     """The class `package.module:Class` names; EncoderError when it cannot be imported or is not a class."""
-    module_name, _, name = path.partition(":")
     where = f"network.encoder {path}"
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise EncoderError(f"{where}: {module_name} cannot be imported ({err}); install the package that holds it "
-                           "on every node") from None
-    cls = getattr(module, name, None)
-    if cls is None:
-        close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")], n=1)
-        hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
-        raise EncoderError(f"{where}: {module_name} has no {name}{hint}")
+        cls = resolve_import_path(path)
+    except ImportPathError as err:
+        raise EncoderError(f"{where}: {err}") from None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise EncoderError(f"{where} is a {type(cls).__name__}, not a torch.nn.Module class")
     return cls

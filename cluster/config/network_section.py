@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from raypex.cluster.config.section import Section
+from raypex.import_path import split_import_path
 
 
 class NetworkConfig(Section):
@@ -54,9 +55,8 @@ class NetworkConfig(Section):
     @field_validator("encoder")
     @classmethod
     def _import_path(cls, path: str | None) -> str | None:
-        module, _, name = (path or "").partition(":")
-        if path is not None and (not module or not name.isidentifier()):
-            raise ValueError(f"'{path}' is not an import path of the form package.module:Class")
+        if path is not None:
+            split_import_path(path, kind="Class")
         return path
 
     @model_validator(mode="after")
