@@ -315,17 +315,18 @@ def test_shipped_configs_are_found_by_name_from_any_directory(tmp_path, monkeypa
     with pytest.raises(UsageError, match="did you mean 'pong'"):
         split_positional(["pongg"])
     assert main(["train", "configs/nope.yaml"]) == 2
-    assert ("shipped configs, by name from any directory: ant, breakout, cartpole, halfcheetah, hopper, minatar, pendulum, "
-            "pong, popgym, walker2d"
+    assert ("shipped configs, by name from any directory: ant, breakout, cartpole, halfcheetah, hopper, humanoid, minatar, "
+            "pendulum, pong, popgym, walker2d"
             in capsys.readouterr().err)
 
 
 def test_raypex_configs_lists_each_shipped_config_on_one_line(capsys):
     assert main(["configs"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    listed = {line.split()[0]: line.split()[1] for line in lines[:10]}
+    listed = {line.split()[0]: line.split()[1] for line in lines[:11]}
     assert listed == {"ant": "Ant-v5", "breakout": "ALE/Breakout-v5", "cartpole": "CartPole-v1",
-                      "halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "minatar": "MinAtar/Breakout-v1",
+                      "halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "humanoid": "Humanoid-v5",
+                      "minatar": "MinAtar/Breakout-v1",
                       "pendulum": "Pendulum-v1", "pong": "ALE/Pong-v5", "popgym": "popgym-RepeatPreviousEasy-v0",
                       "walker2d": "Walker2d-v5"}
     assert {p.stem for p in (ROOT / "configs").glob("*.yaml")} == set(listed)
@@ -410,6 +411,7 @@ def test_another_env_than_the_configs_gets_a_warning_line_and_its_own_stop_targe
     (["env.id=Hopper-v5", "algo.name=sac"], "hopper"),
     (["env.id=Walker2d-v4", "algo.name=sac"], "walker2d"),
     (["env.id=Ant-v5", "algo.name=td3"], "ant"),
+    (["env.id=Humanoid-v4", "algo.name=sac"], "humanoid"),
     (["env.id=Acrobot-v1"], None),  # no shipped config is written for it
     (["env.id=CartPole-v0"], None),  # another version of the config's own env: no other config to point at
 ])

@@ -35,7 +35,7 @@ UPDATES = 50
 INF_AT = 10  # the update at which one rank's gradient overflows
 # Each shipped config's learner settings; pendulum also with network.obs_norm, which no config ships
 CASES = {"cartpole": [], "pendulum": [], "pendulum-obs_norm": ["network.obs_norm=true"], "halfcheetah": [],
-         "hopper": [], "walker2d": [], "ant": [], "minatar": [], "popgym": [], "pong": []}
+         "hopper": [], "walker2d": [], "humanoid": [], "ant": [], "minatar": [], "popgym": [], "pong": []}
 ACCUMULATION = (1, 2)
 # What "equal" means here. A part sums its rows in another order than the whole batch does: about
 # 1e-7 apart after an update, and a pre-activation that close to zero can land on the other side of
@@ -240,7 +240,7 @@ def test_two_gloo_learners_step_exactly_as_one_learner_given_every_batch_on_ever
         except ConfigError as err:
             refused[(case, accumulation)] = str(err)
     # refused at config time: batch renormalization with micro-batches in a group (CrossQ's configs)
-    assert set(refused) == {("hopper", 2), ("walker2d", 2)}, refused
+    assert set(refused) == {("hopper", 2), ("walker2d", 2), ("humanoid", 2)}, refused
     assert all("batch_renorm with learner.accumulation_steps 2" in line for line in refused.values())
     results = str(tmp_path / "results")
     mp.spawn(rank_main, args=(str(tmp_path / "rendezvous"), results, runs), nprocs=2, join=True)

@@ -784,6 +784,21 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "SimbaV2=benchmarks/published/ant-v4-simbav2.csv --title Ant": NotRun(
         "it draws the results page's figure from four runs of 25-37 minutes each; the script is tested on a short "
         "run with a published curve (tests/test_integration.py)"),
+    "raypex train configs/humanoid.yaml --seed 0 --run-dir runs/humanoid-s0 learner.compile=true": NotRun(
+        "a results figure at full length (2h50m here); configs/humanoid.yaml holds the Walker2d config's settings with "
+        "the categorical critic head: the Hopper line runs those settings in CI, shortened, and "
+        "tests/test_categorical_critic.py trains the head on Pendulum"),
+    "raypex eval runs/humanoid-s0 --episodes 20":
+        at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Humanoid-v4 --max-steps 300000 "
+    "--out benchmarks/published/humanoid-v4-crossq.csv": SIMBAV2_FILES,
+    "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env Humanoid-v4 --max-steps "
+    "300000 --out benchmarks/published/humanoid-v4-simbav2.csv": SIMBAV2_FILES,
+    "python -m benchmarks.curves docs/img/humanoid-published.png raypex=runs/humanoid-s0 "
+    "CrossQ=benchmarks/published/humanoid-v4-crossq.csv SimbaV2=benchmarks/published/humanoid-v4-simbav2.csv "
+    "--title Humanoid": NotRun(
+        "it draws the results page's figure from a run of 2h50m; the script is tested on a short run with a "
+        "published curve (tests/test_integration.py)"),
     "raypex train --resume runs/hc-s2 stop.env_steps=300000":
         at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/minatar.yaml env.id=MinAtar/Seaquest-v1 stop.wall_s=600 stop.env_steps=100000000 "
