@@ -686,7 +686,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         "(tests/test_integration.py)"),
     'python -m benchmarks.curves docs/img/minatar-seaquest.png raypex=runs/seaquest --published '
     'MinAtar-paper=5000000:20 --title "MinAtar Seaquest"': NotRun(
-        "it draws the results page's figure from a 25-minute run; the script is tested on a short run "
+        "it draws the results page's figure from a ten-minute run; the script is tested on a short run "
         "(tests/test_integration.py)"),
     "python -m benchmarks.checkpoint_memory --transitions 50000": NotRun(
         "a results figure: filling Pong's replay to 50k transitions and checkpointing it takes minutes here"),
@@ -805,8 +805,6 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "--run-dir runs/seaquest": at_full_length('"raypex train configs/minatar.yaml"', "the MinAtar line, shortened,"),
     "raypex eval runs/seaquest --episodes 100":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
-    "raypex train --resume runs/seaquest stop.wall_s=1500":
-        at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/popgym.yaml env.id=popgym-PositionOnlyCartPoleEasy-v0 --seed 2 --run-dir runs/position-s2":
         at_full_length("configs/popgym.yaml --run-dir runs/memory", "the memory line, shortened,"),
     "raypex eval runs/position-s2 --episodes 100":
