@@ -251,6 +251,7 @@ def minatar_dqn_trained(ran: Ran) -> None:
     assert "layer_norm" in str(torch.export.load(str(run / "policy.pt2")).graph)
     config = (run / "config.yaml").read_text()
     assert "name: dqn" in config and "micro_batch: 128" in config and "precision: fp32" in config, config
+    assert "samples_per_insert: 8.0" in config, config
 
 
 def minatar_trained(ran: Ran) -> None:
@@ -664,7 +665,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/minatar.yaml env.id=MinAtar/Asterix-v1": Run(
         SHORTER, HOURS, check=trained_until_stopped("MinAtar/Asterix-v1")),
     "raypex train configs/minatar.yaml algo.name=dqn learner.micro_batch=128 learner.accumulation_steps=1 "
-    "learner.lr=2.5e-4 learner.precision=fp32": Run(SHORTER, HOURS, check=minatar_dqn_trained),
+    "learner.lr=2.5e-4 learner.precision=fp32 replay.samples_per_insert=8": Run(SHORTER, HOURS,
+                                                                                 check=minatar_dqn_trained),
     "raypex train configs/popgym.yaml --run-dir runs/memory": Run(
         SHORTER, "minutes of training; 2,000 env steps show the run", check=trained_until_stopped(
             "popgym-RepeatPreviousEasy-v0")),
