@@ -2,8 +2,10 @@
 instead of each starting one.
 
 tests/durations.json holds each test's measured seconds (setup, call and teardown), written by
-`python -m pytest -n 2 --dist loadfile --store-durations` (the whole suite; a run of part of it
-updates that part). From it:
+`python -m pytest -n 2 --dist loadfile --store-durations`. A run of part of the suite (`-k`, `-m`,
+a file, a test's node id) replaces the entries of the tests it ran and keeps the rest; an entry
+goes when its file is gone, or when its file was collected in full and the test is no longer in it
+(a renamed test, a moved documented line). From it:
 - a test of SLOW_S or more is marked `slow`: `python -m pytest -m "not slow"` is the fast tier,
   every pure module's tests, for a developer's loop; a test not measured yet counts as fast;
 - files run longest first: `-n 2 --dist loadfile` hands whole files to whichever worker is free,
@@ -37,8 +39,12 @@ def measured() -> dict[str, float]:
     return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
 
 
+_COLLECTED: set[str] = set()  # every test collected, before `-k` or `-m` deselect: the tests that exist
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks set here
 def pytest_collection_modifyitems(items):
+    _COLLECTED.update(item.nodeid for item in items)
     durations = measured()
     per_file = Counter()
     for nodeid, seconds in durations.items():
@@ -56,14 +62,42 @@ def pytest_runtest_logreport(report):
     _SECONDS[report.nodeid] += report.duration
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node):
+    """pytest-xdist's controller: a worker's collection, which the controller never makes itself."""
+    _COLLECTED.update(getattr(node, "workeroutput", {}).get("collected", ()))
+
+
 def pytest_sessionfinish(session):
-    if not session.config.getoption("--store-durations") or hasattr(session.config, "workerinput"):
-        return  # (pytest-xdist's workers report to the controller, which writes)
-    ran = {nodeid.split("::")[0] for nodeid in _SECONDS}  # a file that ran replaces its entries: gone tests go
-    kept = {nodeid: seconds for nodeid, seconds in measured().items()
-            if nodeid.split("::")[0] not in ran and (Path(session.config.rootpath) / nodeid.split("::")[0]).is_file()}
-    durations = {**kept, **{nodeid: round(seconds, 2) for nodeid, seconds in _SECONDS.items()}}
-    DURATIONS.write_text(json.dumps(dict(sorted(durations.items())), indent=0) + "\n")
+    config = session.config
+    if not config.getoption("--store-durations"):
+        return
+    if hasattr(config, "workerinput"):  # pytest-xdist's worker: its collection goes to the controller, which writes
+        config.workeroutput["collected"] = sorted(_COLLECTED)
+        return
+    root = Path(config.rootpath)
+    invoked_in = Path(config.invocation_params.dir)
+    named_in_part = {(invoked_in / arg.split("::")[0]).resolve() for arg in config.args if "::" in arg}
+    durations = stored_durations(measured(), _SECONDS, _COLLECTED, root, named_in_part)
+    DURATIONS.write_text(json.dumps(durations, indent=2) + "\n")
+
+
+def stored_durations(before: dict[str, float], seconds: Counter, collected: set[str], root: Path,
+                     named_in_part: set[Path]) -> dict[str, float]:
+    """The measured seconds after a run: the tests it ran replace their entries; of the rest, an
+    entry stays unless its file is gone, or its file was collected in full (not named by a test's
+    node id, `named_in_part`) without it."""
+    collected_files = {nodeid.split("::")[0] for nodeid in collected}
+    in_part = {file for file in collected_files if (root / file).resolve() in named_in_part}
+
+    def still_there(nodeid: str) -> bool:
+        file = nodeid.split("::")[0]
+        if not (root / file).is_file():
+            return False
+        return file not in collected_files or file in in_part or nodeid in collected
+
+    kept = {nodeid: secs for nodeid, secs in before.items() if still_there(nodeid)}
+    return dict(sorted({**kept, **{nodeid: round(secs, 2) for nodeid, secs in seconds.items()}}.items()))
 
 
 @pytest.fixture(scope="session")
