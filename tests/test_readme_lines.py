@@ -647,7 +647,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "raypex train configs/halfcheetah.yaml": Run(
         "stop.env_steps=1000 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
         "eval.video_every=0", "a short run, with no video (drawing one takes 8 s here; tests/test_continuous.py draws "
-        "one): the 30-minute ones are in BENCHMARKS.md (git history)", check=td3_ran),
+        "one): the 50-minute ones are on the results page", check=td3_ran),
     "raypex train configs/hopper.yaml": Run(
         "stop.env_steps=1000 replay.min_size=512 learner.updates_per_epoch=10 eval.every_env_steps=20 eval.episodes=1 "
         "eval.video_every=0", "a short run: the 40-minute ones are on the results page", check=crossq_ran),
@@ -736,6 +736,8 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         at_full_length("raypex eval runs/pendulum --episodes 100", "the Pendulum evaluation"),
     "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc-s2 stop.env_steps=100000 stop.eval_return=null":
         at_full_length('"raypex train configs/halfcheetah.yaml"', "the HalfCheetah line, shortened,"),
+    "raypex eval runs/hc-s2 --episodes 20":
+        at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env HalfCheetah-v4 --max-steps 100000 "
     "--out benchmarks/published/halfcheetah-v4-crossq.csv": SIMBAV2_FILES,
     "python -m benchmarks.published_curves SimbaV2/results/baseline/simbaV2_utd2.csv --env HalfCheetah-v4 --max-steps "
@@ -743,7 +745,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "python -m benchmarks.curves docs/img/halfcheetah-published.png raypex=runs/hc-s0 raypex=runs/hc-s1 "
     "raypex=runs/hc-s2 CrossQ=benchmarks/published/halfcheetah-v4-crossq.csv "
     "SimbaV2=benchmarks/published/halfcheetah-v4-simbav2.csv --title HalfCheetah": NotRun(
-        "it draws the results page's figure from three runs of 24 minutes each; the script is tested on a short run "
+        "it draws the results page's figure from three runs of 46-52 minutes each; the script is tested on a short run "
         "with a published curve (tests/test_integration.py)"),
     "raypex train configs/hopper.yaml --seed 2 --run-dir runs/hop-s2":
         at_full_length('"raypex train configs/hopper.yaml"', "the Hopper line, shortened,"),
@@ -765,7 +767,7 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "raypex train configs/ant.yaml --seed 1 --run-dir runs/ant-s1": NotRun(
         "a results figure at full length (25 minutes here); configs/ant.yaml holds the HalfCheetah config's settings "
-        "on another env, and the HalfCheetah line runs that config in CI, shortened"),
+        "(at one update per two env steps) on another env, and the HalfCheetah line runs that config in CI, shortened"),
     "raypex eval runs/ant-s1 --episodes 20":
         at_full_length("raypex eval runs/cp-s1 --episodes 100", "an evaluation line"),
     "python -m benchmarks.published_curves SimbaV2/results/baseline/crossq.csv --env Walker2d-v4 --max-steps 200000 "
@@ -801,7 +803,10 @@ PLAN: dict[str, Run | Elsewhere | NotRun] = {
     "--title Humanoid": NotRun(
         "it draws the results page's figure from a run of 2h50m; the script is tested on a short run with a "
         "published curve (tests/test_integration.py)"),
-    "raypex train --resume runs/hc-s2 stop.env_steps=300000":
+    "raypex train configs/halfcheetah.yaml --seed 2 --run-dir runs/hc128-s2 stop.env_steps=100000 stop.eval_return=null "
+    "replay.samples_per_insert=128":
+        at_full_length('"raypex train configs/halfcheetah.yaml"', "the HalfCheetah line, shortened,"),
+    "raypex train --resume runs/hc128-s2 stop.env_steps=300000":
         at_full_length("raypex train --resume runs/cp-s1", "the resume line"),
     "raypex train configs/minatar.yaml env.id=MinAtar/Seaquest-v1 stop.wall_s=600 stop.env_steps=100000000 "
     "--run-dir runs/seaquest": at_full_length('"raypex train configs/minatar.yaml"', "the MinAtar line, shortened,"),
